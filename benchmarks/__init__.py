@@ -1,0 +1,1 @@
+"""specdec.bench: latency, acceptance rate, cost ratio and speedup measurements."""
