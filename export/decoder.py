@@ -1,0 +1,85 @@
+"""Decoder graph with an explicit, time-major self-attention KV cache; one graph for 1-token steps and verification.
+
+    input_ids  int64 [batch, new]                                   new = 1 ... gamma+1 (any N works)
+    past_kv    dtype [past, dec_layers, 2, batch, heads, d_kv]      past = tokens already in the cache (may be 0)
+    cross_kv   dtype [dec_layers, 2, batch, heads, src_len, d_kv]   from the encoder graph
+ -> logits     fp32  [batch, new, vocab]
+    new_kv     dtype [new, dec_layers, 2, batch, heads, d_kv]       K/V of the new tokens only
+
+Time is the leading axis of the cache, so the runtime keeps one buffer [max_length, layers, 2, batch, heads, d_kv]
+per model: `past_kv` is a view of its first `past` rows and `new_kv` is written straight into rows
+past ... past+new-1. Rolling back rejected tokens is setting the length; nothing is copied or reallocated.
+Position i of an N-token call attends causally to the cache and to new tokens 0..i, with T5's relative-position
+bias for absolute position past+i, so it gives the logits of i one-token steps.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import attend, causal_mask, feed_forward, linear, position_bias, rms_norm, split_heads
+
+INPUTS = ("input_ids", "past_kv", "cross_kv")
+OUTPUTS = ("logits", "new_kv")
+
+
+class DecoderWithCache(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        cfg = model.config
+        self.heads, self.d_kv = cfg.num_heads, cfg.d_kv
+        self.embed = model.decoder.embed_tokens
+        self.blocks = model.decoder.block
+        self.final_norm = model.decoder.final_layer_norm
+        self.lm_head = model.lm_head
+        self.output_scale = cfg.d_model ** -0.5 if getattr(cfg, "scale_decoder_outputs", True) else 1.0
+
+    def forward(self, input_ids, past_kv, cross_kv):
+        new = input_ids.shape[1]
+        past = past_kv.shape[0]
+        dtype = past_kv.dtype
+        query_pos = torch.arange(new, device=input_ids.device) + past
+        key_pos = torch.arange(past + new, device=input_ids.device)
+        bias = position_bias(self.blocks[0].layer[0].SelfAttention, query_pos, key_pos, bidirectional=False)
+        bias = bias + causal_mask(query_pos, key_pos)
+
+        h = self.embed(input_ids).float()
+        new_kv = []
+        for i, block in enumerate(self.blocks):
+            sa = block.layer[0].SelfAttention
+            x = rms_norm(h, block.layer[0].layer_norm)
+            q = split_heads(linear(x, sa.q), self.heads, self.d_kv)
+            k = split_heads(linear(x, sa.k), self.heads, self.d_kv).to(dtype)      # [B, H, new, d]
+            v = split_heads(linear(x, sa.v), self.heads, self.d_kv).to(dtype)
+            new_kv.append(torch.stack([k, v]).permute(3, 0, 1, 2, 4))              # [new, 2, B, H, d]
+            keys = torch.cat([past_kv[:, i, 0].permute(1, 2, 0, 3), k], dim=2)      # [B, H, past+new, d]
+            values = torch.cat([past_kv[:, i, 1].permute(1, 2, 0, 3), v], dim=2)
+            h = h + attend(q, keys, values, bias, sa.o)
+
+            ca = block.layer[1].EncDecAttention
+            x = rms_norm(h, block.layer[1].layer_norm)
+            q = split_heads(linear(x, ca.q), self.heads, self.d_kv)
+            h = h + attend(q, cross_kv[i, 0], cross_kv[i, 1], None, ca.o)
+            h = feed_forward(h, block.layer[2])
+        h = rms_norm(h, self.final_norm) * self.output_scale
+        logits = linear(h, self.lm_head)
+        return logits, torch.stack(new_kv, dim=1)
+
+
+def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17) -> None:
+    cfg = model.config
+    module = DecoderWithCache(model).eval()
+    layers, heads, d_kv = cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv
+    ids = torch.tensor([[3, 4]], dtype=torch.long)
+    past = torch.zeros(3, layers, 2, 1, heads, d_kv, dtype=dtype)
+    cross = torch.zeros(layers, 2, 1, heads, 5, d_kv, dtype=dtype)
+    with torch.no_grad():
+        torch.onnx.export(module, (ids, past, cross), str(path), input_names=list(INPUTS),
+                          output_names=list(OUTPUTS),
+                          dynamic_axes={"input_ids": {0: "batch", 1: "new"},
+                                        "past_kv": {0: "past", 3: "batch"},
+                                        "cross_kv": {2: "batch", 4: "src_len"},
+                                        "logits": {0: "batch", 1: "new"},
+                                        "new_kv": {0: "new", 3: "batch"}},
+                          opset_version=opset, dynamo=False, do_constant_folding=True)

@@ -1,0 +1,78 @@
+"""Write manifest.json for an export directory (the reader and the format live in specdec.runtime.manifest)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from specdec import __version__
+from specdec.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST, sha256_file
+
+_ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 9: "bool"}
+
+
+def graph_entry(root: Path, relative: str) -> dict:
+    """File, input and output names, dtypes and shapes (symbolic axes as names) of one ONNX graph."""
+    import onnx
+
+    model = onnx.load(str(root / relative), load_external_data=False)
+
+    def describe(values):
+        out = []
+        for v in values:
+            t = v.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+            out.append({"name": v.name, "dtype": _ONNX_DTYPES.get(t.elem_type, str(t.elem_type)), "shape": dims})
+        return out
+
+    return {"file": relative, "inputs": describe(model.graph.input), "outputs": describe(model.graph.output)}
+
+
+def architecture(config) -> dict:
+    """The facts the runtime needs to size buffers, plus enough to tell which T5 variant this is."""
+    gated = bool(getattr(config, "is_gated_act", False))
+    return {
+        "model_type": config.model_type,
+        "variant": ("mt5" if config.model_type == "mt5" else "t5-v1.1" if gated else "t5-v1.0"),
+        "feed_forward_proj": config.feed_forward_proj,
+        "scale_decoder_outputs": bool(getattr(config, "scale_decoder_outputs", True)),
+        "layers": config.num_layers,
+        "decoder_layers": config.num_decoder_layers,
+        "heads": config.num_heads,
+        "d_kv": config.d_kv,
+        "d_model": config.d_model,
+        "d_ff": config.d_ff,
+        "vocab_size": config.vocab_size,
+        "relative_attention_num_buckets": config.relative_attention_num_buckets,
+        "relative_attention_max_distance": config.relative_attention_max_distance,
+    }
+
+
+def write_manifest(root: Path, *, models: dict, samplers: dict, tokenizer_file: str, special_ids: dict,
+                   vocab_size: int, gamma_max: int, max_length: int, dtype: str, checks: dict) -> Path:
+    """`models`: role -> {"source", "revision", "config", "graphs": {"encoder": rel, "decoder": rel}}."""
+    entry = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "specdec_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gamma_max": gamma_max,
+        "max_length": max_length,
+        "dtype": dtype,
+        "vocab_size": vocab_size,
+        "special_ids": special_ids,
+        "tokenizer": tokenizer_file,
+        "models": {
+            role: {"source": m["source"], "revision": m["revision"], "architecture": architecture(m["config"]),
+                   "graphs": {kind: graph_entry(root, rel) for kind, rel in m["graphs"].items()}}
+            for role, m in models.items()},
+        "samplers": {name: graph_entry(root, rel) for name, rel in samplers.items()},
+        "parity_check": checks,
+    }
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != MANIFEST
+                   and not p.name.startswith("."))
+    entry["files"] = {rel: sha256_file(root / rel) for rel in files}
+    path = root / MANIFEST
+    path.write_text(json.dumps(entry, indent=2) + "\n")
+    return path

@@ -1,0 +1,189 @@
+"""Export a target/draft pair into one export directory: graphs, samplers, tokenizer, parity check, manifest."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.runtime.errors import SpecdecError
+from specdec.runtime.manifest import MANIFEST
+
+MARKER = ".specdec-export"      # written first, so --force knows the directory is ours to replace
+DTYPES = ("fp32", "fp16")
+SINGLE_FILE_LIMIT = 1_800_000_000   # protobuf's 2 GB cap: larger graphs keep weights in one .data file
+
+
+@dataclass
+class ExportOptions:
+    target: str
+    draft: str
+    out: Path
+    gamma_max: int = 8
+    max_length: int = 256
+    dtype: str = "fp32"
+    force: bool = False
+    opset: int = 17
+
+
+def bundled_pair() -> tuple[str, str]:
+    """The project's own trained pair in models/ (the offline default)."""
+    import specdec.models
+
+    root = Path(specdec.models.__file__).parent
+    target, draft = root / "target", root / "draft"
+    if not (target / "config.json").is_file() or not (draft / "config.json").is_file():
+        raise SpecdecError(f"the bundled pair is not in {root} (models/target and models/draft are missing)",
+                           "pass --target and --draft, or train the pair with `specdec-models` (models/README.md)")
+    return str(target), str(draft)
+
+
+def validate_options(opts: ExportOptions) -> None:
+    if opts.gamma_max < 1:
+        raise SpecdecError(f"--gamma-max must be at least 1 (got {opts.gamma_max})", "use e.g. --gamma-max 8")
+    if opts.max_length < opts.gamma_max + 2:
+        raise SpecdecError(f"--max-length {opts.max_length} leaves no room for gamma_max {opts.gamma_max} + 1 "
+                           "verify tokens", "use --max-length 256 or more")
+    if opts.dtype not in DTYPES:
+        raise SpecdecError(f"--dtype must be one of {', '.join(DTYPES)} (got {opts.dtype})")
+
+
+def prepare_out_dir(out: Path, force: bool) -> None:
+    """Create `out` (or replace an earlier export with --force) and prove it is writable, before any slow work."""
+    if out.exists():
+        if not force:
+            raise SpecdecError(f"output directory '{out}' already exists", "pass --force to replace it, or choose "
+                               "another --out")
+        if not out.is_dir():
+            raise SpecdecError(f"'{out}' exists and is not a directory", "choose another --out")
+        entries = list(out.iterdir())
+        if entries and not ((out / MANIFEST).exists() or (out / MARKER).exists()):
+            raise SpecdecError(f"'{out}' is not empty and is not a specdec export; --force only replaces exports",
+                               "choose another --out or empty it yourself")
+        try:
+            shutil.rmtree(out)
+        except OSError as err:
+            raise SpecdecError(f"cannot remove '{out}' ({err.strerror})", "check its permissions") from None
+    try:
+        out.mkdir(parents=True)
+        (out / MARKER).write_text("specdec export in progress or finished; safe to delete\n")
+    except OSError as err:
+        raise SpecdecError(f"output directory '{out}' is not writable ({err.strerror})",
+                           "choose an --out where you can write") from None
+
+
+def check_pair(target_cfg, draft_cfg, target_name: str, draft_name: str) -> None:
+    if target_cfg.vocab_size != draft_cfg.vocab_size:
+        raise SpecdecError(f"draft '{draft_name}' has vocabulary size {draft_cfg.vocab_size} but target "
+                           f"'{target_name}' has {target_cfg.vocab_size}",
+                           "pick a draft trained with the target's tokenizer (e.g. t5-small for t5-large)")
+    for key in ("decoder_start_token_id", "eos_token_id", "pad_token_id"):
+        if getattr(target_cfg, key, None) != getattr(draft_cfg, key, None):
+            raise SpecdecError(f"draft and target disagree on {key} ({getattr(draft_cfg, key, None)} vs "
+                               f"{getattr(target_cfg, key, None)})", "pick a draft from the target's family")
+
+
+def check_tokenizers(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+    if target_tok.get_vocab() != draft_tok.get_vocab():
+        raise SpecdecError(f"the tokenizers of '{target_name}' and '{draft_name}' differ",
+                           "the draft must use exactly the target's vocabulary")
+
+
+def write_graph(export_fn, dest: Path) -> None:
+    """Export into a scratch folder, then move one .onnx (plus one .data file past protobuf's limit) to `dest`."""
+    import onnx
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as scratch:
+        tmp = Path(scratch) / dest.name
+        export_fn(tmp)
+        extra = [p for p in Path(scratch).iterdir() if p != tmp]
+        if not extra and tmp.stat().st_size < SINGLE_FILE_LIMIT:
+            os.replace(tmp, dest)
+            return
+        model = onnx.load(str(tmp))
+        onnx.save_model(model, str(dest), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=dest.name + ".data", size_threshold=1024)
+
+
+def export_pair(opts: ExportOptions, log=print) -> dict:
+    """Run every stage with a progress bar; returns {role: parity report}. Raises SpecdecError on bad input."""
+    import time
+
+    from tqdm import tqdm
+
+    from . import check, decoder, encoder, sampler
+    from .attention import cast_for_export
+    from .manifest import write_manifest
+    from .source import load_config, load_source
+
+    validate_options(opts)
+    names = {"target": opts.target, "draft": opts.draft}
+    configs = {role: load_config(name) for role, name in names.items()}
+    check_pair(configs["target"], configs["draft"], opts.target, opts.draft)
+    out = Path(opts.out)
+    prepare_out_dir(out, opts.force)
+
+    import torch
+
+    dtype = torch.float16 if opts.dtype == "fp16" else torch.float32
+    stages = [(role, "load") for role in names] + \
+        [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
+        [("pair", "samplers"), ("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
+    sources, graphs, reports = {}, {}, {}
+    bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True)
+    try:
+        for role, stage in stages:
+            bar.set_postfix_str(f"{role}: {stage}")
+            started = time.perf_counter()
+            if stage == "load":
+                sources[role] = load_source(names[role])
+                if role == "draft":
+                    check_tokenizers(sources["target"].tokenizer, sources["draft"].tokenizer,
+                                     opts.target, opts.draft)
+            elif stage in ("encoder", "decoder"):
+                model = cast_for_export(sources[role].model, dtype)
+                rel = f"{role}/{stage}.onnx"
+                if stage == "encoder":
+                    write_graph(lambda p: encoder.export_encoder(model, p, opts.opset), out / rel)
+                else:
+                    write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset), out / rel)
+                graphs.setdefault(role, {})[stage] = rel
+            elif stage == "samplers":
+                for filtered, suffix in ((False, ""), (True, "_topkp")):
+                    write_graph(lambda p: sampler.export_sample(p, filtered, opset=opts.opset),
+                                out / f"sampler/sample{suffix}.onnx")
+                    write_graph(lambda p: sampler.export_verify(p, filtered, opset=opts.opset),
+                                out / f"sampler/verify{suffix}.onnx")
+            elif stage == "tokenizer":
+                sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
+            elif stage == "check":
+                rep = check.check_parity(sources[role].model, out / graphs[role]["encoder"],
+                                         out / graphs[role]["decoder"], opts.gamma_max, opts.dtype)
+                reports[role] = rep
+                bar.write(f"  {role} parity vs PyTorch ({opts.dtype}): 1-token step at past {rep['past_length']}: "
+                          f"max|dlogit| = {rep['step_max_abs_diff']:.2e}; {rep['verify_tokens']}-token verify: "
+                          f"max|dlogit| = {rep['verify_max_abs_diff']:.2e}; tolerance {rep['tolerance']:.1e} "
+                          f"-> {'OK' if rep['passed'] else 'FAILED'}")
+            elif stage == "manifest":
+                cfg = sources["target"].config
+                tok = sources["target"].tokenizer
+                write_manifest(
+                    out,
+                    models={role: {"source": sources[role].name, "revision": sources[role].revision,
+                                   "config": sources[role].config, "graphs": graphs[role]} for role in names},
+                    samplers={name: f"sampler/{name}.onnx" for name in
+                              ("sample", "sample_topkp", "verify", "verify_topkp")},
+                    tokenizer_file="tokenizer.json",
+                    special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
+                                 "unk_token_id": tok.unk_token_id,
+                                 "decoder_start_token_id": cfg.decoder_start_token_id},
+                    vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
+                    dtype=opts.dtype, checks=reports)
+            bar.write(f"  {role:6s} {stage:9s} {time.perf_counter() - started:7.2f} s")
+            bar.update(1)
+    finally:
+        bar.close()
+    return reports

@@ -1,0 +1,86 @@
+"""Resolve a T5 checkpoint (Hugging Face hub id or local directory) and load it for export."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.runtime.errors import SpecdecError
+
+SUPPORTED = ("T5 v1.0 (t5-small ... t5-11b), T5 v1.1 / flan-t5 / t5-efficient and mT5 "
+             "checkpoints (model_type 't5' or 'mt5')")
+SUPPORTED_TYPES = ("t5", "mt5")
+
+
+@dataclass
+class Source:
+    """A loaded checkpoint: the PyTorch model in eval mode, its tokenizer and where it came from."""
+
+    name: str              # what the user passed
+    revision: str | None   # hub commit hash, or None for a local directory
+    model: object          # transformers T5ForConditionalGeneration (fp32, eval)
+    tokenizer: object      # transformers fast tokenizer
+
+    @property
+    def config(self):
+        return self.model.config
+
+
+def _quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+
+
+def _not_found(name: str, cause: Exception) -> SpecdecError:
+    if Path(name).exists():
+        return SpecdecError(f"'{name}' is not a loadable checkpoint directory ({type(cause).__name__})",
+                            "point --target/--draft at a folder with config.json, the weights and the tokenizer")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+    where = "the local Hugging Face cache (HF_HUB_OFFLINE is set)" if offline else \
+        "the Hugging Face hub (no network?) or the local cache"
+    return SpecdecError(f"model '{name}' could not be found in {where}",
+                        "pass a local checkpoint directory instead, e.g. --target ./t5-large "
+                        "(save one with save_pretrained on a machine with network)")
+
+
+def load_config(name: str):
+    """The checkpoint's config, with a one-line error for missing models and unsupported architectures."""
+    from transformers import AutoConfig
+
+    _quiet_transformers()
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError, KeyError) as err:
+        raise _not_found(name, err) from None
+    if config.model_type not in SUPPORTED_TYPES or not getattr(config, "is_encoder_decoder", False):
+        raise SpecdecError(f"'{name}' is a '{config.model_type}' model, which specdec does not export",
+                           f"supported are {SUPPORTED}")
+    return config
+
+
+def load_source(name: str) -> Source:
+    """Load config, weights (fp32, eval mode) and tokenizer of a T5 checkpoint."""
+    import torch
+    from transformers import AutoTokenizer, T5ForConditionalGeneration
+
+    config = load_config(name)
+    try:
+        model = T5ForConditionalGeneration.from_pretrained(name, dtype=torch.float32)
+    except (OSError, ValueError) as err:
+        raise _not_found(name, err) from None
+    model.eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as err:
+        raise SpecdecError(f"no tokenizer found for '{name}' ({type(err).__name__})",
+                           "add tokenizer.json (a fast tokenizer) to the checkpoint directory") from None
+    if getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise SpecdecError(f"the tokenizer of '{name}' is not a fast (tokenizers) tokenizer",
+                           "convert it and save tokenizer.json next to config.json")
+    revision = getattr(config, "_commit_hash", None)
+    return Source(name=name, revision=None if Path(name).exists() else revision, model=model, tokenizer=tokenizer)
