@@ -1,0 +1,70 @@
+"""`specdec-generate`: run an export directory on a prompt and print the output and one stats line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import run_cli
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specdec-generate",
+                                description="Exact speculative decoding with an export from specdec-export.")
+    p.add_argument("text", help="the prompt, e.g. 'translate English to German: The house is small.'")
+    p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
+    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads per model (0: onnxruntime's default)")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per target call; 0 = target only")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--lenience", type=float, default=1.0, help="1 = exact (default); lower accepts more guesses")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--stream", action="store_true", help="print text as soon as it is accepted")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text and a stats line")
+    return p
+
+
+def stats_line(stats, provider: str) -> str:
+    ms = stats.total_s * 1000
+    return (f"[{provider}] {stats.new_tokens} tokens in {ms:.1f} ms ({ms / max(stats.new_tokens, 1):.2f} ms/token), "
+            f"target calls {stats.target_calls}, draft calls {stats.draft_calls}, "
+            f"accepted {stats.accepted}/{stats.proposed} (alpha {stats.acceptance_rate:.2f}), "
+            f"{stats.tokens_per_target_call:.2f} tokens/target call; time: encoder {stats.encoder_s * 1000:.1f} ms, "
+            f"draft {stats.draft_s * 1000:.1f}, verify {stats.verify_s * 1000:.1f}, "
+            f"sampling {stats.sampling_s * 1000:.1f}, host {stats.host_s * 1000:.1f}")
+
+
+def _main(argv) -> int:
+    args = parser().parse_args(argv)
+    from .decoder import SpeculativeDecoder
+
+    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
+    kwargs = dict(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
+                  top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed)
+    if args.stream and not args.json:
+        for piece in dec.stream(args.text, **kwargs):
+            print(piece.text, end="", flush=True)
+        print()
+        res = dec.generate(args.text, **kwargs)   # same seed: same tokens; gives the stats
+    else:
+        res = dec.generate(args.text, **kwargs)
+    if args.json:
+        print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,
+                          "provider": dec.provider, "stats": res.stats.as_dict()}))
+    else:
+        if not args.stream:
+            print(res.text)
+        print(stats_line(res.stats, dec.provider), file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

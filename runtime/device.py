@@ -1,0 +1,104 @@
+"""Execution providers, sessions and device buffers: the only module that knows where memory lives.
+
+Every tensor the graphs exchange lives in a `Buffer` allocated once on the provider's device. Graph inputs and
+outputs are bound as (pointer, shape) views into those buffers through ONNX Runtime IO binding, so a run reads
+and writes device memory in place: no per-step allocation, no host round trip for logits or distributions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import SpecdecError
+
+PROVIDERS = {
+    "cpu": ["CPUExecutionProvider"],
+    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+    "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+}
+
+
+def resolve_provider(provider: str) -> str:
+    """'auto' -> the best available of tensorrt, cuda, cpu; an unavailable explicit choice is an error."""
+    available = set(ort.get_available_providers())
+    if provider == "auto":
+        for name in ("tensorrt", "cuda", "cpu"):
+            if PROVIDERS[name][0] in available:
+                return name
+    if provider not in PROVIDERS:
+        raise SpecdecError(f"unknown provider '{provider}'", "use cpu, cuda, tensorrt or auto")
+    if PROVIDERS[provider][0] not in available:
+        raise SpecdecError(f"provider '{provider}' is not available in this onnxruntime "
+                           f"({', '.join(sorted(available))})",
+                           "install onnxruntime-gpu for cuda/tensorrt, or use provider='cpu'")
+    return provider
+
+
+def device_of(provider: str) -> str:
+    return "cpu" if provider == "cpu" else "cuda"
+
+
+def create_session(path, provider: str, threads: int = 0) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), opts, providers=PROVIDERS[provider])
+    except Exception as err:  # onnxruntime raises its own exception types
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise SpecdecError(f"onnxruntime cannot load '{path}': {first}",
+                           "re-run specdec-export; if it persists, check the onnxruntime version") from None
+
+
+class Buffer:
+    """A fixed-size tensor on the device, addressed by element offset. On the CPU it is a NumPy array."""
+
+    def __init__(self, shape, dtype, device: str):
+        self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
+        if device == "cpu":
+            self.host = np.zeros(self.shape, self.dtype)
+            self.value = None
+            self.base = self.host.ctypes.data
+        else:
+            self.host = np.zeros(self.shape, self.dtype)        # staging copy for small writes and reads
+            self.value = ort.OrtValue.ortvalue_from_shape_and_type(self.shape, self.dtype, device, 0)
+            self.base = self.value.data_ptr()
+        self.itemsize = self.dtype.itemsize
+        self.size = int(np.prod(self.shape))
+
+    def ptr(self, offset: int = 0) -> int:
+        return self.base + offset * self.itemsize
+
+    def flat(self) -> np.ndarray:
+        """The contents as a flat host array (a view on the CPU, a copy from a GPU)."""
+        if self.value is None:
+            return self.host.reshape(-1)
+        return self.value.numpy().reshape(-1)
+
+    def write(self, values, offset: int = 0) -> None:
+        values = np.asarray(values, dtype=self.dtype).reshape(-1)
+        self.host.reshape(-1)[offset:offset + values.size] = values
+        if self.value is not None:
+            self.value.update_inplace(self.host)
+
+
+class Binder:
+    """IO binding of one session to buffer views; names come from the manifest."""
+
+    def __init__(self, session: ort.InferenceSession, device: str):
+        self.session, self.device = session, device
+        self.binding = session.io_binding()
+        self.names = {i.name for i in session.get_inputs()}
+
+    def input(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
+        if name in self.names:   # graphs drop inputs they do not use (the unfiltered samplers have no top_k/top_p)
+            self.binding.bind_input(name, self.device, 0, buf.dtype, list(shape), buf.ptr(offset))
+
+    def output(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
+        self.binding.bind_output(name, self.device, 0, buf.dtype, list(shape), buf.ptr(offset))
+
+    def run(self) -> None:
+        self.session.run_with_iobinding(self.binding)

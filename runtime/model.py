@@ -1,0 +1,74 @@
+"""One exported T5 (encoder + cached decoder) with its device buffers: encode once, decode N tokens, roll back.
+
+The KV cache is one buffer [max_length, layers, 2, 1, heads, d_kv]. A decoder call binds rows [0, length) as
+`past_kv` and rows [length, length+N) as `new_kv`, so the graph writes the new keys and values in place; rolling
+back rejected tokens is `rollback(length)`: no copy, no allocation.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .device import Binder, Buffer, create_session
+from .manifest import Manifest
+from .stats import Stats
+
+_NP = {"fp32": np.float32, "fp16": np.float16}
+
+
+class CachedSeq2Seq:
+    def __init__(self, manifest: Manifest, role: str, provider: str, device: str, rows: int, threads: int = 0,
+                 max_length: int | None = None):
+        info = manifest.models[role]
+        arch = info.arch
+        self.role, self.device = role, device
+        self.layers, self.heads, self.d_kv = arch["decoder_layers"], arch["heads"], arch["d_kv"]
+        self.vocab, self.max_length = manifest.vocab_size, max_length or manifest.max_length
+        self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
+        self.dec_in = tuple(info.decoder.inputs)       # input_ids, past_kv, cross_kv
+        self.dec_out = tuple(info.decoder.outputs)     # logits, new_kv
+        dtype = _NP[manifest.dtype]
+        self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads), device)
+        self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads), device)
+        self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
+        self.cache = Buffer((self.max_length, self.layers, 2, 1, self.heads, self.d_kv), dtype, device)
+        self.cross = Buffer((self.layers * 2 * self.heads * self.max_length * self.d_kv,), dtype, device)
+        self.logits = Buffer((rows, self.vocab), np.float32, device)   # rows = most tokens per decoder call
+        self.source = Buffer((self.max_length,), np.int64, device)
+        self.length = 0          # decoder positions whose K/V are in the cache
+        self.src_len = 0
+
+    def encode(self, ids: np.ndarray, stats: Stats) -> None:
+        """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call."""
+        self.src_len = len(ids)
+        self.source.write(ids)
+        inp, out = self.enc_names
+        self.encoder.input(inp, self.source, (1, self.src_len))
+        self.encoder.output(out, self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
+        t = time.perf_counter()
+        self.encoder.run()
+        stats.encoder_s += time.perf_counter() - t
+        stats.ort_runs += 1
+        self.decoder.input(self.dec_in[2], self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
+        self.length = 0
+
+    def decode(self, tokens: Buffer, offset: int, count: int) -> float:
+        """Append tokens[offset:offset+count] to the sequence; logits land in rows 0..count-1. Returns seconds."""
+        ids, past, _ = self.dec_in
+        logits, new_kv = self.dec_out
+        kv = (self.layers, 2, 1, self.heads, self.d_kv)
+        self.decoder.input(ids, tokens, (1, count), offset)
+        self.decoder.input(past, self.cache, (self.length, *kv))
+        self.decoder.output(logits, self.logits, (1, count, self.vocab))
+        self.decoder.output(new_kv, self.cache, (count, *kv), self.length * self.row)
+        t = time.perf_counter()
+        self.decoder.run()
+        elapsed = time.perf_counter() - t
+        self.length += count
+        return elapsed
+
+    def rollback(self, length: int) -> None:
+        """Forget every position from `length` on (rejected draft tokens)."""
+        self.length = min(self.length, length)
