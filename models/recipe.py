@@ -1,0 +1,100 @@
+"""specdec-models: the recipe that builds the bundled default pair in ``models/``.
+
+    specdec-models all            # data -> tokenizer -> train-target -> train-draft -> package -> evaluate
+    python -m specdec.models all --threads 2 --resume
+
+Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
+``package``, ``evaluate``).  Everything downloaded or cached goes into ``--work-dir`` (default
+``models/.work/``, git-ignored); only ``package`` writes the committed files (``models/target``,
+``models/draft``, ``models/prompts/test.jsonl``).  Never run in CI: it takes about an hour on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "evaluate"]
+
+# The defaults are what the committed pair was trained with (see models/README.md).
+DEFAULTS = dict(
+    seed=0,
+    vocab_size=4096,
+    target_steps=1500,
+    target_batch=32,
+    target_lr=2e-3,
+    target_warmup=150,
+    draft_steps=1500,
+    draft_batch=32,
+    draft_lr=3e-3,
+    draft_warmup=100,
+    kl_weight=0.8,
+)
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="specdec-models", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill"],
+                    help="stage to run (default: all)")
+    ap.add_argument("--work-dir", default=os.path.join(HERE, ".work"), help="downloads, caches, checkpoints")
+    ap.add_argument("--out-dir", default=HERE, help="where package writes target/, draft/, prompts/")
+    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads")
+    ap.add_argument("--resume", action="store_true", help="continue training from the last checkpoint")
+    ap.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
+    for k, v in DEFAULTS.items():
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
+    return ap
+
+
+def main(argv=None):
+    # Passive OpenMP waiting: the run shares two cores with other work without spinning threads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    args = build_parser().parse_args(argv)
+    stage = "train-draft" if args.stage == "distill" else args.stage
+    stages = STAGES if stage == "all" else [stage]
+    work = os.path.abspath(args.work_dir)
+    os.makedirs(work, exist_ok=True)
+    t_all = time.time()
+    for st in stages:
+        t0 = time.time()
+        print(f"=== {st} ===", flush=True)
+        if st == "data":
+            from .data import run_data
+
+            run_data(work, refresh=args.refresh_data)
+        elif st == "tokenizer":
+            from .tok import train_tokenizer
+
+            train_tokenizer(work, vocab_size=args.vocab_size, seed=args.seed)
+        elif st == "train-target":
+            from .train import TARGET_CONFIG, train_model
+
+            train_model("target", work, TARGET_CONFIG, steps=args.target_steps, batch_size=args.target_batch,
+                        lr=args.target_lr, warmup=args.target_warmup, seed=args.seed, threads=args.threads,
+                        resume=args.resume)
+        elif st == "train-draft":
+            from .train import DRAFT_CONFIG, train_model
+
+            train_model("draft", work, DRAFT_CONFIG, steps=args.draft_steps, batch_size=args.draft_batch,
+                        lr=args.draft_lr, warmup=args.draft_warmup, seed=args.seed + 1, threads=args.threads,
+                        resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight)
+        elif st == "package":
+            from .evaluate import package
+
+            package(work, os.path.abspath(args.out_dir), seed=args.seed)
+        elif st == "evaluate":
+            from .evaluate import evaluate
+
+            evaluate(os.path.abspath(args.out_dir), work, threads=args.threads, seed=args.seed)
+        print(f"=== {st} done in {(time.time() - t0) / 60:.1f} min ===", flush=True)
+    print(f"total {(time.time() - t_all) / 60:.1f} min", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
