@@ -55,7 +55,8 @@ class SpeculativeDecoder:
         self.eos_id, self.start_id = int(ids["eos_token_id"]), int(ids["decoder_start_token_id"])
         self.tokenizer = Tokenizer.from_file(str(manifest.path(manifest.raw["tokenizer"])))
         self.target = CachedSeq2Seq(manifest, "target", provider, self.device, self.gamma_max + 1, threads)
-        draft_model = CachedSeq2Seq(draft_manifest or manifest, "draft", provider, self.device, 2, threads,
+        # the draft's one-token steps are too small to split across cores: one thread unless told otherwise
+        draft_model = CachedSeq2Seq(draft_manifest or manifest, "draft", provider, self.device, 2, threads or 1,
                                     max_length=self.max_length)
         self.samplers = Samplers(manifest, provider, self.device)
         self.draft = ModelDraft(draft_model, self.samplers)

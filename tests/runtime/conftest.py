@@ -1,0 +1,55 @@
+"""Runtime fixtures: a related tiny pair (the draft is the target with noise, so guesses are kept and rejected)
+exported once, and a small-vocabulary pair whose output distribution can be enumerated exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from _shared import make_tiny_t5, run_export_cli
+
+
+def noisy_copy(src, dst, noise: float, seed: int):
+    """The checkpoint at `src` with Gaussian noise (relative scale `noise`) on every weight: a related draft."""
+    import shutil
+
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration.from_pretrained(str(src)).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(noise * param.std() * torch.randn(param.shape, generator=gen))
+    model.save_pretrained(str(dst))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, dst / name)
+    return dst
+
+
+def export(target, draft, out, *extra):
+    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", out, *extra])
+    assert code == 0, stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def related_pair(tmp_path_factory):
+    """(target_dir, draft_dir, export_dir): a 2+2-layer v1.0 target whose greedy outputs vary with the prompt and a
+    noisy copy of it as the draft (acceptance well between 0 and 1); gamma_max 8, max_length 64."""
+    root = tmp_path_factory.mktemp("related")
+    target = make_tiny_t5(root / "target", vocab=48, d_model=32, layers=2, decoder_layers=2, seed=1,
+                          initializer_factor=2.0)
+    draft = noisy_copy(target, root / "draft", noise=0.08, seed=5)
+    return target, draft, export(target, draft, root / "export", "--gamma-max", "8", "--max-length", "64")
+
+
+@pytest.fixture(scope="session")
+def small_vocab_pair(tmp_path_factory):
+    """(target_dir, export_dir): vocabulary 8 (5 words + pad, eos, unk) so 3-token outputs can be enumerated;
+    the draft is an unrelated random model, so rejections are frequent."""
+    root = tmp_path_factory.mktemp("small_vocab")
+    target = make_tiny_t5(root / "target", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
+                          seed=3, initializer_factor=3.0)
+    draft = make_tiny_t5(root / "draft", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
+                         seed=4, initializer_factor=3.0)
+    return target, export(target, draft, root / "export", "--gamma-max", "4", "--max-length", "16")

@@ -1,0 +1,91 @@
+"""Greedy exactness: speculative decoding at any gamma gives the target's own greedy output, token for token."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import T5ForConditionalGeneration
+
+from specdec.runtime import SpeculativeDecoder
+
+N_PROMPTS = 50
+MAX_NEW = 24
+
+
+def prompts(vocab, count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(3, vocab, size=rng.integers(2, 14))] + [1] for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def decoder(related_pair):
+    return SpeculativeDecoder.load(related_pair[2], provider="cpu")
+
+
+def test_greedy_speculative_equals_target_only_and_pytorch(related_pair, decoder):
+    model = T5ForConditionalGeneration.from_pretrained(str(related_pair[0])).eval()
+    proposed = accepted = 0
+    distinct = set()
+    for ids in prompts(48, N_PROMPTS):
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False)[0, 1:].tolist()
+        while ref and ref[-1] == 0:         # generate pads after EOS; specdec stops there
+            ref.pop()
+        baseline = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=0)
+        assert baseline.token_ids == ref
+        for gamma in (1, 3, 8):
+            res = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=gamma)
+            assert res.token_ids == ref, f"gamma={gamma} prompt={ids}"
+            proposed += res.stats.proposed
+            accepted += res.stats.accepted
+        distinct.add(tuple(ref))
+    # the test means something only if outputs vary and guesses were both kept and rejected
+    assert len(distinct) >= 10
+    assert 0.2 < accepted / proposed < 0.95
+
+
+def test_text_prompt_round_trip(decoder):
+    res = decoder.generate("w5 w6 w7", max_new_tokens=8, gamma=3)
+    same = decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8, gamma=3)
+    assert res.token_ids == same.token_ids
+    assert res.text == decoder.decode(res.token_ids)
+    assert res.text.startswith("w")
+
+
+def test_stream_yields_the_generated_tokens_and_text(decoder):
+    for kwargs in ({"gamma": 3}, {"gamma": 0}, {"gamma": 2, "temperature": 1.0, "seed": 7}):
+        pieces = list(decoder.stream(input_ids=[9, 10, 11, 1], max_new_tokens=20, **kwargs))
+        res = decoder.generate(input_ids=[9, 10, 11, 1], max_new_tokens=20, **kwargs)
+        assert [t for p in pieces for t in p.token_ids] == res.token_ids
+        assert "".join(p.text for p in pieces) == res.text
+        if kwargs["gamma"] > 0:
+            assert len(pieces) == res.stats.target_calls    # one piece per verification
+
+
+def test_sampling_is_reproducible_per_seed(decoder):
+    runs = [decoder.generate(input_ids=[5, 6, 1], max_new_tokens=20, gamma=3, temperature=1.0, seed=s).token_ids
+            for s in (1, 1, 2)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_stops_at_max_new_tokens_and_max_length(decoder):
+    res = decoder.generate(input_ids=[5, 6, 1], max_new_tokens=5, gamma=8, temperature=1.0)
+    assert len(res.token_ids) <= 5
+    long = decoder.generate(input_ids=[5, 6, 1], max_new_tokens=500, gamma=4, temperature=2.0, seed=3)
+    assert len(long.token_ids) <= decoder.max_length
+    assert long.stop_reason in ("eos", "max_length")
+    if long.stop_reason == "max_length":
+        assert len(long.token_ids) == decoder.max_length
+    assert (long.token_ids[-1] == decoder.eos_id) == (long.stop_reason == "eos")
+    assert decoder.eos_id not in long.token_ids[:-1]
+
+
+def test_stats_account_for_every_run(decoder):
+    res = decoder.generate(input_ids=[7, 8, 9, 1], max_new_tokens=30, gamma=4)
+    s = res.stats
+    # per iteration: gamma draft steps (decoder + sampler each) + 1 verify + 1 accept/residual; 2 encoders
+    assert s.ort_runs == 2 + 2 * s.draft_calls + 2 * s.target_calls
+    assert s.proposed == s.draft_calls
+    assert s.new_tokens == len(res.token_ids)
+    assert s.new_tokens <= s.accepted + s.target_calls
+    assert s.total_s >= s.encoder_s + s.draft_s + s.verify_s + s.sampling_s
