@@ -6,9 +6,9 @@
   and a copy-the-input baseline, and alpha per Corollary 3.6 of Leviathan et al. (2023):
   alpha = E[sum_x min(p(x), q(x))] over target-generated positions (greedy for T=0, sampled for T=1).
 
-Decoding uses a simple batched loop over ``model(encoder_outputs=..., decoder_input_ids=...)`` without a KV
-cache, because ``generate()`` in transformers 5.x sizes its cache from ``num_layers`` and breaks for the
-draft (2 encoder layers, 1 decoder layer).
+Decoding uses a simple batched loop over ``model(encoder_outputs=..., decoder_input_ids=..., past_key_values=...)``
+(the cache is created by the forward pass itself) rather than ``generate()``, because ``generate()`` in
+transformers 5.x sizes its cache from ``num_layers`` and breaks for the draft (2 encoder layers, 1 decoder layer).
 """
 
 from __future__ import annotations
@@ -114,9 +114,12 @@ def decode(model, tok, sources, temperature: float = 0.0, max_new_tokens: int = 
             b = ids.size(0)
             dec = torch.zeros(b, 1, dtype=torch.long)
             done = torch.zeros(b, dtype=torch.bool)
+            past = None
             for _ in range(max_new_tokens):
-                logits = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec,
-                               use_cache=False).logits[:, -1].float()
+                out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec[:, -1:],
+                            past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[:, -1].float()
                 if temperature == 0:
                     nxt = logits.argmax(-1)
                 else:
