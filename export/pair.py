@@ -133,7 +133,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
         [("pair", "samplers"), ("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
     sources, graphs, reports = {}, {}, {}
-    bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True)
+    # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
+    # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
+    bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True, disable=None)
     try:
         for role, stage in stages:
             bar.set_postfix_str(f"{role}: {stage}")
@@ -184,6 +186,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     dtype=opts.dtype, checks=reports)
             bar.write(f"  {role:6s} {stage:9s} {time.perf_counter() - started:7.2f} s")
             bar.update(1)
+    except BaseException:
+        bar.leave = False
+        raise
     finally:
         bar.close()
     return reports

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,8 +70,11 @@ def load_source(name: str) -> Source:
     from transformers import AutoTokenizer, T5ForConditionalGeneration
 
     config = load_config(name)
+    # mT5 never scales decoder outputs (MT5ForConditionalGeneration), but configs saved by transformers >= 5 say
+    # tie_word_embeddings=true, from which T5Config would infer v1.0's scaling: say it explicitly.
+    extra = {"scale_decoder_outputs": False} if config.model_type == "mt5" else {}
     try:
-        model = T5ForConditionalGeneration.from_pretrained(name, dtype=torch.float32)
+        model = T5ForConditionalGeneration.from_pretrained(name, dtype=torch.float32, **extra)
     except (OSError, ValueError) as err:
         raise _not_found(name, err) from None
     model.eval()
@@ -82,5 +86,23 @@ def load_source(name: str) -> Source:
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise SpecdecError(f"the tokenizer of '{name}' is not a fast (tokenizers) tokenizer",
                            "convert it and save tokenizer.json next to config.json")
+    revision = None if Path(name).exists() else hub_revision(name, config)
+    return Source(name=name, revision=revision, model=model, tokenizer=tokenizer)
+
+
+def hub_revision(name: str, config) -> str | None:
+    """The commit hash of the hub snapshot `name` was loaded from. transformers < 5 kept it in
+    config._commit_hash; transformers 5 dropped that, so read it from the cache the files were just resolved in."""
     revision = getattr(config, "_commit_hash", None)
-    return Source(name=name, revision=None if Path(name).exists() else revision, model=model, tokenizer=tokenizer)
+    if revision:
+        return revision
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(name, "config.json")
+    except Exception:       # an id the cache layout cannot name: no revision to record
+        return None
+    if not isinstance(path, str):
+        return None
+    match = re.search(r"/snapshots/([0-9a-f]{40})/", Path(path).as_posix())
+    return match.group(1) if match else None

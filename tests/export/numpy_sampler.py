@@ -1,0 +1,81 @@
+"""A plain NumPy (float64) reference for the sampler graphs, written from the semantics in export/sampler.py's
+docstring and the paper (Leviathan et al. 2023, Algorithm 1), not from the torch code.
+
+standardize: temperature, then top-k, then top-p (the smallest set of best tokens whose mass reaches top_p, the
+best token always kept), renormalized; one-hot argmax at temperature 0.
+draw: the first index whose cumulative mass exceeds u * total.
+verify: guess i is kept when r_i < p_i(x_i) / (l q_i(x_i)); n = the number of leading kept guesses; the next token
+is drawn with uniforms[gamma] from norm(max(0, p_n - l q_n)) after a rejection, or from p_{gamma+1} if all were kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def standardize_row(logits, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    vocab = z.shape[0]
+    if temperature <= 0:
+        out = np.zeros(vocab)
+        out[int(np.argmax(z))] = 1.0
+        return out
+    z = z / float(temperature)
+    order = np.argsort(-z, kind="stable")                       # best first
+    k = vocab if top_k <= 0 else min(int(top_k), vocab)
+    candidates = order[:k]
+    mass = np.exp(z[candidates] - z[candidates].max())
+    mass /= mass.sum()                                          # distribution after top-k
+    if top_p >= 1.0:
+        n_keep = k
+    else:
+        # smallest prefix whose mass reaches top_p: keep token j iff the mass strictly before it is < top_p
+        before = np.concatenate([[0.0], np.cumsum(mass)[:-1]])
+        n_keep = max(1, int(np.sum(before < top_p)))
+    kept = candidates[:n_keep]
+    out = np.zeros(vocab)
+    weights = np.exp(z[kept] - z[kept].max())
+    out[kept] = weights / weights.sum()
+    return out
+
+
+def standardize(logits, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    logits = np.atleast_2d(np.asarray(logits))
+    return np.stack([standardize_row(row, temperature, top_k, top_p) for row in logits])
+
+
+def draw(probs, u: float) -> int:
+    """Inverse CDF: the first index whose cumulative mass exceeds u * total."""
+    cdf = np.cumsum(np.asarray(probs, dtype=np.float64))
+    index = int(np.searchsorted(cdf, float(u) * cdf[-1], side="right"))
+    return min(index, len(cdf) - 1)
+
+
+def sample(logits, uniforms, temperature: float, top_k: int = 0, top_p: float = 1.0):
+    probs = standardize(logits, temperature, top_k, top_p)
+    tokens = np.array([draw(row, u) for row, u in zip(probs, uniforms)], dtype=np.int64)
+    return probs, tokens
+
+
+def verify(target_logits, draft_probs, draft_tokens, uniforms, temperature: float, top_k: int = 0,
+           top_p: float = 1.0, lenience: float = 1.0):
+    """-> (n accepted, next token, details) for one speculative step."""
+    gamma = len(draft_tokens)
+    p = standardize(target_logits, temperature, top_k, top_p)            # [gamma+1, vocab]
+    q = np.asarray(draft_probs, dtype=np.float64)
+    n = 0
+    while n < gamma:
+        x = int(draft_tokens[n])
+        px, qx = p[n, x], q[n, x]
+        ratio = np.inf if qx == 0 else px / (lenience * qx)
+        if float(uniforms[n]) < ratio:
+            n += 1
+        else:
+            break
+    if n < gamma:
+        residual = np.maximum(0.0, p[n] - lenience * q[n])
+        assert residual.sum() > 0, "a rejection always leaves residual mass"
+        dist = residual / residual.sum()
+    else:
+        dist = p[gamma]
+    return n, draw(dist, uniforms[gamma]), {"p": p, "dist": dist}

@@ -1,0 +1,156 @@
+"""manifest.json and the files of a real export (the session's `tiny_export` of `tiny_pair`)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import numpy as np
+import pytest
+
+from root_helpers import read_manifest
+
+GRAPH_IO = {
+    "encoder": (["input_ids"], ["cross_kv"]),
+    "decoder": (["input_ids", "past_kv", "cross_kv"], ["logits", "new_kv"]),
+    "sample": (["logits", "uniforms", "temperature"], ["probs", "tokens"]),
+    "sample_topkp": (["logits", "uniforms", "temperature", "top_k", "top_p"], ["probs", "tokens"]),
+    "verify": (["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature", "lenience"],
+               ["accepted", "next_token"]),
+    "verify_topkp": (["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature", "top_k", "top_p",
+                      "lenience"], ["accepted", "next_token"]),
+}
+RANKS = {"input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
+         "top_k": 1, "top_p": 1, "probs": 2, "tokens": 1, "target_logits": 2, "draft_probs": 2, "draft_tokens": 1,
+         "lenience": 1, "accepted": 1, "next_token": 1}
+
+
+def rank(kind, name):
+    return 2 if (kind.startswith("sample") and name == "logits") else RANKS[name]
+
+
+@pytest.fixture(scope="module")
+def manifest(tiny_export):
+    return read_manifest(tiny_export)
+
+
+def all_graphs(manifest):
+    for role in ("target", "draft"):
+        for kind in ("encoder", "decoder"):
+            yield f"{role}/{kind}", kind, manifest["models"][role]["graphs"][kind]
+    for name, entry in manifest["samplers"].items():
+        yield f"sampler/{name}", name, entry
+
+
+def test_format_and_options(manifest):
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 1
+    assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
+    assert manifest["vocab_size"] == 48
+    assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,
+                                       "decoder_start_token_id": 0}
+    assert manifest["tokenizer"] == "tokenizer.json"
+    assert set(manifest["samplers"]) == {"sample", "sample_topkp", "verify", "verify_topkp"}
+
+
+def test_every_file_is_listed_with_its_sha256(manifest, tiny_export):
+    on_disk = {str(p.relative_to(tiny_export)) for p in tiny_export.rglob("*")
+               if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")}
+    assert set(manifest["files"]) == on_disk
+    expected = {"tokenizer.json", "target/encoder.onnx", "target/decoder.onnx", "draft/encoder.onnx",
+                "draft/decoder.onnx", "sampler/sample.onnx", "sampler/sample_topkp.onnx", "sampler/verify.onnx",
+                "sampler/verify_topkp.onnx"}
+    assert expected <= on_disk
+    for rel, digest in manifest["files"].items():
+        assert hashlib.sha256((tiny_export / rel).read_bytes()).hexdigest() == digest, rel
+    for path, _, entry in all_graphs(manifest):
+        assert entry["file"] == path + ".onnx" and entry["file"] in manifest["files"]
+
+
+def test_graph_io_names_dtypes_and_shapes(manifest, tiny_export):
+    import onnx
+
+    for path, kind, entry in all_graphs(manifest):
+        inputs, outputs = GRAPH_IO[kind]
+        assert [t["name"] for t in entry["inputs"]] == inputs, path
+        assert [t["name"] for t in entry["outputs"]] == outputs, path
+        graph = onnx.load(str(tiny_export / entry["file"])).graph
+        assert [i.name for i in graph.input] == inputs and [o.name for o in graph.output] == outputs, path
+        for tensor in entry["inputs"] + entry["outputs"]:
+            assert tensor["dtype"] in ("float32", "int64"), (path, tensor)
+            assert len(tensor["shape"]) == rank(kind, tensor["name"]), (path, tensor)
+            assert all(isinstance(d, str) and d or isinstance(d, int) and d > 0 for d in tensor["shape"]), tensor
+
+
+@pytest.mark.parametrize("role,arch", [
+    ("target", dict(layers=2, decoder_layers=2, heads=3, d_kv=8, d_model=32, variant="t5-v1.1")),
+    ("draft", dict(layers=1, decoder_layers=1, heads=2, d_kv=8, d_model=16, variant="t5-v1.1")),
+])
+def test_architecture_and_cache_shapes(manifest, tiny_pair, role, arch):
+    model = manifest["models"][role]
+    assert model["source"] == str(tiny_pair[0 if role == "target" else 1])
+    assert model["revision"] is None                          # a local directory has no hub revision
+    for key, value in arch.items():
+        assert model["architecture"][key] == value, key
+    assert model["architecture"]["vocab_size"] == 48
+    assert model["architecture"]["scale_decoder_outputs"] is False
+    layers, heads, d_kv = arch["decoder_layers"], arch["heads"], arch["d_kv"]
+    dec = {t["name"]: t for t in model["graphs"]["decoder"]["inputs"] + model["graphs"]["decoder"]["outputs"]}
+    enc = {t["name"]: t for t in model["graphs"]["encoder"]["inputs"] + model["graphs"]["encoder"]["outputs"]}
+    assert dec["past_kv"]["shape"][1:3] == [layers, 2] and dec["past_kv"]["shape"][4:] == [heads, d_kv]
+    assert dec["new_kv"]["shape"][1:3] == [layers, 2] and dec["new_kv"]["shape"][4:] == [heads, d_kv]
+    assert isinstance(dec["past_kv"]["shape"][0], str) and isinstance(dec["new_kv"]["shape"][0], str)
+    assert dec["logits"]["shape"][2] == 48 and isinstance(dec["logits"]["shape"][1], str)
+    assert enc["cross_kv"]["shape"][:2] == [layers, 2] and enc["cross_kv"]["shape"][3] == heads
+    assert enc["cross_kv"]["shape"][5] == d_kv and isinstance(enc["cross_kv"]["shape"][4], str)
+    assert dec["cross_kv"]["shape"] == enc["cross_kv"]["shape"]
+
+
+def test_parity_check_is_recorded(manifest):
+    for role in ("target", "draft"):
+        report = manifest["parity_check"][role]
+        assert report["passed"] is True and report["verify_tokens"] == 9
+        assert report["step_max_abs_diff"] <= 1e-4 and report["verify_max_abs_diff"] <= 1e-4
+
+
+def test_exported_tokenizer_encodes_like_the_checkpoint(tiny_export):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tiny_export / "tokenizer.json"))
+    assert tok.encode("w5 w6").ids == [5, 6, 1]
+    assert tok.encode("w47 nonsense").ids == [47, 2, 1]
+
+
+def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp_path):
+    from specdec.runtime.errors import SpecdecError
+    from specdec.runtime.manifest import load_manifest
+
+    m = load_manifest(tiny_export)
+    assert (m.gamma_max, m.max_length, m.dtype, m.vocab_size) == (8, 64, "fp32", 48)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_export, copy)
+    data = bytearray((copy / "sampler" / "verify.onnx").read_bytes())
+    data[-1] ^= 0xFF
+    (copy / "sampler" / "verify.onnx").write_bytes(bytes(data))
+    with pytest.raises(SpecdecError, match="sampler/verify.onnx.*sha256"):
+        load_manifest(copy)
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_exported_graphs_match_the_checkpoint_past_32(tiny_export, tiny_pair, role):
+    """End to end through the CLI: the written graphs vs the checkpoint on disk, N = 1 and N = gamma_max+1 at
+    past 40, inside max_length 64."""
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    from specdec.export.check import onnx_logits
+
+    model = T5ForConditionalGeneration.from_pretrained(str(tiny_pair[0 if role == "target" else 1])).eval()
+    rng = np.random.default_rng(0)
+    source = np.concatenate([rng.integers(3, 48, (1, 15)), [[1]]], 1).astype(np.int64)
+    decoder_ids = np.concatenate([[[0]], rng.integers(3, 48, (1, 49))], 1).astype(np.int64)   # 40 + 1 + 9
+    with torch.no_grad():
+        ref = model(input_ids=torch.from_numpy(source), decoder_input_ids=torch.from_numpy(decoder_ids)).logits
+    ref = ref.numpy()
+    outputs = onnx_logits(tiny_export / role / "encoder.onnx", tiny_export / role / "decoder.onnx", source,
+                          decoder_ids, [40, 1, 9])
+    np.testing.assert_allclose(np.concatenate(outputs, 1), ref, rtol=0, atol=1e-4)

@@ -1,0 +1,285 @@
+"""The exported sampler graphs (sampler/*.onnx of a real export) against the NumPy reference in numpy_sampler.py."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import numpy_sampler as ref
+
+VOCAB = 50          # not the vocabulary the graphs were traced with (11), nor the tiny model's (48)
+
+SAMPLE_INPUTS = {"sample": ["logits", "uniforms", "temperature"],
+                 "sample_topkp": ["logits", "uniforms", "temperature", "top_k", "top_p"]}
+VERIFY_INPUTS = {"verify": ["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature", "lenience"],
+                 "verify_topkp": ["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature",
+                                  "top_k", "top_p", "lenience"]}
+
+
+@pytest.fixture(scope="module")
+def sessions(tiny_export):
+    import onnxruntime as ort
+
+    return {name: ort.InferenceSession(str(tiny_export / "sampler" / f"{name}.onnx"),
+                                       providers=["CPUExecutionProvider"])
+            for name in ("sample", "sample_topkp", "verify", "verify_topkp")}
+
+
+def seed_of(*values) -> int:
+    return zlib.crc32(repr(values).encode())
+
+
+def feed(session, values: dict) -> dict:
+    return {i.name: values[i.name] for i in session.get_inputs()}
+
+
+def scalars(temperature, top_k, top_p, lenience=None):
+    out = {"temperature": np.array([temperature], np.float32), "top_k": np.array([top_k], np.int64),
+           "top_p": np.array([top_p], np.float32)}
+    if lenience is not None:
+        out["lenience"] = np.array([lenience], np.float32)
+    return out
+
+
+def run_sample(sessions, name, logits, uniforms, temperature, top_k=0, top_p=1.0):
+    sess = sessions[name]
+    probs, tokens = sess.run(None, feed(sess, {"logits": logits.astype(np.float32),
+                                               "uniforms": uniforms.astype(np.float32),
+                                               **scalars(temperature, top_k, top_p)}))
+    return probs, tokens
+
+
+def run_verify(sessions, name, target_logits, draft_probs, draft_tokens, uniforms, temperature, top_k=0,
+               top_p=1.0, lenience=1.0):
+    sess = sessions[name]
+    accepted, next_token = sess.run(None, feed(sess, {
+        "target_logits": target_logits.astype(np.float32), "draft_probs": draft_probs.astype(np.float32),
+        "draft_tokens": np.asarray(draft_tokens, np.int64), "uniforms": uniforms.astype(np.float32),
+        **scalars(temperature, top_k, top_p, lenience)}))
+    assert accepted.shape == (1,) and next_token.shape == (1,)
+    return int(accepted[0]), int(next_token[0])
+
+
+def test_graph_inputs_match_the_contract(sessions):
+    for name, names in {**SAMPLE_INPUTS, **VERIFY_INPUTS}.items():
+        assert [i.name for i in sessions[name].get_inputs()] == names, name
+    for name in SAMPLE_INPUTS:
+        assert [o.name for o in sessions[name].get_outputs()] == ["probs", "tokens"]
+    for name in VERIFY_INPUTS:
+        assert [o.name for o in sessions[name].get_outputs()] == ["accepted", "next_token"]
+
+
+def random_logits(rng, rows, vocab=VOCAB, scale=2.5):
+    return (rng.standard_normal((rows, vocab)) * scale).astype(np.float32)
+
+
+def edge_uniforms(rng, rows):
+    u = rng.random(rows).astype(np.float32)
+    u[:3] = [0.0, 0.99999, 0.5]             # u = 0 must give the first token with mass
+    return u
+
+
+# (graph, temperature, top_k, top_p)
+SAMPLE_CASES = [
+    ("sample", 1.0, 0, 1.0),
+    ("sample", 0.6, 0, 1.0),
+    ("sample", 1.7, 0, 1.0),
+    ("sample", 0.0, 0, 1.0),
+    ("sample_topkp", 1.0, 0, 1.0),
+    ("sample_topkp", 0.0, 5, 0.5),
+    ("sample_topkp", 1.0, 5, 1.0),
+    ("sample_topkp", 1.0, 1, 1.0),
+    ("sample_topkp", 1.0, VOCAB + 7, 1.0),
+    ("sample_topkp", 0.8, 0, 0.9),
+    ("sample_topkp", 1.0, 0, 0.5),
+    ("sample_topkp", 1.0, 0, 1e-4),
+    ("sample_topkp", 1.3, 12, 0.7),
+]
+
+
+@pytest.mark.parametrize("name,temperature,top_k,top_p", SAMPLE_CASES)
+def test_sample_matches_reference(sessions, name, temperature, top_k, top_p):
+    rng = np.random.default_rng(seed_of(name, temperature, top_k, top_p))
+    rows = 64
+    logits = random_logits(rng, rows)
+    uniforms = edge_uniforms(rng, rows)
+    probs, tokens = run_sample(sessions, name, logits, uniforms, temperature, top_k, top_p)
+    want_probs, want_tokens = ref.sample(logits, uniforms, temperature, top_k, top_p)
+
+    assert probs.shape == (rows, VOCAB) and tokens.shape == (rows,)
+    np.testing.assert_allclose(probs, want_probs, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    assert np.all(probs[np.arange(rows), tokens] > 0), "drew a zero-mass token"
+
+    support = (want_probs > 0).sum(-1)
+    if temperature == 0:
+        np.testing.assert_array_equal(tokens, logits.argmax(-1))
+        assert np.all(support == 1)
+    elif top_k and top_k < VOCAB and top_p >= 1.0:
+        assert np.all(support == top_k)
+    elif top_p < 1.0:
+        assert np.all(support < VOCAB) and np.any(support > 1 if top_p >= 0.5 else support == 1)
+    else:
+        assert np.all(support == VOCAB)
+    assert tokens[0] == np.flatnonzero(want_probs[0])[0]
+
+
+def test_top_p_boundary_keeps_the_token_that_reaches_top_p(sessions):
+    """Masses 0.5, 0.3, 0.2: the token whose mass crosses top_p is kept (0.51 needs two tokens, 0.81 three)."""
+    logits = np.log(np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]], np.float32))
+    uniforms = np.array([0.999, 0.999], np.float32)
+    for top_p, support in ((0.49, 1), (0.51, 2), (0.79, 2), (0.81, 3)):
+        probs, tokens = run_sample(sessions, "sample_topkp", logits, uniforms, 1.0, 0, top_p)
+        want, want_tokens = ref.sample(logits, uniforms, 1.0, 0, top_p)
+        np.testing.assert_allclose(probs, want, atol=1e-6)
+        np.testing.assert_array_equal(tokens, want_tokens)
+        assert np.all((probs > 0).sum(-1) == support), (top_p, probs)
+
+
+def test_unfiltered_graph_equals_filtered_graph_without_filters(sessions):
+    rng = np.random.default_rng(7)
+    logits, uniforms = random_logits(rng, 16), rng.random(16).astype(np.float32)
+    a = run_sample(sessions, "sample", logits, uniforms, 0.9)
+    b = run_sample(sessions, "sample_topkp", logits, uniforms, 0.9, 0, 1.0)
+    np.testing.assert_allclose(a[0], b[0], atol=1e-7)
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+# --- verify ----------------------------------------------------------------------------------------------------
+
+def verify_inputs(rng, gamma, temperature, top_k, top_p, vocab=VOCAB):
+    """Target logits and a draft that is a noisy copy of them (as a real draft is), draft tokens drawn from q."""
+    target_logits = random_logits(rng, gamma + 1, vocab)
+    draft_logits = (target_logits[:gamma] + random_logits(rng, gamma, vocab, scale=1.5)).astype(np.float32)
+    q = ref.standardize(draft_logits, temperature, top_k, top_p).astype(np.float32)
+    tokens = np.array([ref.draw(row, u) for row, u in zip(q, rng.random(gamma))], np.int64)
+    return target_logits, q, tokens
+
+
+def graph_for(top_k, top_p):
+    return "verify_topkp" if (top_k or top_p < 1.0) else "verify"
+
+
+VERIFY_SETTINGS = [  # temperature, top_k, top_p, lenience
+    (1.0, 0, 1.0, 1.0),
+    (0.7, 0, 1.0, 0.5),
+    (0.0, 0, 1.0, 1.0),
+    (0.0, 0, 1.0, 0.3),
+    (1.0, 8, 1.0, 1.0),
+    (1.2, 0, 0.8, 1.0),
+    (0.9, 10, 0.9, 0.7),
+]
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p,lenience", VERIFY_SETTINGS)
+def test_verify_matches_reference_on_random_steps(sessions, temperature, top_k, top_p, lenience):
+    rng = np.random.default_rng(seed_of(temperature, top_k, top_p, lenience))
+    seen = set()
+    for trial in range(60):
+        gamma = (1, 3, 8)[trial % 3]
+        target_logits, q, tokens = verify_inputs(rng, gamma, temperature, top_k, top_p)
+        if temperature == 0 and trial % 2:
+            tokens[: gamma // 2 + 1] = target_logits[: gamma // 2 + 1].argmax(-1)   # make greedy accepts happen
+            q = ref.standardize(np.eye(VOCAB)[tokens] * 10, 0.0).astype(np.float32)
+        uniforms = rng.random(gamma + 1).astype(np.float32)
+        n, token = run_verify(sessions, graph_for(top_k, top_p), target_logits, q, tokens, uniforms, temperature,
+                              top_k, top_p, lenience)
+        want_n, want_token, detail = ref.verify(target_logits, q, tokens, uniforms, temperature, top_k, top_p,
+                                                lenience)
+        assert (n, token) == (want_n, want_token), (trial, gamma)
+        assert detail["dist"][token] > 0
+        seen.add("none" if n == gamma else "first" if n == 0 else "middle")
+    assert "first" in seen and len(seen) >= 2, seen
+
+
+def forced_case(rng, gamma, reject_at, temperature, top_k, top_p, lenience):
+    """Inputs whose first rejection is at `reject_at` (None: every guess kept)."""
+    target_logits, q, _ = verify_inputs(rng, gamma, temperature, top_k, top_p)
+    p = ref.standardize(target_logits, temperature, top_k, top_p)
+    tokens = np.zeros(gamma, np.int64)
+    uniforms = rng.random(gamma + 1).astype(np.float32)
+    stop = gamma if reject_at is None else reject_at
+    for i in range(stop):                      # kept: a token both put mass on, r = 0
+        both = np.flatnonzero((p[i] > 0) & (q[i] > 0))
+        if temperature == 0:
+            tokens[i] = int(np.argmax(p[i]))
+            q[i] = np.eye(VOCAB)[tokens[i]]
+        else:
+            tokens[i] = both[np.argmax(p[i, both] / q[i, both])]
+        uniforms[i] = 0.0
+    if reject_at is not None:                  # rejected: the token with the smallest p/q, r close to 1
+        i = reject_at
+        support = np.flatnonzero(q[i] > 0)
+        tokens[i] = support[np.argmin(p[i, support] / q[i, support])]
+        assert p[i, tokens[i]] / (lenience * q[i, tokens[i]]) < 0.99
+        uniforms[i] = 0.995
+    return target_logits, q.astype(np.float32), tokens, uniforms
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p,lenience", [
+    (1.0, 0, 1.0, 1.0), (0.8, 0, 1.0, 0.6), (1.0, 6, 0.9, 1.0), (0.0, 0, 1.0, 1.0)])
+@pytest.mark.parametrize("reject_at", [0, 2, None], ids=["reject-first", "reject-middle", "no-reject"])
+def test_verify_forced_cases(sessions, temperature, top_k, top_p, lenience, reject_at):
+    gamma = 5
+    rng = np.random.default_rng(11 + (reject_at or 9))
+    if temperature == 0:
+        target_logits, _, _ = verify_inputs(rng, gamma, 1.0, 0, 1.0)
+        argmax = target_logits.argmax(-1)
+        tokens = argmax[:gamma].copy()
+        if reject_at is not None:
+            tokens[reject_at] = (argmax[reject_at] + 1) % VOCAB
+        q = np.eye(VOCAB, dtype=np.float32)[tokens]
+        uniforms = rng.random(gamma + 1).astype(np.float32)
+    else:
+        target_logits, q, tokens, uniforms = forced_case(rng, gamma, reject_at, temperature, top_k, top_p, lenience)
+    n, token = run_verify(sessions, graph_for(top_k, top_p), target_logits, q, tokens, uniforms, temperature,
+                          top_k, top_p, lenience)
+    want_n, want_token, detail = ref.verify(target_logits, q, tokens, uniforms, temperature, top_k, top_p, lenience)
+    expected_n = gamma if reject_at is None else reject_at
+    assert want_n == expected_n, "the constructed case did not happen in the reference"
+    assert n == expected_n
+    assert token == want_token
+    p = detail["p"]
+    if reject_at is None:
+        assert detail["dist"] is p[gamma] or np.allclose(detail["dist"], p[gamma])
+    if temperature == 0:
+        # greedy: the next token is the target's argmax at position n, whatever the uniforms
+        assert token == int(target_logits[n].argmax())
+    else:
+        # after a rejection the residual excludes the rejected guess when l = 1 (p(x) < q(x) there)
+        if reject_at is not None and lenience == 1.0:
+            assert detail["dist"][tokens[reject_at]] == 0
+
+
+def test_verify_residual_draw_is_not_a_plain_draw_from_p(sessions):
+    """With uniforms chosen so that a draw from p and a draw from the residual differ, the graph follows the
+    residual (a sampler that ignores q would pass the accept tests but not this one)."""
+    rng = np.random.default_rng(3)
+    found = 0
+    for _ in range(40):
+        target_logits, q, tokens, uniforms = forced_case(rng, 3, 0, 1.0, 0, 1.0, 1.0)
+        uniforms[3] = rng.random()
+        p = ref.standardize(target_logits, 1.0)
+        plain = ref.draw(p[0], uniforms[3])
+        n, token = run_verify(sessions, "verify", target_logits, q, tokens, uniforms, 1.0)
+        want_n, want_token, _ = ref.verify(target_logits, q, tokens, uniforms, 1.0)
+        assert (n, token) == (want_n, want_token) and n == 0
+        found += plain != want_token
+    assert found >= 5
+
+
+def test_verify_lenience_changes_acceptance(sessions):
+    """A guess with p/q = 0.6 at r = 0.7: rejected at l = 1, kept at l = 0.5 (0.6/0.5 > 0.7)."""
+    p = np.array([0.3, 0.3, 0.2, 0.2])
+    q = np.array([[0.5, 0.1, 0.2, 0.2]], np.float32)
+    target_logits = np.log(np.stack([p, p])).astype(np.float32)
+    uniforms = np.array([0.7, 0.3], np.float32)
+    results = {}
+    for lenience in (1.0, 0.5):
+        got = run_verify(sessions, "verify", target_logits, q, [0], uniforms, 1.0, lenience=lenience)
+        want = ref.verify(target_logits, q, [0], uniforms, 1.0, lenience=lenience)[:2]
+        assert got == want
+        results[lenience] = got[0]
+    assert results == {1.0: 0, 0.5: 1}
