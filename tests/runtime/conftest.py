@@ -49,7 +49,7 @@ def small_vocab_pair(tmp_path_factory):
     the draft is an unrelated random model, so rejections are frequent."""
     root = tmp_path_factory.mktemp("small_vocab")
     target = make_tiny_t5(root / "target", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
-                          seed=3, initializer_factor=3.0)
+                          seed=3)
     draft = make_tiny_t5(root / "draft", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
-                         seed=4, initializer_factor=3.0)
+                         seed=4)
     return target, export(target, draft, root / "export", "--gamma-max", "4", "--max-length", "16")

@@ -1,0 +1,121 @@
+"""Distribution equality: speculative sampling reproduces the target's distribution exactly.
+
+Reference: the target's exact distribution over its first 3 generated tokens, enumerated with PyTorch (Hugging Face
+forward passes and Hugging Face's own temperature/top-k/top-p warpers), sequences ending at EOS.
+Test: N = 20,000 runs of `generate(max_new_tokens=3, gamma=2)` with seeds 0..N-1, Pearson chi-square over every
+outcome whose expected count is >= 5 (rarer outcomes pooled in one bin); the test passes when p-value >= 1e-3.
+Teeth: the same test against a verify graph whose residual draw is replaced by a plain draw from p must give
+p-value < 1e-6 (it does by many orders of magnitude: the draft is an unrelated model, so rejections are common).
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import T5ForConditionalGeneration
+from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
+                                                    TopKLogitsWarper, TopPLogitsWarper)
+
+from specdec.export.sampler import export_verify
+from specdec.runtime import SpeculativeDecoder
+from specdec.runtime.manifest import sha256_file
+
+N_SAMPLES = 20_000
+P_PASS = 1e-3
+P_TEETH = 1e-6
+PROMPT = [3, 5, 7, 4, 1]
+TOKENS = 3
+EOS = 1
+SETTINGS = {"temperature": dict(temperature=1.0, top_k=0, top_p=1.0),
+            "top_k": dict(temperature=1.0, top_k=3, top_p=1.0),
+            "top_p": dict(temperature=1.2, top_k=0, top_p=0.8)}
+
+
+def exact_distribution(model_dir, temperature, top_k, top_p) -> dict:
+    """P(first generated tokens = outcome) for every outcome (tuples of <= TOKENS ids, EOS-terminated)."""
+    model = T5ForConditionalGeneration.from_pretrained(str(model_dir)).eval()
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)] +
+                                  ([TopKLogitsWarper(top_k)] if top_k else []) +
+                                  ([TopPLogitsWarper(top_p)] if top_p < 1 else []))
+    source = torch.tensor([PROMPT])
+    dist, frontier = {}, {(): 1.0}
+    for _ in range(TOKENS):
+        nxt = {}
+        for prefix, mass in frontier.items():
+            dec = torch.tensor([[model.config.decoder_start_token_id, *prefix]])
+            with torch.no_grad():
+                logits = model(input_ids=source, decoder_input_ids=dec).logits[:, -1, :]
+            probs = torch.softmax(warpers(dec, logits), dim=-1)[0].double().numpy()
+            for tok, p in enumerate(probs):
+                if p > 0:
+                    (dist if tok == EOS or len(prefix) + 1 == TOKENS else nxt)[(*prefix, tok)] = mass * p
+        frontier = nxt
+    total = sum(dist.values())
+    assert abs(total - 1) < 1e-5
+    return {o: p / total for o, p in dist.items()}
+
+
+def empirical(decoder, settings, n=N_SAMPLES) -> dict:
+    counts = {}
+    for seed in range(n):
+        out = tuple(decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=seed,
+                                     **settings).token_ids)
+        counts[out] = counts.get(out, 0) + 1
+    return counts
+
+
+def chi_square_p(counts: dict, dist: dict) -> float:
+    n = sum(counts.values())
+    assert set(counts) <= set(dist), "an outcome the target cannot produce"
+    big = [o for o in dist if dist[o] * n >= 5]
+    assert len(big) >= 10, "too few outcomes for the test to mean anything"
+    observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
+    expected = [dist[o] * n for o in big] + [n - sum(dist[o] * n for o in big)]
+    if expected[-1] < 1e-9:
+        observed, expected = observed[:-1], expected[:-1]
+    return float(chisquare(observed, expected).pvalue)
+
+
+@pytest.fixture(scope="module")
+def decoder(small_vocab_pair):
+    return SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_speculative_sampling_matches_target_distribution(name, small_vocab_pair, decoder):
+    settings = SETTINGS[name]
+    dist = exact_distribution(small_vocab_pair[0], **settings)
+    counts = empirical(decoder, settings)
+    p_value = chi_square_p(counts, dist)
+    assert p_value >= P_PASS, f"{name}: chi-square p = {p_value:.3g}"
+    # the pair must really exercise rejections, or this would only test the draft-free path
+    stats = decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=0, **settings).stats
+    assert stats.proposed > 0
+
+
+def broken_export(export_dir, tmp_path):
+    """A copy of the export whose verify graphs draw from p instead of norm(max(0, p - q)) after a rejection."""
+    broken = tmp_path / "broken"
+    shutil.copytree(export_dir, broken)
+    export_verify(broken / "sampler/verify.onnx", filtered=False, residual=False)
+    export_verify(broken / "sampler/verify_topkp.onnx", filtered=True, residual=False)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    for rel in manifest["files"]:
+        manifest["files"][rel] = sha256_file(broken / rel)
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    return broken
+
+
+def test_the_test_has_teeth_plain_resampling_is_caught(small_vocab_pair, decoder, tmp_path):
+    settings = SETTINGS["temperature"]
+    dist = exact_distribution(small_vocab_pair[0], **settings)
+    wrong = SpeculativeDecoder.load(broken_export(small_vocab_pair[1], tmp_path), provider="cpu")
+    p_value = chi_square_p(empirical(wrong, settings), dist)
+    assert p_value < P_TEETH, f"the broken sampler passed the chi-square test (p = {p_value:.3g})"
+    # rejections really happen on this pair, so the residual step is exercised
+    total = [wrong.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, **settings).stats
+             for s in range(200)]
+    assert sum(s.accepted for s in total) < sum(s.proposed for s in total)
