@@ -1,0 +1,63 @@
+"""Steady state allocates nothing per token: RSS stays flat over 1,000 generations, buffers never move, and each
+iteration runs exactly gamma draft steps + 1 verify (+ one sampler run each)."""
+
+import numpy as np
+
+from specdec.runtime import SpeculativeDecoder
+
+GENERATIONS = 1000
+RSS_GROWTH_LIMIT = 0.05
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def test_rss_flat_over_1000_generations(tiny_export):
+    dec = SpeculativeDecoder.load(tiny_export, provider="cpu")
+    rng = np.random.default_rng(0)
+    prompts = [[int(t) for t in rng.integers(3, 48, size=rng.integers(2, 30))] + [1] for _ in range(50)]
+    pointers = (dec.target.cache.base, dec.draft.model.cache.base, dec.workspace.tokens.base)
+
+    def run(i):
+        dec.generate(input_ids=prompts[i % len(prompts)], max_new_tokens=32, gamma=1 + i % 8,
+                     temperature=float(i % 2), seed=i)
+
+    for i in range(100):        # warm-up: ORT's arenas reach their steady size
+        run(i)
+    before = rss_bytes()
+    for i in range(GENERATIONS):
+        run(i)
+    after = rss_bytes()
+    assert after <= before * (1 + RSS_GROWTH_LIMIT), f"RSS grew {before / 2**20:.1f} -> {after / 2**20:.1f} MiB"
+    assert (dec.target.cache.base, dec.draft.model.cache.base, dec.workspace.tokens.base) == pointers
+
+
+def test_ort_runs_per_iteration(tiny_export):
+    dec = SpeculativeDecoder.load(tiny_export, provider="cpu")
+    import specdec.runtime.device as device
+
+    counted = {"runs": 0}
+    original = device.Binder.run
+
+    def counting_run(self):
+        counted["runs"] += 1
+        original(self)
+
+    device.Binder.run = counting_run
+    try:
+        for gamma in (1, 4, 8):
+            counted["runs"] = 0
+            res = dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=40, gamma=gamma)
+            s = res.stats
+            iterations = s.target_calls
+            assert counted["runs"] == s.ort_runs
+            # 2 encoders; per iteration gamma_i draft decoder runs + gamma_i draft samplings + verify + accept
+            assert s.ort_runs == 2 + 2 * s.draft_calls + 2 * iterations
+            assert s.draft_calls <= gamma * iterations
+    finally:
+        device.Binder.run = original
