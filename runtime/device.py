@@ -80,6 +80,8 @@ class Buffer:
 
     def write(self, values, offset: int = 0) -> None:
         values = np.asarray(values, dtype=self.dtype).reshape(-1)
+        if self.value is not None:      # graphs write device memory: refresh the staging copy before patching it
+            self.host[...] = self.value.numpy()
         self.host.reshape(-1)[offset:offset + values.size] = values
         if self.value is not None:
             self.value.update_inplace(self.host)
