@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from root_helpers import make_tiny_t5, read_manifest, run_export_cli, tiny_t5_config
+from tinymodels import make_tiny_t5, read_manifest, run_export_cli, tiny_t5_config
 
 
 def assert_one_line_error(code, stdout, stderr, *needles):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from root_helpers import fill_hub_cache, read_manifest, run_export_cli
+from tinymodels import fill_hub_cache, read_manifest, run_export_cli
 
 TARGET_COMMIT = "1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
 DRAFT_COMMIT = "fedcba9876543210fedcba9876543210fedcba98"

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-from root_helpers import read_manifest
+from tinymodels import read_manifest
 
 GRAPH_IO = {
     "encoder": (["input_ids"], ["cross_kv"]),

@@ -11,7 +11,7 @@ import copy
 import numpy as np
 import pytest
 
-from root_helpers import tiny_t5_model
+from tinymodels import tiny_t5_model
 
 FP32_TOL = 1e-4
 
@@ -243,7 +243,7 @@ def test_mt5_checkpoint_matches_its_own_model_class(tmp_path):
     import torch
     from transformers import AutoModelForSeq2SeqLM, MT5Config, MT5ForConditionalGeneration
 
-    from root_helpers import write_tiny_tokenizer
+    from tinymodels import write_tiny_tokenizer
     from specdec.export.source import load_source
 
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from _shared import make_tiny_t5, run_export_cli
+from tinymodels import make_tiny_t5, run_export_cli
 
 
 def noisy_copy(src, dst, noise: float, seed: int):

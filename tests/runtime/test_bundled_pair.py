@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 import specdec.models
 from specdec.runtime import SpeculativeDecoder
 
-from _shared import run_export_cli
+from tinymodels import run_export_cli
 
 MODELS = Path(specdec.models.__file__).parent
 PROMPTS = MODELS / "prompts" / "test.jsonl"

@@ -11,7 +11,6 @@ p-value < 1e-6 (it does by many orders of magnitude: the draft is an unrelated m
 import json
 import shutil
 
-import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare

@@ -9,7 +9,7 @@ import pytest
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
 
-from _shared import make_tiny_t5, run_export_cli
+from tinymodels import make_tiny_t5, run_export_cli
 
 
 @pytest.fixture(scope="module")

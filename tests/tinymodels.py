@@ -1,0 +1,135 @@
+"""Tiny random T5 checkpoints, their tokenizer, an offline hub cache and the export CLI, as plain functions.
+
+Test modules in every folder import these directly (`from tinymodels import make_tiny_t5`); tests/conftest.py
+wraps them in fixtures."""
+
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+
+SPECIALS = ("<pad>", "</s>", "<unk>")     # ids 0, 1, 2; then w3, w4, ...
+
+
+def tiny_vocab(vocab: int) -> dict:
+    words = {tok: i for i, tok in enumerate(SPECIALS)}
+    words.update({f"w{i}": i for i in range(len(SPECIALS), vocab)})
+    return words
+
+
+def write_tiny_tokenizer(path, vocab: int = 48, words: dict | None = None) -> Path:
+    """A WordLevel tokenizer (whitespace split, `</s>` appended) saved so AutoTokenizer loads it."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = words if words is not None else tiny_vocab(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                       special_tokens=[("</s>", words["</s>"])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(path))
+    return path
+
+
+def tiny_t5_config(*, vocab=48, d_model=32, d_kv=8, heads=3, layers=2, decoder_layers=2, v11=False, d_ff=None,
+                   **extra):
+    """A T5Config (v1.0: ReLU FFN and scaled tied outputs; v1.1: gated-GELU, no output scaling)."""
+    from transformers import T5Config
+
+    kwargs = dict(vocab_size=vocab, d_model=d_model, d_kv=d_kv, d_ff=d_ff or 2 * d_model, num_heads=heads,
+                  num_layers=layers, num_decoder_layers=decoder_layers, dropout_rate=0.0,
+                  decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+                  feed_forward_proj="gated-gelu" if v11 else "relu")
+    if v11:
+        kwargs["tie_word_embeddings"] = False     # transformers 5: becomes scale_decoder_outputs=False
+    kwargs.update(extra)
+    return T5Config(**kwargs)
+
+
+def tiny_t5_model(*, seed=0, bias_scale=1.0, **config_kwargs):
+    """A random T5ForConditionalGeneration (fp32, eval). `bias_scale` multiplies the relative-position bias
+    tables so that a position error shows up clearly in the logits."""
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    config = tiny_t5_config(**config_kwargs)
+    torch.manual_seed(seed)
+    model = T5ForConditionalGeneration(config).eval()
+    if bias_scale != 1.0:
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "relative_attention_bias" in name:
+                    param.mul_(bias_scale)
+    return model
+
+
+def make_tiny_t5(path, *, vocab=48, d_model=32, d_kv=8, heads=3, layers=2, decoder_layers=2, v11=False, seed=0,
+                 tokenizer_words: dict | None = None, **extra) -> Path:
+    """Write a random tiny T5 checkpoint (config.json + model.safetensors, fp32) and its tokenizer to `path`.
+
+    The tokenizer: `<pad>`=0, `</s>`=1, `<unk>`=2, then `w3` ... `w{vocab-1}`; "w5 w6" encodes to [5, 6, 1].
+    Config: decoder_start_token_id 0, pad 0, eos 1. Extra keyword arguments go to T5Config."""
+    path = Path(path)
+    model = tiny_t5_model(vocab=vocab, d_model=d_model, d_kv=d_kv, heads=heads, layers=layers,
+                          decoder_layers=decoder_layers, v11=v11, seed=seed, **extra)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path))
+    write_tiny_tokenizer(path, vocab, tokenizer_words)
+    return path
+
+
+def run_export_cli(argv) -> tuple[int, str, str]:
+    """specdec.export.cli.main(argv) with stdout and stderr captured: (exit code, stdout, stderr)."""
+    from specdec.export.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- an offline Hugging Face hub cache ---------------------------------------------------------------------
+
+def fill_hub_cache(cache_dir, repo_id: str, checkpoint_dir, commit: str) -> Path:
+    """Lay a checkpoint out as huggingface_hub's cache does: models--org--name/{refs/main, snapshots/<commit>/,
+    blobs/} with snapshot files symlinked to blobs named by content."""
+    import hashlib
+
+    repo = Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    for file in Path(checkpoint_dir).iterdir():
+        if not file.is_file():
+            continue
+        data = file.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        link = snapshot / file.name
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(os.path.relpath(blob, snapshot))
+    return repo
+
+
+def _hub_settings(cache_dir):
+    cache_dir = str(cache_dir)
+    env = {"HF_HOME": str(Path(cache_dir).parent / "hf_home"), "HF_HUB_CACHE": cache_dir,
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    consts = {"HF_HOME": env["HF_HOME"], "HF_HUB_CACHE": cache_dir, "HUGGINGFACE_HUB_CACHE": cache_dir,
+              "HF_HUB_OFFLINE": True}
+    return env, consts
+
+
+def read_manifest(export_dir) -> dict:
+    return json.loads((Path(export_dir) / "manifest.json").read_text())
