@@ -45,8 +45,18 @@ def create_session(path, provider: str, threads: int = 0) -> ort.InferenceSessio
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    providers = PROVIDERS[provider]
+    if provider == "tensorrt":
+        # TensorRT builds its engines from the same ONNX graphs; keep them next to the export so the build
+        # (minutes for a large model) happens once per machine
+        from pathlib import Path
+
+        cache = Path(path).resolve().parent.parent / "engines"
+        providers = [("TensorrtExecutionProvider", {"trt_engine_cache_enable": True,
+                                                    "trt_engine_cache_path": str(cache),
+                                                    "trt_timing_cache_enable": True}), *providers[1:]]
     try:
-        return ort.InferenceSession(str(path), opts, providers=PROVIDERS[provider])
+        return ort.InferenceSession(str(path), opts, providers=providers)
     except Exception as err:  # onnxruntime raises its own exception types
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise SpecdecError(f"onnxruntime cannot load '{path}': {first}",
