@@ -24,11 +24,13 @@ STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "evalua
 DEFAULTS = dict(
     seed=0,
     vocab_size=4096,
-    target_steps=1500,
+    target_steps=2400,
+    target_max_minutes=75.0,
     target_batch=32,
     target_lr=2e-3,
     target_warmup=150,
-    draft_steps=1500,
+    draft_steps=1200,
+    draft_max_minutes=20.0,
     draft_batch=32,
     draft_lr=3e-3,
     draft_warmup=100,
@@ -76,13 +78,14 @@ def main(argv=None):
 
             train_model("target", work, TARGET_CONFIG, steps=args.target_steps, batch_size=args.target_batch,
                         lr=args.target_lr, warmup=args.target_warmup, seed=args.seed, threads=args.threads,
-                        resume=args.resume)
+                        resume=args.resume, max_minutes=args.target_max_minutes)
         elif st == "train-draft":
             from .train import DRAFT_CONFIG, train_model
 
             train_model("draft", work, DRAFT_CONFIG, steps=args.draft_steps, batch_size=args.draft_batch,
                         lr=args.draft_lr, warmup=args.draft_warmup, seed=args.seed + 1, threads=args.threads,
-                        resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight)
+                        resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight,
+                        max_minutes=args.draft_max_minutes)
         elif st == "package":
             from .evaluate import package
 

@@ -137,6 +137,7 @@ def train_model(
     teacher_dir: str | None = None,
     kl_weight: float = 0.0,
     ckpt_minutes: float = 4.0,
+    max_minutes: float | None = None,
 ):
     import torch
     import torch.nn.functional as F
@@ -192,6 +193,7 @@ def train_model(
     t0 = time.time()
     last_ckpt = t0
     ema = None
+    done_steps = steps
     bar = tqdm(range(start, steps), initial=start, total=steps, desc=name, dynamic_ncols=True, mininterval=5)
     for step in bar:
         for g in opt.param_groups:
@@ -222,12 +224,17 @@ def train_model(
         if step % 200 == 0:
             print(f"[{name}] step {step} loss {ema:.4f} ce {ce.item():.4f} "
                   f"elapsed {elapsed_before + time.time() - t0:.0f}s", flush=True)
+        if max_minutes is not None and elapsed_before + time.time() - t0 > max_minutes * 60:
+            print(f"[{name}] time budget of {max_minutes} min reached at step {step + 1}/{steps}; stopping",
+                  flush=True)
+            done_steps = step + 1
+            break
         if time.time() - last_ckpt > ckpt_minutes * 60:
             save_ckpt(step + 1, elapsed_before + time.time() - t0)
             last_ckpt = time.time()
     bar.close()
     elapsed = elapsed_before + time.time() - t0
-    save_ckpt(steps, elapsed)
+    save_ckpt(done_steps, elapsed)
     final_dir = os.path.join(work_dir, name)
     model.eval()
     model.save_pretrained(final_dir, safe_serialization=True)
@@ -235,7 +242,7 @@ def train_model(
     with open(os.path.join(final_dir, "train_info.json"), "w") as f:
         import json
 
-        json.dump({"steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup, "seed": seed,
+        json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup, "seed": seed,
                    "threads": threads, "train_seconds": round(elapsed, 1), "parameters": n_params,
                    "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema,
                    "train_pairs": len(examples)}, f, indent=1)
