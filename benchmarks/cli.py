@@ -1,0 +1,333 @@
+"""`specdec-bench`: latency, acceptance rate, cost ratio and speedup of an export, measured on this machine.
+
+    specdec-bench --engine DIR [--prompts FILE] [--gamma 0,1,2,3,4,6,8] [--temperature 0,1]
+                  [--max-new-tokens N] [--repeat R] [--json OUT.json] [--plot OUT.png] [--peers]
+    specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from specdec.runtime.errors import SpecdecError, run_cli
+
+from . import machine, report
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 0,2,4 (got '{text}')") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected integers >= 0 (got '{text}')")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 0,1 (got '{text}')") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected temperatures >= 0 (got '{text}')")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specdec-bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--engine", help="export directory made by specdec-export")
+    what.add_argument("--shapes", metavar="TARGET:DRAFT",
+                      help="real-shape mode: random-initialised models with official configurations "
+                           "(t5-small, t5-base, t5-large), e.g. t5-large:t5-small; costs only")
+    p.add_argument("--prompts", help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line "
+                                     "(default: the bundled test prompts for the bundled pair, else random ids)")
+    p.add_argument("--num-prompts", type=int, default=8, help="prompts to use, round-robin over tasks (default 8; "
+                                                              "0 = all)")
+    p.add_argument("--gamma", type=_int_list, default=None,
+                   help="draft tokens per target call; 0 (the baseline) is always added "
+                        "(default 0,1,2,3,4,6,8; 0,4 with --shapes)")
+    p.add_argument("--temperature", type=_float_list, default=None,
+                   help="temperatures (default 0,1; --shapes: 0)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per generation (default 64; "
+                                                                    "--shapes: 32)")
+    p.add_argument("--repeat", type=int, default=None, help="repeats of the whole sweep (default 5; --shapes: 2)")
+    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads per model (0: onnxruntime's default)")
+    p.add_argument("--probe-repeats", type=int, default=30, help="repeats of each per-call cost measurement")
+    p.add_argument("--past", type=int, default=None,
+                   help="decoder past length for the per-call costs (default max_new_tokens/2; --shapes: 64)")
+    p.add_argument("--json", metavar="OUT.json", help="write the full report as JSON")
+    p.add_argument("--plot", metavar="OUT.png", help="write measured vs predicted speedup over gamma")
+    p.add_argument("--peers", action="store_true",
+                   help="also time transformers greedy, transformers assisted generation and CTranslate2 greedy "
+                        "on the same checkpoints and prompts (temperature 0)")
+    p.add_argument("--peer-gamma", type=int, default=None,
+                   help="gamma for specdec's speculative path and transformers' assistant in the peer comparison "
+                        "(default: the best measured gamma at temperature 0)")
+    p.add_argument("--peer-repeat", type=int, default=None, help="repeats of the peer comparison (default --repeat)")
+    p.add_argument("--target-checkpoint", help="the target checkpoint the export was made from (default: the path "
+                                               "in its manifest)")
+    p.add_argument("--draft-checkpoint", help="the draft checkpoint (default: the path in the export's manifest)")
+    p.add_argument("--workdir", default="bench-results",
+                   help="cache for --shapes exports and CTranslate2 conversions (default ./bench-results)")
+    p.add_argument("--gamma-max", type=int, default=8, help="--shapes: gamma_max of the export (default 8)")
+    p.add_argument("--max-length", type=int, default=256, help="--shapes: max_length of the export (default 256)")
+    p.add_argument("--source-length", type=int, default=48, help="--shapes: random prompt length (default 48)")
+    p.add_argument("--keep-checkpoints", action="store_true",
+                   help="--shapes: keep the random PyTorch checkpoints next to the export")
+    p.add_argument("--profile", metavar="OUT.txt",
+                   help="cProfile one pass over the prompts at the best measured gamma (T=0) and write the "
+                        "functions where the host time goes")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _bar_factory(disabled: bool):
+    from tqdm import tqdm
+
+    def make(total, desc):
+        # stderr, so stdout stays the tables; disable=None hides it when stderr is not a terminal
+        return tqdm(total=total, desc=desc, unit="run", dynamic_ncols=True, leave=False,
+                    disable=True if disabled else None, file=sys.stderr)
+    return make
+
+
+def _engine_info(dec) -> dict:
+    m = dec.manifest
+    return {"path": str(m.root), "dtype": m.dtype, "gamma_max": m.gamma_max, "max_length": m.max_length,
+            "vocab_size": m.vocab_size, "target": {"source": m.models["target"].source, **m.models["target"].arch},
+            "draft": {"source": m.models["draft"].source, **m.models["draft"].arch}}
+
+
+def _defaults(args, shapes: bool) -> None:
+    if args.gamma is None:
+        args.gamma = [0, 4] if shapes else [0, 1, 2, 3, 4, 6, 8]
+    if args.temperature is None:
+        args.temperature = [0.0] if shapes else [0.0, 1.0]
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 32 if shapes else 64
+    if args.repeat is None:
+        args.repeat = 2 if shapes else 5
+    if args.past is None:
+        args.past = 64 if shapes else max(1, args.max_new_tokens // 2)
+    if args.max_new_tokens < 1 or args.repeat < 1:
+        raise SpecdecError("--max-new-tokens and --repeat must be at least 1")
+    if 0 not in args.gamma:
+        args.gamma = [0] + args.gamma
+
+
+def _load(engine, provider, threads):
+    from specdec.runtime import SpeculativeDecoder
+
+    return SpeculativeDecoder.load(engine, provider=provider, threads=threads)
+
+
+def _check_gammas(args, dec) -> None:
+    too_big = [g for g in args.gamma if g > dec.gamma_max]
+    if too_big:
+        print(f"note: gamma {', '.join(map(str, too_big))} > the export's gamma_max {dec.gamma_max}: skipped",
+              file=sys.stderr)
+        args.gamma = [g for g in args.gamma if g <= dec.gamma_max]
+
+
+def _main_engine(args) -> int:
+    from . import costs, prompts as prompts_mod, sweep
+
+    _defaults(args, shapes=False)
+    bars = _bar_factory(args.no_progress)
+    dec = _load(args.engine, args.provider, args.threads)
+    _check_gammas(args, dec)
+    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
+    mach = machine.describe(dec.provider, args.threads)
+    print(f"specdec-bench: {args.engine}")
+    print(f"machine: {machine.one_line(mach)}")
+    print(f"prompts: {len(prompts)} from {origin}; max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
+          f"gamma {','.join(map(str, args.gamma))}, temperature {','.join(f'{t:g}' for t in args.temperature)}")
+
+    started = time.perf_counter()
+    probe = costs.probe(dec, prompts[0].ids, args.past, repeats=args.probe_repeats)
+    print()
+    print(report.probe_table(probe))
+
+    total = (args.repeat * len(prompts) + 1) * len(args.temperature) * len(args.gamma)
+    bar = bars(total, "specdec-bench")
+    try:
+        cells, outputs = sweep.run_sweep(dec, prompts, args.gamma, args.temperature, args.max_new_tokens,
+                                         args.repeat, bar)
+    finally:
+        bar.close()
+    rows = sweep.summarize(cells, dec.gamma_max)
+    best = sweep.best_by_temperature(rows, dec.gamma_max)
+    agreement = sweep.greedy_agreement(outputs)
+    print()
+    print("sweep (ms/tok: median over repeats, +-: half the min-max range; speedup: median of per-repeat ratios "
+          "to gamma=0; thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: measured/thm3.8; w/costs: the prediction with "
+          "the measured verify cost, sampler and host time; best_g: gamma maximising thm3.8)")
+    print(report.sweep_table(rows))
+    print()
+    print("where the time goes (ms per generated token)")
+    print(report.time_table(rows))
+    verdicts = {}
+    for t, b in best.items():
+        print(f"\nT={float(t):g}: best measured gamma {b['measured_best_gamma']}: speedup "
+              f"{b['measured_speedup']:.2f}x vs Theorem 3.8 {b['predicted_speedup']:.2f}x "
+              f"(ratio {b['measured_over_predicted']:.2f}; with measured costs {b['predicted_with_costs']:.2f}x); "
+              f"Theorem 3.8 favours gamma {b['theorem_best_gamma']} ({b['theorem_best_speedup']:.2f}x) at "
+              f"alpha {b['alpha_median']:.2f}, c {b['c_median']:.3f}")
+        gp = b["gap"]
+        print(f"  per iteration: Theorem 3.8 charges {gp['theorem_iteration_ms']:.3f} ms (gamma c + 1 steps of "
+              f"{gp['target_step_ms']:.3f}); measured {gp['measured_iteration_ms']:.3f} ms = draft "
+              f"{gp['draft_ms']:.3f} + verify {gp['verify_ms']:.3f} (+{gp['verify_extra_over_one_step_ms']:.3f} over "
+              f"one step) + sampling {gp['sampling_ms']:.3f} + host {gp['host_ms']:.3f} + encoders "
+              f"{gp['encoders_ms']:.3f}; tokens/call {gp['tokens_per_call']:.2f} (expected from alpha "
+              f"{gp['expected_tokens_per_call']:.2f}); the baseline's step costs {gp['baseline_iteration_ms']:.3f} ms")
+        if float(t) == 0.0:
+            verdicts["measured_ge_0.9_prediction_at_T0"] = b["measured_over_predicted"] >= 0.9
+    if agreement:
+        bad = {g: a for g, a in agreement.items() if a["agree"] != a["prompts"]}
+        print("greedy exactness: every gamma gives the gamma=0 tokens on every prompt" if not bad else
+              f"greedy exactness: MISMATCH for gamma {', '.join(bad)}")
+
+    profile = None
+    if args.profile:
+        from .profiling import profile_host
+
+        gamma = best.get("0.0", {}).get("measured_best_gamma") or max(args.gamma)
+        profile = profile_host(dec, prompts, gamma, args.max_new_tokens, args.profile)
+        print(f"\nhost profile (gamma {gamma}, T=0, {profile['iterations']} iterations): "
+              f"{profile['host_ms_per_iteration']:.3f} ms host per iteration; top functions by own time "
+              f"outside ONNX Runtime runs:")
+        for f in profile["top"][:8]:
+            print(f"  {f['own_ms_per_iteration']:.4f} ms/iter  {f['calls_per_iteration']:.1f} calls/iter  "
+                  f"{f['function']}")
+        print(f"full listing: {args.profile}")
+
+    peers = None
+    if args.peers:
+        gamma = args.peer_gamma if args.peer_gamma is not None else \
+            (best.get("0.0", {}).get("measured_best_gamma") or min(4, dec.gamma_max))
+        from .peers import run_peers
+
+        peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat,
+                          Path(args.workdir), args.threads, args.target_checkpoint, args.draft_checkpoint, bars,
+                          log=lambda m: print(m, file=sys.stderr))
+        print()
+        print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}; ratio = its "
+              f"latency / the other's, >1: the other is faster; same tokens: prompts whose greedy output equals "
+              f"specdec's)")
+        print(report.peers_table(peers))
+
+    elapsed = time.perf_counter() - started
+    mach["load_average_at_end"] = machine.load_average()
+    out = {"mode": "engine", "machine": mach, "engine": _engine_info(dec),
+           "settings": {"gammas": args.gamma, "temperatures": args.temperature,
+                        "max_new_tokens": args.max_new_tokens, "repeats": args.repeat,
+                        "prompts": len(prompts), "prompts_origin": origin, "probe_past": args.past,
+                        "threads": args.threads},
+           "cost_probe": probe, "results": rows, "best": best, "greedy_agreement": agreement,
+           "acceptance": verdicts, "profile": profile, "peers": peers, "elapsed_s": elapsed}
+    if args.json:
+        print(f"\nJSON: {report.write_json(out, args.json)}")
+    if args.plot:
+        title = (f"{Path(args.engine).name}: {mach['cpu_model']}, {mach['cpu_cores']} cores, {dec.provider}; "
+                 f"{len(prompts)} prompts x {args.repeat}, {args.max_new_tokens} new tokens")
+        print(f"plot: {report.plot(rows, args.plot, title)}")
+    return 0
+
+
+def _main_shapes(args) -> int:
+    from . import costs, prompts as prompts_mod, shapes
+
+    _defaults(args, shapes=True)
+    target, draft = shapes.parse_pair(args.shapes)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise SpecdecError("--shapes builds and exports PyTorch models: torch and transformers are not installed",
+                           "pip install 'specdec[bench]'") from None
+    export_dir, info = shapes.ensure_export(target, draft, Path(args.workdir), args.gamma_max, args.max_length,
+                                            args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
+    dec = _load(export_dir, args.provider, args.threads)
+    _check_gammas(args, dec)
+    mach = machine.describe(dec.provider, args.threads)
+    print(f"specdec-bench --shapes {target}:{draft} (random weights, official configurations; export {export_dir})")
+    print(f"machine: {machine.one_line(mach)}")
+    prompts = prompts_mod.random_prompts(dec.vocab_size, args.num_prompts if args.num_prompts > 0 else 4,
+                                         length=args.source_length, eos_id=dec.eos_id)
+    prompts = prompts_mod.tokenize(prompts, dec.tokenizer, dec.max_length)
+    started = time.perf_counter()
+    probe = costs.probe(dec, prompts[0].ids, args.past, repeats=args.probe_repeats)
+    print()
+    print(report.probe_table(probe))
+    bars = _bar_factory(args.no_progress)
+    bar = bars((args.repeat * len(prompts) + 1) * len(args.gamma), "specdec-bench --shapes")
+    try:
+        runs = shapes.run_generations(dec, prompts, args.gamma, args.max_new_tokens, args.repeat, bar)
+    finally:
+        bar.close()
+    analysis = shapes.analyse(probe, runs, dec.gamma_max)
+    verdict = shapes.acceptance(probe, runs)
+    print()
+    print(f"real loop on {len(prompts)} random prompts x {args.repeat}, {args.max_new_tokens} new tokens, T=0 "
+          f"(alpha is meaningless with random weights)")
+    print(report.table(["gamma", "iteration ms", "verify ms", "draft ms", "sampling ms", "host ms", "host %"],
+                       [[g, f"{r['iteration_ms']:.2f}", f"{r['verify_ms_per_iteration']:.2f}",
+                         f"{r['draft_ms_per_iteration']:.2f}", f"{r['sampling_ms_per_iteration']:.3f}",
+                         f"{r['host_ms_per_iteration']:.3f}", f"{100 * r['host_fraction_of_iteration']:.2f}"]
+                        for g, r in runs.items()]))
+    print()
+    print(f"Theorem 3.8 with the measured c = {probe['c']:.3f} for the paper's alpha values "
+          f"(w/costs: with the measured verify cost, samplers and host time)")
+    gs = [str(g) for g in range(1, dec.gamma_max + 1)]
+    print(report.table(["alpha"] + [f"g={g}" for g in gs] + ["best g", "best g w/costs"],
+                       [[a] + [f"{curve[g]['theorem_3_8']:.2f}/{curve[g]['with_costs']:.2f}" for g in gs]
+                        + [str(analysis["best"][a]["theorem_best_gamma"]),
+                           str(analysis["best"][a]["with_costs_best_gamma"])]
+                        for a, curve in analysis["predictions"].items()]))
+    print()
+    print(f"acceptance: verify of 5 tokens = {verify_text(verdict)}; host overhead worst "
+          f"{100 * verdict['host_fraction_worst']:.2f}% of an iteration "
+          f"({'<=' if verdict['host_ok'] else '>'} 5%)")
+    mach["load_average_at_end"] = machine.load_average()
+    out = {"mode": "shapes", "machine": mach, "shapes": {"target": target, "draft": draft,
+                                                         "configs": {n: shapes.CONFIGS[n] for n in (target, draft)},
+                                                         "common": shapes.COMMON},
+           "engine": _engine_info(dec), "export_info": info,
+           "settings": {"gammas": args.gamma, "max_new_tokens": args.max_new_tokens, "repeats": args.repeat,
+                        "prompts": len(prompts), "source_length": args.source_length, "probe_past": args.past,
+                        "threads": args.threads},
+           "cost_probe": probe, "generation": runs, **analysis, "acceptance": verdict,
+           "elapsed_s": time.perf_counter() - started}
+    if args.json:
+        print(f"\nJSON: {report.write_json(out, args.json)}")
+    if args.plot:
+        title = f"{target}:{draft} real shapes (random weights), {mach['cpu_model']}, {mach['cpu_cores']} cores"
+        print(f"plot: {report.plot_shapes(analysis, args.plot, title)}")
+    return 0
+
+
+def verify_text(verdict: dict) -> str:
+    v = verdict["verify_5_over_step"]
+    if v is None:
+        return "not measured (gamma_max < 4)"
+    return f"{v:.2f}x a one-token step ({'<=' if verdict['verify_5_ok'] else '>'} 1.5x)"
+
+
+def _main(argv) -> int:
+    args = parser().parse_args(argv)
+    return _main_shapes(args) if args.shapes else _main_engine(args)
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""What machine a measurement was taken on: CPU model, cores, memory, load, library versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 2 ** 20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def load_average() -> list | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except Exception:   # not installed, or broken: the report says so
+        return None
+    return getattr(mod, "__version__", "unknown")
+
+
+def describe(provider: str | None = None, threads: int = 0) -> dict:
+    """The machine's description for the JSON report."""
+    import numpy
+    import onnxruntime
+
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": affinity,
+        "memory_gib": _memory_gib(),
+        "load_average_at_start": load_average(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "provider": provider,
+        "threads": threads,
+        "onnxruntime": onnxruntime.__version__,
+        "onnxruntime_providers": onnxruntime.get_available_providers(),
+        "numpy": numpy.__version__,
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+        "ctranslate2": _version("ctranslate2"),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def one_line(machine: dict) -> str:
+    load = machine.get("load_average_at_start")
+    return (f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {machine.get('memory_gib')} GiB, "
+            f"provider {machine.get('provider')}, onnxruntime {machine['onnxruntime']}"
+            + (f", load average {load[0]:.2f} at start" if load else ""))

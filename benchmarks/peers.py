@@ -1,0 +1,225 @@
+"""Peers a user would pick instead, on the same checkpoints, prompts and max_new_tokens, greedy, in one run:
+
+    transformers greedy        T5ForConditionalGeneration.generate on PyTorch (fp32), the target alone
+    transformers assisted      the same with assistant_model = the draft, a constant gamma draft tokens per call
+                               (num_assistant_tokens_schedule "constant", no confidence early-exit): Algorithm 1's
+                               setting, so it is compared like for like with specdec's speculative path
+    ctranslate2 greedy         the target converted to CTranslate2 (fp32, no quantization), when installed
+
+Each is reported as a latency ratio (its time / specdec's time, the same tokens being generated, so > 1 means
+specdec is faster) to specdec's speculative path and to its own autoregressive path, and its greedy tokens are
+compared with specdec's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+import time
+from pathlib import Path
+
+from specdec.runtime.errors import SpecdecError
+
+
+def normalize(tokens, eos_id: int, drop_first: bool = False) -> list:
+    """Generated ids up to and including the first EOS (HF: drop the decoder start token, cut the padding)."""
+    out = [int(t) for t in tokens]
+    if drop_first:
+        out = out[1:]
+    if eos_id in out:
+        out = out[:out.index(eos_id) + 1]
+    return out
+
+
+def checkpoints(dec, target: str | None, draft: str | None) -> tuple[str, str]:
+    """The checkpoints the export was made from (recorded in its manifest), unless given."""
+    models = dec.manifest.models
+    target = target or models["target"].source
+    draft = draft or models["draft"].source
+    for role, path in (("target", target), ("draft", draft)):
+        if not Path(path).is_dir():
+            raise SpecdecError(f"the {role} checkpoint '{path}' (from the export's manifest) is not a local "
+                               "directory", f"pass --{role}-checkpoint DIR with the checkpoint the export was made from")
+    return target, draft
+
+
+class Engine:
+    name = ""
+    note = ""
+    own_ar = None            # the name of this engine's own autoregressive path
+
+    def run(self, ids: list, max_new_tokens: int) -> list:
+        raise NotImplementedError
+
+
+class SpecdecEngine(Engine):
+    def __init__(self, dec, gamma: int):
+        self.dec, self.gamma = dec, gamma
+        self.name = f"specdec gamma={gamma}" if gamma else "specdec gamma=0"
+        self.note = "ONNX Runtime, speculative" if gamma else "ONNX Runtime, target only"
+        self.own_ar = "specdec gamma=0"
+
+    def run(self, ids, max_new_tokens):
+        res = self.dec.generate(input_ids=ids, max_new_tokens=max_new_tokens, gamma=self.gamma, temperature=0.0)
+        return list(res.token_ids)
+
+
+class HFEngine(Engine):
+    def __init__(self, target, eos_id: int, assistant=None, gamma: int = 0):
+        import torch
+
+        self.torch, self.model, self.assistant, self.eos_id = torch, target, assistant, eos_id
+        if assistant is not None:
+            cfg = assistant.generation_config
+            cfg.num_assistant_tokens = gamma
+            cfg.num_assistant_tokens_schedule = "constant"
+            cfg.assistant_confidence_threshold = 0.0
+            self.name = f"transformers assisted gamma={gamma}"
+            self.note = "PyTorch, assistant_model=draft"
+        else:
+            self.name = "transformers greedy"
+            self.note = "PyTorch generate"
+        self.own_ar = "transformers greedy"
+
+    def run(self, ids, max_new_tokens):
+        torch = self.torch
+        x = torch.tensor([ids], dtype=torch.long)
+        kwargs = dict(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                      do_sample=False, num_beams=1)
+        if self.assistant is not None:
+            kwargs["assistant_model"] = self.assistant
+        with torch.inference_mode():
+            out = self.model.generate(**kwargs)
+        return normalize(out[0].tolist(), self.eos_id, drop_first=True)
+
+
+class CT2Engine(Engine):
+    def __init__(self, translator, tokenizer, eos_id: int, threads: int):
+        self.translator, self.tokenizer, self.eos_id = translator, tokenizer, eos_id
+        self.name = "ctranslate2 greedy"
+        self.note = f"fp32 (no quantization), intra_threads {threads}"
+        self.own_ar = "ctranslate2 greedy"
+
+    def run(self, ids, max_new_tokens):
+        tokens = [self.tokenizer.id_to_token(i) for i in ids]
+        res = self.translator.translate_batch([tokens], beam_size=1, max_decoding_length=max_new_tokens,
+                                              return_end_token=True)
+        return normalize([self.tokenizer.token_to_id(t) for t in res[0].hypotheses[0]], self.eos_id)
+
+
+def _load_hf(path: str):
+    import torch
+    import transformers
+    from transformers import T5ForConditionalGeneration
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    return T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _ct2(target: str, workdir: Path, threads: int, tokenizer, eos_id: int, log):
+    """A CTranslate2 translator converted (once, cached under workdir) from the target checkpoint."""
+    try:
+        import ctranslate2
+    except ImportError:
+        return None, "not installed (pip install ctranslate2)"
+    key = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:12]
+    files = sorted(p for p in Path(target).iterdir() if p.is_file())
+    stamp = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+                           .encode()).hexdigest()[:12]
+    out = Path(workdir) / "ct2" / f"{Path(target).name}-{key}-{stamp}"
+    try:
+        if not (out / "model.bin").is_file():
+            log(f"converting {target} to CTranslate2 (fp32) in {out}")
+            from ctranslate2.converters import TransformersConverter
+
+            TransformersConverter(target).convert(str(out), quantization=None, force=True)
+        translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32", inter_threads=1,
+                                            intra_threads=threads)
+    except Exception as err:     # a converter that does not know this transformers/T5 variant: say so, go on
+        return None, f"error: {type(err).__name__}: {str(err).strip().splitlines()[0][:160] if str(err).strip() else ''}"
+    return CT2Engine(translator, tokenizer, eos_id, threads), "ok"
+
+
+def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workdir: Path, threads: int = 0,
+              target: str | None = None, draft: str | None = None, progress_factory=None, log=print) -> dict:
+    """Load every peer, check its greedy tokens against specdec's, then time all of them interleaved."""
+    target, draft = checkpoints(dec, target, draft)
+    threads = threads or os.cpu_count() or 1
+    engines: list[Engine] = [SpecdecEngine(dec, gamma), SpecdecEngine(dec, 0)]
+    status = {}
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        hf_target, hf_draft = _load_hf(target), _load_hf(draft)
+        engines.append(HFEngine(hf_target, dec.eos_id))
+        engines.append(HFEngine(hf_target, dec.eos_id, assistant=hf_draft, gamma=gamma))
+    except ImportError:
+        status["transformers greedy"] = status[f"transformers assisted gamma={gamma}"] = \
+            "not installed (pip install 'specdec[export]')"
+    ct2, why = _ct2(target, workdir, threads, dec.tokenizer, dec.eos_id, log)
+    if ct2 is not None:
+        engines.append(ct2)
+    else:
+        status["ctranslate2 greedy"] = why
+
+    reference = [SpecdecEngine(dec, 0).run(p.ids, max_new_tokens) for p in prompts]
+    outputs, working = {}, []
+    for e in engines:                       # first call of each: correctness, and warm-up
+        try:
+            outputs[e.name] = [e.run(p.ids, max_new_tokens) for p in prompts]
+            working.append(e)
+        except Exception as err:            # a peer that breaks on this model is reported, not fatal
+            msg = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+            status[e.name] = f"error: {type(err).__name__}: {msg}"
+
+    times = {e.name: [[0.0, 0] for _ in range(repeats)] for e in working}
+    bar = progress_factory(repeats * len(prompts) * len(working), "peers") if progress_factory else None
+    for r in range(repeats):
+        order = working[r % len(working):] + working[:r % len(working)]
+        for p in prompts:
+            for e in order:
+                t = time.perf_counter()
+                out = e.run(p.ids, max_new_tokens)
+                times[e.name][r][0] += time.perf_counter() - t
+                times[e.name][r][1] += len(out)
+                if bar:
+                    bar.update(1)
+    if bar:
+        bar.close()
+
+    spec_name = engines[0].name
+    result = {}
+    for e in engines:
+        if e.name not in times:
+            result[e.name] = {"status": status.get(e.name, "error"), "note": e.note}
+            continue
+        seconds = [t for t, _ in times[e.name]]
+        ms = [1000.0 * t / max(n, 1) for t, n in times[e.name]]
+
+        def ratio(other):
+            if other not in times:
+                return None
+            return statistics.median(a / b for a, b in zip(seconds, (t for t, _ in times[other])))
+
+        agree = sum(a == b for a, b in zip(outputs[e.name], reference))
+        result[e.name] = {
+            "status": "ok", "note": e.note,
+            "ms_per_token": {"median": statistics.median(ms), "min": min(ms), "max": max(ms)},
+            "tokens_per_s": 1000.0 / statistics.median(ms),
+            "ratio_to_specdec_speculative": ratio(spec_name),
+            "ratio_to_specdec_gamma0": ratio("specdec gamma=0"),
+            "ratio_to_own_autoregressive": ratio(e.own_ar) if e.own_ar != e.name else None,
+            "agreement": {"agree": agree, "prompts": len(prompts),
+                          "first_mismatch": next((i for i, (a, b) in enumerate(zip(outputs[e.name], reference))
+                                                  if a != b), None)},
+        }
+    for name, why in status.items():
+        result.setdefault(name, {"status": why, "note": ""})
+    return {"gamma": gamma, "repeats": repeats, "max_new_tokens": max_new_tokens, "threads": threads,
+            "target_checkpoint": target, "draft_checkpoint": draft,
+            "ratio_definition": "peer wall time / other wall time over the same prompts (same greedy tokens); "
+                                ">1: the other is faster",
+            "engines": result}

@@ -1,0 +1,164 @@
+"""Real-shape mode: random-initialised T5 v1.0 models with the official t5-small/base/large configurations,
+exported once (cached under the work directory) and measured for per-call costs only.
+
+Random weights make the acceptance rate meaningless, so this mode reports the cost side (target step, draft step,
+c, the verify-cost ratio for 1..gamma_max+1 tokens, sampler runs, host overhead per iteration of the real loop)
+and the speedup Theorem 3.8 predicts from the measured c for the paper's alpha range (0.6-0.8).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+from pathlib import Path
+
+from specdec.runtime.errors import SpecdecError
+
+# The official T5 v1.0 configurations (config.json of t5-small, t5-base, t5-large), written down so that nothing
+# is downloaded. All: vocab 32128, ReLU feed-forward, 32 relative-attention buckets over max distance 128, tied
+# input/output embeddings with the d_model^-0.5 output scaling, layer_norm_epsilon 1e-6, pad = decoder start = 0,
+# eos = 1, num_decoder_layers = num_layers.
+COMMON = dict(vocab_size=32128, feed_forward_proj="relu", relative_attention_num_buckets=32,
+              relative_attention_max_distance=128, layer_norm_epsilon=1e-6, initializer_factor=1.0,
+              tie_word_embeddings=True, dropout_rate=0.1, n_positions=512, pad_token_id=0, eos_token_id=1,
+              decoder_start_token_id=0, is_encoder_decoder=True)
+CONFIGS = {
+    "t5-small": dict(d_model=512, d_ff=2048, d_kv=64, num_heads=8, num_layers=6),         # 60.5M parameters
+    "t5-base": dict(d_model=768, d_ff=3072, d_kv=64, num_heads=12, num_layers=12),        # 223M
+    "t5-large": dict(d_model=1024, d_ff=4096, d_kv=64, num_heads=16, num_layers=24),      # 738M
+}
+PAPER_ALPHAS = (0.6, 0.7, 0.8)
+
+
+def parse_pair(text: str) -> tuple[str, str]:
+    parts = text.split(":")
+    if len(parts) != 2 or not all(p in CONFIGS for p in parts):
+        raise SpecdecError(f"--shapes takes TARGET:DRAFT from {', '.join(CONFIGS)} (got '{text}')",
+                           "e.g. --shapes t5-large:t5-small")
+    return parts[0], parts[1]
+
+
+def t5_config(name: str):
+    from transformers import T5Config
+
+    spec = CONFIGS[name]
+    return T5Config(**COMMON, **spec, num_decoder_layers=spec["num_layers"])
+
+
+def write_tokenizer(path: Path, vocab: int) -> None:
+    """A word-level tokenizer over the full 32128-entry vocabulary (random models need no real one, but the export
+    and the runtime want a fast tokenizer shared by target and draft)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+    words.update({f"w{i}": i for i in range(3, vocab)})
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(str(path))
+
+
+def build_checkpoint(name: str, path: Path, seed: int) -> Path:
+    """Random-initialised model with the official configuration, saved like a real checkpoint."""
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    model = T5ForConditionalGeneration(t5_config(name)).eval()
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path))
+    del model
+    gc.collect()
+    write_tokenizer(path, COMMON["vocab_size"])
+    return path
+
+
+def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int,
+                  keep_checkpoints: bool = False, log=print) -> tuple[Path, dict | None]:
+    """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export."""
+    from specdec.runtime.manifest import load_manifest
+
+    root = Path(workdir) / "shapes" / f"{target}_{draft}-g{gamma_max}-l{max_length}"
+    out = root / "export"
+    info_file = root / "export-info.json"
+    if (out / "manifest.json").is_file():
+        try:
+            load_manifest(out, verify_checksums=False)
+            log(f"using the cached export in {out}")
+            return out, json.loads(info_file.read_text()) if info_file.is_file() else None
+        except SpecdecError:
+            log(f"the cached export in {out} is unusable: exporting again")
+    from specdec.export.pair import ExportOptions, export_pair
+
+    ckpt = root / "checkpoints"
+    log(f"building random-initialised {target} and {draft} (official configurations) in {ckpt}")
+    tdir = build_checkpoint(target, ckpt / target, seed=1)
+    ddir = build_checkpoint(draft, ckpt / draft, seed=2)
+    import time
+
+    started = time.perf_counter()
+    reports = export_pair(ExportOptions(target=str(tdir), draft=str(ddir), out=out, gamma_max=gamma_max,
+                                        max_length=max_length, dtype="fp32", force=True), log=log)
+    info = {"export_s": time.perf_counter() - started, "parity": reports,
+            "export_bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file())}
+    info_file.write_text(json.dumps(info, indent=2, default=str) + "\n")
+    if not keep_checkpoints:
+        shutil.rmtree(ckpt, ignore_errors=True)
+    gc.collect()
+    return out, info
+
+
+def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dict:
+    """Theorem 3.8 (and the prediction with the measured verify cost and overheads) for the paper's alphas."""
+    from . import theory
+
+    c, step = probe["c"], probe["target_step_ms"]
+    host0 = runs["0"]["host_ms_per_iteration"]
+    base_over = (probe["sample_ms"] + host0) / step
+    host_spec = max((r["host_ms_per_iteration"] for g, r in runs.items() if g != "0"), default=host0)
+    predictions, best = {}, {}
+    for alpha in alphas:
+        curve = {}
+        for g in range(1, gamma_max + 1):
+            v = probe["verify_ratio"][str(g + 1)]
+            over = (g * probe["sample_ms"] + probe["accept_sampler_ms"][str(g)] + host_spec) / step
+            curve[str(g)] = {"theorem_3_8": theory.predicted_speedup(alpha, g, c),
+                             "with_costs": theory.speedup_with_costs(alpha, g, c, v, over, base_over)}
+        predictions[str(alpha)] = curve
+        g_star, s_star = theory.best_gamma(alpha, c, gamma_max)
+        g_cost = max(curve, key=lambda g: curve[g]["with_costs"])
+        best[str(alpha)] = {"theorem_best_gamma": g_star, "theorem_best_speedup": s_star,
+                            "with_costs_best_gamma": int(g_cost), "with_costs_best_speedup": curve[g_cost]["with_costs"]}
+    return {"predictions": predictions, "best": best}
+
+
+def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, progress=None) -> dict:
+    """The real loop on random prompts (temperature 0): host overhead per iteration and its share of one."""
+    from .sweep import run_sweep
+
+    cells, _ = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress)
+    out = {}
+    for (_, g), cell in sorted(cells.items()):
+        p = cell.pooled()
+        iters = max(p["target_calls"], 1)
+        iteration_ms = 1000.0 * (p["total_s"] - p["encoder_s"]) / iters
+        host = 1000.0 * p["host_s"] / iters
+        out[str(g)] = {"iterations": p["target_calls"], "new_tokens": p["new_tokens"],
+                       "alpha_meaningless": p["accepted"] / p["proposed"] if p["proposed"] else None,
+                       "iteration_ms": iteration_ms, "host_ms_per_iteration": host,
+                       "host_fraction_of_iteration": host / iteration_ms if iteration_ms else 0.0,
+                       "sampling_ms_per_iteration": 1000.0 * p["sampling_s"] / iters,
+                       "verify_ms_per_iteration": 1000.0 * p["verify_s"] / iters,
+                       "draft_ms_per_iteration": 1000.0 * p["draft_s"] / iters,
+                       "ms_per_token": 1000.0 * p["total_s"] / max(p["new_tokens"], 1)}
+    return out
+
+
+def acceptance(probe: dict, runs: dict) -> dict:
+    v5 = probe["verify_ratio"].get("5")
+    worst_host = max(r["host_fraction_of_iteration"] for r in runs.values())
+    return {"verify_5_over_step": v5, "verify_5_ok": v5 is not None and v5 <= 1.5,
+            "host_fraction_worst": worst_host, "host_ok": worst_host <= 0.05}

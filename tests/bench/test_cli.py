@@ -1,0 +1,150 @@
+"""Smoke runs of specdec-bench on the tiny export (one prompt, a few tokens). Timings are never asserted: only
+that the command runs, its JSON has the documented schema, the plot is written, and greedy outputs agree."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from specdec.bench import cli, peers, prompts, shapes
+
+ROW_KEYS = {"temperature", "gamma", "repeats", "ms_per_token", "tokens_per_s", "alpha", "tokens_per_target_call",
+            "c", "verify_ratio", "host_ms_per_iteration", "host_fraction", "speedup", "predicted_speedup",
+            "measured_over_predicted", "predicted_with_costs", "best_gamma", "ms_per_token_by_part",
+            "target_step_ms", "iteration_ms"}
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def png(path):
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_smoke_json_and_plot(tiny_export, tmp_path):
+    code, out, err = run(["--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
+                          "--num-prompts", "1", "--max-new-tokens", "6", "--probe-repeats", "2",
+                          "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png", "--no-progress"])
+    assert code == 0, err
+    assert "speedup" in out and "thm3.8" in out and "where the time goes" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["schema"] == "specdec-bench/1" and report["mode"] == "engine"
+    m = report["machine"]
+    for key in ("cpu_model", "cpu_cores", "provider", "onnxruntime"):
+        assert m[key], key
+    assert m["provider"] == "cpu"
+    assert report["settings"]["gammas"] == [0, 2] and report["settings"]["temperatures"] == [0.0]
+    rows = {(r["temperature"], r["gamma"]): r for r in report["results"]}
+    assert set(rows) == {(0.0, 0), (0.0, 2)}
+    for row in rows.values():
+        assert ROW_KEYS <= set(row), ROW_KEYS - set(row)
+        assert set(row["ms_per_token"]) >= {"median", "min", "max"}
+        assert row["new_tokens"] > 0 and row["repeats"] == 1
+    spec = rows[(0.0, 2)]
+    assert 0.0 <= spec["alpha"] <= 1.0 and spec["c"] > 0 and 0 <= spec["best_gamma"] <= 8
+    assert spec["predicted_speedup"] > 0 and spec["measured_over_predicted"] > 0
+    assert rows[(0.0, 0)]["predicted_speedup"] == 1.0
+    probe = report["cost_probe"]
+    assert set(probe["verify_ratio"]) == {str(k) for k in range(1, 10)} and probe["c"] > 0
+    assert "0.0" in report["best"] and report["best"]["0.0"]["measured_best_gamma"] == 2
+    assert report["greedy_agreement"] == {"0": {"agree": 1, "prompts": 1}, "2": {"agree": 1, "prompts": 1}}
+    assert report["peers"] is None
+    assert png(tmp_path / "r.png")
+
+
+def test_peers_agree_with_specdec(tiny_export, tmp_path):
+    pytest.importorskip("transformers")
+    code, out, err = run(["--engine", tiny_export, "--gamma", "0,3", "--temperature", "0", "--repeat", "1",
+                          "--num-prompts", "1", "--max-new-tokens", "5", "--probe-repeats", "1", "--peers",
+                          "--workdir", tmp_path / "work", "--json", tmp_path / "p.json", "--no-progress"])
+    assert code == 0, err
+    assert "transformers assisted gamma=3" in out
+    engines = json.loads((tmp_path / "p.json").read_text())["peers"]["engines"]
+    for name in ("specdec gamma=3", "specdec gamma=0", "transformers greedy", "transformers assisted gamma=3"):
+        assert engines[name]["status"] == "ok", (name, engines[name])
+        assert engines[name]["agreement"]["agree"] == 1, name     # same weights, greedy: the same tokens
+        assert engines[name]["ratio_to_specdec_speculative"] > 0
+    assert engines["transformers assisted gamma=3"]["ratio_to_own_autoregressive"] > 0
+    ct2 = engines["ctranslate2 greedy"]
+    assert ct2["status"] == "ok" or ct2["status"].startswith(("not installed", "error"))
+
+
+def test_ctranslate2_missing_is_reported(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)      # import ctranslate2 -> ImportError
+    engine, why = peers._ct2(str(tmp_path), tmp_path, 1, None, 1, print)
+    assert engine is None and why.startswith("not installed")
+
+
+def test_normalize_strips_start_token_and_padding():
+    assert peers.normalize([0, 5, 6, 1, 0, 0], eos_id=1, drop_first=True) == [5, 6, 1]
+    assert peers.normalize([5, 6, 7], eos_id=1) == [5, 6, 7]
+
+
+def test_bad_arguments_are_one_line_errors(tiny_export, capsys):
+    code, out, err = run(["--shapes", "t5-huge:t5-small"])
+    assert code == 2 and err.strip().count("\n") == 0 and "t5-large:t5-small" in err
+    with pytest.raises(SystemExit):
+        cli.main(["--engine", str(tiny_export), "--gamma", "a,b"])
+    with pytest.raises(SystemExit):
+        cli.main(["--gamma", "0,2"])                              # neither --engine nor --shapes
+
+
+def test_prompt_files(tmp_path):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"task": "a", "source": "w5 w6"}\n{"task": "a", "source": "w7"}\n'
+                     '{"task": "b", "source": "w8 w9"}\n{"input_ids": [5, 6, 1]}\n')
+    ps = prompts.read_prompts(jsonl)
+    assert [p.text for p in ps[:3]] == ["w5 w6", "w7", "w8 w9"] and ps[3].input_ids == [5, 6, 1]
+    picked = prompts.select(ps, 2)                               # one from each task first
+    assert [p.task for p in picked] == ["a", "b"]
+    text = tmp_path / "p.txt"
+    text.write_text("w5 w6\n\nw7 w8\n")
+    assert [p.text for p in prompts.read_prompts(text)] == ["w5 w6", "w7 w8"]
+    rnd = prompts.random_prompts(48, 3, length=5, seed=1)
+    assert len(rnd) == 3 and all(len(p.input_ids) == 5 and p.input_ids[-1] == 1 for p in rnd)
+    assert all(3 <= t < 48 for p in rnd for t in p.input_ids[:-1])
+
+
+def test_official_configs_are_written_down():
+    small, large = shapes.t5_config("t5-small"), shapes.t5_config("t5-large")
+    assert (small.d_model, small.d_ff, small.d_kv, small.num_heads, small.num_layers) == (512, 2048, 64, 8, 6)
+    assert (large.d_model, large.d_ff, large.d_kv, large.num_heads, large.num_layers) == (1024, 4096, 64, 16, 24)
+    base = shapes.t5_config("t5-base")
+    assert (base.d_model, base.d_ff, base.num_heads, base.num_layers) == (768, 3072, 12, 12)
+    for cfg in (small, base, large):
+        assert cfg.vocab_size == 32128 and cfg.feed_forward_proj == "relu" and not cfg.is_gated_act
+        assert cfg.relative_attention_num_buckets == 32 and cfg.relative_attention_max_distance == 128
+        assert cfg.num_decoder_layers == cfg.num_layers and cfg.tie_word_embeddings
+
+
+def test_shapes_mode_on_tiny_configs(monkeypatch, tmp_path):
+    """The real-shape pipeline (build, export once, cache, measure) with tiny stand-in configurations."""
+    monkeypatch.setitem(shapes.CONFIGS, "tiny-t", dict(d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2))
+    monkeypatch.setitem(shapes.CONFIGS, "tiny-d", dict(d_model=16, d_ff=32, d_kv=8, num_heads=2, num_layers=1))
+    monkeypatch.setitem(shapes.COMMON, "vocab_size", 64)
+    argv = ["--shapes", "tiny-t:tiny-d", "--workdir", tmp_path / "work", "--gamma-max", "4", "--max-length", "32",
+            "--max-new-tokens", "4", "--num-prompts", "1", "--source-length", "6", "--past", "8",
+            "--probe-repeats", "2", "--repeat", "1", "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png",
+            "--no-progress"]
+    code, out, err = run(argv)
+    assert code == 0, err
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert report["mode"] == "shapes" and report["shapes"]["target"] == "tiny-t"
+    assert set(report["generation"]) == {"0", "4"}
+    assert set(report["predictions"]) == {"0.6", "0.7", "0.8"}
+    assert set(report["predictions"]["0.8"]) == {"1", "2", "3", "4"}
+    acc = report["acceptance"]
+    assert acc["verify_5_over_step"] > 0 and isinstance(acc["verify_5_ok"], bool) and isinstance(acc["host_ok"], bool)
+    assert png(tmp_path / "s.png")
+    assert not (tmp_path / "work" / "shapes" / "tiny-t_tiny-d-g4-l32" / "checkpoints").exists()
+    code, out, err = run(argv)                                    # the second run reuses the cached export
+    assert code == 0 and "using the cached export" in err
