@@ -1,0 +1,319 @@
+"""The Python side of libspecdec (include/specdec.h): cffi `extern "Python"` functions that convert C arguments to
+Python, call specdec.runtime, and convert results and exceptions back to C. No decoding logic lives here.
+
+Loaded by the embedded interpreter's init code (bindings/build.py), which calls install(ffi, lib) with the
+libspecdec module's own ffi and lib. Every function runs on the C caller's thread.
+
+Sessions are plain integers cast to `specdec_session *` (never dereferenced, never reused), so a closed handle is
+recognised instead of touching freed memory. Each session has a lock: calls on one session are serialized, calls
+on different sessions run concurrently (ONNX Runtime releases the GIL while it runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import threading
+
+from specdec.runtime import SpecdecError, SpeculativeDecoder
+from specdec.runtime.device import resolve_provider
+
+# extern "Python" functions: C name of the public entry point -> private name that cffi binds
+EXTERNS = {
+    "specdec_open": "_specdec_py_open",
+    "specdec_close": "_specdec_py_close",
+    "specdec_get_info": "_specdec_py_get_info",
+    "specdec_generate_ids": "_specdec_py_generate_ids",
+    "specdec_generate_text": "_specdec_py_generate_text",
+    "specdec_stream": "_specdec_py_stream",
+}
+
+OPTION_TYPES = {"provider": str, "threads": int, "draft": str}
+
+
+class Failure(Exception):
+    """A failed call: a specdec_status and the one-line message for specdec_last_error()."""
+
+    def __init__(self, status: int, problem: str, fix: str | None = None):
+        super().__init__(str(SpecdecError(problem, fix)))
+        self.status = status
+
+
+class _Session:
+    __slots__ = ("decoder", "lock", "owner")
+
+    def __init__(self, decoder):
+        self.decoder = decoder
+        self.lock = threading.Lock()
+        self.owner = None            # threading.get_ident() of the thread inside a call, else None
+
+
+def one_line(text: str, limit: int) -> bytes:
+    """`text` as one line of UTF-8 shorter than `limit` bytes (cut at a character boundary, ending in '...')."""
+    data = " ".join(str(text).split("\n")).replace("\r", " ").encode("utf-8", "replace")
+    if len(data) < limit:
+        return data
+    return data[:limit - 4].decode("utf-8", "ignore").encode("utf-8") + b"..."
+
+
+class CApi:
+    def __init__(self, ffi, lib):
+        self.ffi, self.lib = ffi, lib
+        self.sessions: dict[int, _Session] = {}
+        self.ids = itertools.count(1)
+        self.registry_lock = threading.Lock()
+        self.stop_reasons = {"": lib.SPECDEC_STOP_NONE, "eos": lib.SPECDEC_STOP_EOS,
+                             "max_new_tokens": lib.SPECDEC_STOP_MAX_NEW_TOKENS,
+                             "max_length": lib.SPECDEC_STOP_MAX_LENGTH, "callback": lib.SPECDEC_STOP_CALLBACK}
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+    def install(self) -> None:
+        for c_name, extern in EXTERNS.items():
+            body = getattr(self, c_name[len("specdec_"):])
+            self.ffi.def_extern(name=extern, error=self.lib.SPECDEC_E_INTERNAL)(self._entry(c_name, body))
+
+    def _entry(self, c_name, body):
+        lib = self.lib
+
+        def entry(*args):
+            try:
+                body(*args)
+                return lib.SPECDEC_OK
+            except Failure as failure:
+                status, message = failure.status, str(failure)
+            except SpecdecError as err:
+                status, message = lib.SPECDEC_E_INVALID_ARGUMENT, str(err)
+            except BaseException as err:  # noqa: BLE001 -- nothing may reach cffi (it would print, return 0 = OK)
+                status, message = classify(err, lib)
+            try:
+                lib._specdec_set_error(one_line(f"{c_name}: {message}", lib.SPECDEC_ERROR_MAX))
+            except BaseException:  # noqa: BLE001, S110 -- the status still tells the caller what happened
+                pass
+            return status
+
+        entry.__name__ = c_name
+        return entry
+
+    def _text(self, ptr, what: str) -> str:
+        try:
+            return self.ffi.string(ptr).decode("utf-8")
+        except UnicodeDecodeError:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"{what} is not valid UTF-8",
+                          "pass NUL-terminated UTF-8") from None
+
+    def _session(self, ptr) -> _Session:
+        if ptr == self.ffi.NULL:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "session is NULL", "pass a session from specdec_open")
+        session = self.sessions.get(int(self.ffi.cast("uintptr_t", ptr)))
+        if session is None:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT,
+                          "session is not open (closed already, or not from specdec_open)",
+                          "using a session after specdec_close is undefined behaviour; open a new one")
+        return session
+
+    @contextlib.contextmanager
+    def _hold(self, session: _Session):
+        """The session's decoder, held for this thread (other threads wait; a nested call is refused)."""
+        me = threading.get_ident()
+        if session.owner == me:
+            raise Failure(self.lib.SPECDEC_E_BUSY, "the session is already in a call on this thread (a call from "
+                          "inside its own stream callback)", "use another session, or call after specdec_stream "
+                          "returns")
+        with session.lock:
+            if session.decoder is None:
+                raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "the session was closed while this call waited "
+                              "for it", "do not close a session that other threads still use")
+            session.owner = me
+            try:
+                yield session.decoder
+            finally:
+                session.owner = None
+
+    def _params(self, ptr) -> dict:
+        p = self.lib.specdec_params_default() if ptr == self.ffi.NULL else ptr[0]
+        return {"max_new_tokens": int(p.max_new_tokens), "gamma": int(p.gamma), "temperature": float(p.temperature),
+                "top_k": int(p.top_k), "top_p": float(p.top_p), "lenience": float(p.lenience), "seed": int(p.seed)}
+
+    def _input_ids(self, ptr, count: int):
+        if ptr == self.ffi.NULL:
+            if count:
+                raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"input_ids is NULL but n_input is {count}",
+                              "pass the token ids, or n_input 0 with no ids")
+            return None
+        return self.ffi.unpack(ptr, count) if count else []
+
+    def _out_buffer(self, buf, capacity: int, out_len, what: str) -> None:
+        if out_len == self.ffi.NULL:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "out_len is NULL",
+                          "pass the address of a size_t to receive the output length")
+        if buf == self.ffi.NULL and capacity:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"{what} is NULL but out_capacity is {capacity}",
+                          "pass a buffer of out_capacity elements, or out_capacity 0 to measure only")
+
+    def _fill_stats(self, out, stats, stop_reason: str) -> None:
+        if out == self.ffi.NULL:
+            return
+        for name in ("target_calls", "draft_calls", "proposed", "accepted", "new_tokens", "ort_runs"):
+            setattr(out, name, int(getattr(stats, name)))
+        for name in ("acceptance_rate", "tokens_per_target_call", "encoder_s", "draft_s", "verify_s",
+                     "sampling_s", "host_s", "total_s"):
+            setattr(out, name, float(getattr(stats, name)))
+        out.stop_reason = self.stop_reasons.get(stop_reason, self.lib.SPECDEC_STOP_NONE)
+
+    def _too_small(self, capacity: int, needed: int, unit: str) -> Failure:
+        return Failure(self.lib.SPECDEC_E_BUFFER_TOO_SMALL,
+                       f"the output needs {needed} {unit} but out_capacity is {capacity}",
+                       f"call again with out_capacity >= {needed} (same params and seed give the same output)")
+
+    # -- the API ------------------------------------------------------------------------------------------------
+    def open(self, export_dir, options_json, out_session) -> None:
+        lib, ffi = self.lib, self.ffi
+        if out_session == ffi.NULL:
+            raise Failure(lib.SPECDEC_E_INVALID_ARGUMENT, "out_session is NULL",
+                          "pass the address of a specdec_session * to receive the session")
+        if export_dir == ffi.NULL:
+            raise Failure(lib.SPECDEC_E_INVALID_ARGUMENT, "export_dir is NULL",
+                          "pass the path of a directory made by specdec-export")
+        path = self._text(export_dir, "export_dir")
+        options = self._options(options_json)
+        try:
+            provider = resolve_provider(options.get("provider", "auto"))
+        except SpecdecError as err:
+            raise Failure(lib.SPECDEC_E_PROVIDER, str(err)) from None
+        try:
+            decoder = SpeculativeDecoder.load(path, provider=provider, threads=options.get("threads", 0),
+                                              draft=options.get("draft"))
+        except SpecdecError as err:
+            raise Failure(lib.SPECDEC_E_EXPORT, str(err)) from None
+        except OSError as err:     # e.g. ENAMETOOLONG, EACCES while reading the directory
+            raise Failure(lib.SPECDEC_E_EXPORT, f"cannot read export directory ({type(err).__name__}: "
+                          f"{err.strerror or err})", "check the path and its permissions") from None
+        with self.registry_lock:
+            handle = next(self.ids)
+            self.sessions[handle] = _Session(decoder)
+        out_session[0] = ffi.cast("specdec_session *", handle)
+
+    def _options(self, options_json) -> dict:
+        bad = self.lib.SPECDEC_E_INVALID_ARGUMENT
+        text = "" if options_json == self.ffi.NULL else self._text(options_json, "options_json")
+        if not text.strip():
+            return {}
+        example = 'e.g. {"provider": "cpu", "threads": 2}'
+        try:
+            options = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise Failure(bad, f"options_json is not valid JSON ({err.msg} at character {err.pos})",
+                          f"pass a JSON object, {example}, or NULL") from None
+        if not isinstance(options, dict):
+            raise Failure(bad, "options_json is not a JSON object", f"pass a JSON object, {example}, or NULL")
+        for key, value in options.items():
+            kind = OPTION_TYPES.get(key)
+            if kind is None:
+                raise Failure(bad, f"options_json has an unknown key {json.dumps(key)}",
+                              f"use only {', '.join(map(json.dumps, OPTION_TYPES))}")
+            if not isinstance(value, kind) or isinstance(value, bool):
+                wanted = "integer" if kind is int else "string"
+                raise Failure(bad, f"options_json {json.dumps(key)} must be a JSON {wanted} (got {json.dumps(value)})",
+                              example)
+        if options.get("threads", 0) < 0:
+            raise Failure(bad, f"options_json \"threads\" must be >= 0 (got {options['threads']})",
+                          "use 0 for onnxruntime's default")
+        return options
+
+    def close(self, ptr) -> None:
+        session = self._session(ptr)
+        if session.owner == threading.get_ident():
+            raise Failure(self.lib.SPECDEC_E_BUSY, "specdec_close was called from inside the session's own "
+                          "stream callback; the session stays open", "close it after specdec_stream returns")
+        with session.lock:                 # waits for a call in progress on another thread
+            with self.registry_lock:
+                self.sessions.pop(int(self.ffi.cast("uintptr_t", ptr)), None)
+            session.decoder = None         # releases the ONNX Runtime sessions and buffers
+
+    def get_info(self, ptr, out_info) -> None:
+        session = self._session(ptr)
+        if out_info == self.ffi.NULL:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "out_info is NULL",
+                          "pass the address of a specdec_session_info")
+        with self._hold(session) as dec:
+            out_info.gamma_max, out_info.max_length = int(dec.gamma_max), int(dec.max_length)
+            out_info.vocab_size, out_info.eos_token_id = int(dec.vocab_size), int(dec.eos_id)
+            name = str(dec.provider).encode("ascii")[:15]
+            self.ffi.memmove(out_info.provider, name + b"\0", len(name) + 1)
+
+    def generate_ids(self, ptr, input_ids, n_input, params, out_ids, out_capacity, out_len, out_stats) -> None:
+        session = self._session(ptr)
+        self._out_buffer(out_ids, out_capacity, out_len, "out_ids")
+        ids = self._input_ids(input_ids, n_input)
+        kwargs = self._params(params)
+        with self._hold(session) as dec:
+            res = dec.generate(input_ids=[] if ids is None else ids, **kwargs)
+        count = len(res.token_ids)
+        out_len[0] = count
+        self._fill_stats(out_stats, res.stats, res.stop_reason)
+        if count > out_capacity:
+            raise self._too_small(out_capacity, count, "ids")
+        out_ids[0:count] = res.token_ids
+
+    def generate_text(self, ptr, prompt, params, out_text, out_capacity, out_len, out_stats) -> None:
+        session = self._session(ptr)
+        self._out_buffer(out_text, out_capacity, out_len, "out_text")
+        if prompt == self.ffi.NULL:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "prompt is NULL", "pass the prompt text")
+        text = self._text(prompt, "prompt")
+        kwargs = self._params(params)
+        with self._hold(session) as dec:
+            res = dec.generate(text, **kwargs)
+        data = res.text.encode("utf-8")
+        out_len[0] = len(data)
+        self._fill_stats(out_stats, res.stats, res.stop_reason)
+        if len(data) + 1 > out_capacity:
+            raise self._too_small(out_capacity, len(data) + 1, "bytes (with the NUL)")
+        self.ffi.memmove(out_text, data + b"\0", len(data) + 1)
+
+    def stream(self, ptr, prompt, input_ids, n_input, params, on_piece, user_data, out_stats) -> None:
+        ffi = self.ffi
+        session = self._session(ptr)
+        if on_piece == ffi.NULL:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "on_piece is NULL",
+                          "pass a callback; use specdec_generate_ids or _text to generate without one")
+        text = None if prompt == ffi.NULL else self._text(prompt, "prompt")
+        ids = self._input_ids(input_ids, n_input)
+        kw = self._params(params)
+        with self._hold(session) as dec:
+            # SpeculativeDecoder.stream() with the stats and stop reason that it does not expose: the pieces
+            # (ids and text) are built exactly as stream() builds them.
+            steps = dec._stream(text, ids, kw["max_new_tokens"], kw["gamma"], kw["temperature"], kw["top_k"],
+                                kw["top_p"], kw["lenience"], kw["seed"])
+            out, shown, stats, reason = [], "", None, ""
+            try:
+                for new, reason, stats in steps:
+                    out.extend(new)
+                    full = dec.decode(out)
+                    piece = full.removeprefix(shown)
+                    shown = full
+                    data = piece.encode("utf-8")
+                    if on_piece(ffi.new("int32_t[]", [int(t) for t in new]), len(new), ffi.new("char[]", data),
+                                len(data), user_data) != 0:
+                        reason = "callback"
+                        break
+            finally:
+                steps.close()
+        self._fill_stats(out_stats, stats, reason)
+
+
+def classify(err: BaseException, lib) -> tuple[int, str]:
+    """Status and message for an exception that is not a SpecdecError."""
+    first = (str(err).strip().splitlines() or [""])[0][:300]
+    described = f"{type(err).__name__}: {first}" if first else type(err).__name__
+    if type(err).__module__.startswith("onnxruntime"):
+        return lib.SPECDEC_E_RUNTIME, f"onnxruntime failed ({described})"
+    return lib.SPECDEC_E_INTERNAL, f"internal error ({described}); please report it as a specdec bug"
+
+
+def install(ffi, lib) -> CApi:
+    """Attach the extern "Python" functions of libspecdec (called once by its init code)."""
+    api = CApi(ffi, lib)
+    api.install()
+    return api

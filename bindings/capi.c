@@ -1,0 +1,222 @@
+/* libspecdec: the C side of the C API (include/specdec.h). bindings/build.py pastes this file into the cffi
+ * embedding module after `#include "specdec.h"`.
+ *
+ * What lives here, and why it is C rather than Python:
+ *   - specdec_version, specdec_status_name, specdec_params_default: constants; they must not start Python.
+ *   - specdec_last_error: thread-local storage in C, so the message survives whatever CPython does with the
+ *     thread state of a foreign thread between calls.
+ *   - the public entry points: each clears the thread's error, makes sure Python is running (cffi's
+ *     embedding logic returns 0 == SPECDEC_OK from a Python function whose interpreter failed to start, so
+ *     the start is checked here first), then calls the Python side (bindings/_capi.py), which converts
+ *     types and errors and calls specdec.runtime -- all decoding logic lives there.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <string.h>
+
+#ifndef SPECDEC_PACKAGE_VERSION
+#error "build with bindings/build.py: it defines SPECDEC_PACKAGE_VERSION, SPECDEC_LIBPYTHON, SPECDEC_PYTHON_EXECUTABLE"
+#endif
+
+/* extern "Python" functions (defined by cffi from bindings/_capi.py; static, not exported) */
+static int _specdec_py_open(const char *export_dir, const char *options_json, specdec_session **out_session);
+static int _specdec_py_close(specdec_session *session);
+static int _specdec_py_get_info(specdec_session *session, specdec_session_info *out_info);
+static int _specdec_py_generate_ids(specdec_session *session, const int32_t *input_ids, size_t n_input,
+                                    const specdec_params *params, int32_t *out_ids, size_t out_capacity,
+                                    size_t *out_len, specdec_stats *out_stats);
+static int _specdec_py_generate_text(specdec_session *session, const char *prompt, const specdec_params *params,
+                                     char *out_text, size_t out_capacity, size_t *out_len,
+                                     specdec_stats *out_stats);
+static int _specdec_py_stream(specdec_session *session, const char *prompt, const int32_t *input_ids,
+                              size_t n_input, const specdec_params *params, specdec_piece_callback on_piece,
+                              void *user_data, specdec_stats *out_stats);
+
+/* ---- the calling thread's last error ----------------------------------------------------------------- */
+
+static __thread char specdec_tls_error[SPECDEC_ERROR_MAX];
+
+/* Called by the Python side (declared in the cffi cdef): `message` is already one line, UTF-8, and shorter
+   than SPECDEC_ERROR_MAX; the copy is bounded anyway. */
+static void _specdec_set_error(const char *message)
+{
+    size_t n = message ? strlen(message) : 0;
+    if (n >= SPECDEC_ERROR_MAX)
+        n = SPECDEC_ERROR_MAX - 1;
+    if (n)
+        memcpy(specdec_tls_error, message, n);
+    specdec_tls_error[n] = '\0';
+}
+
+SPECDEC_API const char *specdec_last_error(void)
+{
+    return specdec_tls_error;
+}
+
+/* ---- constants ---------------------------------------------------------------------------------------- */
+
+SPECDEC_API const char *specdec_version(void)
+{
+    return SPECDEC_PACKAGE_VERSION;
+}
+
+SPECDEC_API const char *specdec_status_name(specdec_status status)
+{
+    switch (status) {
+    case SPECDEC_OK: return "SPECDEC_OK";
+    case SPECDEC_E_INVALID_ARGUMENT: return "SPECDEC_E_INVALID_ARGUMENT";
+    case SPECDEC_E_BUFFER_TOO_SMALL: return "SPECDEC_E_BUFFER_TOO_SMALL";
+    case SPECDEC_E_EXPORT: return "SPECDEC_E_EXPORT";
+    case SPECDEC_E_PROVIDER: return "SPECDEC_E_PROVIDER";
+    case SPECDEC_E_BUSY: return "SPECDEC_E_BUSY";
+    case SPECDEC_E_PYTHON: return "SPECDEC_E_PYTHON";
+    case SPECDEC_E_RUNTIME: return "SPECDEC_E_RUNTIME";
+    case SPECDEC_E_INTERNAL: return "SPECDEC_E_INTERNAL";
+    }
+    return "SPECDEC_UNKNOWN_STATUS";
+}
+
+SPECDEC_API specdec_params specdec_params_default(void)
+{
+    specdec_params p;
+    memset(&p, 0, sizeof p);
+    p.max_new_tokens = 64;
+    p.gamma = 4;
+    p.temperature = 0.0;
+    p.top_k = 0;
+    p.top_p = 1.0;
+    p.lenience = 1.0;
+    p.seed = 0;
+    return p;
+}
+
+/* ---- starting Python ---------------------------------------------------------------------------------- */
+
+static char specdec_python_failure[512];    /* why the interpreter could not start ("" if it could) */
+
+static void specdec_start_python(void)
+{
+    PyConfig config;
+    PyStatus status;
+    char *argv[1];
+
+    /* Extension modules (numpy, onnxruntime, ...) resolve CPython's symbols globally. A host that dlopen()s
+       libspecdec.so with RTLD_LOCAL would leave libpython local and those imports would fail, so make the
+       already-loaded libpython global. (The handle is kept: it only pins a library that is loaded anyway.) */
+    (void)dlopen(SPECDEC_LIBPYTHON, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+
+    if (Py_IsInitialized())         /* the host runs Python itself: cffi uses that interpreter */
+        return;
+    /* Start CPython as if it were the build environment's own interpreter (SPECDEC_PYTHON_EXECUTABLE, e.g.
+       .venv/bin/python): its location is what CPython derives sys.prefix, the virtualenv (pyvenv.cfg) and
+       site-packages from. Left alone, CPython would search for its standard library from the host program's
+       location and may find another Python's. No signal handlers: the host owns signals. */
+    PyConfig_InitPythonConfig(&config);
+    config.install_signal_handlers = 0;
+    config.parse_argv = 0;
+    argv[0] = (char *)"libspecdec";
+    status = PyConfig_SetBytesString(&config, &config.program_name, SPECDEC_PYTHON_EXECUTABLE);
+    if (!PyStatus_Exception(status))
+        status = PyConfig_SetBytesArgv(&config, 1, argv);
+    if (!PyStatus_Exception(status))
+        status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(status)) {
+        snprintf(specdec_python_failure, sizeof specdec_python_failure, "%s%s%s",
+                 status.func ? status.func : "", status.func ? ": " : "",
+                 status.err_msg ? status.err_msg : "CPython failed to initialize");
+        return;
+    }
+    (void)PyEval_SaveThread();      /* release the GIL: every call takes it on its own thread */
+}
+
+/* Clear the thread's error and make sure the embedded interpreter runs. Returns 0 when ready. */
+static int specdec_enter(const char *function)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    char message[1024];
+
+    specdec_tls_error[0] = '\0';
+    pthread_once(&once, specdec_start_python);
+    if (specdec_python_failure[0] == '\0' && cffi_start_python() == 0)
+        return 0;
+    snprintf(message, sizeof message,
+             "%s: the embedded Python interpreter (%s) failed to start (%s); unset PYTHONHOME and PYTHONPATH "
+             "in the host's environment, or rebuild libspecdec with `python -m specdec.bindings.build` in the "
+             "Python environment where specdec is installed.",
+             function, SPECDEC_PYTHON_EXECUTABLE,
+             specdec_python_failure[0] ? specdec_python_failure : "its traceback is on stderr");
+    _specdec_set_error(message);
+    return -1;
+}
+
+/* ---- public entry points: clear the error, start Python, call the Python side ------------------------ */
+
+SPECDEC_API specdec_status specdec_open(const char *export_dir, const char *options_json,
+                                        specdec_session **out_session)
+{
+    if (out_session)
+        *out_session = NULL;
+    if (specdec_enter("specdec_open"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_open(export_dir, options_json, out_session);
+}
+
+SPECDEC_API void specdec_close(specdec_session *session)
+{
+    specdec_tls_error[0] = '\0';
+    if (session == NULL)            /* safe whether or not Python ever started */
+        return;
+    if (specdec_enter("specdec_close"))
+        return;
+    (void)_specdec_py_close(session);
+}
+
+SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_session_info *out_info)
+{
+    if (specdec_enter("specdec_get_info"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_get_info(session, out_info);
+}
+
+static void specdec_zero_stats(specdec_stats *out_stats)
+{
+    if (out_stats)
+        memset(out_stats, 0, sizeof *out_stats);
+}
+
+SPECDEC_API specdec_status specdec_generate_ids(specdec_session *session, const int32_t *input_ids,
+                                                size_t n_input, const specdec_params *params, int32_t *out_ids,
+                                                size_t out_capacity, size_t *out_len, specdec_stats *out_stats)
+{
+    specdec_zero_stats(out_stats);
+    if (specdec_enter("specdec_generate_ids"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_generate_ids(session, input_ids, n_input, params, out_ids, out_capacity,
+                                                    out_len, out_stats);
+}
+
+SPECDEC_API specdec_status specdec_generate_text(specdec_session *session, const char *prompt,
+                                                 const specdec_params *params, char *out_text,
+                                                 size_t out_capacity, size_t *out_len,
+                                                 specdec_stats *out_stats)
+{
+    specdec_zero_stats(out_stats);
+    if (specdec_enter("specdec_generate_text"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_generate_text(session, prompt, params, out_text, out_capacity, out_len,
+                                                     out_stats);
+}
+
+SPECDEC_API specdec_status specdec_stream(specdec_session *session, const char *prompt,
+                                          const int32_t *input_ids, size_t n_input,
+                                          const specdec_params *params, specdec_piece_callback on_piece,
+                                          void *user_data, specdec_stats *out_stats)
+{
+    specdec_zero_stats(out_stats);
+    if (specdec_enter("specdec_stream"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_stream(session, prompt, input_ids, n_input, params, on_piece, user_data,
+                                              out_stats);
+}

@@ -1,0 +1,274 @@
+/*
+ * specdec.h -- C API of specdec: exact speculative decoding (Leviathan et al., 2023) of a T5 target/draft
+ * pair exported by `specdec-export`, running on ONNX Runtime.
+ *
+ * This header is the contract. Plain C99; usable from C++ (extern "C"). Link with libspecdec.so, which
+ * `python -m specdec.bindings.build` (or `specdec-build-capi`) writes to build/; see bindings/README.md.
+ * libspecdec.so runs specdec's Python runtime in-process (an embedded CPython started on the first call that
+ * needs it); the host program contains no Python code and needs nothing in its environment: the library
+ * records at build time where its Python environment is.
+ *
+ * Conventions that hold for every function below unless it says otherwise
+ * ----------------------------------------------------------------------------------------------------------
+ *  - Status: functions return a specdec_status. SPECDEC_OK (0) is success; anything else is a failure and
+ *    specdec_last_error() then returns a one-line message of the form "function: problem; fix.". A failed
+ *    call has no effect on the session: the next call on it works as if the failed call never happened.
+ *    No function aborts, exits or throws on bad input. The library prints nothing (except that CPython and
+ *    cffi print a traceback on stderr if the embedded interpreter itself cannot start).
+ *  - Ownership: the library never takes ownership of caller memory and never keeps a caller pointer after
+ *    the call returns. Every `const char *` the library returns is owned by the library (never free it);
+ *    how long it stays valid is stated per function. Output buffers are provided by the caller.
+ *  - Strings are NUL-terminated UTF-8, both ways.
+ *  - Token ids are int32_t (the vocabulary fits easily); the runtime checks them against the export's
+ *    vocabulary.
+ *  - Threads: any function may be called from any thread, including threads the library has never seen.
+ *    Different sessions are independent and run concurrently (ONNX Runtime runs without the Python GIL).
+ *    One session may be shared by several threads: calls on the same session are serialized inside the
+ *    library (each waits for the one in progress), they neither fail nor interleave (the one exception: a
+ *    call on a session from inside that session's own stream callback fails with SPECDEC_E_BUSY).
+ *  - Errors are per thread: specdec_last_error() reports the last failure of the calling thread only.
+ *  - Process: one embedded CPython per process, started by the first call that needs it (concurrent first
+ *    calls are safe), without signal handlers, never finalized (its memory goes at process exit). If the
+ *    host already runs CPython, that interpreter is used. Leave PYTHONHOME and PYTHONPATH unset in the
+ *    host's environment. Do not keep using the library in a child after fork().
+ */
+#ifndef SPECDEC_H
+#define SPECDEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SPECDEC_API __attribute__((visibility("default")))
+#else
+#define SPECDEC_API
+#endif
+
+/* Version of this C API (the header's contract): incremented whenever a function signature, a struct layout or
+   the meaning of a status changes. The library's package version is specdec_version(). */
+#define SPECDEC_API_VERSION 1
+
+/* Longest message specdec_last_error() returns, in bytes including the NUL; longer ones are cut (at a
+   UTF-8 character boundary) and end with "...". */
+#define SPECDEC_ERROR_MAX 2048
+
+/* ---- types (bindings/build.py also reads this block, between the markers, as cffi declarations) -------- */
+/* @cffi-types-begin */
+
+/* Status of a call. Values are stable: new codes may be added, existing ones never change. */
+typedef enum specdec_status {
+    SPECDEC_OK = 0,
+    /* A NULL pointer where one is required, an invalid params field (e.g. gamma above the export's
+       gamma_max, top_p outside (0, 1], a NaN temperature), a bad options_json, an empty prompt, token ids
+       outside the vocabulary, a prompt longer than the export's max_length, a session handle that is not
+       open. Nothing was generated. */
+    SPECDEC_E_INVALID_ARGUMENT = 1,
+    /* The caller's output buffer is too small. The generation did run: *out_len holds the length that is
+       needed (token count; or text bytes without the NUL, so out_capacity must be at least *out_len + 1) and
+       *out_stats (if given) is filled, but nothing was written to the output buffer. Calling again with a
+       large enough buffer and the same arguments (same seed) gives the same output. */
+    SPECDEC_E_BUFFER_TOO_SMALL = 2,
+    /* The export directory is missing, incomplete, corrupt (a checksum differs), of another format
+       version, or ONNX Runtime cannot load one of its graphs. */
+    SPECDEC_E_EXPORT = 3,
+    /* The requested execution provider is unknown or not available in the installed onnxruntime. */
+    SPECDEC_E_PROVIDER = 4,
+    /* A call on a session from inside that same session's stream callback (it would deadlock). */
+    SPECDEC_E_BUSY = 5,
+    /* The embedded Python runtime could not start or could not import specdec (the message says why;
+       typically the Python environment the library was built for has moved: rebuild the library).
+       Every later call fails the same way. */
+    SPECDEC_E_PYTHON = 6,
+    /* ONNX Runtime failed while generating (e.g. out of device memory). The session stays usable. */
+    SPECDEC_E_RUNTIME = 7,
+    /* An unexpected failure inside the library (a bug): the message names the exception. */
+    SPECDEC_E_INTERNAL = 8
+} specdec_status;
+
+/* Why a generation stopped (specdec_stats.stop_reason). */
+typedef enum specdec_stop_reason {
+    SPECDEC_STOP_NONE = 0,            /* no generation ran (e.g. the call failed before generating) */
+    SPECDEC_STOP_EOS = 1,             /* the end-of-sequence token was generated (it is the last output id) */
+    SPECDEC_STOP_MAX_NEW_TOKENS = 2,  /* params.max_new_tokens tokens were generated */
+    SPECDEC_STOP_MAX_LENGTH = 3,      /* the export's max_length was reached */
+    SPECDEC_STOP_CALLBACK = 4         /* the stream callback returned nonzero */
+} specdec_stop_reason;
+
+/* Opaque session: one loaded export directory (target, draft, samplers, device buffers). Created by
+   specdec_open, destroyed by specdec_close; the handle value means nothing to the caller. */
+typedef struct specdec_session specdec_session;
+
+/* Generation parameters. Always start from specdec_params_default() and change fields, so that fields added
+   in later API versions get their defaults. The library validates every field on every call (invalid ->
+   SPECDEC_E_INVALID_ARGUMENT, nothing generated). Same params and seed -> same tokens, on any thread. */
+typedef struct specdec_params {
+    int32_t max_new_tokens;  /* >= 1. Default 64. Output is at most this many tokens (an EOS included).   */
+    int32_t gamma;           /* draft tokens per target call, 0..gamma_max of the export (see
+                                specdec_get_info). 0 = target-only decoding. Default 4. Greedy output
+                                does not depend on gamma; sampled output depends on it.                    */
+    double temperature;      /* finite, >= 0. 0 = greedy (default). Output distribution is exactly the
+                                target's at this temperature/top_k/top_p, whatever the draft.              */
+    int32_t top_k;           /* >= 0; 0 = no top-k filter (default).                                       */
+    double top_p;            /* in (0, 1]; 1 = no nucleus filter (default).                               */
+    double lenience;         /* in (0, 1]; 1 = exact speculative sampling (default); lower accepts more
+                                draft tokens and is no longer exact.                                       */
+    uint64_t seed;           /* random seed for sampling (unused when greedy). Default 0.                  */
+} specdec_params;
+
+/* What one generation did and where its time went (seconds, wall clock). */
+typedef struct specdec_stats {
+    int64_t target_calls;           /* target decoder runs: verify passes (or steps when gamma = 0)       */
+    int64_t draft_calls;            /* draft decoder runs                                                 */
+    int64_t proposed;               /* draft tokens offered for verification                              */
+    int64_t accepted;               /* of those, kept                                                     */
+    int64_t new_tokens;             /* tokens generated                                                   */
+    int64_t ort_runs;               /* every ONNX Runtime session run: encoders, decoders, samplers       */
+    double acceptance_rate;         /* accepted / proposed (0 when nothing was proposed)                  */
+    double tokens_per_target_call;  /* new_tokens / target_calls (0 when there was no target call)        */
+    double encoder_s;               /* encoders                                                           */
+    double draft_s;                 /* draft decoder                                                      */
+    double verify_s;                /* target decoder                                                     */
+    double sampling_s;              /* sampler graphs                                                     */
+    double host_s;                  /* everything outside ONNX Runtime runs (Python, tokenizer, binding) */
+    double total_s;                 /* whole generation                                                   */
+    specdec_stop_reason stop_reason;
+} specdec_stats;
+
+/* Facts about an open session (specdec_get_info). */
+typedef struct specdec_session_info {
+    int32_t gamma_max;      /* largest params.gamma this export accepts                                    */
+    int32_t max_length;     /* longest prompt, and longest output, in tokens                               */
+    int32_t vocab_size;     /* token ids are 0 .. vocab_size - 1                                           */
+    int32_t eos_token_id;   /* the end-of-sequence id                                                      */
+    char provider[16];      /* NUL-terminated: the provider in use, "cpu", "cuda" or "tensorrt"            */
+} specdec_session_info;
+
+/* Stream callback: called once per accepted piece (one verify step: 1 .. gamma + 1 tokens), in order, on the
+   thread that called specdec_stream, before specdec_stream returns.
+     token_ids, n_tokens: the piece's token ids (n_tokens >= 1).
+     text, text_len:      the text those tokens add to the output so far (NUL-terminated UTF-8, text_len bytes
+                          without the NUL; may be empty, e.g. for special tokens). Concatenating every piece's
+                          text gives the text of the whole output.
+     user_data:           the pointer given to specdec_stream, untouched.
+   Both pointers are owned by the library and valid only until the callback returns: copy what you keep.
+   Return 0 to continue, nonzero to stop: the generation then ends (stop_reason SPECDEC_STOP_CALLBACK) and
+   specdec_stream returns SPECDEC_OK. The callback may call the library on other sessions; calls on the same
+   session fail with SPECDEC_E_BUSY (specdec_close on it is ignored). It must not unwind through the
+   library (no longjmp; C++: do not let an exception escape the callback). */
+typedef int (*specdec_piece_callback)(const int32_t *token_ids, size_t n_tokens, const char *text,
+                                      size_t text_len, void *user_data);
+
+/* @cffi-types-end */
+
+/* ---- library ------------------------------------------------------------------------------------------- */
+
+/* The specdec package version this library was built from, e.g. "0.1.0". Static storage: never free, valid
+   for the life of the process. Does not start Python; thread-safe; cannot fail. */
+SPECDEC_API const char *specdec_version(void);
+
+/* The calling thread's last error: a one-line, NUL-terminated UTF-8 message ("" if the last specdec call on
+   this thread succeeded, or there was none). Every specdec call except specdec_last_error, specdec_version,
+   specdec_status_name and specdec_params_default clears it when it starts and sets it when it fails.
+   Owned by the library (thread-local storage): valid until the calling thread makes its next call that
+   clears it, or exits; copy it to keep it. Never NULL. Thread-safe: other threads' failures never show here. */
+SPECDEC_API const char *specdec_last_error(void);
+
+/* The enumerator name of a status, e.g. "SPECDEC_E_EXPORT" ("SPECDEC_UNKNOWN_STATUS" for values not in the
+   enum). Static storage; thread-safe; cannot fail. */
+SPECDEC_API const char *specdec_status_name(specdec_status status);
+
+/* ---- sessions ------------------------------------------------------------------------------------------ */
+
+/* Open an export directory made by specdec-export: reads and checks the manifest and the sha256 of every
+   file, then creates the ONNX Runtime sessions and device buffers once (each generation reuses them).
+     export_dir:   path to the directory (required).
+     options_json: NULL or "" for the defaults, or a JSON object with any of
+                     "provider": "auto" (default: the best of tensorrt, cuda, cpu), "cpu", "cuda", "tensorrt"
+                     "threads":  intra-op threads per model, integer >= 0 (default 0: ONNX Runtime's default)
+                     "draft":    path of another export directory to take the draft model from (same target
+                                 tokenizer); default: the draft exported together with the target
+                   An unknown key or a wrongly typed value is SPECDEC_E_INVALID_ARGUMENT.
+     out_session:  required; receives the new session on success, NULL on failure.
+   Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_EXPORT, SPECDEC_E_PROVIDER, SPECDEC_E_PYTHON or
+   SPECDEC_E_INTERNAL. The caller owns the session and must release it with specdec_close.
+   Thread-safe: any number of threads may open sessions at the same time. The first call in the process that
+   needs Python starts it (typically 0.5 to 2 s, once); opening an export takes about as long as loading
+   its ONNX graphs. */
+SPECDEC_API specdec_status specdec_open(const char *export_dir, const char *options_json,
+                                        specdec_session **out_session);
+
+/* Release a session and everything it holds. specdec_close(NULL) does nothing and is always safe, any
+   number of times. If another thread is in a call on the session, specdec_close waits for that call to
+   finish. Calling it from inside that session's own stream callback is refused (the session stays open;
+   the calling thread's last error says so).
+   After specdec_close(s) returns, `s` is invalid: using it again, or closing it again, is undefined
+   behaviour. (This implementation detects a closed handle and fails with SPECDEC_E_INVALID_ARGUMENT, but
+   do not rely on it.) Thread-safe with respect to other sessions. */
+SPECDEC_API void specdec_close(specdec_session *session);
+
+/* Fill *out_info (required) with facts about the session's export.
+   Returns SPECDEC_OK or SPECDEC_E_INVALID_ARGUMENT. Thread-safe (serialized per session). */
+SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_session_info *out_info);
+
+/* ---- generation ---------------------------------------------------------------------------------------- */
+
+/* The default parameters: max_new_tokens 64, gamma 4, temperature 0 (greedy), top_k 0, top_p 1,
+   lenience 1, seed 0 -- the same defaults as the Python API. Returns a struct by value; does not start
+   Python; thread-safe; cannot fail. */
+SPECDEC_API specdec_params specdec_params_default(void);
+
+/* Token ids in, token ids out.
+     session:              required.
+     input_ids, n_input:   the encoder input (n_input >= 1; usually ending with the EOS id, as the tokenizer
+                           would produce it); the caller keeps ownership, read only during the call.
+     params:               NULL for specdec_params_default().
+     out_ids, out_capacity: caller buffer of out_capacity int32_t. A buffer of params.max_new_tokens ids is
+                           always large enough. out_ids may be NULL only when out_capacity is 0 (then the
+                           call only measures: it returns SPECDEC_E_BUFFER_TOO_SMALL and the length).
+     out_len:              required; receives the number of generated ids (also on BUFFER_TOO_SMALL).
+     out_stats:            optional (NULL); filled on SPECDEC_OK and SPECDEC_E_BUFFER_TOO_SMALL, zeroed on
+                           any other failure (stop_reason SPECDEC_STOP_NONE).
+   The output excludes the decoder start token and stops after the EOS id if one is generated.
+   Returns SPECDEC_OK, SPECDEC_E_BUFFER_TOO_SMALL, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY,
+   SPECDEC_E_RUNTIME, SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL; on any failure nothing is written to
+   out_ids. Thread-safe (serialized per session). */
+SPECDEC_API specdec_status specdec_generate_ids(specdec_session *session, const int32_t *input_ids,
+                                                size_t n_input, const specdec_params *params, int32_t *out_ids,
+                                                size_t out_capacity, size_t *out_len, specdec_stats *out_stats);
+
+/* Text in, text out, through the export's tokenizer (same ids as specdec_generate_ids on the tokenizer's
+   encoding of the prompt; special tokens are dropped from the text).
+     prompt:               required, non-empty UTF-8.
+     out_text, out_capacity: caller buffer of out_capacity bytes; on success it holds the text and a NUL.
+                           out_text may be NULL only when out_capacity is 0 (measure only).
+     out_len:              required; receives the text length in bytes, without the NUL (the buffer must
+                           hold *out_len + 1 bytes).
+   Other arguments, statuses, ownership and threading as specdec_generate_ids. */
+SPECDEC_API specdec_status specdec_generate_text(specdec_session *session, const char *prompt,
+                                                 const specdec_params *params, char *out_text,
+                                                 size_t out_capacity, size_t *out_len,
+                                                 specdec_stats *out_stats);
+
+/* Generate and hand each accepted piece to on_piece as soon as it is verified (see specdec_piece_callback).
+   Give exactly one input: a prompt (text; input_ids NULL and n_input 0) or input_ids (prompt NULL).
+     on_piece:  required. user_data: passed to it untouched (may be NULL).
+     out_stats: optional; filled on SPECDEC_OK (including a stop by the callback), zeroed on a failure.
+   The pieces' token ids, concatenated, are exactly what specdec_generate_ids returns for the same input,
+   params and seed. Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY, SPECDEC_E_RUNTIME,
+   SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL. On a failure after some pieces were delivered, those pieces stand
+   but the output is incomplete. Thread-safe (serialized per session: the session is held until the last
+   callback has returned). */
+SPECDEC_API specdec_status specdec_stream(specdec_session *session, const char *prompt,
+                                          const int32_t *input_ids, size_t n_input,
+                                          const specdec_params *params, specdec_piece_callback on_piece,
+                                          void *user_data, specdec_stats *out_stats);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SPECDEC_H */

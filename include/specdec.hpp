@@ -1,0 +1,177 @@
+/*
+ * specdec.hpp -- a header-only C++11 RAII wrapper over the C API in specdec.h. Link with libspecdec.so.
+ *
+ *   specdec::Session s("exported", R"({"provider": "cpu"})");   // specdec_open; specdec_close in ~Session
+ *   specdec::Params p;                                           // specdec_params_default()
+ *   p.temperature = 0.7; p.seed = 42;
+ *   std::vector<int32_t> ids = s.generate_ids({5, 6, 7, 1}, p);
+ *   std::string text = s.generate_text("translate English to German: Hello", p);
+ *   s.stream_text("...", p, [](const specdec::Piece &piece) { std::cout << piece.text; return true; });
+ *
+ * Errors: every failure throws specdec::Error (status() and what() = specdec_last_error()); the session stays
+ * usable after a throw. Ownership: Session owns its handle (move-only; moved-from sessions are empty and safe to
+ * destroy). Threads: as specdec.h -- one Session may be used from several threads (calls are serialized by the
+ * library), and different Sessions run concurrently. A stream callback may throw: the generation stops and the
+ * exception is rethrown from stream_*() after the library has returned (it never unwinds through C).
+ */
+#ifndef SPECDEC_HPP
+#define SPECDEC_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specdec.h"
+
+namespace specdec {
+
+class Error : public std::runtime_error {
+public:
+    Error(specdec_status status, const std::string &message) : std::runtime_error(message), status_(status) {}
+    specdec_status status() const noexcept { return status_; }
+
+private:
+    specdec_status status_;
+};
+
+inline void check(specdec_status status)
+{
+    if (status != SPECDEC_OK)
+        throw Error(status, std::string(specdec_status_name(status)) + ": " + specdec_last_error());
+}
+
+/* specdec_params with the library's defaults. */
+struct Params : specdec_params {
+    Params() : specdec_params(specdec_params_default()) {}
+};
+
+typedef specdec_stats Stats;
+typedef specdec_session_info Info;
+
+/* One streamed piece; the vector and string are copies the callback may keep. */
+struct Piece {
+    std::vector<int32_t> token_ids;
+    std::string text;
+};
+
+class Session {
+public:
+    Session() noexcept : handle_(nullptr) {}
+    explicit Session(const std::string &export_dir, const std::string &options_json = std::string())
+        : handle_(nullptr)
+    {
+        check(specdec_open(export_dir.c_str(), options_json.c_str(), &handle_));
+    }
+    ~Session() { specdec_close(handle_); }
+
+    Session(const Session &) = delete;
+    Session &operator=(const Session &) = delete;
+    Session(Session &&other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+    Session &operator=(Session &&other) noexcept
+    {
+        if (this != &other) {
+            specdec_close(handle_);
+            handle_ = other.handle_;
+            other.handle_ = nullptr;
+        }
+        return *this;
+    }
+
+    explicit operator bool() const noexcept { return handle_ != nullptr; }
+    specdec_session *get() const noexcept { return handle_; }
+    void close() noexcept
+    {
+        specdec_close(handle_);
+        handle_ = nullptr;
+    }
+
+    Info info() const
+    {
+        Info out;
+        check(specdec_get_info(handle_, &out));
+        return out;
+    }
+
+    std::vector<int32_t> generate_ids(const std::vector<int32_t> &input_ids, const Params &params = Params(),
+                                      Stats *stats = nullptr) const
+    {
+        std::vector<int32_t> out(params.max_new_tokens > 0 ? static_cast<size_t>(params.max_new_tokens) : 1);
+        size_t len = 0;
+        check(specdec_generate_ids(handle_, input_ids.data(), input_ids.size(), &params, out.data(), out.size(),
+                                   &len, stats));
+        out.resize(len);
+        return out;
+    }
+
+    std::string generate_text(const std::string &prompt, const Params &params = Params(),
+                              Stats *stats = nullptr) const
+    {
+        std::vector<char> out(256);
+        size_t len = 0;
+        specdec_status status = specdec_generate_text(handle_, prompt.c_str(), &params, out.data(), out.size(),
+                                                      &len, stats);
+        if (status == SPECDEC_E_BUFFER_TOO_SMALL) {      /* the library said how much it needs: once more */
+            out.resize(len + 1);
+            status = specdec_generate_text(handle_, prompt.c_str(), &params, out.data(), out.size(), &len, stats);
+        }
+        check(status);
+        return std::string(out.data(), len);
+    }
+
+    /* on_piece(const Piece &) -> bool: return false to stop early. */
+    template <class F>
+    void stream_ids(const std::vector<int32_t> &input_ids, const Params &params, F &&on_piece,
+                    Stats *stats = nullptr) const
+    {
+        stream(nullptr, input_ids.data(), input_ids.size(), params, on_piece, stats);
+    }
+
+    template <class F>
+    void stream_text(const std::string &prompt, const Params &params, F &&on_piece, Stats *stats = nullptr) const
+    {
+        stream(prompt.c_str(), nullptr, 0, params, on_piece, stats);
+    }
+
+private:
+    template <class F>
+    struct Trampoline {
+        F *fn;
+        std::exception_ptr error;
+
+        static int call(const int32_t *ids, size_t n, const char *text, size_t text_len, void *user_data)
+        {
+            Trampoline *self = static_cast<Trampoline *>(user_data);
+            try {
+                Piece piece;
+                piece.token_ids.assign(ids, ids + n);
+                piece.text.assign(text, text_len);
+                return (*self->fn)(static_cast<const Piece &>(piece)) ? 0 : 1;
+            } catch (...) {                              /* never unwind through the C library */
+                self->error = std::current_exception();
+                return 1;
+            }
+        }
+    };
+
+    template <class F>
+    void stream(const char *prompt, const int32_t *ids, size_t n, const Params &params, F &on_piece,
+                Stats *stats) const
+    {
+        Trampoline<F> t;
+        t.fn = &on_piece;
+        specdec_status status = specdec_stream(handle_, prompt, ids, n, &params, &Trampoline<F>::call, &t, stats);
+        if (t.error)
+            std::rethrow_exception(t.error);
+        check(status);
+    }
+
+    specdec_session *handle_;
+};
+
+}  // namespace specdec
+
+#endif /* SPECDEC_HPP */

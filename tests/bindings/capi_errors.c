@@ -1,0 +1,638 @@
+/* Bad arguments from C: every case must return a status and a one-line message, never crash, and leave the
+ * session working (checked after each failure by regenerating reference outputs).
+ *
+ *   capi_errors EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR
+ *
+ * Prints "ok NAME" or "not ok NAME: detail" per case (tests/bindings/test_capi_errors.py runs each as a test), plus
+ * "version: ...", "defaults: ..." and "info: ..." lines that the test compares with the Python API.
+ * CAPI_ERRORS_VERBOSE=1 also prints every status and message.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specdec.h"
+
+static const char *export_dir, *missing_dir, *corrupt_dir, *tampered_dir;
+static specdec_session *session;                  /* the shared session every case checks afterwards */
+static const int32_t prompt[] = {20, 30, 1};      /* "w20 w30" */
+#define N_PROMPT 3
+#define PROMPT_TEXT "w20 w30"
+#define MAX_NEW 12
+static int32_t ref_greedy[MAX_NEW], ref_sampled[MAX_NEW];
+static size_t n_greedy, n_sampled;
+static char ref_text[4096];
+static char detail[8192];
+
+#define FAIL(...) do { snprintf(detail, sizeof detail, __VA_ARGS__); return 0; } while (0)
+#define CHECK(cond, ...) do { if (!(cond)) FAIL(__VA_ARGS__); } while (0)
+#define CALL(expr) do { if (!(expr)) return 0; } while (0)
+
+static specdec_params greedy_params(void)
+{
+    specdec_params p = specdec_params_default();
+    p.max_new_tokens = MAX_NEW;
+    p.gamma = 3;
+    return p;
+}
+
+static specdec_params sampled_params(void)
+{
+    specdec_params p = greedy_params();
+    p.temperature = 3.0;
+    p.top_k = 40;
+    p.top_p = 0.98;
+    p.seed = 7;
+    return p;
+}
+
+/* the failed call's status and message are as expected */
+static int expect_failure(const char *what, specdec_status got, specdec_status want, const char *function,
+                          const char *needle)
+{
+    const char *msg = specdec_last_error();
+    if (getenv("CAPI_ERRORS_VERBOSE"))
+        printf("  %-26s %s\n", specdec_status_name(got), msg);
+    CHECK(got == want, "%s: status %s, expected %s (message: %s)", what, specdec_status_name(got),
+          specdec_status_name(want), msg);
+    CHECK(msg != NULL && msg[0] != '\0', "%s: empty last error", what);
+    CHECK(strchr(msg, '\n') == NULL && strchr(msg, '\r') == NULL, "%s: message is not one line: %s", what, msg);
+    CHECK(strncmp(msg, function, strlen(function)) == 0, "%s: message does not start with %s: %s", what, function,
+          msg);
+    CHECK(needle == NULL || strstr(msg, needle) != NULL, "%s: message lacks '%s': %s", what, needle, msg);
+    return 1;
+}
+
+/* the shared session still gives the reference outputs */
+static int healthy(const char *after)
+{
+    int32_t out[MAX_NEW];
+    char text[4096];
+    size_t len = 0;
+    specdec_params p = greedy_params();
+    specdec_status st = specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL);
+    CHECK(st == SPECDEC_OK, "after %s: greedy generate failed: %s %s", after, specdec_status_name(st),
+          specdec_last_error());
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "after %s: greedy output changed", after);
+    CHECK(specdec_last_error()[0] == '\0', "after %s: last error not cleared by a successful call", after);
+    p = sampled_params();
+    st = specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL);
+    CHECK(st == SPECDEC_OK && len == n_sampled && !memcmp(out, ref_sampled, len * sizeof *out),
+          "after %s: sampled output changed (%s)", after, specdec_status_name(st));
+    p = greedy_params();
+    st = specdec_generate_text(session, PROMPT_TEXT, &p, text, sizeof text, &len, NULL);
+    CHECK(st == SPECDEC_OK && !strcmp(text, ref_text), "after %s: text output changed (%s)", after,
+          specdec_status_name(st));
+    return 1;
+}
+
+/* ---- open --------------------------------------------------------------------------------------------- */
+
+static int case_open_null_out_session(void)
+{
+    CALL(expect_failure("open", specdec_open(export_dir, NULL, NULL), SPECDEC_E_INVALID_ARGUMENT, "specdec_open",
+                        "out_session"));
+    return healthy("open with NULL out_session");
+}
+
+static int case_open_null_export_dir(void)
+{
+    specdec_session *s = (specdec_session *)&s;     /* must be reset to NULL */
+    CALL(expect_failure("open", specdec_open(NULL, NULL, &s), SPECDEC_E_INVALID_ARGUMENT, "specdec_open",
+                        "export_dir"));
+    CHECK(s == NULL, "out_session not set to NULL on failure");
+    return healthy("open with NULL export_dir");
+}
+
+static int case_open_missing_export(void)
+{
+    specdec_session *s = NULL;
+    CALL(expect_failure("open", specdec_open(missing_dir, NULL, &s), SPECDEC_E_EXPORT, "specdec_open",
+                        "does not exist"));
+    CHECK(s == NULL, "out_session set on failure");
+    CALL(expect_failure("open \"\"", specdec_open("", NULL, &s), SPECDEC_E_EXPORT, "specdec_open", "manifest"));
+    return healthy("open of a missing export");
+}
+
+static int case_open_corrupt_manifest(void)
+{
+    specdec_session *s = NULL;
+    CALL(expect_failure("open", specdec_open(corrupt_dir, NULL, &s), SPECDEC_E_EXPORT, "specdec_open", "corrupt"));
+    CHECK(s == NULL, "out_session set on failure");
+    return healthy("open of a corrupt export");
+}
+
+static int case_open_tampered_file(void)
+{
+    specdec_session *s = NULL;
+    CALL(expect_failure("open", specdec_open(tampered_dir, NULL, &s), SPECDEC_E_EXPORT, "specdec_open", "sha256"));
+    return healthy("open of a tampered export");
+}
+
+static int case_open_bad_options(void)
+{
+    static const char *bad[][2] = {
+        {"{", "not valid JSON"}, {"[1, 2]", "not a JSON object"}, {"{\"bogus\": 1}", "unknown key"},
+        {"{\"threads\": \"two\"}", "integer"}, {"{\"threads\": -1}", ">= 0"}, {"{\"provider\": 3}", "string"},
+        {"{\"threads\": true}", "integer"},
+    };
+    size_t i;
+    specdec_session *s = NULL;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CALL(expect_failure(bad[i][0], specdec_open(export_dir, bad[i][0], &s), SPECDEC_E_INVALID_ARGUMENT,
+                            "specdec_open", bad[i][1]));
+        CHECK(s == NULL, "out_session set on failure");
+    }
+    return healthy("bad options_json");
+}
+
+static int case_open_bad_provider(void)
+{
+    specdec_session *s = NULL;
+    specdec_status st;
+    CALL(expect_failure("provider gpu", specdec_open(export_dir, "{\"provider\": \"gpu\"}", &s), SPECDEC_E_PROVIDER,
+                        "specdec_open", "unknown provider"));
+    st = specdec_open(export_dir, "{\"provider\": \"tensorrt\"}", &s);
+    if (st == SPECDEC_OK)           /* an onnxruntime with TensorRT: nothing to refuse */
+        specdec_close(s);
+    else
+        CALL(expect_failure("provider tensorrt", st, SPECDEC_E_PROVIDER, "specdec_open", "not available"));
+    return healthy("an unavailable provider");
+}
+
+static int case_open_draft_option(void)
+{
+    /* "draft": another export's draft (here the same export's, so outputs stay the reference) */
+    char options[4096];
+    specdec_session *s = NULL;
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    specdec_params p = greedy_params();
+    snprintf(options, sizeof options, "{\"provider\": \"cpu\", \"draft\": \"%s\"}", export_dir);
+    CHECK(specdec_open(export_dir, options, &s) == SPECDEC_OK, "open with a draft: %s", specdec_last_error());
+    CHECK(specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL) == SPECDEC_OK, "generate: %s",
+          specdec_last_error());
+    specdec_close(s);
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with the draft option");
+    snprintf(options, sizeof options, "{\"draft\": \"%s\"}", missing_dir);
+    s = NULL;
+    CALL(expect_failure("missing draft", specdec_open(export_dir, options, &s), SPECDEC_E_EXPORT, "specdec_open",
+                        "does not exist"));
+    CHECK(s == NULL, "out_session set on failure");
+    return healthy("the draft option");
+}
+
+static int case_long_message_truncated(void)
+{
+    /* a 3 KiB path of short components (no ENAMETOOLONG): the message quoting it must be cut */
+    static char path[3 * SPECDEC_ERROR_MAX / 2];
+    specdec_session *s = NULL;
+    size_t len, i;
+    for (i = 0; i + 1 < sizeof path; i++)
+        path[i] = i % 64 == 0 ? '/' : 'x';
+    path[sizeof path - 1] = '\0';
+    CALL(expect_failure("open", specdec_open(path, NULL, &s), SPECDEC_E_EXPORT, "specdec_open", "export directory"));
+    len = strlen(specdec_last_error());
+    CHECK(len <= SPECDEC_ERROR_MAX - 1 && len > SPECDEC_ERROR_MAX - 8, "message length %zu for a %zu-byte path", len,
+          strlen(path));
+    CHECK(!strcmp(specdec_last_error() + len - 3, "..."), "a cut message does not end with ...");
+    return healthy("a long message");
+}
+
+static int case_open_unreadable_path(void)
+{
+    /* a path the OS refuses outright (ENAMETOOLONG) is an export error too */
+    static char path[3 * SPECDEC_ERROR_MAX];
+    specdec_session *s = NULL;
+    memset(path, 'x', sizeof path - 1);
+    path[0] = '/';
+    path[sizeof path - 1] = '\0';
+    CALL(expect_failure("open", specdec_open(path, NULL, &s), SPECDEC_E_EXPORT, "specdec_open", NULL));
+    return healthy("an unreadable path");
+}
+
+/* ---- sessions and generate_ids -------------------------------------------------------------------------- */
+
+static int case_null_session(void)
+{
+    int32_t out[MAX_NEW];
+    char text[64];
+    size_t len;
+    specdec_session_info info;
+    CALL(expect_failure("generate_ids", specdec_generate_ids(NULL, prompt, N_PROMPT, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "session is NULL"));
+    CALL(expect_failure("generate_text", specdec_generate_text(NULL, "w5", NULL, text, sizeof text, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "session is NULL"));
+    CALL(expect_failure("get_info", specdec_get_info(NULL, &info), SPECDEC_E_INVALID_ARGUMENT, "specdec_get_info",
+                        "session is NULL"));
+    CALL(expect_failure("stream", specdec_stream(NULL, "w5", NULL, 0, NULL, NULL, NULL, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", "session is NULL"));
+    CALL(expect_failure("get_info", specdec_get_info(session, NULL), SPECDEC_E_INVALID_ARGUMENT, "specdec_get_info",
+                        "out_info"));
+    return healthy("NULL session");
+}
+
+static int case_null_input_ids(void)
+{
+    int32_t out[MAX_NEW];
+    size_t len;
+    CALL(expect_failure("ids", specdec_generate_ids(session, NULL, 4, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "input_ids is NULL"));
+    CALL(expect_failure("ids", specdec_generate_ids(session, NULL, 0, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "empty"));
+    CALL(expect_failure("ids", specdec_generate_ids(session, prompt, 0, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "empty"));
+    return healthy("NULL/empty input_ids");
+}
+
+static int case_bad_token_ids(void)
+{
+    int32_t out[MAX_NEW], big[65], bad[] = {5, 999, 1}, negative[] = {5, -3, 1};
+    size_t len, i;
+    for (i = 0; i < 65; i++)
+        big[i] = 5;
+    CALL(expect_failure("ids", specdec_generate_ids(session, bad, 3, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "999"));
+    CALL(expect_failure("ids", specdec_generate_ids(session, negative, 3, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "-3"));
+    CALL(expect_failure("ids", specdec_generate_ids(session, big, 65, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "max_length"));
+    return healthy("token ids outside the vocabulary / too long");
+}
+
+static int case_null_outputs(void)
+{
+    int32_t out[MAX_NEW];
+    size_t len;
+    CALL(expect_failure("out_len", specdec_generate_ids(session, prompt, N_PROMPT, NULL, out, MAX_NEW, NULL, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "out_len"));
+    CALL(expect_failure("out_ids", specdec_generate_ids(session, prompt, N_PROMPT, NULL, NULL, 8, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "out_ids"));
+    CALL(expect_failure("out_text", specdec_generate_text(session, "w5", NULL, NULL, 8, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "out_text"));
+    CALL(expect_failure("text out_len", specdec_generate_text(session, "w5", NULL, (char *)out, 8, NULL, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "out_len"));
+    return healthy("NULL outputs");
+}
+
+static int case_buffer_too_small_ids(void)
+{
+    int32_t out[MAX_NEW];
+    size_t len = 0, i;
+    specdec_stats stats;
+    specdec_params p = greedy_params();
+    for (i = 0; i < MAX_NEW; i++)
+        out[i] = -7;
+    CALL(expect_failure("small", specdec_generate_ids(session, prompt, N_PROMPT, &p, out, 3, &len, &stats),
+                        SPECDEC_E_BUFFER_TOO_SMALL, "specdec_generate_ids", "out_capacity"));
+    CHECK(len == n_greedy, "required length %zu, expected %zu", len, n_greedy);
+    CHECK(stats.new_tokens == (int64_t)n_greedy && stats.stop_reason != SPECDEC_STOP_NONE,
+          "stats not filled on BUFFER_TOO_SMALL");
+    for (i = 0; i < MAX_NEW; i++)
+        CHECK(out[i] == -7, "the buffer was written on BUFFER_TOO_SMALL");
+    len = 99;
+    CALL(expect_failure("measure", specdec_generate_ids(session, prompt, N_PROMPT, &p, NULL, 0, &len, NULL),
+                        SPECDEC_E_BUFFER_TOO_SMALL, "specdec_generate_ids", NULL));
+    CHECK(len == n_greedy, "measured length %zu, expected %zu", len, n_greedy);
+    CHECK(specdec_generate_ids(session, prompt, N_PROMPT, &p, out, len, &len, NULL) == SPECDEC_OK,
+          "retry with the reported length failed: %s", specdec_last_error());
+    CHECK(!memcmp(out, ref_greedy, len * sizeof *out), "retry gave other ids");
+    return healthy("too-small id buffer");
+}
+
+static int case_buffer_too_small_text(void)
+{
+    char out[4096];
+    size_t len = 0, need;
+    specdec_params p = greedy_params();
+    memset(out, '#', sizeof out);
+    CALL(expect_failure("small", specdec_generate_text(session, PROMPT_TEXT, &p, out, 2, &len, NULL),
+                        SPECDEC_E_BUFFER_TOO_SMALL, "specdec_generate_text", "out_capacity"));
+    CHECK(len == strlen(ref_text), "required length %zu, expected %zu", len, strlen(ref_text));
+    CHECK(out[0] == '#' && out[1] == '#', "the buffer was written on BUFFER_TOO_SMALL");
+    need = len;
+    if (need > 0)   /* exactly the text length leaves no room for the NUL */
+        CALL(expect_failure("no room for NUL", specdec_generate_text(session, PROMPT_TEXT, &p, out, need, &len, NULL),
+                            SPECDEC_E_BUFFER_TOO_SMALL, "specdec_generate_text", NULL));
+    CHECK(specdec_generate_text(session, PROMPT_TEXT, &p, out, need + 1, &len, NULL) == SPECDEC_OK,
+          "retry with *out_len + 1 failed: %s", specdec_last_error());
+    CHECK(len == need && !strcmp(out, ref_text), "retry gave other text");
+    return healthy("too-small text buffer");
+}
+
+/* ---- invalid params (each field) --------------------------------------------------------------------------- */
+
+static int invalid_params(const char *field, specdec_params p)
+{
+    int32_t out[MAX_NEW];
+    char text[256];
+    size_t len;
+    char what[128];
+    snprintf(what, sizeof what, "invalid %s", field);
+    CALL(expect_failure(what, specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", field));
+    CALL(expect_failure(what, specdec_generate_text(session, "w5", &p, text, sizeof text, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", field));
+    return healthy(what);
+}
+
+#define WITH(field, value)                                                                                      \
+    do {                                                                                                        \
+        specdec_params p = greedy_params();                                                                     \
+        p.field = value;                                                                                        \
+        CALL(invalid_params(#field, p));                                                                        \
+    } while (0)
+
+static int case_invalid_gamma(void) { WITH(gamma, 9); WITH(gamma, -1); return 1; }
+static int case_invalid_max_new_tokens(void) { WITH(max_new_tokens, 0); WITH(max_new_tokens, -5); return 1; }
+static int case_invalid_temperature(void)
+{
+    WITH(temperature, -1.0); WITH(temperature, NAN); WITH(temperature, INFINITY); return 1;
+}
+static int case_invalid_top_k(void) { WITH(top_k, -1); return 1; }
+static int case_invalid_top_p(void) { WITH(top_p, 0.0); WITH(top_p, 1.5); WITH(top_p, NAN); return 1; }
+static int case_invalid_lenience(void) { WITH(lenience, 0.0); WITH(lenience, 2.0); return 1; }
+
+/* ---- text prompts ---------------------------------------------------------------------------------------- */
+
+static int case_bad_prompt(void)
+{
+    char out[256];
+    size_t len;
+    CALL(expect_failure("NULL", specdec_generate_text(session, NULL, NULL, out, sizeof out, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "prompt is NULL"));
+    CALL(expect_failure("empty", specdec_generate_text(session, "", NULL, out, sizeof out, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "empty"));
+    CALL(expect_failure("blank", specdec_generate_text(session, "   ", NULL, out, sizeof out, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "empty"));
+    CALL(expect_failure("utf-8", specdec_generate_text(session, "w5 \xff\xfe", NULL, out, sizeof out, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", "UTF-8"));
+    return healthy("bad prompts");
+}
+
+/* ---- stream ---------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int pieces;
+    int stop_after;
+    specdec_session *other;
+    specdec_status nested, nested_other;
+    char nested_message[SPECDEC_ERROR_MAX];
+    char close_message[SPECDEC_ERROR_MAX];
+} stream_state;
+
+static int counting(const int32_t *ids, size_t n, const char *text, size_t text_len, void *user)
+{
+    stream_state *st = (stream_state *)user;
+    (void)ids; (void)n; (void)text; (void)text_len;
+    return ++st->pieces >= st->stop_after;
+}
+
+static int reentrant(const int32_t *ids, size_t n, const char *text, size_t text_len, void *user)
+{
+    stream_state *st = (stream_state *)user;
+    int32_t out[MAX_NEW];
+    size_t len;
+    (void)ids; (void)n; (void)text; (void)text_len;
+    if (st->pieces++ == 0) {
+        st->nested = specdec_generate_ids(session, prompt, N_PROMPT, NULL, out, MAX_NEW, &len, NULL);
+        snprintf(st->nested_message, sizeof st->nested_message, "%s", specdec_last_error());
+        specdec_close(session);                              /* refused: we are inside its callback */
+        snprintf(st->close_message, sizeof st->close_message, "%s", specdec_last_error());
+        {
+            specdec_params p = greedy_params();
+            st->nested_other = specdec_generate_ids(st->other, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL);
+        }
+    }
+    return 0;
+}
+
+static int case_stream_bad_arguments(void)
+{
+    stream_state st;
+    memset(&st, 0, sizeof st);
+    st.stop_after = 1000;
+    CALL(expect_failure("callback", specdec_stream(session, "w5", NULL, 0, NULL, NULL, &st, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", "on_piece"));
+    CALL(expect_failure("no input", specdec_stream(session, NULL, NULL, 0, NULL, counting, &st, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", "exactly one"));
+    CALL(expect_failure("two inputs", specdec_stream(session, "w5", prompt, N_PROMPT, NULL, counting, &st, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", "exactly one"));
+    CALL(expect_failure("NULL ids", specdec_stream(session, NULL, NULL, 3, NULL, counting, &st, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", "input_ids is NULL"));
+    {
+        specdec_params p = greedy_params();
+        p.gamma = 99;
+        CALL(expect_failure("gamma", specdec_stream(session, NULL, prompt, N_PROMPT, &p, counting, &st, NULL),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", "gamma"));
+    }
+    CHECK(st.pieces == 0, "the callback ran for a failed call");
+    return healthy("bad stream arguments");
+}
+
+static int case_stream_stopped_by_callback(void)
+{
+    stream_state st;
+    specdec_stats stats;
+    specdec_params p = greedy_params();
+    memset(&st, 0, sizeof st);
+    st.stop_after = 1;
+    CHECK(specdec_stream(session, NULL, prompt, N_PROMPT, &p, counting, &st, &stats) == SPECDEC_OK,
+          "stream failed: %s", specdec_last_error());
+    CHECK(st.pieces == 1, "%d pieces after the callback asked to stop", st.pieces);
+    CHECK(stats.stop_reason == SPECDEC_STOP_CALLBACK, "stop_reason %d", (int)stats.stop_reason);
+    CHECK(stats.new_tokens >= 1 && stats.new_tokens < (int64_t)n_greedy, "new_tokens %lld",
+          (long long)stats.new_tokens);
+    return healthy("a stream stopped by its callback");
+}
+
+static int case_stream_reentrant_call(void)
+{
+    stream_state st;
+    specdec_params p = greedy_params();
+    memset(&st, 0, sizeof st);
+    CHECK(specdec_open(export_dir, "{\"provider\": \"cpu\"}", &st.other) == SPECDEC_OK, "open: %s",
+          specdec_last_error());
+    CHECK(specdec_stream(session, NULL, prompt, N_PROMPT, &p, reentrant, &st, NULL) == SPECDEC_OK,
+          "stream failed: %s", specdec_last_error());
+    specdec_close(st.other);
+    CHECK(st.nested == SPECDEC_E_BUSY, "nested call on the same session: %s", specdec_status_name(st.nested));
+    CHECK(strstr(st.nested_message, "specdec_generate_ids") && strstr(st.nested_message, "callback"),
+          "BUSY message: %s", st.nested_message);
+    CHECK(strstr(st.close_message, "specdec_close") && strstr(st.close_message, "stays open"),
+          "close inside the callback: %s", st.close_message);
+    CHECK(st.nested_other == SPECDEC_OK, "a call on another session inside the callback failed");
+    return healthy("calls from inside a stream callback");   /* the refused close left it open */
+}
+
+/* ---- close, last error, constants ------------------------------------------------------------------------ */
+
+static int case_close_null_twice(void)
+{
+    specdec_close(NULL);
+    specdec_close(NULL);
+    CHECK(specdec_last_error()[0] == '\0', "close(NULL) set an error");
+    return healthy("close(NULL)");
+}
+
+static int case_closed_session_detected(void)
+{
+    specdec_session *s = NULL;
+    int32_t out[MAX_NEW];
+    size_t len;
+    CHECK(specdec_open(export_dir, NULL, &s) == SPECDEC_OK && s != NULL, "open: %s", specdec_last_error());
+    specdec_close(s);
+    CHECK(specdec_last_error()[0] == '\0', "close set an error: %s", specdec_last_error());
+    /* undefined behaviour by contract; this implementation detects it */
+    CALL(expect_failure("after close", specdec_generate_ids(s, prompt, N_PROMPT, NULL, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "not open"));
+    return healthy("use of a closed session");
+}
+
+static void *fail_on_thread(void *arg)
+{
+    int32_t out[4];
+    size_t len;
+    char *copy = (char *)arg;
+    specdec_generate_ids(session, NULL, 3, NULL, out, 4, &len, NULL);
+    snprintf(copy, SPECDEC_ERROR_MAX, "%s", specdec_last_error());
+    return NULL;
+}
+
+static int case_last_error_is_thread_local(void)
+{
+    pthread_t t;
+    char other[SPECDEC_ERROR_MAX] = "";
+    const char *mine;
+    specdec_close(NULL);                                     /* clears this thread's error */
+    CALL(expect_failure("main", specdec_open(export_dir, NULL, NULL), SPECDEC_E_INVALID_ARGUMENT,
+                        "specdec_open", "out_session"));
+    mine = specdec_last_error();
+    CHECK(pthread_create(&t, NULL, fail_on_thread, other) == 0, "pthread_create");
+    pthread_join(t, NULL);
+    CHECK(strstr(other, "specdec_generate_ids") && strstr(other, "input_ids is NULL"), "other thread: %s", other);
+    CHECK(strstr(mine, "specdec_open") && strstr(specdec_last_error(), "out_session"),
+          "this thread's message changed: %s", specdec_last_error());
+    CHECK(specdec_version() && specdec_status_name(SPECDEC_OK) && specdec_last_error()[0] != '\0',
+          "version/status_name cleared the error");
+    return healthy("errors on two threads");
+}
+
+static int case_status_names(void)
+{
+    static const struct { specdec_status s; const char *name; } all[] = {
+        {SPECDEC_OK, "SPECDEC_OK"}, {SPECDEC_E_INVALID_ARGUMENT, "SPECDEC_E_INVALID_ARGUMENT"},
+        {SPECDEC_E_BUFFER_TOO_SMALL, "SPECDEC_E_BUFFER_TOO_SMALL"}, {SPECDEC_E_EXPORT, "SPECDEC_E_EXPORT"},
+        {SPECDEC_E_PROVIDER, "SPECDEC_E_PROVIDER"}, {SPECDEC_E_BUSY, "SPECDEC_E_BUSY"},
+        {SPECDEC_E_PYTHON, "SPECDEC_E_PYTHON"}, {SPECDEC_E_RUNTIME, "SPECDEC_E_RUNTIME"},
+        {SPECDEC_E_INTERNAL, "SPECDEC_E_INTERNAL"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof all / sizeof all[0]; i++)
+        CHECK(!strcmp(specdec_status_name(all[i].s), all[i].name), "%s", all[i].name);
+    CHECK(!strcmp(specdec_status_name((specdec_status)1234), "SPECDEC_UNKNOWN_STATUS"), "unknown status");
+    return 1;
+}
+
+typedef struct { const char *name; int (*run)(void); } test_case;
+
+int main(int argc, char **argv)
+{
+    static const test_case cases[] = {
+        {"open_null_out_session", case_open_null_out_session},
+        {"open_null_export_dir", case_open_null_export_dir},
+        {"open_missing_export", case_open_missing_export},
+        {"open_corrupt_manifest", case_open_corrupt_manifest},
+        {"open_tampered_file", case_open_tampered_file},
+        {"open_bad_options", case_open_bad_options},
+        {"open_bad_provider", case_open_bad_provider},
+        {"open_draft_option", case_open_draft_option},
+        {"long_message_truncated", case_long_message_truncated},
+        {"open_unreadable_path", case_open_unreadable_path},
+        {"null_session", case_null_session},
+        {"null_input_ids", case_null_input_ids},
+        {"bad_token_ids", case_bad_token_ids},
+        {"null_outputs", case_null_outputs},
+        {"buffer_too_small_ids", case_buffer_too_small_ids},
+        {"buffer_too_small_text", case_buffer_too_small_text},
+        {"invalid_gamma", case_invalid_gamma},
+        {"invalid_max_new_tokens", case_invalid_max_new_tokens},
+        {"invalid_temperature", case_invalid_temperature},
+        {"invalid_top_k", case_invalid_top_k},
+        {"invalid_top_p", case_invalid_top_p},
+        {"invalid_lenience", case_invalid_lenience},
+        {"bad_prompt", case_bad_prompt},
+        {"stream_bad_arguments", case_stream_bad_arguments},
+        {"stream_stopped_by_callback", case_stream_stopped_by_callback},
+        {"stream_reentrant_call", case_stream_reentrant_call},
+        {"close_null_twice", case_close_null_twice},
+        {"closed_session_detected", case_closed_session_detected},
+        {"last_error_is_thread_local", case_last_error_is_thread_local},
+        {"status_names", case_status_names},
+    };
+    size_t i;
+    specdec_params p;
+    specdec_session_info info;
+    specdec_status st;
+
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR\n", argv[0]);
+        return 2;
+    }
+    export_dir = argv[1], missing_dir = argv[2], corrupt_dir = argv[3], tampered_dir = argv[4];
+
+    p = specdec_params_default();
+    printf("version: %s\n", specdec_version());
+    printf("defaults: max_new_tokens=%d gamma=%d temperature=%g top_k=%d top_p=%g lenience=%g seed=%llu\n",
+           (int)p.max_new_tokens, (int)p.gamma, p.temperature, (int)p.top_k, p.top_p, p.lenience,
+           (unsigned long long)p.seed);
+
+    st = specdec_open(export_dir, "{\"provider\": \"cpu\", \"threads\": 1}", &session);
+    if (st != SPECDEC_OK) {
+        printf("not ok setup: open %s: %s\n", specdec_status_name(st), specdec_last_error());
+        return 1;
+    }
+    if (specdec_get_info(session, &info) != SPECDEC_OK) {
+        printf("not ok setup: info: %s\n", specdec_last_error());
+        return 1;
+    }
+    printf("info: gamma_max=%d max_length=%d vocab_size=%d eos_token_id=%d provider=%s\n", (int)info.gamma_max,
+           (int)info.max_length, (int)info.vocab_size, (int)info.eos_token_id, info.provider);
+    p = greedy_params();
+    st = specdec_generate_ids(session, prompt, N_PROMPT, &p, ref_greedy, MAX_NEW, &n_greedy, NULL);
+    p = sampled_params();
+    if (st == SPECDEC_OK)
+        st = specdec_generate_ids(session, prompt, N_PROMPT, &p, ref_sampled, MAX_NEW, &n_sampled, NULL);
+    p = greedy_params();
+    if (st == SPECDEC_OK) {
+        size_t len;
+        st = specdec_generate_text(session, PROMPT_TEXT, &p, ref_text, sizeof ref_text, &len, NULL);
+    }
+    if (st != SPECDEC_OK) {
+        printf("not ok setup: reference generation: %s\n", specdec_last_error());
+        return 1;
+    }
+    printf("reference greedy:");
+    for (i = 0; i < n_greedy; i++)
+        printf(" %d", (int)ref_greedy[i]);
+    printf("\nreference sampled:");
+    for (i = 0; i < n_sampled; i++)
+        printf(" %d", (int)ref_sampled[i]);
+    printf("\nreference text: %s\n", ref_text);
+    fflush(stdout);
+
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        detail[0] = '\0';
+        if (cases[i].run())
+            printf("ok %s\n", cases[i].name);
+        else
+            printf("not ok %s: %s\n", cases[i].name, detail);
+        fflush(stdout);
+    }
+    specdec_close(session);
+    specdec_close(NULL);
+    return 0;
+}

@@ -1,0 +1,121 @@
+"""The build command and what it produces: the exported symbols are exactly the header's functions, the header
+compiles on its own as C99/C11/C++, the library finds its libpython and its Python environment from an empty
+environment (also when dlopen()ed RTLD_LOCAL, and inside a Python host), and a broken Python environment is a
+status, not a crash."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+from _capi_helpers import INCLUDE, run_program
+
+HEADER = INCLUDE / "specdec.h"
+
+
+def header_functions() -> set:
+    return set(re.findall(r"SPECDEC_API\s+[\w\s\*]+?\b(specdec_\w+)\s*\(", HEADER.read_text()))
+
+
+def test_build_prints_the_commands(capi_build):
+    log = (capi_build / "build.log").read_text()
+    assert f"library: {capi_build / 'libspecdec.so'}" in log
+    assert f"include: {INCLUDE}" in log
+    assert "check:   libspecdec" in log and ": ok (" in log
+
+
+def test_exports_exactly_the_header_functions(capi_build):
+    names = subprocess.run(["nm", "-D", "--defined-only", str(capi_build / "libspecdec.so")], capture_output=True,
+                           text=True, check=True).stdout.split()
+    exported = {n for n in names if n.startswith("specdec_")}
+    assert exported == header_functions()
+    assert len(exported) == 10
+    assert not [n for n in names if n.startswith("_specdec")]      # the Python-side entry points stay private
+
+
+def test_links_libpython_by_rpath(capi_build):
+    dynamic = subprocess.run(["readelf", "-d", str(capi_build / "libspecdec.so")], capture_output=True, text=True,
+                             check=True).stdout
+    assert sysconfig.get_config_var("INSTSONAME") in dynamic
+    assert sysconfig.get_config_var("LIBDIR") in dynamic            # RUNPATH
+    assert "libspecdec.so" in dynamic                               # SONAME
+
+
+@pytest.mark.parametrize("std", ["c99", "c11", "c++11", "c++17"])
+def test_header_compiles_alone(tmp_path, std):
+    cxx = std.startswith("c++")
+    src = tmp_path / ("use.cpp" if cxx else "use.c")
+    src.write_text('#include "specdec.h"\n' + ('#include "specdec.hpp"\n' if cxx else "") +
+                   "int main(void) { specdec_params p = specdec_params_default(); return p.gamma < 0; }\n")
+    cmd = ["g++" if cxx else "gcc", f"-std={std}", "-Wall", "-Wextra", "-pedantic", "-Werror", f"-I{INCLUDE}",
+           "-fsyntax-only", str(src)]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+DLOPEN_HOST = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+#include "specdec.h"
+int main(int argc, char **argv) {
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) { printf("dlopen: %s\n", dlerror()); return 1; }
+    specdec_status (*open_)(const char *, const char *, specdec_session **) =
+        (specdec_status (*)(const char *, const char *, specdec_session **))dlsym(lib, "specdec_open");
+    void (*close_)(specdec_session *) = (void (*)(specdec_session *))dlsym(lib, "specdec_close");
+    const char *(*last)(void) = (const char *(*)(void))dlsym(lib, "specdec_last_error");
+    specdec_session *s = NULL;
+    specdec_status st = open_(argv[2], "{\"provider\": \"cpu\"}", &s);
+    printf("status %d: %s\n", (int)st, last());
+    close_(s);
+    return st != SPECDEC_OK;
+}
+"""
+
+
+def test_dlopen_with_rtld_local(capi_build, tiny_export, tmp_path):
+    """A plugin host that dlopen()s the library RTLD_LOCAL: numpy and onnxruntime still find CPython's symbols."""
+    src = tmp_path / "host.c"
+    src.write_text(DLOPEN_HOST)
+    exe = tmp_path / "host"
+    subprocess.run(["gcc", "-std=c99", f"-I{INCLUDE}", str(src), "-o", str(exe), "-ldl"], check=True)
+    out = run_program([exe, capi_build / "libspecdec.so", tiny_export]).stdout
+    assert out.startswith("status 0: ")
+
+
+def test_inside_a_python_host(capi_build, tiny_export):
+    """Loaded by a process that already runs Python (ctypes), the library uses that interpreter."""
+    code = (
+        "import ctypes, sys\n"
+        f"lib = ctypes.CDLL({str(capi_build / 'libspecdec.so')!r})\n"
+        "lib.specdec_last_error.restype = ctypes.c_char_p\n"
+        "session = ctypes.c_void_p()\n"
+        f"st = lib.specdec_open({str(tiny_export).encode()!r}, b'{{\"provider\": \"cpu\"}}', ctypes.byref(session))\n"
+        "print(st, lib.specdec_last_error().decode())\n"
+        "st = lib.specdec_open(None, None, ctypes.byref(ctypes.c_void_p()))\n"
+        "print(st, lib.specdec_last_error().decode())\n"
+        "lib.specdec_close(session)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.splitlines()
+    assert first == "0 "
+    assert second.startswith("1 specdec_open: export_dir is NULL")
+
+
+def test_broken_python_environment_is_a_status(capi_build, tiny_export, tmp_path):
+    # the interpreter cannot start at all
+    result = run_program([capi_build / "specdec-example-c", tiny_export, "--ids", "5,1"],
+                         env={"PYTHONHOME": str(tmp_path / "nowhere")}, check=False)
+    assert result.returncode == 1
+    assert "specdec_open failed with SPECDEC_E_PYTHON: specdec_open: the embedded Python interpreter" in result.stderr
+    # it starts, but specdec cannot be imported (shadowed here by a broken package on PYTHONPATH)
+    (tmp_path / "specdec").mkdir()
+    (tmp_path / "specdec" / "__init__.py").write_text("raise ImportError('broken on purpose')\n")
+    result = run_program([capi_build / "specdec-example-c", tiny_export, "--ids", "5,1"],
+                         env={"PYTHONPATH": str(tmp_path)}, check=False)
+    assert result.returncode == 1
+    assert "SPECDEC_E_PYTHON: specdec_open: the embedded Python cannot import specdec.bindings._capi " \
+           "(ImportError: broken on purpose)" in result.stderr
