@@ -25,6 +25,8 @@ class Piece:
     """What stream() yields as soon as tokens are accepted."""
     token_ids: list
     text: str
+    stats: Stats | None = None      # the request's statistics so far
+    stop_reason: str = ""           # set on the last piece: "eos", "max_new_tokens" or "max_length"
 
 
 def _belongs_together(target, draft) -> None:
@@ -78,7 +80,9 @@ class SpeculativeDecoder:
     def _check(self, prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p, lenience) -> np.ndarray:
         if not isinstance(gamma, (int, np.integer)) or not 0 <= gamma <= self.gamma_max:
             raise SpecdecError(f"gamma must be an integer in 0..{self.gamma_max} (got {gamma!r})",
-                               f"use gamma <= {self.gamma_max}, or re-export with --gamma-max {gamma}")
+                               f"use 0 <= gamma <= {self.gamma_max}" + (
+                                   f", or re-export with --gamma-max {gamma}" if isinstance(gamma, int) and
+                                   gamma > self.gamma_max else ""))
         if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
             raise SpecdecError(f"max_new_tokens must be a positive integer (got {max_new_tokens!r})")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
@@ -162,11 +166,11 @@ class SpeculativeDecoder:
                seed: int = 0):
         """Yield Piece(token_ids, text) as soon as each iteration's tokens are accepted; `text` is the new text."""
         out, shown = [], ""
-        for new, _, _ in self._stream(prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p,
-                                      lenience, seed):
+        for new, done, stats in self._stream(prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p,
+                                             lenience, seed):
             out.extend(new)
             text = self.decode(out)
-            yield Piece(new, text[len(shown):] if text.startswith(shown) else text)
+            yield Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
             shown = text
 
     def decode(self, token_ids) -> str:

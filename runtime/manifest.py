@@ -84,6 +84,14 @@ def load_manifest(root: str | Path, verify_checksums: bool = True) -> Manifest:
     """Read and check an export directory; any problem is a one-line SpecdecError naming the fix."""
     root = Path(root)
     fix = "re-run specdec-export into a fresh directory (with --force to overwrite)"
+    try:
+        return _load(root, fix, verify_checksums)
+    except OSError as err:      # unreadable files, a path too long for the file system, ...
+        raise SpecdecError(f"cannot read export directory '{root}' ({err.strerror or type(err).__name__})",
+                           "check the path and its permissions") from None
+
+
+def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     if not root.is_dir():
         raise SpecdecError(f"export directory '{root}' does not exist", "run specdec-export --out DIR first")
     path = root / MANIFEST

@@ -59,6 +59,8 @@ def test_stream_yields_the_generated_tokens_and_text(decoder):
         assert "".join(p.text for p in pieces) == res.text
         if kwargs["gamma"] > 0:
             assert len(pieces) == res.stats.target_calls    # one piece per verification
+        assert pieces[-1].stop_reason == res.stop_reason and not any(p.stop_reason for p in pieces[:-1])
+        assert pieces[-1].stats.new_tokens == res.stats.new_tokens
 
 
 def test_sampling_is_reproducible_per_seed(decoder):
