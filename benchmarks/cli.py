@@ -64,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
                    help="decoder past length for the per-call costs (default max_new_tokens/2; --shapes: 64)")
     p.add_argument("--json", metavar="OUT.json", help="write the full report as JSON")
     p.add_argument("--plot", metavar="OUT.png", help="write measured vs predicted speedup over gamma")
+    p.add_argument("--markdown", metavar="OUT.md", help="write the tables as Markdown")
     p.add_argument("--peers", action="store_true",
                    help="also time transformers greedy, transformers assisted generation and CTranslate2 greedy "
                         "on the same checkpoints and prompts (temperature 0)")
@@ -147,6 +148,9 @@ def _main_engine(args) -> int:
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench: {args.engine}")
     print(f"machine: {machine.one_line(mach)}")
+    if machine.busy_warning(mach):
+        print(machine.busy_warning(mach))
+        mach["under_load"] = True
     print(f"prompts: {len(prompts)} from {origin}; max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
           f"gamma {','.join(map(str, args.gamma))}, temperature {','.join(f'{t:g}' for t in args.temperature)}")
 
@@ -232,8 +236,7 @@ def _main_engine(args) -> int:
                         "threads": args.threads},
            "cost_probe": probe, "results": rows, "best": best, "greedy_agreement": agreement,
            "acceptance": verdicts, "profile": profile, "peers": peers, "elapsed_s": elapsed}
-    if args.json:
-        print(f"\nJSON: {report.write_json(out, args.json)}")
+    _write(out, args)
     if args.plot:
         title = (f"{Path(args.engine).name}: {mach['cpu_model']}, {mach['cpu_cores']} cores, {dec.provider}; "
                  f"{len(prompts)} prompts x {args.repeat}, {args.max_new_tokens} new tokens")
@@ -259,6 +262,9 @@ def _main_shapes(args) -> int:
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench --shapes {target}:{draft} (random weights, official configurations; export {export_dir})")
     print(f"machine: {machine.one_line(mach)}")
+    if machine.busy_warning(mach):
+        print(machine.busy_warning(mach))
+        mach["under_load"] = True
     prompts = prompts_mod.random_prompts(dec.vocab_size, args.num_prompts if args.num_prompts > 0 else 4,
                                          length=args.source_length, eos_id=dec.eos_id)
     prompts = prompts_mod.tokenize(prompts, dec.tokenizer, dec.max_length)
@@ -305,12 +311,21 @@ def _main_shapes(args) -> int:
                         "threads": args.threads},
            "cost_probe": probe, "generation": runs, **analysis, "acceptance": verdict,
            "elapsed_s": time.perf_counter() - started}
-    if args.json:
-        print(f"\nJSON: {report.write_json(out, args.json)}")
+    _write(out, args)
     if args.plot:
         title = f"{target}:{draft} real shapes (random weights), {mach['cpu_model']}, {mach['cpu_cores']} cores"
         print(f"plot: {report.plot_shapes(analysis, args.plot, title)}")
     return 0
+
+
+def _write(out: dict, args) -> None:
+    if args.json:
+        print(f"\nJSON: {report.write_json(out, args.json)}")
+    if args.markdown:
+        path = Path(args.markdown)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.markdown(out))
+        print(f"Markdown: {path}")
 
 
 def verify_text(verdict: dict) -> str:

@@ -70,6 +70,15 @@ def describe(provider: str | None = None, threads: int = 0) -> dict:
     }
 
 
+def busy_warning(machine: dict) -> str | None:
+    """A warning when other processes already keep the cores busy (load average > half the cores)."""
+    load, cores = machine.get("load_average_at_start"), machine.get("cpu_cores_usable") or machine.get("cpu_cores")
+    if load and cores and load[0] > 0.5 * cores:
+        return (f"warning: load average {load[0]:.2f} on {cores} cores before the run: other processes compete "
+                "for the CPU, so timings are noisy and speedups may be understated")
+    return None
+
+
 def one_line(machine: dict) -> str:
     load = machine.get("load_average_at_start")
     return (f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {machine.get('memory_gib')} GiB, "

@@ -155,3 +155,84 @@ def plot_shapes(result: dict, path: str | Path, title: str) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _md(headers: list[str], lines: list[list[str]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
+    out += ["| " + " | ".join(l) + " |" for l in lines]
+    return "\n".join(out)
+
+
+def markdown(report: dict) -> str:
+    """The report's tables as Markdown (what benchmarks/README.md quotes)."""
+    m = report["machine"]
+    head = (f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores, {m.get('memory_gib')} GiB, provider "
+            f"{m['provider']}, onnxruntime {m['onnxruntime']}, {m['date_utc']}; load average "
+            f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end"
+            + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
+    parts = [head]
+    if report["mode"] == "engine":
+        s = report["settings"]
+        parts.append(f"{s['prompts']} prompts ({s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
+                     f"{s['repeats']} repeats.")
+        lines = []
+        for r in report["results"]:
+            ms = r["ms_per_token"]
+            lines.append([_f(r["temperature"], "g"), str(r["gamma"]),
+                          f"{ms['median']:.3f} ({ms['min']:.3f}-{ms['max']:.3f})", _f(r["tokens_per_s"], ".0f"),
+                          _f(r["alpha"]), _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
+                          _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f"),
+                          _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
+                          _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
+                          _f(r.get("best_gamma"), "d")])
+        parts.append(_md(["T", "γ", "ms/token (min-max)", "tokens/s", "α̂", "tokens/call", "c", "verify ×",
+                          "host ms/iter", "speedup", "Thm 3.8", "measured/Thm", "w/ costs", "best γ"], lines))
+        lines = []
+        for r in report["results"]:
+            p = r["ms_per_token_by_part"]
+            lines.append([_f(r["temperature"], "g"), str(r["gamma"])] +
+                         [_f(p[k], ".3f") for k in ("encoder", "draft", "verify", "sampling", "host")] +
+                         [_f(100 * r["host_fraction"], ".1f")])
+        parts.append("Where the time goes, ms per generated token:\n\n" +
+                     _md(["T", "γ", "encoders", "draft", "verify", "sampling", "host", "host %"], lines))
+        probe = report["cost_probe"]
+        parts.append(f"Per-call costs at past length {probe['past_length']}: target step "
+                     f"{probe['target_step_ms']:.3f} ms, draft step {probe['draft_step_ms']:.3f} ms, c = "
+                     f"{probe['c']:.3f}; verify ratio " + ", ".join(f"{k} tokens {v:.2f}×" for k, v in
+                                                                    probe["verify_ratio"].items()) + ".")
+        if report.get("peers"):
+            pe = report["peers"]
+            lines = []
+            for name, p in pe["engines"].items():
+                if p.get("status") != "ok":
+                    lines.append([name, "-", "-", "-", "-", "-", p.get("status", "")])
+                    continue
+                a = p["agreement"]
+                lines.append([name, _f(p["ms_per_token"]["median"], ".3f"), _f(p["tokens_per_s"], ".0f"),
+                              _f(p["ratio_to_specdec_speculative"]), _f(p.get("ratio_to_own_autoregressive")),
+                              f"{a['agree']}/{a['prompts']}", p.get("note", "")])
+            parts.append(f"Peers (greedy, γ = {pe['gamma']}, {pe['repeats']} repeats):\n\n" +
+                         _md(["engine", "ms/token", "tokens/s", "latency ÷ specdec speculative",
+                              "latency ÷ own autoregressive", "same tokens", "note"], lines))
+    else:
+        probe, acc = report["cost_probe"], report["acceptance"]
+        parts.append(f"Per-call costs at past length {probe['past_length']} (source {probe['source_length']} "
+                     f"tokens): target step {probe['target_step_ms']:.2f} ms, draft step "
+                     f"{probe['draft_step_ms']:.2f} ms, c = {probe['c']:.3f}, sampler run {probe['sample_ms']:.3f} ms.")
+        parts.append(_md(["verify tokens", "ms", "× one-token step"],
+                         [[k, f"{probe['verify_ms'][k]:.2f}", f"{probe['verify_ratio'][k]:.2f}"]
+                          for k in probe["verify_ms"]]))
+        parts.append(_md(["γ", "iteration ms", "verify ms", "draft ms", "sampling ms", "host ms", "host %"],
+                         [[g, f"{r['iteration_ms']:.2f}", f"{r['verify_ms_per_iteration']:.2f}",
+                           f"{r['draft_ms_per_iteration']:.2f}", f"{r['sampling_ms_per_iteration']:.3f}",
+                           f"{r['host_ms_per_iteration']:.3f}", f"{100 * r['host_fraction_of_iteration']:.2f}"]
+                          for g, r in report["generation"].items()]))
+        gs = sorted({g for c in report["predictions"].values() for g in c}, key=int)
+        parts.append("Predicted speedup, Theorem 3.8 / with the measured verify cost, samplers and host time:\n\n" +
+                     _md(["α"] + [f"γ={g}" for g in gs] + ["best γ (Thm)", "best γ (w/ costs)"],
+                         [[a] + [f"{c[g]['theorem_3_8']:.2f} / {c[g]['with_costs']:.2f}" for g in gs] +
+                          [str(report["best"][a]["theorem_best_gamma"]), str(report["best"][a]["with_costs_best_gamma"])]
+                          for a, c in report["predictions"].items()]))
+        parts.append(f"Acceptance: verify of 5 tokens = {acc['verify_5_over_step']:.2f}× a one-token step; host "
+                     f"overhead at most {100 * acc['host_fraction_worst']:.2f}% of an iteration.")
+    return "\n\n".join(parts) + "\n"

@@ -31,7 +31,8 @@ def png(path):
 def test_smoke_json_and_plot(tiny_export, tmp_path):
     code, out, err = run(["--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "6", "--probe-repeats", "2",
-                          "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png", "--no-progress"])
+                          "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png", "--markdown", tmp_path / "r.md",
+                          "--no-progress"])
     assert code == 0, err
     assert "speedup" in out and "thm3.8" in out and "where the time goes" in out
     report = json.loads((tmp_path / "r.json").read_text())
@@ -57,12 +58,13 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
     assert report["greedy_agreement"] == {"0": {"agree": 1, "prompts": 1}, "2": {"agree": 1, "prompts": 1}}
     assert report["peers"] is None
     assert png(tmp_path / "r.png")
+    assert "| T | γ |" in (tmp_path / "r.md").read_text()
 
 
 def test_peers_agree_with_specdec(tiny_export, tmp_path):
     pytest.importorskip("transformers")
     code, out, err = run(["--engine", tiny_export, "--gamma", "0,3", "--temperature", "0", "--repeat", "1",
-                          "--num-prompts", "1", "--max-new-tokens", "5", "--probe-repeats", "1", "--peers",
+                          "--num-prompts", "1", "--max-new-tokens", "5", "--probe-repeats", "1", "--peers", "--markdown", tmp_path / "p.md",
                           "--workdir", tmp_path / "work", "--json", tmp_path / "p.json", "--no-progress"])
     assert code == 0, err
     assert "transformers assisted gamma=3" in out
@@ -72,6 +74,7 @@ def test_peers_agree_with_specdec(tiny_export, tmp_path):
         assert engines[name]["agreement"]["agree"] == 1, name     # same weights, greedy: the same tokens
         assert engines[name]["ratio_to_specdec_speculative"] > 0
     assert engines["transformers assisted gamma=3"]["ratio_to_own_autoregressive"] > 0
+    assert "transformers greedy" in (tmp_path / "p.md").read_text()
     ct2 = engines["ctranslate2 greedy"]
     assert ct2["status"] == "ok" or ct2["status"].startswith(("not installed", "error"))
 
@@ -134,6 +137,7 @@ def test_shapes_mode_on_tiny_configs(monkeypatch, tmp_path):
     argv = ["--shapes", "tiny-t:tiny-d", "--workdir", tmp_path / "work", "--gamma-max", "4", "--max-length", "32",
             "--max-new-tokens", "4", "--num-prompts", "1", "--source-length", "6", "--past", "8",
             "--probe-repeats", "2", "--repeat", "1", "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png",
+            "--markdown", tmp_path / "s.md",
             "--no-progress"]
     code, out, err = run(argv)
     assert code == 0, err
@@ -145,6 +149,7 @@ def test_shapes_mode_on_tiny_configs(monkeypatch, tmp_path):
     acc = report["acceptance"]
     assert acc["verify_5_over_step"] > 0 and isinstance(acc["verify_5_ok"], bool) and isinstance(acc["host_ok"], bool)
     assert png(tmp_path / "s.png")
+    assert "Acceptance: verify of 5 tokens" in (tmp_path / "s.md").read_text()
     assert not (tmp_path / "work" / "shapes" / "tiny-t_tiny-d-g4-l32" / "checkpoints").exists()
     code, out, err = run(argv)                                    # the second run reuses the cached export
     assert code == 0 and "using the cached export" in err
