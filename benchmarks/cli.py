@@ -159,19 +159,20 @@ def _main_engine(args) -> int:
     print()
     print(report.probe_table(probe))
 
-    total = (args.repeat * len(prompts) + 1) * len(args.temperature) * len(args.gamma)
+    total = (args.repeat * len(prompts) + 2) * len(args.temperature) * len(args.gamma)
     bar = bars(total, "specdec-bench")
     try:
-        cells, outputs = sweep.run_sweep(dec, prompts, args.gamma, args.temperature, args.max_new_tokens,
+        cells, outputs, acceptance = sweep.run_sweep(dec, prompts, args.gamma, args.temperature, args.max_new_tokens,
                                          args.repeat, bar)
     finally:
         bar.close()
-    rows = sweep.summarize(cells, dec.gamma_max)
+    rows = sweep.summarize(cells, dec.gamma_max, acceptance)
     best = sweep.best_by_temperature(rows, dec.gamma_max)
     agreement = sweep.greedy_agreement(outputs)
     print()
-    print("sweep (ms/tok: median over repeats, +-: half the min-max range; speedup: median of per-repeat ratios "
-          "to gamma=0; thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: measured/thm3.8; w/costs: the prediction with "
+    print("sweep (ms/tok: median over repeats, +-: half the min-max range; acc.rate: accepted/proposed; alpha: "
+          "accepted/(accepted + rejections), the per-token acceptance probability; speedup: median of per-repeat "
+          "ratios to gamma=0; thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: measured/thm3.8; w/costs: the prediction with "
           "the measured verify cost, sampler and host time; best_g: gamma maximising thm3.8)")
     print(report.sweep_table(rows))
     print()
@@ -273,7 +274,7 @@ def _main_shapes(args) -> int:
     print()
     print(report.probe_table(probe))
     bars = _bar_factory(args.no_progress)
-    bar = bars((args.repeat * len(prompts) + 1) * len(args.gamma), "specdec-bench --shapes")
+    bar = bars((args.repeat * len(prompts) + 2) * len(args.gamma), "specdec-bench --shapes")
     try:
         runs = shapes.run_generations(dec, prompts, args.gamma, args.max_new_tokens, args.repeat, bar)
     finally:

@@ -56,6 +56,7 @@ def describe(provider: str | None = None, threads: int = 0) -> dict:
         "cpu_cores_usable": affinity,
         "memory_gib": _memory_gib(),
         "load_average_at_start": load_average(),
+        "cpu_busy_before_run": cpu_busy(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "provider": provider,
@@ -70,17 +71,34 @@ def describe(provider: str | None = None, threads: int = 0) -> dict:
     }
 
 
+def cpu_busy(seconds: float = 1.0) -> float | None:
+    """Fraction of all cores busy over the next `seconds` (from /proc/stat), while this process sleeps: what other
+    processes use right now (the load average also remembers the last minutes)."""
+    def sample():
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)
+        return sum(values), idle
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
 def busy_warning(machine: dict) -> str | None:
-    """A warning when other processes already keep the cores busy (load average > half the cores)."""
-    load, cores = machine.get("load_average_at_start"), machine.get("cpu_cores_usable") or machine.get("cpu_cores")
-    if load and cores and load[0] > 0.5 * cores:
-        return (f"warning: load average {load[0]:.2f} on {cores} cores before the run: other processes compete "
-                "for the CPU, so timings are noisy and speedups may be understated")
+    """A warning when other processes keep more than a quarter of the CPU busy just before the run."""
+    busy = machine.get("cpu_busy_before_run")
+    if busy is not None and busy > 0.25:
+        return (f"warning: other processes used {100 * busy:.0f}% of the CPU just before the run: timings are noisy "
+                "and speedups may be understated")
     return None
 
 
 def one_line(machine: dict) -> str:
-    load = machine.get("load_average_at_start")
+    busy = machine.get("cpu_busy_before_run")
     return (f"{machine['cpu_model']}, {machine['cpu_cores']} cores, {machine.get('memory_gib')} GiB, "
             f"provider {machine.get('provider')}, onnxruntime {machine['onnxruntime']}"
-            + (f", load average {load[0]:.2f} at start" if load else ""))
+            + (f", CPU {100 * busy:.0f}% busy just before the run" if busy is not None else ""))

@@ -21,13 +21,14 @@ def table(headers: list[str], lines: list[list[str]]) -> str:
 
 
 def sweep_table(rows: list[dict]) -> str:
-    headers = ["T", "gamma", "ms/tok", "+-", "tok/s", "alpha", "tok/call", "c", "verify_x", "host/iter",
+    headers = ["T", "gamma", "ms/tok", "+-", "tok/s", "acc.rate", "alpha", "tok/call", "c", "verify_x", "host/iter",
                "speedup", "thm3.8", "ratio", "w/costs", "best_g"]
     lines = []
     for r in rows:
         ms = r["ms_per_token"]
         lines.append([_f(r["temperature"], "g"), str(r["gamma"]), _f(ms["median"]), _f((ms["max"] - ms["min"]) / 2),
-                      _f(r["tokens_per_s"], ".1f"), _f(r["alpha"]), _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
+                      _f(r["tokens_per_s"], ".1f"), _f(r.get("acceptance_rate")), _f(r["alpha"]),
+                      _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
                       _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f") + " ms",
                       _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
                       _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
@@ -168,7 +169,8 @@ def markdown(report: dict) -> str:
     m = report["machine"]
     head = (f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores, {m.get('memory_gib')} GiB, provider "
             f"{m['provider']}, onnxruntime {m['onnxruntime']}, {m['date_utc']}; load average "
-            f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end"
+            f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end; CPU "
+            f"{100 * (m.get('cpu_busy_before_run') or 0):.0f}% busy just before the run"
             + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
     parts = [head]
     if report["mode"] == "engine":
@@ -180,12 +182,12 @@ def markdown(report: dict) -> str:
             ms = r["ms_per_token"]
             lines.append([_f(r["temperature"], "g"), str(r["gamma"]),
                           f"{ms['median']:.3f} ({ms['min']:.3f}-{ms['max']:.3f})", _f(r["tokens_per_s"], ".0f"),
-                          _f(r["alpha"]), _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
+                          _f(r.get("acceptance_rate")), _f(r["alpha"]), _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
                           _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f"),
                           _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
                           _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
                           _f(r.get("best_gamma"), "d")])
-        parts.append(_md(["T", "γ", "ms/token (min-max)", "tokens/s", "α̂", "tokens/call", "c", "verify ×",
+        parts.append(_md(["T", "γ", "ms/token (min-max)", "tokens/s", "accepted/proposed", "α̂", "tokens/call", "c", "verify ×",
                           "host ms/iter", "speedup", "Thm 3.8", "measured/Thm", "w/ costs", "best γ"], lines))
         lines = []
         for r in report["results"]:

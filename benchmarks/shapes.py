@@ -139,7 +139,7 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
     """The real loop on random prompts (temperature 0): host overhead per iteration and its share of one."""
     from .sweep import run_sweep
 
-    cells, _ = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress)
+    cells, _, _ = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress)
     out = {}
     for (_, g), cell in sorted(cells.items()):
         p = cell.pooled()

@@ -35,13 +35,69 @@ class Cell:
         return [1000.0 * r["total_s"] / max(r["new_tokens"], 1) for r in self.per_repeat]
 
 
+@dataclass
+class Acceptance:
+    """Per-iteration acceptance counts of one (temperature, gamma), from stream() (exact n and gamma per iteration).
+
+    Algorithm 1 stops testing at the first rejection, so accepted / proposed (Stats.acceptance_rate) is not the
+    per-token acceptance probability alpha of Theorem 3.8: with gamma guesses it estimates
+    (alpha + ... + alpha^gamma) / gamma, which falls as gamma grows even when alpha does not. The maximum-likelihood
+    estimate of alpha under the theorem's i.i.d. model counts the guesses actually tested: every accepted one and
+    the first rejected one of each iteration: alpha-hat = accepted / (accepted + rejections)."""
+    accepted: int = 0
+    rejections: int = 0
+    iterations: int = 0
+    tested_at: list = field(default_factory=list)      # position k (1-based) -> guesses tested there
+    accepted_at: list = field(default_factory=list)
+
+    def add(self, proposed: int, accepted: int) -> None:
+        if proposed <= 0:
+            return
+        self.iterations += 1
+        self.accepted += accepted
+        self.rejections += accepted < proposed
+        while len(self.tested_at) < proposed:
+            self.tested_at.append(0)
+            self.accepted_at.append(0)
+        for k in range(min(accepted + 1, proposed)):
+            self.tested_at[k] += 1
+            if k < accepted:
+                self.accepted_at[k] += 1
+
+    @property
+    def alpha(self) -> float | None:
+        tested = self.accepted + self.rejections
+        return self.accepted / tested if tested else None
+
+    def by_position(self) -> list:
+        return [a / t if t else None for a, t in zip(self.accepted_at, self.tested_at)]
+
+
+def measure_acceptance(dec, prompts, gamma: int, temperature: float, max_new_tokens: int, repeat: int = 0
+                       ) -> tuple[Acceptance, list]:
+    """Stream every prompt once (the seeds of `repeat`): per-iteration accepted/proposed, and the token ids."""
+    acc, outputs = Acceptance(), []
+    for i, p in enumerate(prompts):
+        last_p = last_a = 0
+        tokens = []
+        for piece in dec.stream(input_ids=p.ids, max_new_tokens=max_new_tokens, gamma=gamma,
+                                temperature=temperature, seed=seed_for(repeat, i)):
+            tokens.extend(piece.token_ids)
+            st = piece.stats
+            acc.add(st.proposed - last_p, st.accepted - last_a)
+            last_p, last_a = st.proposed, st.accepted
+        outputs.append(tokens)
+    return acc, outputs
+
+
 def seed_for(repeat: int, prompt_index: int) -> int:
     return 1000 * repeat + prompt_index
 
 
 def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: int, progress=None,
               warmup: bool = True):
-    """Run everything; returns ({(T, gamma): Cell}, {(T, gamma): [token ids per prompt]} from the first repeat)."""
+    """Run everything; returns ({(T, gamma): Cell}, {(T, gamma): [token ids per prompt]} (repeat 0's seeds),
+    {(T, gamma): Acceptance})."""
     gammas = list(gammas)
     cells = {(t, g): Cell() for t in temperatures for g in gammas}
     outputs = {(t, g): [] for t in temperatures for g in gammas}
@@ -52,6 +108,12 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
                              seed=0)
                 if progress:
                     progress.update(1)
+    acceptance = {}
+    for t in temperatures:       # untimed: stream() decodes text every iteration, which the timed runs must not pay
+        for g in gammas:
+            acceptance[(t, g)], outputs[(t, g)] = measure_acceptance(dec, prompts, g, t, max_new_tokens)
+            if progress:
+                progress.update(1)
     for r in range(repeats):
         order = gammas[r % len(gammas):] + gammas[:r % len(gammas)]
         for i, p in enumerate(prompts):
@@ -60,11 +122,9 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
                     res = dec.generate(input_ids=p.ids, max_new_tokens=max_new_tokens, gamma=g, temperature=t,
                                        seed=seed_for(r, i))
                     cells[(t, g)].add(r, res.stats)
-                    if r == 0:
-                        outputs[(t, g)].append(list(res.token_ids))
                     if progress:
                         progress.update(1)
-    return cells, outputs
+    return cells, outputs, acceptance
 
 
 def _spread(values) -> dict:
@@ -80,9 +140,10 @@ def _quantile(values, q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(cells: dict, gamma_max: int) -> list[dict]:
+def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None) -> list[dict]:
     """One row per (temperature, gamma): latency, alpha-hat, costs, measured and predicted speedups."""
     rows = []
+    acceptance = acceptance or {}
     for (t, g), cell in sorted(cells.items()):
         base = cells[(t, 0)] if (t, 0) in cells else None
         pooled = cell.pooled()
@@ -95,7 +156,8 @@ def summarize(cells: dict, gamma_max: int) -> list[dict]:
             "draft_calls": pooled["draft_calls"],
             "ms_per_token": _spread(ms),
             "tokens_per_s": 1000.0 / statistics.median(ms),
-            "alpha": pooled["accepted"] / pooled["proposed"] if pooled["proposed"] else None,
+            "acceptance_rate": pooled["accepted"] / pooled["proposed"] if pooled["proposed"] else None,
+            "alpha": None,
             "tokens_per_target_call": pooled["new_tokens"] / iters,
             "iteration_ms": 1000.0 * (pooled["total_s"] - pooled["encoder_s"]) / iters,
             "host_ms_per_iteration": 1000.0 * pooled["host_s"] / iters,
@@ -107,6 +169,13 @@ def summarize(cells: dict, gamma_max: int) -> list[dict]:
             "ms_per_token_by_part": {part: 1000.0 * pooled[f"{part}_s"] / tokens
                                      for part in ("encoder", "draft", "verify", "sampling", "host")},
         }
+        acc = acceptance.get((t, g))
+        if acc is not None and acc.alpha is not None:
+            row["alpha"] = acc.alpha
+            row["alpha_by_position"] = acc.by_position()
+            row["alpha_iterations"] = acc.iterations
+        elif pooled["proposed"]:          # no per-iteration data: the (biased for gamma > 1) pooled rate
+            row["alpha"] = row["acceptance_rate"]
         if base is not None:
             bp = base.pooled()
             step_ms = 1000.0 * bp["verify_s"] / max(bp["target_calls"], 1)
@@ -115,7 +184,7 @@ def summarize(cells: dict, gamma_max: int) -> list[dict]:
             row["target_step_ms"] = step_ms
             row["speedup"] = _spread(speedups)
             row["verify_ratio"] = row["verify_ms_per_call"] / step_ms
-            if g > 0 and row["draft_ms_per_call"] is not None:
+            if g > 0 and row["draft_ms_per_call"] is not None and row["alpha"] is not None:
                 c = row["draft_ms_per_call"] / step_ms
                 alpha = row["alpha"]
                 over = (row["sampling_ms_per_iteration"] + row["host_ms_per_iteration"]) / step_ms

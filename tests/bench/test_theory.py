@@ -61,3 +61,33 @@ def test_best_gamma_matches_brute_force():
 def test_rejects_out_of_range_inputs(args):
     with pytest.raises(ValueError):
         theory.predicted_speedup(*args)
+
+
+def test_alpha_counts_tested_guesses_only():
+    from specdec.bench.sweep import Acceptance
+
+    acc = Acceptance()
+    for proposed, accepted in ((4, 2), (4, 4), (4, 0), (0, 0)):    # (0, 0): a target-only step, ignored
+        acc.add(proposed, accepted)
+    assert acc.iterations == 3 and acc.accepted == 6 and acc.rejections == 2
+    assert acc.alpha == pytest.approx(6 / 8)                           # accepted / proposed would say 6 / 12
+    assert acc.by_position() == [pytest.approx(2 / 3), 1.0, 0.5, 1.0]  # tested 3, 2, 2, 1 times
+
+
+def test_alpha_estimate_is_unbiased_where_the_acceptance_rate_is_not():
+    import random
+
+    from specdec.bench.sweep import Acceptance
+
+    rng = random.Random(0)
+    alpha, gamma = 0.7, 8
+    acc, proposed = Acceptance(), 0
+    for _ in range(20000):
+        n = 0
+        while n < gamma and rng.random() < alpha:
+            n += 1
+        acc.add(gamma, n)
+        proposed += gamma
+    assert acc.alpha == pytest.approx(alpha, abs=0.01)
+    # accepted / proposed estimates (alpha + ... + alpha^gamma) / gamma instead
+    assert acc.accepted / proposed == pytest.approx((theory.expected_tokens(alpha, gamma) - 1) / gamma, abs=0.01)
