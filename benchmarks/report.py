@@ -235,6 +235,8 @@ def markdown(report: dict) -> str:
                          [[a] + [f"{c[g]['theorem_3_8']:.2f} / {c[g]['with_costs']:.2f}" for g in gs] +
                           [str(report["best"][a]["theorem_best_gamma"]), str(report["best"][a]["with_costs_best_gamma"])]
                           for a, c in report["predictions"].items()]))
-        parts.append(f"Acceptance: verify of 5 tokens = {acc['verify_5_over_step']:.2f}× a one-token step; host "
+        loop = acc.get("verify_5_over_step_in_loop")
+        parts.append(f"Acceptance: verify of 5 tokens = {acc['verify_5_over_step']:.2f}× a one-token step"
+                     + (f" ({loop:.2f}× in the real loop, γ = 4 vs γ = 0)" if loop is not None else "") + "; host "
                      f"overhead at most {100 * acc['host_fraction_worst']:.2f}% of an iteration.")
     return "\n\n".join(parts) + "\n"
