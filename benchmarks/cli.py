@@ -17,24 +17,22 @@ from specdec.runtime.errors import SpecdecError, run_cli
 from . import machine, report
 
 
-def _int_list(text: str) -> list[int]:
+def _number_list(text: str, kind, example: str, what: str) -> list:
     try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
+        values = sorted({kind(v) for v in text.split(",") if v.strip()})
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 0,2,4 (got '{text}')") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, e.g. {example} (got '{text}')") from None
     if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected integers >= 0 (got '{text}')")
+        raise argparse.ArgumentTypeError(f"expected {what} >= 0 (got '{text}')")
     return values
+
+
+def _int_list(text: str) -> list[int]:
+    return _number_list(text, int, "0,2,4", "integers")
 
 
 def _float_list(text: str) -> list[float]:
-    try:
-        values = sorted({float(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, e.g. 0,1 (got '{text}')") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected temperatures >= 0 (got '{text}')")
-    return values
+    return _number_list(text, float, "0,1", "temperatures")
 
 
 def parser() -> argparse.ArgumentParser:

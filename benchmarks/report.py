@@ -122,6 +122,12 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _save(fig, path) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,12 +156,7 @@ def plot_shapes(result: dict, path: str | Path, title: str) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _md(headers: list[str], lines: list[list[str]]) -> str:
