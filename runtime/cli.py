@@ -46,18 +46,18 @@ def _main(argv) -> int:
     kwargs = dict(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
                   top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed)
     if args.stream and not args.json:
+        piece = None
         for piece in dec.stream(args.text, **kwargs):
             print(piece.text, end="", flush=True)
         print()
-        res = dec.generate(args.text, **kwargs)   # same seed: same tokens; gives the stats
-    else:
-        res = dec.generate(args.text, **kwargs)
+        print(stats_line(piece.stats, dec.provider), file=sys.stderr)   # the last piece holds the request's stats
+        return 0
+    res = dec.generate(args.text, **kwargs)
     if args.json:
         print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,
                           "provider": dec.provider, "stats": res.stats.as_dict()}))
     else:
-        if not args.stream:
-            print(res.text)
+        print(res.text)
         print(stats_line(res.stats, dec.provider), file=sys.stderr)
     return 0
 
