@@ -28,7 +28,7 @@ def probe_sequences(config, past: int, gamma: int, seed: int = 0):
     return source.astype(np.int64), np.concatenate([[[start]], body], axis=1).astype(np.int64)
 
 
-def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cache_dtype=np.float32):
+def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache."""
     import onnxruntime as ort
 
