@@ -35,6 +35,15 @@ def _float_list(text: str) -> list[float]:
     return _number_list(text, float, "0,1", "temperatures")
 
 
+def _print_machine(mach: dict) -> None:
+    """The machine line, and a warning (recorded in the JSON) when other work competes for the CPU."""
+    print(f"machine: {machine.one_line(mach)}")
+    warning = machine.busy_warning(mach)
+    if warning:
+        print(warning)
+        mach["under_load"] = True
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specdec-bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -145,10 +154,7 @@ def _main_engine(args) -> int:
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench: {args.engine}")
-    print(f"machine: {machine.one_line(mach)}")
-    if machine.busy_warning(mach):
-        print(machine.busy_warning(mach))
-        mach["under_load"] = True
+    _print_machine(mach)
     print(f"prompts: {len(prompts)} from {origin}; max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
           f"gamma {','.join(map(str, args.gamma))}, temperature {','.join(f'{t:g}' for t in args.temperature)}")
 
@@ -260,10 +266,7 @@ def _main_shapes(args) -> int:
     _check_gammas(args, dec)
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench --shapes {target}:{draft} (random weights, official configurations; export {export_dir})")
-    print(f"machine: {machine.one_line(mach)}")
-    if machine.busy_warning(mach):
-        print(machine.busy_warning(mach))
-        mach["under_load"] = True
+    _print_machine(mach)
     prompts = prompts_mod.random_prompts(dec.vocab_size, args.num_prompts if args.num_prompts > 0 else 4,
                                          length=args.source_length, eos_id=dec.eos_id)
     prompts = prompts_mod.tokenize(prompts, dec.tokenizer, dec.max_length)
