@@ -24,16 +24,17 @@ STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "evalua
 DEFAULTS = dict(
     seed=0,
     vocab_size=4096,
-    target_steps=3600,
-    target_max_minutes=75.0,
+    precision="bf16",
+    target_steps=7500,
+    target_max_minutes=62.0,
     target_batch=32,
-    target_lr=2e-3,
-    target_warmup=150,
-    draft_steps=1600,
-    draft_max_minutes=20.0,
+    target_lr=1.5e-3,
+    target_warmup=400,
+    draft_steps=4500,
+    draft_max_minutes=16.0,
     draft_batch=32,
     draft_lr=3e-3,
-    draft_warmup=100,
+    draft_warmup=200,
     kl_weight=0.8,
 )
 
@@ -49,7 +50,9 @@ def build_parser():
     ap.add_argument("--resume", action="store_true", help="continue training from the last checkpoint")
     ap.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
     for k, v in DEFAULTS.items():
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
+        extra = {"choices": ["bf16", "fp32"], "help": "training matmul precision (fp32 on CPUs without BF16)"} \
+            if k == "precision" else {}
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, **extra)
     return ap
 
 
@@ -78,14 +81,14 @@ def main(argv=None):
 
             train_model("target", work, TARGET_CONFIG, steps=args.target_steps, batch_size=args.target_batch,
                         lr=args.target_lr, warmup=args.target_warmup, seed=args.seed, threads=args.threads,
-                        resume=args.resume, max_minutes=args.target_max_minutes)
+                        resume=args.resume, max_minutes=args.target_max_minutes, precision=args.precision)
         elif st == "train-draft":
             from .train import DRAFT_CONFIG, train_model
 
             train_model("draft", work, DRAFT_CONFIG, steps=args.draft_steps, batch_size=args.draft_batch,
                         lr=args.draft_lr, warmup=args.draft_warmup, seed=args.seed + 1, threads=args.threads,
                         resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight,
-                        max_minutes=args.draft_max_minutes)
+                        max_minutes=args.draft_max_minutes, precision=args.precision)
         elif st == "package":
             from .evaluate import package
 

@@ -98,6 +98,10 @@ class Batches:
         return collate([self.ex[j] for j in self._order[i % len(self._order)]])
 
 
+def _chunks(xs, n):
+    return [xs[i: i + n] for i in range(0, len(xs), n)]
+
+
 def collate(pairs):
     import torch
 
@@ -138,6 +142,7 @@ def train_model(
     kl_weight: float = 0.0,
     ckpt_minutes: float = 4.0,
     max_minutes: float | None = None,
+    precision: str = "bf16",
 ):
     import torch
     import torch.nn.functional as F
@@ -147,11 +152,19 @@ def train_model(
     from .tok import load_tokenizer
 
     torch.set_num_threads(threads)
+    if precision not in ("bf16", "fp32"):
+        raise ValueError(f"precision must be bf16 or fp32, not {precision!r}")
+    # bf16 autocast: weights, optimizer state and the loss stay fp32, matmuls run in bf16 (2x on CPUs with
+    # AVX512-BF16/AMX, e.g. Zen 4; on older CPUs pass --precision fp32).
+    autocast = dict(device_type="cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     tok_dir = os.path.join(work_dir, "tokenizer")
     tok = load_tokenizer(tok_dir)
     rows = load_jsonl(os.path.join(work_dir, "data", "train.jsonl"))
     examples = encode_rows(tok, rows)
     batches = Batches(examples, batch_size, seed)
+    val_rows = load_jsonl(os.path.join(work_dir, "data", "validation.jsonl"))
+    val_rows = random.Random(seed).sample(val_rows, min(512, len(val_rows)))
+    val_batches = [collate(c) for c in _chunks(encode_rows(tok, val_rows), 64)]
     print(f"[{name}] {len(examples)} training pairs, {batches.per_epoch} batches/epoch, {steps} steps", flush=True)
 
     torch.manual_seed(seed)
@@ -190,6 +203,20 @@ def train_model(
                     "torch_rng": torch.get_rng_state()}, tmp)
         os.replace(tmp, ckpt_path)
 
+    def val_loss():
+        """Reference cross-entropy (nats/token) on 512 fixed validation pairs."""
+        model.eval()
+        tot, n = 0.0, 0
+        with torch.no_grad(), torch.autocast(**autocast):
+            for vb in val_batches:
+                lg = model(input_ids=vb["input_ids"], attention_mask=vb["attention_mask"],
+                           decoder_input_ids=vb["decoder_input_ids"]).logits.float()
+                tot += F.cross_entropy(lg.view(-1, lg.size(-1)), vb["labels"].view(-1), ignore_index=-100,
+                                       reduction="sum").item()
+                n += int((vb["labels"] != -100).sum())
+        model.train()
+        return tot / max(n, 1)
+
     t0 = time.time()
     last_ckpt = t0
     ema = None
@@ -199,14 +226,15 @@ def train_model(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup)
         b = batches(step)
-        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                    decoder_input_ids=b["decoder_input_ids"])
+        with torch.autocast(**autocast):
+            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                        decoder_input_ids=b["decoder_input_ids"])
         logits = out.logits.float()
         valid = b["labels"] != -100
         ce = F.cross_entropy(logits.view(-1, logits.size(-1)), b["labels"].view(-1), ignore_index=-100)
         loss = ce
         if teacher is not None and kl_weight > 0:
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(**autocast):
                 t_logits = teacher(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
                                    decoder_input_ids=b["decoder_input_ids"]).logits.float()
                 t_logp = F.log_softmax(t_logits, -1)
@@ -222,7 +250,8 @@ def train_model(
         if step % 20 == 0:
             bar.set_postfix(loss=f"{ema:.3f}", ce=f"{ce.item():.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}")
         if step % 200 == 0:
-            print(f"[{name}] step {step} loss {ema:.4f} ce {ce.item():.4f} "
+            vl = f" val_ce {val_loss():.4f}" if step % 1000 == 0 else ""
+            print(f"[{name}] step {step} loss {ema:.4f} ce {ce.item():.4f}{vl} "
                   f"elapsed {elapsed_before + time.time() - t0:.0f}s", flush=True)
         if max_minutes is not None and elapsed_before + time.time() - t0 > max_minutes * 60:
             print(f"[{name}] time budget of {max_minutes} min reached at step {step + 1}/{steps}; stopping",
@@ -235,6 +264,8 @@ def train_model(
     bar.close()
     elapsed = elapsed_before + time.time() - t0
     save_ckpt(done_steps, elapsed)
+    final_val = val_loss()
+    print(f"[{name}] validation cross-entropy {final_val:.4f} nats/token", flush=True)
     final_dir = os.path.join(work_dir, name)
     model.eval()
     model.save_pretrained(final_dir, safe_serialization=True)
@@ -243,8 +274,8 @@ def train_model(
         import json
 
         json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup, "seed": seed,
-                   "threads": threads, "train_seconds": round(elapsed, 1), "parameters": n_params,
-                   "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema,
+                   "threads": threads, "precision": precision, "train_seconds": round(elapsed, 1), "parameters": n_params,
+                   "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema, "val_ce": round(final_val, 4),
                    "train_pairs": len(examples)}, f, indent=1)
     print(f"[{name}] done in {elapsed / 60:.1f} min -> {final_dir}", flush=True)
     return final_dir
