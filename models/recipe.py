@@ -28,12 +28,12 @@ DEFAULTS = dict(
     target_steps=7500,
     target_max_minutes=62.0,
     target_batch=32,
-    target_lr=1.5e-3,
+    target_lr=1e-2,
     target_warmup=400,
-    draft_steps=4500,
-    draft_max_minutes=16.0,
+    draft_steps=4000,
+    draft_max_minutes=24.0,
     draft_batch=32,
-    draft_lr=3e-3,
+    draft_lr=1e-2,
     draft_warmup=200,
     kl_weight=0.8,
 )
@@ -48,6 +48,8 @@ def build_parser():
     ap.add_argument("--out-dir", default=HERE, help="where package writes target/, draft/, prompts/")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads")
     ap.add_argument("--resume", action="store_true", help="continue training from the last checkpoint")
+    ap.add_argument("--plain-adamw", action="store_true",
+                    help="one absolute lr for every tensor instead of lr x RMS(tensor) (then use lr ~1e-3)")
     ap.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
     for k, v in DEFAULTS.items():
         extra = {"choices": ["bf16", "fp32"], "help": "training matmul precision (fp32 on CPUs without BF16)"} \
@@ -81,14 +83,14 @@ def main(argv=None):
 
             train_model("target", work, TARGET_CONFIG, steps=args.target_steps, batch_size=args.target_batch,
                         lr=args.target_lr, warmup=args.target_warmup, seed=args.seed, threads=args.threads,
-                        resume=args.resume, max_minutes=args.target_max_minutes, precision=args.precision)
+                        resume=args.resume, max_minutes=args.target_max_minutes, precision=args.precision, rms_scaling=not args.plain_adamw)
         elif st == "train-draft":
             from .train import DRAFT_CONFIG, train_model
 
             train_model("draft", work, DRAFT_CONFIG, steps=args.draft_steps, batch_size=args.draft_batch,
                         lr=args.draft_lr, warmup=args.draft_warmup, seed=args.seed + 1, threads=args.threads,
                         resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight,
-                        max_minutes=args.draft_max_minutes, precision=args.precision)
+                        max_minutes=args.draft_max_minutes, precision=args.precision, rms_scaling=not args.plain_adamw)
         elif st == "package":
             from .evaluate import package
 

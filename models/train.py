@@ -22,7 +22,7 @@ MAX_SRC = {"summarize": 64, "translate": 64}
 MAX_TGT = {"summarize": 32, "translate": 48}
 
 TARGET_CONFIG = dict(d_model=320, d_kv=64, num_heads=5, d_ff=1280, num_layers=4, num_decoder_layers=4)
-DRAFT_CONFIG = dict(d_model=128, d_kv=32, num_heads=4, d_ff=512, num_layers=2, num_decoder_layers=1)
+DRAFT_CONFIG = dict(d_model=128, d_kv=32, num_heads=4, d_ff=768, num_layers=3, num_decoder_layers=1)
 
 
 def make_config(arch: dict, vocab_size: int = VOCAB_SIZE):
@@ -143,6 +143,7 @@ def train_model(
     ckpt_minutes: float = 4.0,
     max_minutes: float | None = None,
     precision: str = "bf16",
+    rms_scaling: bool = True,
 ):
     import torch
     import torch.nn.functional as F
@@ -179,11 +180,14 @@ def train_model(
         for p in teacher.parameters():
             p.requires_grad_(False)
 
-    decay, no_decay = [], []
+    # One group per tensor so that each can get its own step size.  rms_scaling (Adafactor's relative step,
+    # as nanoT5 does with AdamW): a tensor's step is lr x RMS(tensor), because HF's T5 init spans two orders
+    # of magnitude (embeddings std 1, attention projections ~0.007) and one absolute lr fits neither.
+    groups = []
     for n, p in model.named_parameters():
-        (no_decay if ("layer_norm" in n or "shared" in n or "relative_attention_bias" in n) else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.98), eps=1e-8)
+        no_wd = "layer_norm" in n or "shared" in n or "relative_attention_bias" in n
+        groups.append({"params": [p], "weight_decay": 0.0 if no_wd else 0.01})
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.98), eps=1e-8)
 
     ckpt_dir = os.path.join(work_dir, "ckpt")
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -223,8 +227,9 @@ def train_model(
     done_steps = steps
     bar = tqdm(range(start, steps), initial=start, total=steps, desc=name, dynamic_ncols=True, mininterval=5)
     for step in bar:
+        base = lr_at(step, steps, lr, warmup)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, warmup)
+            g["lr"] = base * (max(1e-3, g["params"][0].detach().pow(2).mean().sqrt().item()) if rms_scaling else 1.0)
         b = batches(step)
         with torch.autocast(**autocast):
             out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
@@ -248,7 +253,7 @@ def train_model(
         opt.step()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{ema:.3f}", ce=f"{ce.item():.3f}", lr=f"{opt.param_groups[0]['lr']:.2e}")
+            bar.set_postfix(loss=f"{ema:.3f}", ce=f"{ce.item():.3f}", lr=f"{base:.2e}")
         if step % 200 == 0:
             vl = f" val_ce {val_loss():.4f}" if step % 1000 == 0 else ""
             print(f"[{name}] step {step} loss {ema:.4f} ce {ce.item():.4f}{vl} "
@@ -274,7 +279,7 @@ def train_model(
         import json
 
         json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup, "seed": seed,
-                   "threads": threads, "precision": precision, "train_seconds": round(elapsed, 1), "parameters": n_params,
+                   "threads": threads, "precision": precision, "rms_scaling": rms_scaling, "train_seconds": round(elapsed, 1), "parameters": n_params,
                    "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema, "val_ce": round(final_val, 4),
                    "train_pairs": len(examples)}, f, indent=1)
     print(f"[{name}] done in {elapsed / 60:.1f} min -> {final_dir}", flush=True)
