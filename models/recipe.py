@@ -6,7 +6,7 @@
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
 ``package``, ``evaluate``).  Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package`` writes the committed files (``models/target``,
-``models/draft``, ``models/prompts/test.jsonl``).  Never run in CI: it takes about an hour on 2 cores.
+``models/draft``, ``models/prompts/test.jsonl``).  Never run in CI: it takes about 85 minutes on 2 cores.
 """
 
 from __future__ import annotations
