@@ -8,7 +8,7 @@
 
 Decoding uses a simple batched loop over ``model(encoder_outputs=..., decoder_input_ids=..., past_key_values=...)``
 (the cache is created by the forward pass itself) rather than ``generate()``, because ``generate()`` in
-transformers 5.x sizes its cache from ``num_layers`` and breaks for the draft (2 encoder layers, 1 decoder layer).
+transformers 5.x sizes its cache from ``num_layers`` and breaks for the draft (3 encoder layers, 1 decoder layer).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Stages `train-target` and `train-draft`: T5ForConditionalGeneration from scratch on 2 CPU cores.
 
 * Target: T5 v1.0-style (relu FFN), d_model 320, d_ff 1280, 4 encoder + 4 decoder layers.
-* Draft:  d_model 128, 2 encoder layers + 1 decoder layer (t5-efficient style), same tokenizer.
+* Draft:  d_model 128, d_ff 768, 3 encoder layers + 1 decoder layer (t5-efficient style), same tokenizer.
   Trained on a mixture of the reference cross-entropy and the KL divergence to the target's
   next-token distribution on the same teacher-forced batch (teacher forward only, no generation).
 
