@@ -83,14 +83,16 @@ def main(argv=None):
 
             train_model("target", work, TARGET_CONFIG, steps=args.target_steps, batch_size=args.target_batch,
                         lr=args.target_lr, warmup=args.target_warmup, seed=args.seed, threads=args.threads,
-                        resume=args.resume, max_minutes=args.target_max_minutes, precision=args.precision, rms_scaling=not args.plain_adamw)
+                        resume=args.resume, max_minutes=args.target_max_minutes, precision=args.precision,
+                        rms_scaling=not args.plain_adamw)
         elif st == "train-draft":
             from .train import DRAFT_CONFIG, train_model
 
             train_model("draft", work, DRAFT_CONFIG, steps=args.draft_steps, batch_size=args.draft_batch,
                         lr=args.draft_lr, warmup=args.draft_warmup, seed=args.seed + 1, threads=args.threads,
                         resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight,
-                        max_minutes=args.draft_max_minutes, precision=args.precision, rms_scaling=not args.plain_adamw)
+                        max_minutes=args.draft_max_minutes, precision=args.precision,
+                        rms_scaling=not args.plain_adamw)
         elif st == "package":
             from .evaluate import package
 

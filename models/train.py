@@ -229,7 +229,8 @@ def train_model(
     for step in bar:
         base = lr_at(step, steps, lr, warmup)
         for g in opt.param_groups:
-            g["lr"] = base * (max(1e-3, g["params"][0].detach().pow(2).mean().sqrt().item()) if rms_scaling else 1.0)
+            rms = g["params"][0].detach().pow(2).mean().sqrt().item() if rms_scaling else 1.0
+            g["lr"] = base * (max(1e-3, rms) if rms_scaling else 1.0)
         b = batches(step)
         with torch.autocast(**autocast):
             out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
@@ -279,7 +280,8 @@ def train_model(
         import json
 
         json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup, "seed": seed,
-                   "threads": threads, "precision": precision, "rms_scaling": rms_scaling, "train_seconds": round(elapsed, 1), "parameters": n_params,
+                   "threads": threads, "precision": precision, "rms_scaling": rms_scaling,
+                   "train_seconds": round(elapsed, 1), "parameters": n_params,
                    "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema, "val_ce": round(final_val, 4),
                    "train_pairs": len(examples)}, f, indent=1)
     print(f"[{name}] done in {elapsed / 60:.1f} min -> {final_dir}", flush=True)
