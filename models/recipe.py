@@ -24,7 +24,6 @@ STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "evalua
 DEFAULTS = dict(
     seed=0,
     vocab_size=4096,
-    precision="bf16",
     target_steps=7500,
     target_max_minutes=62.0,
     target_batch=32,
@@ -50,11 +49,11 @@ def build_parser():
     ap.add_argument("--resume", action="store_true", help="continue training from the last checkpoint")
     ap.add_argument("--plain-adamw", action="store_true",
                     help="one absolute lr for every tensor instead of lr x RMS(tensor) (then use lr ~1e-3)")
+    ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                    help="training matmul precision (default bf16; fp32 on CPUs without BF16)")
     ap.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
     for k, v in DEFAULTS.items():
-        extra = {"choices": ["bf16", "fp32"], "help": "training matmul precision (fp32 on CPUs without BF16)"} \
-            if k == "precision" else {}
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, **extra)
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v)
     return ap
 
 

@@ -98,6 +98,12 @@ class Batches:
         return collate([self.ex[j] for j in self._order[i % len(self._order)]])
 
 
+def _logits(model, batch):
+    """Teacher-forced next-token logits (fp32) for a collated batch."""
+    return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                 decoder_input_ids=batch["decoder_input_ids"]).logits.float()
+
+
 def _chunks(xs, n):
     return [xs[i: i + n] for i in range(0, len(xs), n)]
 
@@ -213,8 +219,7 @@ def train_model(
         tot, n = 0.0, 0
         with torch.no_grad(), torch.autocast(**autocast):
             for vb in val_batches:
-                lg = model(input_ids=vb["input_ids"], attention_mask=vb["attention_mask"],
-                           decoder_input_ids=vb["decoder_input_ids"]).logits.float()
+                lg = _logits(model, vb)
                 tot += F.cross_entropy(lg.view(-1, lg.size(-1)), vb["labels"].view(-1), ignore_index=-100,
                                        reduction="sum").item()
                 n += int((vb["labels"] != -100).sum())
@@ -229,20 +234,17 @@ def train_model(
     for step in bar:
         base = lr_at(step, steps, lr, warmup)
         for g in opt.param_groups:
-            rms = g["params"][0].detach().pow(2).mean().sqrt().item() if rms_scaling else 1.0
-            g["lr"] = base * (max(1e-3, rms) if rms_scaling else 1.0)
+            scale = max(1e-3, g["params"][0].detach().pow(2).mean().sqrt().item()) if rms_scaling else 1.0
+            g["lr"] = base * scale
         b = batches(step)
         with torch.autocast(**autocast):
-            out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                        decoder_input_ids=b["decoder_input_ids"])
-        logits = out.logits.float()
+            logits = _logits(model, b)
         valid = b["labels"] != -100
         ce = F.cross_entropy(logits.view(-1, logits.size(-1)), b["labels"].view(-1), ignore_index=-100)
         loss = ce
         if teacher is not None and kl_weight > 0:
             with torch.no_grad(), torch.autocast(**autocast):
-                t_logits = teacher(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                                   decoder_input_ids=b["decoder_input_ids"]).logits.float()
+                t_logits = _logits(teacher, b)
                 t_logp = F.log_softmax(t_logits, -1)
             s_logp = F.log_softmax(logits, -1)
             kl = (t_logp.exp() * (t_logp - s_logp)).sum(-1)
@@ -279,10 +281,11 @@ def train_model(
     with open(os.path.join(final_dir, "train_info.json"), "w") as f:
         import json
 
-        json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup, "seed": seed,
-                   "threads": threads, "precision": precision, "rms_scaling": rms_scaling,
+        json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
+                   "seed": seed, "threads": threads, "precision": precision, "rms_scaling": rms_scaling,
                    "train_seconds": round(elapsed, 1), "parameters": n_params,
-                   "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema, "val_ce": round(final_val, 4),
+                   "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema,
+                   "val_ce": round(final_val, 4),
                    "train_pairs": len(examples)}, f, indent=1)
     print(f"[{name}] done in {elapsed / 60:.1f} min -> {final_dir}", flush=True)
     return final_dir
