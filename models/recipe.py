@@ -25,16 +25,19 @@ DEFAULTS = dict(
     seed=0,
     vocab_size=4096,
     target_steps=7500,
-    target_max_minutes=62.0,
+    target_max_minutes=61.0,
     target_batch=32,
     target_lr=1e-2,
     target_warmup=400,
-    draft_steps=4000,
-    draft_max_minutes=24.0,
+    target_dropout=0.1,
+    draft_steps=3700,
+    draft_max_minutes=21.0,
     draft_batch=32,
     draft_lr=1e-2,
     draft_warmup=200,
     kl_weight=0.8,
+    seq_kd_sources=18000,
+    seq_kd_repeat=2,
 )
 
 
@@ -83,7 +86,7 @@ def main(argv=None):
             train_model("target", work, TARGET_CONFIG, steps=args.target_steps, batch_size=args.target_batch,
                         lr=args.target_lr, warmup=args.target_warmup, seed=args.seed, threads=args.threads,
                         resume=args.resume, max_minutes=args.target_max_minutes, precision=args.precision,
-                        rms_scaling=not args.plain_adamw)
+                        rms_scaling=not args.plain_adamw, dropout=args.target_dropout)
         elif st == "train-draft":
             from .train import DRAFT_CONFIG, train_model
 
@@ -91,7 +94,8 @@ def main(argv=None):
                         lr=args.draft_lr, warmup=args.draft_warmup, seed=args.seed + 1, threads=args.threads,
                         resume=args.resume, teacher_dir=os.path.join(work, "target"), kl_weight=args.kl_weight,
                         max_minutes=args.draft_max_minutes, precision=args.precision,
-                        rms_scaling=not args.plain_adamw)
+                        rms_scaling=not args.plain_adamw, seq_kd_sources=args.seq_kd_sources,
+                        seq_kd_repeat=args.seq_kd_repeat)
         elif st == "package":
             from .evaluate import package
 

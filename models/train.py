@@ -25,13 +25,13 @@ TARGET_CONFIG = dict(d_model=320, d_kv=64, num_heads=5, d_ff=1280, num_layers=4,
 DRAFT_CONFIG = dict(d_model=128, d_kv=32, num_heads=4, d_ff=768, num_layers=3, num_decoder_layers=1)
 
 
-def make_config(arch: dict, vocab_size: int = VOCAB_SIZE):
+def make_config(arch: dict, vocab_size: int = VOCAB_SIZE, dropout: float = 0.0):
     from transformers import T5Config
 
     return T5Config(
         vocab_size=vocab_size,
         feed_forward_proj="relu",
-        dropout_rate=0.0,
+        dropout_rate=dropout,
         relative_attention_num_buckets=32,
         relative_attention_max_distance=128,
         layer_norm_epsilon=1e-6,
@@ -150,6 +150,9 @@ def train_model(
     max_minutes: float | None = None,
     precision: str = "bf16",
     rms_scaling: bool = True,
+    seq_kd_sources: int = 0,
+    seq_kd_repeat: int = 1,
+    dropout: float = 0.0,
 ):
     import torch
     import torch.nn.functional as F
@@ -168,6 +171,11 @@ def train_model(
     tok = load_tokenizer(tok_dir)
     rows = load_jsonl(os.path.join(work_dir, "data", "train.jsonl"))
     examples = encode_rows(tok, rows)
+    if teacher_dir is not None and seq_kd_sources > 0:
+        from .distill import target_outputs
+
+        kd = target_outputs(work_dir, tok, seq_kd_sources, seed, threads)
+        examples = examples + kd * seq_kd_repeat
     batches = Batches(examples, batch_size, seed)
     val_rows = load_jsonl(os.path.join(work_dir, "data", "validation.jsonl"))
     val_rows = random.Random(seed).sample(val_rows, min(512, len(val_rows)))
@@ -175,7 +183,7 @@ def train_model(
     print(f"[{name}] {len(examples)} training pairs, {batches.per_epoch} batches/epoch, {steps} steps", flush=True)
 
     torch.manual_seed(seed)
-    model = T5ForConditionalGeneration(make_config(arch, vocab_size=len(tok)))
+    model = T5ForConditionalGeneration(make_config(arch, vocab_size=len(tok), dropout=dropout))
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"[{name}] parameters: {n_params / 1e6:.2f} M", flush=True)
@@ -282,9 +290,10 @@ def train_model(
         import json
 
         json.dump({"steps": done_steps, "scheduled_steps": steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
-                   "seed": seed, "threads": threads, "precision": precision, "rms_scaling": rms_scaling,
+                   "seed": seed, "threads": threads, "dropout": dropout, "precision": precision, "rms_scaling": rms_scaling,
                    "train_seconds": round(elapsed, 1), "parameters": n_params,
                    "kl_weight": kl_weight, "teacher": bool(teacher_dir), "final_loss_ema": ema,
+                   "seq_kd_sources": seq_kd_sources if teacher_dir else 0, "seq_kd_repeat": seq_kd_repeat,
                    "val_ce": round(final_val, 4),
                    "train_pairs": len(examples)}, f, indent=1)
     print(f"[{name}] done in {elapsed / 60:.1f} min -> {final_dir}", flush=True)
