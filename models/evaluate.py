@@ -2,8 +2,8 @@
 
 * `package`: store both models in fp16 (safetensors) under ``models/target`` and ``models/draft`` with the
   shared tokenizer, and write ``models/prompts/test.jsonl`` (test split only, both tasks).
-* `evaluate`: on the prompts (held-out test split), chrF (sacrebleu) of greedy outputs for target, draft
-  and a copy-the-input baseline, and alpha per Corollary 3.6 of Leviathan et al. (2023):
+* `evaluate`: on the prompts (held-out test split), chrF (sacrebleu) of greedy outputs for target, draft,
+  a copy-the-input baseline and a first-sentence-of-the-input baseline, and alpha per Corollary 3.6 of Leviathan et al. (2023):
   alpha = E[sum_x min(p(x), q(x))] over target-generated positions (greedy for T=0, sampled for T=1).
 
 Decoding uses a simple batched loop over ``model(encoder_outputs=..., decoder_input_ids=..., past_key_values=...)``
@@ -224,6 +224,9 @@ def evaluate(out_dir: str, work_dir: str, threads: int, seed: int = 0, limit: in
             row[f"chrf_{name}"] = round(sacrebleu.corpus_chrf(texts, [refs]).score, 2)
         copy = [_strip_prefix(prompts[i]["source"]) for i in idx]
         row["chrf_copy_input"] = round(sacrebleu.corpus_chrf(copy, [refs]).score, 2)
+        # Lead baseline (CNN/DM's lead-3 in miniature): the input's first sentence.
+        lead = [c.split(". ")[0] for c in copy]
+        row["chrf_first_sentence"] = round(sacrebleu.corpus_chrf(lead, [refs]).score, 2)
         by_task[task] = row
     res["chrf"] = by_task
 
