@@ -5,7 +5,9 @@
   Trained on a mixture of the reference cross-entropy and the KL divergence to the target's
   next-token distribution on the same teacher-forced batch (teacher forward only, no generation).
 
-Data order is a pure function of (seed, step), so `--resume` continues bit-for-bit on the same batches.
+Data order is a pure function of (seed, step), so `--resume` continues on the same batches.  The lr schedule
+follows steps or the time budget, whichever is further along, so a run that hits its time budget depends on the
+machine's speed (fewer steps on a slower one, but always annealed).
 """
 
 from __future__ import annotations
@@ -126,10 +128,12 @@ def collate(pairs):
 
 
 # --------------------------------------------------------------------------- training
-def lr_at(step, total, peak, warmup):
+def lr_at(step, total, peak, warmup, time_frac: float = 0.0):
+    """Linear warmup, then cosine to 10 % of peak over whichever runs out first: the steps or the time budget
+    (time_frac = elapsed / max_minutes), so a slower machine still ends its run with an annealed model."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
+    frac = max((step - warmup) / max(1, total - warmup), time_frac)
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
@@ -240,7 +244,8 @@ def train_model(
     done_steps = steps
     bar = tqdm(range(start, steps), initial=start, total=steps, desc=name, dynamic_ncols=True, mininterval=5)
     for step in bar:
-        base = lr_at(step, steps, lr, warmup)
+        time_frac = (elapsed_before + time.time() - t0) / (max_minutes * 60) if max_minutes else 0.0
+        base = lr_at(step, steps, lr, warmup, time_frac)
         for g in opt.param_groups:
             scale = max(1e-3, g["params"][0].detach().pow(2).mean().sqrt().item()) if rms_scaling else 1.0
             g["lr"] = base * scale
