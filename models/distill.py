@@ -24,41 +24,13 @@ def _fingerprint(target_dir: str, n: int, seed: int) -> dict:
     return {"target_size": st.st_size, "target_mtime": int(st.st_mtime), "n": n, "seed": seed}
 
 
-def _greedy(model, src_batch, max_new_tokens: int):
-    """Greedy decode of a batch of token-id lists; returns output ids ending in </s>, or None if cut off."""
-    import torch
-
-    L = max(len(s) for s in src_batch)
-    ids = torch.zeros(len(src_batch), L, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for j, s in enumerate(src_batch):
-        ids[j, : len(s)] = torch.tensor(s)
-        mask[j, : len(s)] = 1
-    enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
-    dec = torch.zeros(len(src_batch), 1, dtype=torch.long)
-    done = torch.zeros(len(src_batch), dtype=torch.bool)
-    past = None
-    for _ in range(max_new_tokens):
-        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec[:, -1:],
-                    past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        nxt = torch.where(done, torch.zeros_like(done, dtype=torch.long), out.logits[:, -1].argmax(-1))
-        dec = torch.cat([dec, nxt[:, None]], 1)
-        done |= nxt == 1
-        if bool(done.all()):
-            break
-    outs = []
-    for row in dec[:, 1:].tolist():
-        outs.append(row[: row.index(1) + 1] if 1 in row else None)
-    return outs
-
-
 def target_outputs(work_dir: str, tok, n: int, seed: int, threads: int) -> list[tuple[list[int], list[int]]]:
     """(source ids, target greedy output ids) for n seeded training sources (cached, resumable)."""
     import torch
     from tqdm import tqdm
     from transformers import T5ForConditionalGeneration
 
+    from .evaluate import decode_batch
     from .train import MAX_TGT, encode_rows
 
     if n <= 0:
@@ -92,8 +64,10 @@ def target_outputs(work_dir: str, tok, n: int, seed: int, threads: int) -> list[
                                                total=len(todo), mininterval=5)):
             if bi < n_done_batches:
                 continue
-            outs = _greedy(model, batch, MAX_TGT[task])
-            recs = [{"src": s, "out": o} for s, o in zip(batch, outs) if o is not None]
+            enc = tok.pad({"input_ids": batch}, return_tensors="pt")
+            outs = decode_batch(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=MAX_TGT[task])
+            # Outputs cut off by the length limit (no </s>) are left out.
+            recs = [{"src": s, "out": o} for s, o in zip(batch, outs) if o[-1] == 1]
             if recs:
                 recs[-1]["batch_end"] = True
             else:

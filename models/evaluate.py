@@ -110,33 +110,37 @@ def decode(model, tok, sources, temperature: float = 0.0, max_new_tokens: int = 
     with torch.no_grad():
         for i in range(0, len(sources), batch_size):
             ids, mask = _encode_batch(tok, sources[i: i + batch_size])
-            enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
-            b = ids.size(0)
-            dec = torch.zeros(b, 1, dtype=torch.long)
-            done = torch.zeros(b, dtype=torch.bool)
-            past = None
-            for _ in range(max_new_tokens):
-                out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec[:, -1:],
-                            past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[:, -1].float()
-                if temperature == 0:
-                    nxt = logits.argmax(-1)
-                else:
-                    probs = torch.softmax(logits / temperature, -1)
-                    nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-                nxt = torch.where(done, torch.zeros_like(nxt), nxt)
-                dec = torch.cat([dec, nxt[:, None]], 1)
-                done |= nxt == 1
-                if bool(done.all()):
-                    break
-            for row in dec[:, 1:].tolist():
-                seq = []
-                for t in row:
-                    seq.append(t)
-                    if t == 1:
-                        break
-                outs.append(seq)
+            outs += decode_batch(model, ids, mask, temperature, max_new_tokens, generator)
+    return outs
+
+
+def decode_batch(model, ids, mask, temperature: float = 0.0, max_new_tokens: int = MAX_NEW_TOKENS, generator=None):
+    """One padded batch (input_ids, attention_mask tensors) -> token-id lists, each ending in </s> if produced."""
+    import torch
+
+    enc = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    b = ids.size(0)
+    dec = torch.zeros(b, 1, dtype=torch.long)
+    done = torch.zeros(b, dtype=torch.bool)
+    past = None
+    for _ in range(max_new_tokens):
+        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec[:, -1:],
+                    past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        logits = out.logits[:, -1].float()
+        if temperature == 0:
+            nxt = logits.argmax(-1)
+        else:
+            probs = torch.softmax(logits / temperature, -1)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        nxt = torch.where(done, torch.zeros_like(nxt), nxt)
+        dec = torch.cat([dec, nxt[:, None]], 1)
+        done |= nxt == 1
+        if bool(done.all()):
+            break
+    outs = []
+    for row in dec[:, 1:].tolist():
+        outs.append(row[: row.index(1) + 1] if 1 in row else row)
     return outs
 
 
