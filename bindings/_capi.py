@@ -1,5 +1,6 @@
 """The Python side of libspecdec (include/specdec.h): cffi `extern "Python"` functions that convert C arguments to
-Python, call specdec.runtime, and convert results and exceptions back to C. No decoding logic lives here.
+Python, call specdec.runtime's public API (SpeculativeDecoder.generate and .stream, given one Params built from
+the C struct), and convert results and exceptions back to C. No decoding logic lives here.
 
 Loaded by the embedded interpreter's init code (bindings/build.py), which calls install(ffi, lib) with the
 libspecdec module's own ffi and lib. Every function runs on the C caller's thread.
@@ -16,7 +17,7 @@ import itertools
 import json
 import threading
 
-from specdec.runtime import SpecdecError, SpeculativeDecoder
+from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
 from specdec.runtime.device import resolve_provider
 
 # extern "Python" functions: C name of the public entry point -> private name that cffi binds
@@ -130,10 +131,12 @@ class CApi:
             finally:
                 session.owner = None
 
-    def _params(self, ptr) -> dict:
+    def _params(self, ptr) -> Params:
+        """The one Params of a request, from the C struct (NULL: specdec_params_default()). Values are checked by
+        the runtime (Params.checked), so the C API and Python accept and refuse exactly the same ones."""
         p = self.lib.specdec_params_default() if ptr == self.ffi.NULL else ptr[0]
-        return {"max_new_tokens": int(p.max_new_tokens), "gamma": int(p.gamma), "temperature": float(p.temperature),
-                "top_k": int(p.top_k), "top_p": float(p.top_p), "lenience": float(p.lenience), "seed": int(p.seed)}
+        return Params.of(max_new_tokens=int(p.max_new_tokens), gamma=int(p.gamma), temperature=float(p.temperature),
+                         top_k=int(p.top_k), top_p=float(p.top_p), lenience=float(p.lenience), seed=int(p.seed))
 
     def _input_ids(self, ptr, count: int):
         if ptr == self.ffi.NULL:
@@ -156,8 +159,8 @@ class CApi:
             return
         for name in ("target_calls", "draft_calls", "proposed", "accepted", "new_tokens", "ort_runs"):
             setattr(out, name, int(getattr(stats, name)))
-        for name in ("acceptance_rate", "tokens_per_target_call", "encoder_s", "draft_s", "verify_s",
-                     "sampling_s", "host_s", "total_s"):
+        for name in ("acceptance_rate", "tokens_per_target_call", "encoder_s", "draft_s", "target_s", "host_s",
+                     "total_s"):
             setattr(out, name, float(getattr(stats, name)))
         out.stop_reason = self.stop_reasons.get(stop_reason, self.lib.SPECDEC_STOP_NONE)
 
@@ -246,9 +249,9 @@ class CApi:
         session = self._session(ptr)
         self._out_buffer(out_ids, out_capacity, out_len, "out_ids")
         ids = self._input_ids(input_ids, n_input)
-        kwargs = self._params(params)
+        request = self._params(params)
         with self._hold(session) as dec:
-            res = dec.generate(input_ids=[] if ids is None else ids, **kwargs)
+            res = dec.generate(input_ids=[] if ids is None else ids, params=request)
         count = len(res.token_ids)
         out_len[0] = count
         self._fill_stats(out_stats, res.stats, res.stop_reason)
@@ -262,9 +265,9 @@ class CApi:
         if prompt == self.ffi.NULL:
             raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "prompt is NULL", "pass the prompt text")
         text = self._text(prompt, "prompt")
-        kwargs = self._params(params)
+        request = self._params(params)
         with self._hold(session) as dec:
-            res = dec.generate(text, **kwargs)
+            res = dec.generate(text, params=request)
         data = res.text.encode("utf-8")
         out_len[0] = len(data)
         self._fill_stats(out_stats, res.stats, res.stop_reason)
@@ -280,27 +283,23 @@ class CApi:
                           "pass a callback; use specdec_generate_ids or _text to generate without one")
         text = None if prompt == ffi.NULL else self._text(prompt, "prompt")
         ids = self._input_ids(input_ids, n_input)
-        kw = self._params(params)
+        request = self._params(params)
         with self._hold(session) as dec:
-            # SpeculativeDecoder.stream() with the stats and stop reason that it does not expose: the pieces
-            # (ids and text) are built exactly as stream() builds them.
-            steps = dec._stream(text, ids, kw["max_new_tokens"], kw["gamma"], kw["temperature"], kw["top_k"],
-                                kw["top_p"], kw["lenience"], kw["seed"])
-            out, shown, stats, reason = [], "", None, ""
+            # The public SpeculativeDecoder.stream(): each Piece carries its ids, its text, the request's stats so
+            # far and (on the last one) the stop reason. A callback's stop closes the generator.
+            pieces = dec.stream(text, input_ids=ids, params=request)
+            stats, reason = None, ""
             try:
-                for new, reason, stats in steps:
-                    out.extend(new)
-                    full = dec.decode(out)
-                    piece = full.removeprefix(shown)
-                    shown = full
-                    data = piece.encode("utf-8")
-                    if on_piece(ffi.new("int32_t[]", [int(t) for t in new]), len(new), ffi.new("char[]", data),
-                                len(data), user_data) != 0:
+                for piece in pieces:
+                    stats, reason = piece.stats, piece.stop_reason
+                    new, data = [int(t) for t in piece.token_ids], piece.text.encode("utf-8")
+                    if on_piece(ffi.new("int32_t[]", new), len(new), ffi.new("char[]", data), len(data),
+                                user_data) != 0:
                         reason = "callback"
                         break
             finally:
-                steps.close()
-        self._fill_stats(out_stats, stats, reason)
+                pieces.close()
+        self._fill_stats(out_stats, stats if stats is not None else Stats(), reason)
 
 
 def classify(err: BaseException, lib) -> tuple[int, str]:

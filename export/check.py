@@ -32,15 +32,20 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache."""
     import onnxruntime as ort
 
-    enc = ort.InferenceSession(str(encoder_path), providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(str(decoder_path), providers=["CPUExecutionProvider"])
+    from .head import plain_step_feed
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    enc = ort.InferenceSession(str(encoder_path), opts, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(decoder_path), opts, providers=["CPUExecutionProvider"])
     cross = enc.run(None, {"input_ids": source})[0]
     layers, _, batch, heads, _, d_kv = cross.shape
+    vocab = dec.get_outputs()[0].shape[-1]
     cache = np.zeros((0, layers, 2, batch, heads, d_kv), dtype=cross.dtype)
     outputs, pos = [], 0
     for n in steps:
-        logits, new_kv = dec.run(None, {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache,
-                                        "cross_kv": cross})
+        logits, new_kv = dec.run(["logits", "new_kv"], {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache,
+                                                        "cross_kv": cross, **plain_step_feed(vocab)})
         cache = np.concatenate([cache, new_kv])
         outputs.append(logits)
         pos += n

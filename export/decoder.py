@@ -67,7 +67,20 @@ class DecoderWithCache(nn.Module):
         return logits, torch.stack(new_kv, dim=1)
 
 
-def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17) -> None:
+def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, residual: bool = True) -> None:
+    """The traced decoder with the speculative head (export/head.py) appended: format 2's one graph per model.
+    `residual=False` only for the distribution tests' deliberately broken control."""
+    import onnx
+
+    from .head import add_head
+
+    trace_decoder(model, path, dtype, opset)
+    graph_model = onnx.load(str(path), load_external_data=False)     # weights stay where torch wrote them
+    add_head(graph_model.graph, residual)
+    onnx.save(graph_model, str(path))
+
+
+def trace_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17) -> None:
     cfg = model.config
     module = DecoderWithCache(model).eval()
     layers, heads, d_kv = cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv

@@ -49,7 +49,7 @@ def architecture(config) -> dict:
     }
 
 
-def write_manifest(root: Path, *, models: dict, samplers: dict, tokenizer_file: str, special_ids: dict,
+def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str, special_ids: dict,
                    vocab_size: int, gamma_max: int, max_length: int, dtype: str, checks: dict) -> Path:
     """`models`: role -> {"source", "revision", "config", "graphs": {"encoder": rel, "decoder": rel}}."""
     entry = {
@@ -67,7 +67,7 @@ def write_manifest(root: Path, *, models: dict, samplers: dict, tokenizer_file: 
             role: {"source": m["source"], "revision": m["revision"], "architecture": architecture(m["config"]),
                    "graphs": {kind: graph_entry(root, rel) for kind, rel in m["graphs"].items()}}
             for role, m in models.items()},
-        "samplers": {name: graph_entry(root, rel) for name, rel in samplers.items()},
+        "head": head,
         "parity_check": checks,
     }
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != MANIFEST

@@ -114,7 +114,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
 
     from tqdm import tqdm
 
-    from . import check, decoder, encoder, sampler
+    from . import check, decoder, encoder, head
     from .attention import cast_for_export
     from .manifest import write_manifest
     from .source import load_config, load_source
@@ -131,7 +131,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     dtype = torch.float16 if opts.dtype == "fp16" else torch.float32
     stages = [(role, "load") for role in names] + \
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
-        [("pair", "samplers"), ("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
+        [("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
     sources, graphs, reports = {}, {}, {}
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
@@ -153,12 +153,6 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 else:
                     write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset), out / rel)
                 graphs.setdefault(role, {})[stage] = rel
-            elif stage == "samplers":
-                for filtered, suffix in ((False, ""), (True, "_topkp")):
-                    write_graph(lambda p: sampler.export_sample(p, filtered, opset=opts.opset),
-                                out / f"sampler/sample{suffix}.onnx")
-                    write_graph(lambda p: sampler.export_verify(p, filtered, opset=opts.opset),
-                                out / f"sampler/verify{suffix}.onnx")
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
             elif stage == "check":
@@ -176,8 +170,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     out,
                     models={role: {"source": sources[role].name, "revision": sources[role].revision,
                                    "config": sources[role].config, "graphs": graphs[role]} for role in names},
-                    samplers={name: f"sampler/{name}.onnx" for name in
-                              ("sample", "sample_topkp", "verify", "verify_topkp")},
+                    head={"candidates": head.CANDIDATES, "inputs": list(head.INPUTS),
+                          "outputs": list(head.OUTPUTS)},
                     tokenizer_file="tokenizer.json",
                     special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
                                  "unk_token_id": tok.unk_token_id,

@@ -48,9 +48,14 @@ extern "C" {
 #define SPECDEC_API
 #endif
 
-/* Version of this C API (the header's contract): incremented whenever a function signature, a struct layout or
-   the meaning of a status changes. The library's package version is specdec_version(). */
-#define SPECDEC_API_VERSION 1
+/* Version of this C API (the header's contract): incremented whenever a function signature, a struct layout, the
+   meaning of a field or the meaning of a status changes. The library's package version is specdec_version().
+     1: first version.
+     2: specdec_stats: verify_s and sampling_s replaced by target_s (sampling is fused into the decoder graphs:
+        there are no separate sampler runs to time), so the struct's layout changed -- recompile against this
+        header; ort_runs counts gamma + 1 runs per speculative iteration instead of 2 * gamma + 2.
+        specdec_params.lenience now also applies at temperature 0 (see its comment; 1 is still exact). */
+#define SPECDEC_API_VERSION 2
 
 /* Longest message specdec_last_error() returns, in bytes including the NUL; longer ones are cut (at a
    UTF-8 character boundary) and end with "...". */
@@ -98,8 +103,9 @@ typedef enum specdec_stop_reason {
     SPECDEC_STOP_CALLBACK = 4         /* the stream callback returned nonzero */
 } specdec_stop_reason;
 
-/* Opaque session: one loaded export directory (target, draft, samplers, device buffers). Created by
-   specdec_open, destroyed by specdec_close; the handle value means nothing to the caller. */
+/* Opaque session: one loaded export directory (the target's and the draft's ONNX Runtime sessions, with the
+   sampling heads fused into their decoder graphs; KV caches; device buffers). Created by specdec_open,
+   destroyed by specdec_close; the handle value means nothing to the caller. */
 typedef struct specdec_session specdec_session;
 
 /* Generation parameters. Always start from specdec_params_default() and change fields, so that fields added
@@ -109,30 +115,43 @@ typedef struct specdec_params {
     int32_t max_new_tokens;  /* >= 1. Default 64. Output is at most this many tokens (an EOS included).   */
     int32_t gamma;           /* draft tokens per target call, 0..gamma_max of the export (see
                                 specdec_get_info). 0 = target-only decoding. Default 4. Greedy output
-                                does not depend on gamma; sampled output depends on it.                    */
-    double temperature;      /* finite, >= 0. 0 = greedy (default). Output distribution is exactly the
-                                target's at this temperature/top_k/top_p, whatever the draft.              */
+                                (with lenience 1) does not depend on gamma; sampled output does.          */
+    double temperature;      /* finite, >= 0. 0 = greedy (default). With lenience 1 the output
+                                distribution is exactly the target's at this temperature/top_k/top_p,
+                                whatever the draft.                                                        */
     int32_t top_k;           /* >= 0; 0 = no top-k filter (default).                                       */
     double top_p;            /* in (0, 1]; 1 = no nucleus filter (default).                               */
-    double lenience;         /* in (0, 1]; 1 = exact speculative sampling (default); lower accepts more
-                                draft tokens and is no longer exact.                                       */
+    double lenience;         /* l, in (0, 1]; 1 = exact (default). Lower keeps more draft tokens and is no
+                                longer exact (Leviathan et al., A.5); it means one of two things:
+                                  temperature > 0: q is multiplied by l -- a guess x is kept with
+                                                   probability min(1, p(x) / (l q(x))), and after a
+                                                   rejection the next token is drawn from
+                                                   norm(max(0, p - l q)).
+                                  temperature 0:   a guess x is kept iff p(x) >= l * max p, where p is the
+                                                   target's distribution before it becomes one-hot (the
+                                                   top_k/top_p-filtered softmax at temperature 1): l = 1 is
+                                                   exact greedy (only the argmax is kept), 0.5 also keeps
+                                                   a guess at least half as likely as the argmax.
+                                With l < 1 the output depends on gamma and on the draft, also when greedy. */
     uint64_t seed;           /* random seed for sampling (unused when greedy). Default 0.                  */
 } specdec_params;
 
-/* What one generation did and where its time went (seconds, wall clock). */
+/* What one generation did and where its time went (seconds, wall clock). Sampling runs inside the decoder
+   graphs (fused heads), so each draft token costs one ONNX Runtime run and each verification one more: a
+   speculative iteration with k guesses is k + 1 runs. encoder_s + draft_s + target_s + host_s = total_s. */
 typedef struct specdec_stats {
-    int64_t target_calls;           /* target decoder runs: verify passes (or steps when gamma = 0)       */
-    int64_t draft_calls;            /* draft decoder runs                                                 */
+    int64_t target_calls;           /* target runs: verify passes (or single steps when gamma = 0)        */
+    int64_t draft_calls;            /* draft runs (one per draft token)                                   */
     int64_t proposed;               /* draft tokens offered for verification                              */
     int64_t accepted;               /* of those, kept                                                     */
     int64_t new_tokens;             /* tokens generated                                                   */
-    int64_t ort_runs;               /* every ONNX Runtime session run: encoders, decoders, samplers       */
+    int64_t ort_runs;               /* every ONNX Runtime session run: encoders, draft runs, target runs  */
     double acceptance_rate;         /* accepted / proposed (0 when nothing was proposed)                  */
     double tokens_per_target_call;  /* new_tokens / target_calls (0 when there was no target call)        */
-    double encoder_s;               /* encoders                                                           */
-    double draft_s;                 /* draft decoder                                                      */
-    double verify_s;                /* target decoder                                                     */
-    double sampling_s;              /* sampler graphs                                                     */
+    double encoder_s;               /* encoder runs (once per model and generation)                       */
+    double draft_s;                 /* draft runs: decoder step + its fused sampling head (draws q, x)    */
+    double target_s;                /* target runs: decoder over k + 1 tokens + the fused accept/residual
+                                       head (which guesses are kept, and the next token)                  */
     double host_s;                  /* everything outside ONNX Runtime runs (Python, tokenizer, binding) */
     double total_s;                 /* whole generation                                                   */
     specdec_stop_reason stop_reason;
@@ -147,7 +166,7 @@ typedef struct specdec_session_info {
     char provider[16];      /* NUL-terminated: the provider in use, "cpu", "cuda" or "tensorrt"            */
 } specdec_session_info;
 
-/* Stream callback: called once per accepted piece (one verify step: 1 .. gamma + 1 tokens), in order, on the
+/* Stream callback: called once per accepted piece (one target run: 1 .. gamma + 1 tokens), in order, on the
    thread that called specdec_stream, before specdec_stream returns.
      token_ids, n_tokens: the piece's token ids (n_tokens >= 1).
      text, text_len:      the text those tokens add to the output so far (NUL-terminated UTF-8, text_len bytes

@@ -20,7 +20,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--lenience", type=float, default=1.0, help="1 = exact (default); lower accepts more guesses")
+    p.add_argument("--lenience", type=float, default=1.0,
+                   help="in (0, 1]; 1 = exact (default). Lower keeps more guesses (paper A.5): at temperature > 0 q "
+                        "is multiplied by l; at temperature 0 a guess x is kept iff p(x) >= l * max p")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--stream", action="store_true", help="print text as soon as it is accepted")
@@ -34,25 +36,26 @@ def stats_line(stats, provider: str) -> str:
             f"target calls {stats.target_calls}, draft calls {stats.draft_calls}, "
             f"accepted {stats.accepted}/{stats.proposed} (alpha {stats.acceptance_rate:.2f}), "
             f"{stats.tokens_per_target_call:.2f} tokens/target call; time: encoder {stats.encoder_s * 1000:.1f} ms, "
-            f"draft {stats.draft_s * 1000:.1f}, verify {stats.verify_s * 1000:.1f}, "
-            f"sampling {stats.sampling_s * 1000:.1f}, host {stats.host_s * 1000:.1f}")
+            f"draft runs {stats.draft_s * 1000:.1f}, target runs {stats.target_s * 1000:.1f}, "
+            f"host {stats.host_s * 1000:.1f}; {stats.ort_runs} onnxruntime runs")
 
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
     from .decoder import SpeculativeDecoder
+    from .params import Params
 
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
-    kwargs = dict(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
-                  top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed)
+    params = Params(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
+                    top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed)
     if args.stream and not args.json:
         piece = None
-        for piece in dec.stream(args.text, **kwargs):
+        for piece in dec.stream(args.text, params=params):
             print(piece.text, end="", flush=True)
         print()
         print(stats_line(piece.stats, dec.provider), file=sys.stderr)   # the last piece holds the request's stats
         return 0
-    res = dec.generate(args.text, **kwargs)
+    res = dec.generate(args.text, params=params)
     if args.json:
         print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,
                           "provider": dec.provider, "stats": res.stats.as_dict()}))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from .device import device_of, resolve_provider
-from .draft import ModelDraft
+from .draft import DraftSource, ModelDraft
 from .errors import SpecdecError
 from .manifest import load_manifest
 from .model import CachedSeq2Seq
-from .sampler import Samplers
+from .params import Params
 from .speculative import speculative_step, target_step
 from .stats import Result, Stats
 from .workspace import Workspace
@@ -43,57 +42,46 @@ def _belongs_together(target, draft) -> None:
 
 
 class SpeculativeDecoder:
-    """Sessions, KV caches and device buffers are created once here and reused by every request."""
+    """A target model and a draft source over one workspace of device buffers; sessions, KV caches and buffers are
+    created once and reused by every request.
 
-    def __init__(self, manifest, provider: str, threads: int = 0, draft_manifest=None):
+    Public attributes: `target` (CachedSeq2Seq), `draft` (a DraftSource, runtime/draft.py), `workspace`
+    (runtime/workspace.py), `tokenizer`, `manifest`, `provider`, `gamma_max`, `max_length`, `vocab_size`."""
+
+    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, draft: DraftSource):
         from tokenizers import Tokenizer
 
-        self.manifest = manifest
-        self.provider = provider
+        self.manifest, self.provider = manifest, provider
         self.device = device_of(provider)
         self.gamma_max, self.max_length = manifest.gamma_max, manifest.max_length
         self.vocab_size = manifest.vocab_size
         ids = manifest.special_ids
         self.eos_id, self.start_id = int(ids["eos_token_id"]), int(ids["decoder_start_token_id"])
         self.tokenizer = Tokenizer.from_file(str(manifest.path(manifest.raw["tokenizer"])))
-        self.target = CachedSeq2Seq(manifest, "target", provider, self.device, self.gamma_max + 1, threads)
-        # the draft's one-token steps are too small to split across cores: one thread unless told otherwise
-        draft_model = CachedSeq2Seq(draft_manifest or manifest, "draft", provider, self.device, 2, threads or 1,
-                                    max_length=self.max_length)
-        self.samplers = Samplers(manifest, provider, self.device)
-        self.draft = ModelDraft(draft_model, self.samplers)
+        self.target, self.draft = target, draft
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device)
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
              draft: str | Path | None = None) -> "SpeculativeDecoder":
         """Open an export directory (checksums verified). `draft`: take the draft from another export directory
-        made for the same target (same tokenizer); by default the pair exported together is used."""
+        made for the same target (same tokenizer); by default the pair exported together is used.
+        `threads`: intra-op threads for the target (0: onnxruntime's default); the draft's one-token steps are too
+        small to split across cores, so it gets one unless `threads` says otherwise."""
         manifest = load_manifest(export_dir)
-        draft_manifest = None
+        draft_manifest = manifest
         if draft is not None:
             draft_manifest = load_manifest(draft)
             _belongs_together(manifest, draft_manifest)
-        return cls(manifest, resolve_provider(provider), threads, draft_manifest)
+        provider = resolve_provider(provider)
+        device = device_of(provider)
+        target = CachedSeq2Seq(manifest, "target", provider, device, manifest.gamma_max + 1, threads)
+        draft_model = CachedSeq2Seq(draft_manifest, "draft", provider, device, 2, threads or 1,
+                                    max_length=manifest.max_length)
+        return cls(manifest, provider, target, ModelDraft(draft_model))
 
     # -- requests -------------------------------------------------------------------------------------------
-    def _check(self, prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p, lenience) -> np.ndarray:
-        if not isinstance(gamma, (int, np.integer)) or not 0 <= gamma <= self.gamma_max:
-            raise SpecdecError(f"gamma must be an integer in 0..{self.gamma_max} (got {gamma!r})",
-                               f"use 0 <= gamma <= {self.gamma_max}" + (
-                                   f", or re-export with --gamma-max {gamma}" if isinstance(gamma, int) and
-                                   gamma > self.gamma_max else ""))
-        if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
-            raise SpecdecError(f"max_new_tokens must be a positive integer (got {max_new_tokens!r})")
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
-            raise SpecdecError(f"temperature must be a finite number >= 0 (got {temperature!r})",
-                               "use 0 for greedy decoding")
-        if not isinstance(top_k, (int, np.integer)) or top_k < 0:
-            raise SpecdecError(f"top_k must be an integer >= 0 (got {top_k!r})", "use 0 to disable top-k")
-        if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-            raise SpecdecError(f"top_p must be in (0, 1] (got {top_p!r})", "use 1.0 to disable top-p")
-        if not (isinstance(lenience, (int, float)) and 0 < lenience <= 1):
-            raise SpecdecError(f"lenience must be in (0, 1] (got {lenience!r})", "use 1.0 for exact sampling")
+    def _source(self, prompt, input_ids) -> np.ndarray:
         if (prompt is None) == (input_ids is None):
             raise SpecdecError("pass exactly one of a prompt text or input_ids")
         if input_ids is None:
@@ -103,7 +91,7 @@ class SpeculativeDecoder:
         else:
             try:
                 ids = np.asarray(list(input_ids), dtype=np.int64).reshape(-1)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise SpecdecError("input_ids must be a sequence of integers") from None
             if ids.size == 0:
                 raise SpecdecError("input_ids is empty", "pass at least one token id")
@@ -115,63 +103,58 @@ class SpeculativeDecoder:
                                "shorten it, or re-export with a larger --max-length")
         return ids
 
-    def _run(self, ids, max_new_tokens, gamma, temperature, top_k, top_p, lenience, seed, stats: Stats):
+    def _run(self, ids, params: Params, stats: Stats):
         """Yield the tokens each iteration adds (target-only steps when gamma = 0)."""
-        self.samplers.params.set(float(temperature), int(top_k), float(top_p), float(lenience))
-        ws = self.workspace
-        ws.reset(self.start_id, seed)
-        self.target.encode(ids, stats)
-        if gamma > 0:
+        ws, target = self.workspace, self.target
+        ws.reset(self.start_id, params)
+        target.encode(ids, stats)
+        if params.gamma > 0:
             self.draft.start(ids, stats)
-        produced = 0
+        produced, limit = 0, params.max_new_tokens
         while True:
-            g = min(gamma, max_new_tokens - produced - 1, self.max_length - self.target.length - 1)
+            # room for k guesses: the verify run appends k+1 tokens and must stay inside max_length
+            g = min(params.gamma, limit - produced - 1, self.max_length - target.length - 1)
             if g >= 1:
-                new = speculative_step(ws, self.target, self.draft, self.samplers, g, stats)
+                new = speculative_step(ws, target, self.draft, g, stats)
             else:
-                new = target_step(ws, self.target, self.samplers, stats)
-            new = new[:max_new_tokens - produced]
+                new = target_step(ws, target, stats)
+            new = new[:limit - produced]
             if self.eos_id in new:
                 new = new[:new.index(self.eos_id) + 1]
             produced += len(new)
             stats.new_tokens = produced
-            done = ("eos" if new[-1] == self.eos_id else "max_new_tokens" if produced >= max_new_tokens
-                    else "max_length" if self.target.length >= self.max_length else "")
+            done = ("eos" if new[-1] == self.eos_id else "max_new_tokens" if produced >= limit
+                    else "max_length" if target.length >= self.max_length else "")
             yield new, done
             if done:
                 return
 
-    def _stream(self, prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p, lenience, seed):
-        ids = self._check(prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p, lenience)
+    def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
+        """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
+        is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
+        Parameters: a Params object and/or its fields as keywords (max_new_tokens, gamma, temperature, top_k,
+        top_p, lenience, seed)."""
+        params = Params.of(params, **overrides).checked(self.gamma_max)
+        ids = self._source(prompt, input_ids)
         stats = Stats()
         began = time.perf_counter()
-        for new, done in self._run(ids, max_new_tokens, gamma, temperature, top_k, top_p, lenience, int(seed),
-                                   stats):
-            stats.total_s = time.perf_counter() - began
-            stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.verify_s + stats.sampling_s)
-            yield new, done, stats
-
-    def generate(self, prompt: str | None = None, *, input_ids=None, max_new_tokens: int = 64, gamma: int = 4,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, lenience: float = 1.0,
-                 seed: int = 0) -> Result:
-        """Generate from a prompt (text) or input_ids. gamma=0 is target-only decoding on the same sessions."""
-        out, reason, stats = [], "", Stats()
-        for new, reason, stats in self._stream(prompt, input_ids, max_new_tokens, gamma, temperature, top_k,
-                                               top_p, lenience, seed):
-            out.extend(new)
-        return Result(self.decode(out), out, stats, reason)
-
-    def stream(self, prompt: str | None = None, *, input_ids=None, max_new_tokens: int = 64, gamma: int = 4,
-               temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, lenience: float = 1.0,
-               seed: int = 0):
-        """Yield Piece(token_ids, text) as soon as each iteration's tokens are accepted; `text` is the new text."""
         out, shown = [], ""
-        for new, done, stats in self._stream(prompt, input_ids, max_new_tokens, gamma, temperature, top_k, top_p,
-                                             lenience, seed):
+        for new, done in self._run(ids, params, stats):
             out.extend(new)
             text = self.decode(out)
+            stats.total_s = time.perf_counter() - began
+            stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
             yield Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
             shown = text
+
+    def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
+                 **overrides) -> Result:
+        """Generate from a prompt (text) or input_ids. gamma=0 is target-only decoding on the same sessions.
+        Parameters as for stream()."""
+        out, piece = [], None
+        for piece in self.stream(prompt, input_ids=input_ids, params=params, **overrides):
+            out.extend(piece.token_ids)
+        return Result(self.decode(out), out, piece.stats, piece.stop_reason)
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)

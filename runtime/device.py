@@ -112,15 +112,28 @@ class Binder:
         except AttributeError:
             self._raw = None
 
+    def _check(self, name: str, buf: Buffer, shape, offset: int) -> None:
+        """Every view must lie inside its buffer: a view past the end would let the graph read or write memory
+        that is not ours (a crash, or silent corruption), so it is refused before the run."""
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        if offset < 0 or min(shape, default=0) < 0 or offset + count > buf.size:
+            raise SpecdecError(f"internal error: '{name}' view of {count} elements at offset {offset} does not fit "
+                               f"its buffer of {buf.size} (shape {tuple(int(d) for d in shape)}); nothing was run",
+                               "this is a specdec bug, please report it; the decoder stays usable")
+
     def input(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
-        if name not in self.names:   # graphs drop inputs they do not use (unfiltered samplers: no top_k/top_p)
+        if name not in self.names:   # graphs may drop inputs they do not use
             return
+        self._check(name, buf, shape, offset)
         if self._raw is not None:
             self._raw.bind_input(name, self._dev, buf.dtype, shape, buf.ptr(offset))
         else:
             self.binding.bind_input(name, self.device, 0, buf.dtype, list(shape), buf.ptr(offset))
 
     def output(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
+        self._check(name, buf, shape, offset)
         if self._raw is not None:
             self._raw.bind_output(name, self._dev, buf.dtype, shape, buf.ptr(offset))
         else:

@@ -1,52 +1,61 @@
-"""Draft sources: anything that proposes gamma guesses with their distributions, then learns how many were kept.
+"""Draft sources: anything that proposes up to k guesses with their distributions q, then learns the verdict.
 
-A new kind of draft (n-gram lookup, a hierarchical draft) is a new class here, not a new decoding loop."""
+The contract (runtime/round.py): `propose` writes x_1 .. x_k and q_1 .. q_k into the workspace and returns a
+Proposal (k may be smaller than asked, 0 on a miss); `commit` gets the target's Verdict. A new kind of draft
+(n-gram lookup, a chain of models) is a new class here, not a new decoding loop."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .model import CachedSeq2Seq
-from .sampler import Samplers
+from .round import Proposal, Verdict
 from .stats import Stats
 from .workspace import Workspace
 
 
 class DraftSource:
+    name = "draft"
+
     def start(self, source_ids: np.ndarray, stats: Stats) -> None:
-        """A new request: prepare for the prompt."""
+        """A new request: prepare for the prompt (the target's decoder sequence starts empty)."""
         raise NotImplementedError
 
-    def propose(self, ws: Workspace, gamma: int, sequence_length: int, stats: Stats) -> None:
-        """Write guesses into ws.tokens[2 : 2+gamma] and their distributions q_i into ws.probs[:gamma]."""
+    def propose(self, ws: Workspace, k: int, stats: Stats) -> Proposal:
+        """Write up to k guesses x_i and their q_i into the workspace."""
         raise NotImplementedError
 
-    def accepted(self, ws: Workspace, n: int, gamma: int, sequence_length: int, host_tokens: np.ndarray) -> None:
-        """The target kept n guesses; the sequence (without the next token) is now `sequence_length` long."""
+    def commit(self, ws: Workspace, verdict: Verdict) -> None:
+        """The target kept verdict.accepted of the proposed guesses."""
         raise NotImplementedError
 
 
 class ModelDraft(DraftSource):
-    """The small T5: gamma autoregressive one-token steps, each sampled on the device with the draft sampler."""
+    """A small T5 export: k autoregressive steps, each one run (decoder + sampling head) that writes x_{i+1}
+    straight into the target's verify input and q_{i+1} into the q rows."""
 
-    def __init__(self, model: CachedSeq2Seq, samplers: Samplers):
-        self.model, self.samplers = model, samplers
+    name = "model"
+
+    def __init__(self, model: CachedSeq2Seq):
+        self.model = model
+        self.behind = 0       # 1 when the last round kept every guess: x_k is in `carry`, not yet in our cache
 
     def start(self, source_ids, stats):
         self.model.encode(source_ids, stats)
+        self.behind = 0
 
-    def propose(self, ws, gamma, sequence_length, stats):
-        behind = sequence_length - self.model.length        # 1 when the last round kept every guess
-        assert behind in (0, 1), "draft cache out of step with the target"
-        for i in range(gamma):
-            offset, count = (ws.CURRENT - behind, 1 + behind) if i == 0 else (ws.CURRENT + i, 1)
-            stats.draft_s += self.model.decode(ws.tokens, offset, count)
-            stats.sampling_s += self.samplers.sample(self.model.logits, count - 1, ws.uniforms, i, ws.probs, i,
-                                                     ws.tokens, ws.FIRST_GUESS + i)
-        stats.draft_calls += gamma
-        stats.ort_runs += 2 * gamma
+    def propose(self, ws, k, stats):
+        for i in range(k):
+            stats.draft_s += self.model.run(*ws.draft_step(i, self.behind if i == 0 else 0))
+        stats.draft_calls += k
+        stats.ort_runs += k
+        return Proposal(k)
 
-    def accepted(self, ws, n, gamma, sequence_length, host_tokens):
-        self.model.rollback(sequence_length)
-        if n == gamma:   # x_gamma was never fed to the draft: it goes in first next round
-            ws.tokens.write([host_tokens[ws.FIRST_GUESS + gamma - 1]], ws.CARRY)
+    def commit(self, ws, verdict):
+        k, n = verdict.proposed, verdict.accepted
+        assert k >= 1, "a model draft always proposes"
+        # our cache holds the round's first token and x_1 .. x_{k-1}; the sequence now has it and x_1 .. x_n
+        self.model.rollback(self.model.length - k + n + 1 if n < k else self.model.length)
+        self.behind = int(n == k)
+        if n == k:            # x_k was never fed to the draft: it goes in first next round
+            ws.carry(verdict.tokens[k - 1])

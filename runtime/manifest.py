@@ -1,12 +1,15 @@
 """The export directory's manifest.json: what the exporter writes and what the runtime trusts after checking.
 
-Layout of an export directory (format_version 1):
+Layout of an export directory (format_version 2):
     manifest.json                  this file's content, below
     tokenizer.json                 the shared tokenizer (tokenizers library format)
     target/encoder.onnx            source ids -> cross-attention K/V of every decoder layer
-    target/decoder.onnx            N new tokens + KV cache -> logits + the new tokens' K/V
-    draft/encoder.onnx, draft/decoder.onnx
-    sampler/sample.onnx, sampler/sample_topkp.onnx, sampler/verify.onnx, sampler/verify_topkp.onnx
+    target/decoder.onnx            N new tokens + KV cache + the speculative head's inputs -> logits, the new
+                                   tokens' K/V, standardized rows, accepted count, next token (export/head.py)
+    draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft
+
+Format 1 (round 1) had separate sampler graphs (sampler/*.onnx) and decoders without the head; it is refused with
+a message to re-export.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from pathlib import Path
 from .errors import SpecdecError
 
 FORMAT = "specdec-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 ROLES = ("target", "draft")
-SAMPLERS = ("sample", "sample_topkp", "verify", "verify_topkp")
+HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience")
+HEAD_OUTPUTS = ("probs", "accepted", "next_token")
 
 
 def sha256_file(path: Path) -> str:
@@ -67,7 +71,6 @@ class Manifest:
     root: Path
     raw: dict
     models: dict          # role -> ModelInfo
-    samplers: dict        # name -> Graph
 
     gamma_max = property(lambda self: int(self.raw["gamma_max"]))
     max_length = property(lambda self: int(self.raw["max_length"]))
@@ -104,18 +107,23 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     if raw.get("format") != FORMAT:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
-        raise SpecdecError(f"{path} has format version {raw.get('format_version')}, this specdec reads "
-                           f"{FORMAT_VERSION}", "re-export with this version of specdec-export")
+        raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
+                           f"format {FORMAT_VERSION} (sampling fused into the decoder graphs)",
+                           "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],
                                   Graph.from_json(m["graphs"]["encoder"]), Graph.from_json(m["graphs"]["decoder"]))
                   for role, m in ((r, raw["models"][r]) for r in ROLES)}
-        samplers = {name: Graph.from_json(raw["samplers"][name]) for name in SAMPLERS}
         files = raw["files"]
         int(raw["gamma_max"]), int(raw["max_length"]), int(raw["vocab_size"])
         raw["special_ids"]["decoder_start_token_id"], raw["special_ids"]["eos_token_id"]
     except (KeyError, TypeError, ValueError) as err:
         raise SpecdecError(f"{path} is missing or has a malformed entry ({err})", fix) from None
+    for role, info in models.items():
+        missing = [n for n in (*HEAD_INPUTS, *HEAD_OUTPUTS) if n not in info.decoder.inputs and
+                   n not in info.decoder.outputs]
+        if missing:
+            raise SpecdecError(f"{path}: the {role} decoder has no speculative head ({missing[0]} is missing)", fix)
     for rel, digest in files.items():
         file = root / rel
         if not file.is_file():
@@ -123,4 +131,4 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         if verify_checksums and sha256_file(file) != digest:
             raise SpecdecError(f"export file '{rel}' does not match its sha256 in {MANIFEST} (modified or corrupt)",
                                fix)
-    return Manifest(root, raw, models, samplers)
+    return Manifest(root, raw, models)

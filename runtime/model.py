@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from .device import Binder, Buffer, create_session
+from .errors import SpecdecError
 from .manifest import Manifest
 from .stats import Stats
 
@@ -54,17 +55,25 @@ class CachedSeq2Seq:
         self.decoder.input(self.dec_in[2], self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
         self.length = 0
 
-    def decode(self, tokens: Buffer, offset: int, count: int) -> float:
-        """Append tokens[offset:offset+count] to the sequence; logits land in rows 0..count-1. Returns seconds."""
-        ids, past, _ = self.dec_in
-        logits, new_kv = self.dec_out
+    def run(self, inputs: dict, outputs: dict) -> float:
+        """One decoder + speculative-head run: append the `input_ids` view's N tokens to the sequence, with the
+        head's views (workspace.py) bound as given. The logits land in rows 0..N-1 of `self.logits`. Seconds."""
+        count = int(inputs["input_ids"].shape[1])
+        if self.length + count > self.max_length:
+            raise SpecdecError(f"internal error: a {self.role} run of {count} tokens at length {self.length} would "
+                               f"pass max_length {self.max_length}; nothing was run",
+                               "this is a specdec bug, please report it; the decoder stays usable")
         kv = (self.layers, 2, 1, self.heads, self.d_kv)
-        self.decoder.input(ids, tokens, (1, count), offset)
-        self.decoder.input(past, self.cache, (self.length, *kv))
-        self.decoder.output(logits, self.logits, (1, count, self.vocab))
-        self.decoder.output(new_kv, self.cache, (count, *kv), self.length * self.row)
+        binder = self.decoder
+        for name, view in inputs.items():
+            binder.input(name, *view)
+        for name, view in outputs.items():
+            binder.output(name, *view)
+        binder.input(self.dec_in[1], self.cache, (self.length, *kv))
+        binder.output(self.dec_out[0], self.logits, (1, count, self.vocab))
+        binder.output(self.dec_out[1], self.cache, (count, *kv), self.length * self.row)
         t = time.perf_counter()
-        self.decoder.run()
+        binder.run()
         elapsed = time.perf_counter() - t
         self.length += count
         return elapsed

@@ -12,12 +12,11 @@ class Stats:
     proposed: int = 0              # draft tokens offered for verification
     accepted: int = 0              # of those, kept
     new_tokens: int = 0
-    ort_runs: int = 0              # every session run: encoders, decoders, samplers
-    encoder_s: float = 0.0
-    draft_s: float = 0.0
-    verify_s: float = 0.0          # target decoder time (verify passes, or target steps at gamma = 0)
-    sampling_s: float = 0.0        # sampler graphs (draft sampling, accept/residual)
-    host_s: float = 0.0            # everything outside ORT runs: Python, binding, tokenizer
+    ort_runs: int = 0              # every ONNX Runtime session run: encoders, draft steps, target runs
+    encoder_s: float = 0.0         # encoder runs (once per model and request)
+    draft_s: float = 0.0           # draft runs: decoder step + its sampling head (standardize, draw q and x)
+    target_s: float = 0.0          # target runs: decoder over k+1 tokens + the accept/residual head
+    host_s: float = 0.0            # everything outside ORT runs: Python, binding, reading the verdict
     total_s: float = 0.0
 
     @property

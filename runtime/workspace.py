@@ -1,30 +1,102 @@
-"""Per-decoder device buffers shared by the draft, the target and the samplers (allocated once at load)."""
+"""The device buffers one round of Algorithm 1 passes between the draft and the target, and the only place that
+knows where in them each graph reads and writes (allocated once at load).
+
+    tokens    [carry, current, x_1 .. x_gamma_max]  int64. `current` is the last emitted token (in no cache yet);
+              a draft step i writes x_{i+1} right after the token it read, so tokens[current : current+k+1] is the
+              target's verify input as it stands, and the verify run writes the next token back into `current`.
+              `carry` holds x_k when every guess was kept and the draft has not seen it yet.
+    q         [gamma_max, V]    the draft's distributions q_1 .. q_k (never leave the device)
+    p         [gamma_max+1, V]  the target's standardized rows p_1 .. p_{k+1} of the last verify
+    uniforms  [2 gamma_max + 1] r for drafting (one per step), then k+1 for the verify run
+    params    temperature, top_k, top_p, lenience: device scalars, written once per request
+
+A graph input or output is bound to a `View` (buffer, shape, element offset); the buffer checks the bounds.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from .device import Buffer
+from .params import Params
+
+
+class View(NamedTuple):
+    buffer: Buffer
+    shape: tuple
+    offset: int = 0
 
 
 class Workspace:
-    """tokens: [carry, current, x_1 .. x_gamma_max]. `current` is the last emitted token (not yet in any cache);
-    the draft writes its guesses after it, so tokens[1 : gamma+2] is exactly the target's verify input, and the
-    verify graph writes the next token back into tokens[1]. `carry` holds x_gamma when every guess was kept and
-    the draft still has to see it."""
-
     CARRY, CURRENT, FIRST_GUESS = 0, 1, 2
 
     def __init__(self, gamma_max: int, vocab: int, device: str):
+        self.gamma_max, self.vocab = gamma_max, vocab
         self.tokens = Buffer((gamma_max + 2,), np.int64, device)
-        self.uniforms = Buffer((2 * gamma_max + 1,), np.float32, device)   # gamma for drafting, gamma+1 to verify
-        self.probs = Buffer((gamma_max, vocab), np.float32, device)        # q_1 .. q_gamma, never leave the device
+        self.q = Buffer((gamma_max, vocab), np.float32, device)
+        self.p = Buffer((gamma_max + 1, vocab), np.float32, device)
+        self.uniforms = Buffer((2 * gamma_max + 1,), np.float32, device)
         self.accepted = Buffer((1,), np.int64, device)
+        self.scratch = Buffer((1,), np.int64, device)       # a draft step's `accepted` (always 0), unread
+        self.temperature = Buffer((1,), np.float32, device)
+        self.top_k = Buffer((1,), np.int64, device)
+        self.top_p = Buffer((1,), np.float32, device)
+        self.lenience = Buffer((1,), np.float32, device)
         self.rng = np.random.default_rng(0)
+        self.asked = 0        # gamma of the current round (where the verify run's uniforms start)
 
-    def reset(self, start_token: int, seed: int) -> None:
+    def reset(self, start_token: int, params: Params) -> None:
         self.tokens.write([start_token, start_token])
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(params.seed)
+        self.temperature.write([params.temperature])
+        self.top_k.write([params.top_k])
+        self.top_p.write([params.top_p])
+        self.lenience.write([params.lenience])
 
-    def draw_uniforms(self, count: int) -> None:
-        self.uniforms.write(self.rng.random(count, dtype=np.float32))
+    def new_round(self, gamma: int) -> None:
+        """r ~ U(0,1): gamma for drafting, gamma+1 for accepting and the last draw."""
+        self.asked = gamma
+        self.uniforms.write(self.rng.random(2 * gamma + 1, dtype=np.float32))
+
+    def _scalars(self) -> dict:
+        return {"temperature": View(self.temperature, (1,)), "top_k": View(self.top_k, (1,)),
+                "top_p": View(self.top_p, (1,)), "lenience": View(self.lenience, (1,))}
+
+    def draft_step(self, i: int, behind: int) -> tuple[dict, dict]:
+        """Inputs and outputs of draft step i (0-based): read the token before x_{i+1} (and the carried x_k of the
+        last round first when `behind`), write x_{i+1} and q_{i+1}."""
+        start = self.CURRENT + i - behind
+        inputs = {"input_ids": View(self.tokens, (1, 1 + behind), start),
+                  "draft_probs": View(self.q, (0, self.vocab)),
+                  "uniforms": View(self.uniforms, (1,), i), **self._scalars()}
+        outputs = {"probs": View(self.q, (1, self.vocab), i * self.vocab),
+                   "accepted": View(self.scratch, (1,)),
+                   "next_token": View(self.tokens, (1,), self.FIRST_GUESS + i)}
+        return inputs, outputs
+
+    def verify(self, k: int) -> tuple[dict, dict]:
+        """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step)."""
+        inputs = {"input_ids": View(self.tokens, (1, k + 1), self.CURRENT),
+                  "draft_probs": View(self.q, (k, self.vocab)),
+                  "uniforms": View(self.uniforms, (k + 1,), self.asked), **self._scalars()}
+        outputs = {"probs": View(self.p, (k + 1, self.vocab)),
+                   "accepted": View(self.accepted, (1,)),
+                   "next_token": View(self.tokens, (1,), self.CURRENT)}
+        return inputs, outputs
+
+    def verdict(self, k: int) -> tuple[int, list]:
+        """(n, [x_1 .. x_n, next token]) from the device after a verify run."""
+        n = int(self.accepted.flat()[0])
+        tokens = self.tokens.flat()[:self.FIRST_GUESS + k]
+        return n, [int(t) for t in tokens[self.FIRST_GUESS:self.FIRST_GUESS + n]] + [int(tokens[self.CURRENT])]
+
+    def carry(self, token: int) -> None:
+        self.tokens.write([token], self.CARRY)
+
+    def write_guesses(self, tokens, q_rows: np.ndarray | None = None) -> None:
+        """Host-made proposals (e.g. a lookup draft): x_1 .. x_k and, when given, their q rows."""
+        self.tokens.write(tokens, self.FIRST_GUESS)
+        if q_rows is not None:
+            self.q.write(q_rows)

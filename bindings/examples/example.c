@@ -39,13 +39,13 @@ static const char *stop_name(specdec_stop_reason reason)
 
 static void print_stats(const char *label, const specdec_stats *s)
 {
-    printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld accepted=%lld/%lld alpha=%.3f "
-           "tokens_per_target_call=%.2f stop=%s time_ms: total=%.2f encoder=%.2f draft=%.2f verify=%.2f "
-           "sampling=%.2f host=%.2f\n",
+    printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld alpha=%.3f "
+           "tokens_per_target_call=%.2f stop=%s time_ms: total=%.2f encoder=%.2f draft=%.2f target=%.2f "
+           "host=%.2f\n",
            label, (long long)s->new_tokens, (long long)s->target_calls, (long long)s->draft_calls,
-           (long long)s->accepted, (long long)s->proposed, s->acceptance_rate, s->tokens_per_target_call,
-           stop_name(s->stop_reason), s->total_s * 1e3, s->encoder_s * 1e3, s->draft_s * 1e3, s->verify_s * 1e3,
-           s->sampling_s * 1e3, s->host_s * 1e3);
+           (long long)s->ort_runs, (long long)s->accepted, (long long)s->proposed, s->acceptance_rate,
+           s->tokens_per_target_call, stop_name(s->stop_reason), s->total_s * 1e3, s->encoder_s * 1e3,
+           s->draft_s * 1e3, s->target_s * 1e3, s->host_s * 1e3);
 }
 
 /* The stream callback: collect the pieces (user_data) and print them as they arrive. */

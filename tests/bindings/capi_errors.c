@@ -446,6 +446,14 @@ static int case_stream_stopped_by_callback(void)
     CHECK(stats.stop_reason == SPECDEC_STOP_CALLBACK, "stop_reason %d", (int)stats.stop_reason);
     CHECK(stats.new_tokens >= 1 && stats.new_tokens < (int64_t)n_greedy, "new_tokens %lld",
           (long long)stats.new_tokens);
+    /* the stats of the pieces delivered: one target run and its draft runs (plus the two encoder runs) */
+    CHECK(stats.target_calls == 1 && stats.ort_runs == 2 + stats.draft_calls + stats.target_calls,
+          "target_calls %lld draft_calls %lld ort_runs %lld", (long long)stats.target_calls,
+          (long long)stats.draft_calls, (long long)stats.ort_runs);
+    CHECK(stats.target_s > 0 && stats.draft_s > 0
+              && stats.total_s >= stats.encoder_s + stats.draft_s + stats.target_s,
+          "times: total %g encoder %g draft %g target %g", stats.total_s, stats.encoder_s, stats.draft_s,
+          stats.target_s);
     return healthy("a stream stopped by its callback");
 }
 

@@ -44,6 +44,29 @@ def test_links_libpython_by_rpath(capi_build):
     assert "libspecdec.so" in dynamic                               # SONAME
 
 
+def struct_fields(name: str) -> list:
+    """Field names of `typedef struct name { ... } name;` in the header, in order."""
+    body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (name, name), HEADER.read_text(), re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    return re.findall(r"(\w+)(?:\[\d+\])?\s*;", body)
+
+
+def test_header_structs_match_the_python_api():
+    """specdec_params has Params' fields and specdec_stats has Stats' (plus its two rates and the stop reason),
+    so _capi.py fills every field and the header documents what the runtime measures."""
+    from dataclasses import fields
+
+    from specdec.runtime import Params, Stats
+
+    assert struct_fields("specdec_params") == [f.name for f in fields(Params)]
+    stats = struct_fields("specdec_stats")
+    assert set(stats) == {f.name for f in fields(Stats)} | {"acceptance_rate", "tokens_per_target_call",
+                                                               "stop_reason"}
+    assert "target_s" in stats and "verify_s" not in stats and "sampling_s" not in stats
+    version = int(re.search(r"#define SPECDEC_API_VERSION (\d+)", HEADER.read_text()).group(1))
+    assert version >= 2         # 2: verify_s and sampling_s became target_s (a layout change)
+
+
 @pytest.mark.parametrize("std", ["c99", "c11", "c++11", "c++17"])
 def test_header_compiles_alone(tmp_path, std):
     cxx = std.startswith("c++")

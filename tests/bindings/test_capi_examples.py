@@ -1,5 +1,6 @@
 """The C and C++ examples, built by `specdec-build-capi` and run with an empty environment, generate exactly the
-Python API's tokens (generate and stream; greedy and sampled) for the same prompt, params and seed."""
+Python API's tokens (generate and stream; greedy and sampled, exact and lenient) for the same prompt, params and
+seed, with the same stats counters."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ CASES = {
                                  dict(max_new_tokens=20, gamma=4, temperature=3.0, top_k=20, top_p=0.9, seed=3)),
     "sampled-ids-lenience": ({"ids": [5, 6, 7, 1]},
                              dict(max_new_tokens=40, gamma=8, temperature=2.0, lenience=0.5, seed=5)),
+    # temperature 0 with lenience < 1: a guess is kept iff p(x) >= l * max p (differs from exact greedy here)
+    "greedy-ids-lenience": ({"ids": [40, 41, 42, 43, 1]}, dict(max_new_tokens=16, gamma=4, lenience=0.3)),
 }
 EXAMPLES = ["specdec-example-c", "specdec-example-cpp"]
 
@@ -49,13 +52,26 @@ def stats_of(line: str) -> dict:
     fields = dict(item.split("=", 1) for item in line.split() if "=" in item)
     accepted, proposed = fields["accepted"].split("/")
     return {"new_tokens": int(fields["new_tokens"]), "target_calls": int(fields["target_calls"]),
-            "draft_calls": int(fields["draft_calls"]), "accepted": int(accepted), "proposed": int(proposed),
-            "stop": fields["stop"]}
+            "draft_calls": int(fields["draft_calls"]), "ort_runs": int(fields["ort_runs"]),
+            "accepted": int(accepted), "proposed": int(proposed), "stop": fields["stop"]}
+
+
+def times_of(line: str) -> dict:
+    """The time_ms part of a stats line: {"total": ms, "encoder": ms, "draft": ms, "target": ms, "host": ms}."""
+    return {k: float(v) for k, v in (item.split("=", 1) for item in line.partition("time_ms:")[2].split())}
 
 
 def python_stats(stats, reason) -> dict:
     return {"new_tokens": stats.new_tokens, "target_calls": stats.target_calls, "draft_calls": stats.draft_calls,
-            "accepted": stats.accepted, "proposed": stats.proposed, "stop": reason}
+            "ort_runs": stats.ort_runs, "accepted": stats.accepted, "proposed": stats.proposed, "stop": reason}
+
+
+def check_times(line: str, gamma: int) -> None:
+    """specdec_stats' times are filled from the runtime's: every part present, and they add up to total_s."""
+    t = times_of(line)
+    assert set(t) == {"total", "encoder", "draft", "target", "host"}, line
+    assert t["target"] > 0 and t["encoder"] > 0 and (t["draft"] > 0) == (gamma > 0), line
+    assert abs(t["encoder"] + t["draft"] + t["target"] + t["host"] - t["total"]) < 0.05, line   # printed to 0.01
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -74,12 +90,15 @@ def test_example_matches_python(capi_build, tiny_export, decoder, example, case)
     else:
         assert got["text"] == ref.text
     assert stats_of(got["stats"]) == python_stats(ref.stats, ref.stop_reason)
+    check_times(got["stats"], params["gamma"])
 
     # streaming: the same pieces as the Python stream(), in order, and the same whole output
     assert got["stream"] == " ".join("[" + " ".join(map(str, p.token_ids)) + "]" for p in pieces)
     assert got["stream_ids"].split() == [str(t) for t in ref.token_ids]
     assert got["stream_text"] == "".join(p.text for p in pieces) == ref.text
     assert stats_of(got["stream_stats"]) == python_stats(ref.stats, ref.stop_reason)
+    assert stats_of(got["stream_stats"]) == python_stats(pieces[-1].stats, pieces[-1].stop_reason)
+    check_times(got["stream_stats"], params["gamma"])
     if example.endswith("cpp"):
         assert got["expected error"].startswith("SPECDEC_E_INVALID_ARGUMENT: specdec_generate_ids: gamma must be")
 
@@ -95,6 +114,12 @@ def test_cases_are_not_trivial(decoder):
     for prompt, params in CASES.values():
         distinct.update(decoder.generate(prompt.get("text"), input_ids=prompt.get("ids"), **params).token_ids)
     assert len(distinct) >= 5
+    # the greedy lenience case keeps guesses exact greedy rejects, so equal tokens prove lenience reached the runtime
+    prompt, params = CASES["greedy-ids-lenience"]
+    lenient = decoder.generate(input_ids=prompt["ids"], **params)
+    exact = decoder.generate(input_ids=prompt["ids"], **{**params, "lenience": 1.0})
+    assert lenient.token_ids != exact.token_ids
+    assert lenient.stats.accepted > exact.stats.accepted
 
 
 def test_example_fails_cleanly_on_a_missing_export(capi_build, tmp_path):

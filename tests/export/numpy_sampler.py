@@ -1,11 +1,13 @@
-"""A plain NumPy (float64) reference for the sampler graphs, written from the semantics in export/sampler.py's
-docstring and the paper (Leviathan et al. 2023, Algorithm 1), not from the torch code.
+"""A plain NumPy (float64) reference for the speculative head of the decoder graphs, written from the semantics in
+export/head.py's docstring and the paper (Leviathan et al. 2023, Algorithm 1 and A.5), not from the graph code.
 
 standardize: temperature, then top-k, then top-p (the smallest set of best tokens whose mass reaches top_p, the
 best token always kept), renormalized; one-hot argmax at temperature 0.
 draw: the first index whose cumulative mass exceeds u * total.
 verify: guess i is kept when r_i < p_i(x_i) / (l q_i(x_i)); n = the number of leading kept guesses; the next token
 is drawn with uniforms[gamma] from norm(max(0, p_n - l q_n)) after a rejection, or from p_{gamma+1} if all were kept.
+At temperature 0 a guess is kept iff it is the argmax, or (l < 1) iff p(x) >= l max p for p the softmax of the
+top-k/top-p-filtered logits at temperature 1 (paper A.5, the greedy variant); the next token is the argmax of row n.
 """
 
 from __future__ import annotations
@@ -62,17 +64,23 @@ def verify(target_logits, draft_probs, draft_tokens, uniforms, temperature: floa
     """-> (n accepted, next token, details) for one speculative step."""
     gamma = len(draft_tokens)
     p = standardize(target_logits, temperature, top_k, top_p)            # [gamma+1, vocab]
-    q = np.asarray(draft_probs, dtype=np.float64)
+    q = np.asarray(draft_probs, dtype=np.float64).reshape(gamma, p.shape[-1])
     n = 0
     while n < gamma:
         x = int(draft_tokens[n])
-        px, qx = p[n, x], q[n, x]
-        ratio = np.inf if qx == 0 else px / (lenience * qx)
-        if float(uniforms[n]) < ratio:
-            n += 1
+        if temperature <= 0:
+            soft = standardize_row(target_logits[n], 1.0, top_k, top_p)
+            kept = p[n, x] == 1.0 or (lenience < 1 and soft[x] >= lenience * soft.max())
         else:
+            px, qx = p[n, x], q[n, x]
+            ratio = np.inf if qx == 0 else px / (lenience * qx)
+            kept = float(uniforms[n]) < ratio
+        if not kept:
             break
-    if n < gamma:
+        n += 1
+    if n < gamma and temperature <= 0:
+        dist = p[n]          # the argmax: a rejected guess is never the argmax
+    elif n < gamma:
         residual = np.maximum(0.0, p[n] - lenience * q[n])
         assert residual.sum() > 0, "a rejection always leaves residual mass"
         dist = residual / residual.sum()

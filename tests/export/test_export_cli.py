@@ -39,11 +39,11 @@ def test_progress_names_every_stage_for_each_model(tiny_export_log, tiny_pair):
         for stage in ("load", "encoder", "decoder", "check"):
             assert re.search(rf"^\s*{role}\s+{stage}\s+\d+\.\d+ s$", stdout, re.M), (role, stage, stdout)
         assert re.search(rf"^\s*{role} parity vs PyTorch \(fp32\):.*-> OK$", stdout, re.M), stdout
-    for stage in ("samplers", "tokenizer", "manifest"):
+    for stage in ("tokenizer", "manifest"):
         assert re.search(rf"^\s*pair\s+{stage}\s+\d+\.\d+ s$", stdout, re.M), (stage, stdout)
     # stages come in pipeline order
     order = [m.group(1) for m in re.finditer(r"^\s*(?:target|draft|pair)\s+(\w+)\s+\d", stdout, re.M)]
-    assert order == ["load", "load", "encoder", "decoder", "encoder", "decoder", "samplers", "tokenizer",
+    assert order == ["load", "load", "encoder", "decoder", "encoder", "decoder", "tokenizer",
                      "check", "check", "manifest"], order
     assert f"(target) + {tiny_pair[1]} (draft)" in stdout
 

@@ -12,21 +12,15 @@ from tinymodels import read_manifest
 
 GRAPH_IO = {
     "encoder": (["input_ids"], ["cross_kv"]),
-    "decoder": (["input_ids", "past_kv", "cross_kv"], ["logits", "new_kv"]),
-    "sample": (["logits", "uniforms", "temperature"], ["probs", "tokens"]),
-    "sample_topkp": (["logits", "uniforms", "temperature", "top_k", "top_p"], ["probs", "tokens"]),
-    "verify": (["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature", "lenience"],
-               ["accepted", "next_token"]),
-    "verify_topkp": (["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature", "top_k", "top_p",
-                      "lenience"], ["accepted", "next_token"]),
+    "decoder": (["input_ids", "past_kv", "cross_kv", "draft_probs", "uniforms", "temperature", "top_k", "top_p",
+                 "lenience"], ["logits", "new_kv", "probs", "accepted", "next_token"]),
 }
 RANKS = {"input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
-         "top_k": 1, "top_p": 1, "probs": 2, "tokens": 1, "target_logits": 2, "draft_probs": 2, "draft_tokens": 1,
-         "lenience": 1, "accepted": 1, "next_token": 1}
+         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "accepted": 1, "next_token": 1}
 
 
 def rank(kind, name):
-    return 2 if (kind.startswith("sample") and name == "logits") else RANKS[name]
+    return RANKS[name]
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +32,17 @@ def all_graphs(manifest):
     for role in ("target", "draft"):
         for kind in ("encoder", "decoder"):
             yield f"{role}/{kind}", kind, manifest["models"][role]["graphs"][kind]
-    for name, entry in manifest["samplers"].items():
-        yield f"sampler/{name}", name, entry
 
 
 def test_format_and_options(manifest):
-    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 1
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 2
     assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
     assert manifest["vocab_size"] == 48
     assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,
                                        "decoder_start_token_id": 0}
     assert manifest["tokenizer"] == "tokenizer.json"
-    assert set(manifest["samplers"]) == {"sample", "sample_topkp", "verify", "verify_topkp"}
+    assert "samplers" not in manifest
+    assert manifest["head"]["inputs"] == GRAPH_IO["decoder"][0][3:]
 
 
 def test_every_file_is_listed_with_its_sha256(manifest, tiny_export):
@@ -57,9 +50,8 @@ def test_every_file_is_listed_with_its_sha256(manifest, tiny_export):
                if p.is_file() and p.name != "manifest.json" and not p.name.startswith(".")}
     assert set(manifest["files"]) == on_disk
     expected = {"tokenizer.json", "target/encoder.onnx", "target/decoder.onnx", "draft/encoder.onnx",
-                "draft/decoder.onnx", "sampler/sample.onnx", "sampler/sample_topkp.onnx", "sampler/verify.onnx",
-                "sampler/verify_topkp.onnx"}
-    assert expected <= on_disk
+                "draft/decoder.onnx"}
+    assert expected == on_disk
     for rel, digest in manifest["files"].items():
         assert hashlib.sha256((tiny_export / rel).read_bytes()).hexdigest() == digest, rel
     for path, _, entry in all_graphs(manifest):
@@ -128,11 +120,29 @@ def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp
     assert (m.gamma_max, m.max_length, m.dtype, m.vocab_size) == (8, 64, "fp32", 48)
     copy = tmp_path / "copy"
     shutil.copytree(tiny_export, copy)
-    data = bytearray((copy / "sampler" / "verify.onnx").read_bytes())
+    data = bytearray((copy / "draft" / "decoder.onnx").read_bytes())
     data[-1] ^= 0xFF
-    (copy / "sampler" / "verify.onnx").write_bytes(bytes(data))
-    with pytest.raises(SpecdecError, match="sampler/verify.onnx.*sha256"):
+    (copy / "draft" / "decoder.onnx").write_bytes(bytes(data))
+    with pytest.raises(SpecdecError, match="draft/decoder.onnx.*sha256"):
         load_manifest(copy)
+
+
+def test_a_format_1_export_is_refused_with_a_one_line_fix(tiny_export, tmp_path):
+    """Round 1's exports (separate sampler graphs) cannot run on the fused runtime: say so and how to fix it."""
+    import json
+
+    from specdec.runtime.errors import SpecdecError
+    from specdec.runtime.manifest import load_manifest
+
+    copy = tmp_path / "old"
+    shutil.copytree(tiny_export, copy)
+    raw = json.loads((copy / "manifest.json").read_text())
+    raw["format_version"] = 1
+    (copy / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(SpecdecError) as err:
+        load_manifest(copy)
+    message = str(err.value)
+    assert "format version 1" in message and "re-export" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("role", ["target", "draft"])

@@ -65,7 +65,11 @@ class Exported:
         return np.zeros((0, layers, 2, batch, heads, d_kv), cross.dtype)
 
     def step(self, ids, cache, cross):
-        logits, new_kv = self.dec.run(None, {"input_ids": ids, "past_kv": cache, "cross_kv": cross})
+        """The fused graph's decoder outputs (its head runs a plain step on the side); batch 1 only."""
+        from specdec.export.head import plain_step_feed
+
+        logits, new_kv = self.dec.run(["logits", "new_kv"], {"input_ids": ids, "past_kv": cache, "cross_kv": cross,
+                                                             **plain_step_feed(self.config.vocab_size)})
         return logits, new_kv
 
     def run(self, source, decoder_ids, steps):
@@ -163,12 +167,65 @@ def test_rollback_is_truncating_the_cache(exported):
     np.testing.assert_allclose(logits, ref[:, -(GAMMA + 1):], rtol=0, atol=FP32_TOL)
 
 
-def test_batch_of_two(exported):
+def test_batch_of_two_in_the_decoder_trunk(exported, tmp_path):
+    """The traced decoder (before the head, which is batch 1) keeps a batch axis for later batched decoding."""
+    import onnxruntime as ort
+
+    from specdec.export.decoder import trace_decoder
+
     ex = exported("v10-small-buckets")
+    trace_decoder(ex.model, tmp_path / "trunk.onnx")
+    trunk = ort.InferenceSession(str(tmp_path / "trunk.onnx"), providers=["CPUExecutionProvider"])
     source, decoder_ids = sequences(ex.config, 13, 40, batch=2, seed=4)
     ref = reference_logits(ex.model, source, decoder_ids)
-    outputs, _ = ex.run(source, decoder_ids, [34, 1, GAMMA + 1])
+    cross = ex.encode(source)
+    cache, outputs, pos = ex.empty_cache(cross), [], 0
+    for n in (34, 1, GAMMA + 1):
+        logits, new_kv = trunk.run(None, {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache,
+                                          "cross_kv": cross})
+        cache, pos = np.concatenate([cache, new_kv]), pos + n
+        outputs.append(logits)
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), ref, rtol=0, atol=FP32_TOL)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_fused_head_reads_the_decoders_own_logits_and_guesses(exported, temperature):
+    """One run of the fused graph over [current, x_1 .. x_G]: its probs rows are the standardized PyTorch logits of
+    those positions and its verdict is the NumPy reference's on the PyTorch logits."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import numpy_sampler as ref_sampler
+
+    ex = exported("v11-odd-heads")
+    past, gamma = 20, GAMMA
+    source, decoder_ids = sequences(ex.config, 9, past + gamma + 1, seed=6)
+    ref = reference_logits(ex.model, source, decoder_ids)[0]
+    cross = ex.encode(source)
+    _, cache = ex.run(source, decoder_ids, [past])
+    rng = np.random.default_rng(2)
+    vocab = ex.config.vocab_size
+    q = rng.dirichlet(np.ones(vocab), size=gamma).astype(np.float32)
+    uniforms = rng.random(gamma + 1).astype(np.float32)
+    uniforms[:2] = 0.0                                              # two kept guesses at least at T > 0
+    feed = {"input_ids": decoder_ids[:, past:], "past_kv": cache, "cross_kv": cross, "draft_probs": q,
+            "uniforms": uniforms, "temperature": np.array([temperature], np.float32),
+            "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32)}
+    if temperature == 0:    # guesses: the target's own argmax for the first two positions, then something else
+        ids = decoder_ids.copy()
+        for i in range(3):            # each guess changes the logits after it: set them one at a time
+            best = int(reference_logits(ex.model, source, ids)[0, past + i].argmax())
+            ids[0, past + 1 + i] = best if i < 2 else (best + 1) % vocab
+        feed["input_ids"] = ids[:, past:]
+        ref = reference_logits(ex.model, source, ids)[0]
+    probs, accepted, next_token = ex.dec.run(["probs", "accepted", "next_token"], feed)
+    guesses = feed["input_ids"][0, 1:]
+    want_n, want_token, detail = ref_sampler.verify(ref[past:], q, guesses, uniforms, temperature)
+    np.testing.assert_allclose(probs, detail["p"], rtol=0, atol=1e-5)
+    assert (int(accepted[0]), int(next_token[0])) == (want_n, want_token)
+    if temperature == 0:
+        assert want_n == 2
 
 
 @pytest.mark.parametrize("name", ["v10-small-buckets", "v11-odd-heads", "enc1-dec3", "enc3-dec1"])
@@ -222,8 +279,12 @@ def fp16_tolerance(reference):
 def test_fp16_export_parity(exported, name):
     ex16 = exported(name, "fp16")
     assert {i.name: i.type for i in ex16.dec.get_inputs()} == {
-        "input_ids": "tensor(int64)", "past_kv": "tensor(float16)", "cross_kv": "tensor(float16)"}
-    assert [o.type for o in ex16.dec.get_outputs()] == ["tensor(float)", "tensor(float16)"]
+        "input_ids": "tensor(int64)", "past_kv": "tensor(float16)", "cross_kv": "tensor(float16)",
+        "draft_probs": "tensor(float)", "uniforms": "tensor(float)", "temperature": "tensor(float)",
+        "top_k": "tensor(int64)", "top_p": "tensor(float)", "lenience": "tensor(float)"}
+    # the head works on the fp32 logits: only the cache is fp16
+    assert [o.type for o in ex16.dec.get_outputs()] == ["tensor(float)", "tensor(float16)", "tensor(float)",
+                                                         "tensor(int64)", "tensor(int64)"]
     assert ex16.enc.get_outputs()[0].type == "tensor(float16)"
     past = 40
     source, decoder_ids = sequences(ex16.config, src_len_for(ex16.config), past + 1 + GAMMA + 1, seed=6)

@@ -4,7 +4,7 @@ Reference: the target's exact distribution over its first 3 generated tokens, en
 forward passes and Hugging Face's own temperature/top-k/top-p warpers), sequences ending at EOS.
 Test: N = 20,000 runs of `generate(max_new_tokens=3, gamma=2)` with seeds 0..N-1, Pearson chi-square over every
 outcome whose expected count is >= 5 (rarer outcomes pooled in one bin); the test passes when p-value >= 1e-3.
-Teeth: the same test against a verify graph whose residual draw is replaced by a plain draw from p must give
+Teeth: the same test against a target graph whose head's residual draw is replaced by a plain draw from p must give
 p-value < 1e-6 (it does by many orders of magnitude: the draft is an unrelated model, so rejections are common).
 """
 
@@ -18,7 +18,6 @@ from transformers import T5ForConditionalGeneration
 from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
                                                     TopKLogitsWarper, TopPLogitsWarper)
 
-from specdec.export.sampler import export_verify
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.manifest import sha256_file
 
@@ -95,12 +94,14 @@ def test_speculative_sampling_matches_target_distribution(name, small_vocab_pair
     assert stats.proposed > 0
 
 
-def broken_export(export_dir, tmp_path):
-    """A copy of the export whose verify graphs draw from p instead of norm(max(0, p - q)) after a rejection."""
+def broken_export(target_dir, export_dir, tmp_path):
+    """A copy of the export whose target graph draws from p instead of norm(max(0, p - q)) after a rejection."""
+    from specdec.export.decoder import export_decoder
+
     broken = tmp_path / "broken"
     shutil.copytree(export_dir, broken)
-    export_verify(broken / "sampler/verify.onnx", filtered=False, residual=False)
-    export_verify(broken / "sampler/verify_topkp.onnx", filtered=True, residual=False)
+    model = T5ForConditionalGeneration.from_pretrained(str(target_dir)).eval()
+    export_decoder(model, broken / "target/decoder.onnx", residual=False)
     manifest = json.loads((broken / "manifest.json").read_text())
     for rel in manifest["files"]:
         manifest["files"][rel] = sha256_file(broken / rel)
@@ -111,7 +112,7 @@ def broken_export(export_dir, tmp_path):
 def test_the_test_has_teeth_plain_resampling_is_caught(small_vocab_pair, decoder, tmp_path):
     settings = SETTINGS["temperature"]
     dist = exact_distribution(small_vocab_pair[0], **settings)
-    wrong = SpeculativeDecoder.load(broken_export(small_vocab_pair[1], tmp_path), provider="cpu")
+    wrong = SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path), provider="cpu")
     p_value = chi_square_p(empirical(wrong, settings), dist)
     assert p_value < P_TEETH, f"the broken sampler passed the chi-square test (p = {p_value:.3g})"
     # rejections really happen on this pair, so the residual step is exercised

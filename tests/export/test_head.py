@@ -1,4 +1,6 @@
-"""The exported sampler graphs (sampler/*.onnx of a real export) against the NumPy reference in numpy_sampler.py."""
+"""The speculative head (export/head.py) against the NumPy reference in numpy_sampler.py: the head alone
+(head_only_model, the very nodes every exported decoder carries) for the math, and an exported decoder for the
+wiring (its head reads the decoder's own logits and input_ids)."""
 
 from __future__ import annotations
 
@@ -8,67 +10,70 @@ import numpy as np
 import pytest
 
 import numpy_sampler as ref
+from specdec.export.head import CANDIDATES, INPUTS, OUTPUTS, head_only_model
 
-VOCAB = 50          # not the vocabulary the graphs were traced with (11), nor the tiny model's (48)
-
-SAMPLE_INPUTS = {"sample": ["logits", "uniforms", "temperature"],
-                 "sample_topkp": ["logits", "uniforms", "temperature", "top_k", "top_p"]}
-VERIFY_INPUTS = {"verify": ["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature", "lenience"],
-                 "verify_topkp": ["target_logits", "draft_probs", "draft_tokens", "uniforms", "temperature",
-                                  "top_k", "top_p", "lenience"]}
+VOCAB = 50          # not the vocabulary of any test model
+WIDE = CANDIDATES + 344     # wider than the TopK candidates: exercises the cutoff search and its full-sort fallback
 
 
 @pytest.fixture(scope="module")
-def sessions(tiny_export):
+def head():
     import onnxruntime as ort
 
-    return {name: ort.InferenceSession(str(tiny_export / "sampler" / f"{name}.onnx"),
-                                       providers=["CPUExecutionProvider"])
-            for name in ("sample", "sample_topkp", "verify", "verify_topkp")}
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(head_only_model().SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module")
+def broken_head():
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(head_only_model(residual=False).SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
 
 
 def seed_of(*values) -> int:
     return zlib.crc32(repr(values).encode())
 
 
-def feed(session, values: dict) -> dict:
-    return {i.name: values[i.name] for i in session.get_inputs()}
+def scalars(temperature, top_k, top_p, lenience=1.0):
+    return {"temperature": np.array([temperature], np.float32), "top_k": np.array([top_k], np.int64),
+            "top_p": np.array([top_p], np.float32), "lenience": np.array([lenience], np.float32)}
 
 
-def scalars(temperature, top_k, top_p, lenience=None):
-    out = {"temperature": np.array([temperature], np.float32), "top_k": np.array([top_k], np.int64),
-           "top_p": np.array([top_p], np.float32)}
-    if lenience is not None:
-        out["lenience"] = np.array([lenience], np.float32)
-    return out
-
-
-def run_sample(sessions, name, logits, uniforms, temperature, top_k=0, top_p=1.0):
-    sess = sessions[name]
-    probs, tokens = sess.run(None, feed(sess, {"logits": logits.astype(np.float32),
-                                               "uniforms": uniforms.astype(np.float32),
-                                               **scalars(temperature, top_k, top_p)}))
-    return probs, tokens
-
-
-def run_verify(sessions, name, target_logits, draft_probs, draft_tokens, uniforms, temperature, top_k=0,
-               top_p=1.0, lenience=1.0):
-    sess = sessions[name]
-    accepted, next_token = sess.run(None, feed(sess, {
-        "target_logits": target_logits.astype(np.float32), "draft_probs": draft_probs.astype(np.float32),
-        "draft_tokens": np.asarray(draft_tokens, np.int64), "uniforms": uniforms.astype(np.float32),
-        **scalars(temperature, top_k, top_p, lenience)}))
+def run_head(session, logits, input_ids, draft_probs, uniforms, temperature, top_k=0, top_p=1.0, lenience=1.0):
+    """-> (probs [G+1, V], n, next token)."""
+    logits = np.asarray(logits, np.float32)
+    probs, accepted, next_token = session.run(list(OUTPUTS), {
+        "logits": logits[None], "input_ids": np.asarray(input_ids, np.int64)[None],
+        "draft_probs": np.asarray(draft_probs, np.float32).reshape(-1, logits.shape[-1]),
+        "uniforms": np.asarray(uniforms, np.float32), **scalars(temperature, top_k, top_p, lenience)})
     assert accepted.shape == (1,) and next_token.shape == (1,)
-    return int(accepted[0]), int(next_token[0])
+    return probs, int(accepted[0]), int(next_token[0])
 
 
-def test_graph_inputs_match_the_contract(sessions):
-    for name, names in {**SAMPLE_INPUTS, **VERIFY_INPUTS}.items():
-        assert [i.name for i in sessions[name].get_inputs()] == names, name
-    for name in SAMPLE_INPUTS:
-        assert [o.name for o in sessions[name].get_outputs()] == ["probs", "tokens"]
-    for name in VERIFY_INPUTS:
-        assert [o.name for o in sessions[name].get_outputs()] == ["accepted", "next_token"]
+def run_sample(session, logits, uniforms, temperature, top_k=0, top_p=1.0):
+    """A plain step (G = 0) per row: -> (probs [rows, V], tokens [rows])."""
+    vocab = logits.shape[-1]
+    out = [run_head(session, row[None], [7], np.zeros((0, vocab)), [u], temperature, top_k, top_p)
+           for row, u in zip(logits, uniforms)]
+    return np.concatenate([o[0] for o in out]), np.array([o[2] for o in out], np.int64)
+
+
+def run_verify(session, target_logits, draft_probs, draft_tokens, uniforms, temperature, top_k=0, top_p=1.0,
+               lenience=1.0):
+    """Verify G guesses: the head sees N = G+1 positions, input_ids = [current, x_1 .. x_G]."""
+    ids = [3, *np.asarray(draft_tokens).tolist()]
+    _, n, token = run_head(session, target_logits, ids, draft_probs, uniforms, temperature, top_k, top_p, lenience)
+    return n, token
+
+
+def test_head_inputs_and_outputs_are_the_contract(head):
+    assert [i.name for i in head.get_inputs()] == ["input_ids", "logits", *INPUTS]
+    assert [o.name for o in head.get_outputs()] == list(OUTPUTS)
 
 
 def random_logits(rng, rows, vocab=VOCAB, scale=2.5):
@@ -81,34 +86,41 @@ def edge_uniforms(rng, rows):
     return u
 
 
-# (graph, temperature, top_k, top_p)
+# (vocab, temperature, top_k, top_p)
 SAMPLE_CASES = [
-    ("sample", 1.0, 0, 1.0),
-    ("sample", 0.6, 0, 1.0),
-    ("sample", 1.7, 0, 1.0),
-    ("sample", 0.0, 0, 1.0),
-    ("sample_topkp", 1.0, 0, 1.0),
-    ("sample_topkp", 0.0, 5, 0.5),
-    ("sample_topkp", 1.0, 5, 1.0),
-    ("sample_topkp", 1.0, 1, 1.0),
-    ("sample_topkp", 1.0, VOCAB + 7, 1.0),
-    ("sample_topkp", 0.8, 0, 0.9),
-    ("sample_topkp", 1.0, 0, 0.5),
-    ("sample_topkp", 1.0, 0, 1e-4),
-    ("sample_topkp", 1.3, 12, 0.7),
+    (VOCAB, 1.0, 0, 1.0),
+    (VOCAB, 0.6, 0, 1.0),
+    (VOCAB, 1.7, 0, 1.0),
+    (VOCAB, 0.0, 0, 1.0),
+    (VOCAB, 0.0, 5, 0.5),
+    (VOCAB, 1.0, 5, 1.0),
+    (VOCAB, 1.0, 1, 1.0),
+    (VOCAB, 1.0, VOCAB + 7, 1.0),
+    (VOCAB, 0.8, 0, 0.9),
+    (VOCAB, 1.0, 0, 0.5),
+    (VOCAB, 1.0, 0, 1e-4),
+    (VOCAB, 1.3, 12, 0.7),
+    # wider than the candidates: top-k inside them, top-k beyond them (full sort), a nucleus inside them, a
+    # nucleus that needs more than CANDIDATES tokens (full sort), top-k = V
+    (WIDE, 1.0, 40, 1.0),
+    (WIDE, 1.0, CANDIDATES + 30, 1.0),
+    (WIDE, 1.0, CANDIDATES + 30, 0.95),
+    (WIDE, 0.7, 0, 0.9),
+    (WIDE, 3.0, 0, 0.98),
+    (WIDE, 1.0, WIDE, 1.0),
 ]
 
 
-@pytest.mark.parametrize("name,temperature,top_k,top_p", SAMPLE_CASES)
-def test_sample_matches_reference(sessions, name, temperature, top_k, top_p):
-    rng = np.random.default_rng(seed_of(name, temperature, top_k, top_p))
-    rows = 64
-    logits = random_logits(rng, rows)
+@pytest.mark.parametrize("vocab,temperature,top_k,top_p", SAMPLE_CASES)
+def test_sample_matches_reference(head, vocab, temperature, top_k, top_p):
+    rng = np.random.default_rng(seed_of(vocab, temperature, top_k, top_p))
+    rows = 40
+    logits = random_logits(rng, rows, vocab)
     uniforms = edge_uniforms(rng, rows)
-    probs, tokens = run_sample(sessions, name, logits, uniforms, temperature, top_k, top_p)
+    probs, tokens = run_sample(head, logits, uniforms, temperature, top_k, top_p)
     want_probs, want_tokens = ref.sample(logits, uniforms, temperature, top_k, top_p)
 
-    assert probs.shape == (rows, VOCAB) and tokens.shape == (rows,)
+    assert probs.shape == (rows, vocab) and tokens.shape == (rows,)
     np.testing.assert_allclose(probs, want_probs, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(tokens, want_tokens)
     assert np.all(probs[np.arange(rows), tokens] > 0), "drew a zero-mass token"
@@ -117,32 +129,35 @@ def test_sample_matches_reference(sessions, name, temperature, top_k, top_p):
     if temperature == 0:
         np.testing.assert_array_equal(tokens, logits.argmax(-1))
         assert np.all(support == 1)
-    elif top_k and top_k < VOCAB and top_p >= 1.0:
+    elif top_k and top_k < vocab and top_p >= 1.0:
         assert np.all(support == top_k)
     elif top_p < 1.0:
-        assert np.all(support < VOCAB) and np.any(support > 1 if top_p >= 0.5 else support == 1)
+        assert np.all(support < vocab) and np.any(support > 1 if top_p >= 0.5 else support == 1)
+        if vocab == WIDE and temperature >= 3.0:
+            assert np.all(support > CANDIDATES), "the nucleus should need the full-sort fallback here"
     else:
-        assert np.all(support == VOCAB)
+        assert np.all(support == vocab)
     assert tokens[0] == np.flatnonzero(want_probs[0])[0]
 
 
-def test_top_p_boundary_keeps_the_token_that_reaches_top_p(sessions):
+def test_top_p_boundary_keeps_the_token_that_reaches_top_p(head):
     """Masses 0.5, 0.3, 0.2: the token whose mass crosses top_p is kept (0.51 needs two tokens, 0.81 three)."""
     logits = np.log(np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3]], np.float32))
     uniforms = np.array([0.999, 0.999], np.float32)
     for top_p, support in ((0.49, 1), (0.51, 2), (0.79, 2), (0.81, 3)):
-        probs, tokens = run_sample(sessions, "sample_topkp", logits, uniforms, 1.0, 0, top_p)
+        probs, tokens = run_sample(head, logits, uniforms, 1.0, 0, top_p)
         want, want_tokens = ref.sample(logits, uniforms, 1.0, 0, top_p)
         np.testing.assert_allclose(probs, want, atol=1e-6)
         np.testing.assert_array_equal(tokens, want_tokens)
         assert np.all((probs > 0).sum(-1) == support), (top_p, probs)
 
 
-def test_unfiltered_graph_equals_filtered_graph_without_filters(sessions):
+def test_filters_that_keep_everything_equal_no_filter(head):
+    """top_k = V goes through the filter branch (and its full sort); it must give the unfiltered result."""
     rng = np.random.default_rng(7)
-    logits, uniforms = random_logits(rng, 16), rng.random(16).astype(np.float32)
-    a = run_sample(sessions, "sample", logits, uniforms, 0.9)
-    b = run_sample(sessions, "sample_topkp", logits, uniforms, 0.9, 0, 1.0)
+    logits, uniforms = random_logits(rng, 16, WIDE), rng.random(16).astype(np.float32)
+    a = run_sample(head, logits, uniforms, 0.9)
+    b = run_sample(head, logits, uniforms, 0.9, WIDE, 1.0)
     np.testing.assert_allclose(a[0], b[0], atol=1e-7)
     np.testing.assert_array_equal(a[1], b[1])
 
@@ -153,13 +168,9 @@ def verify_inputs(rng, gamma, temperature, top_k, top_p, vocab=VOCAB):
     """Target logits and a draft that is a noisy copy of them (as a real draft is), draft tokens drawn from q."""
     target_logits = random_logits(rng, gamma + 1, vocab)
     draft_logits = (target_logits[:gamma] + random_logits(rng, gamma, vocab, scale=1.5)).astype(np.float32)
-    q = ref.standardize(draft_logits, temperature, top_k, top_p).astype(np.float32)
+    q = (ref.standardize(draft_logits, temperature, top_k, top_p) if gamma else np.zeros((0, vocab))).astype(np.float32)
     tokens = np.array([ref.draw(row, u) for row, u in zip(q, rng.random(gamma))], np.int64)
     return target_logits, q, tokens
-
-
-def graph_for(top_k, top_p):
-    return "verify_topkp" if (top_k or top_p < 1.0) else "verify"
 
 
 VERIFY_SETTINGS = [  # temperature, top_k, top_p, lenience
@@ -167,6 +178,7 @@ VERIFY_SETTINGS = [  # temperature, top_k, top_p, lenience
     (0.7, 0, 1.0, 0.5),
     (0.0, 0, 1.0, 1.0),
     (0.0, 0, 1.0, 0.3),
+    (0.0, 10, 0.9, 0.5),
     (1.0, 8, 1.0, 1.0),
     (1.2, 0, 0.8, 1.0),
     (0.9, 10, 0.9, 0.7),
@@ -174,23 +186,23 @@ VERIFY_SETTINGS = [  # temperature, top_k, top_p, lenience
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p,lenience", VERIFY_SETTINGS)
-def test_verify_matches_reference_on_random_steps(sessions, temperature, top_k, top_p, lenience):
+def test_verify_matches_reference_on_random_steps(head, temperature, top_k, top_p, lenience):
     rng = np.random.default_rng(seed_of(temperature, top_k, top_p, lenience))
     seen = set()
     for trial in range(60):
-        gamma = (1, 3, 8)[trial % 3]
+        gamma = (1, 3, 8, 0)[trial % 4]
         target_logits, q, tokens = verify_inputs(rng, gamma, temperature, top_k, top_p)
-        if temperature == 0 and trial % 2:
+        if temperature == 0 and trial % 2 and gamma:
             tokens[: gamma // 2 + 1] = target_logits[: gamma // 2 + 1].argmax(-1)   # make greedy accepts happen
             q = ref.standardize(np.eye(VOCAB)[tokens] * 10, 0.0).astype(np.float32)
         uniforms = rng.random(gamma + 1).astype(np.float32)
-        n, token = run_verify(sessions, graph_for(top_k, top_p), target_logits, q, tokens, uniforms, temperature,
-                              top_k, top_p, lenience)
+        n, token = run_verify(head, target_logits, q, tokens, uniforms, temperature, top_k, top_p, lenience)
         want_n, want_token, detail = ref.verify(target_logits, q, tokens, uniforms, temperature, top_k, top_p,
                                                 lenience)
         assert (n, token) == (want_n, want_token), (trial, gamma)
         assert detail["dist"][token] > 0
-        seen.add("none" if n == gamma else "first" if n == 0 else "middle")
+        if gamma:
+            seen.add("none" if n == gamma else "first" if n == 0 else "middle")
     assert "first" in seen and len(seen) >= 2, seen
 
 
@@ -221,7 +233,7 @@ def forced_case(rng, gamma, reject_at, temperature, top_k, top_p, lenience):
 @pytest.mark.parametrize("temperature,top_k,top_p,lenience", [
     (1.0, 0, 1.0, 1.0), (0.8, 0, 1.0, 0.6), (1.0, 6, 0.9, 1.0), (0.0, 0, 1.0, 1.0)])
 @pytest.mark.parametrize("reject_at", [0, 2, None], ids=["reject-first", "reject-middle", "no-reject"])
-def test_verify_forced_cases(sessions, temperature, top_k, top_p, lenience, reject_at):
+def test_verify_forced_cases(head, temperature, top_k, top_p, lenience, reject_at):
     gamma = 5
     rng = np.random.default_rng(11 + (reject_at or 9))
     if temperature == 0:
@@ -234,8 +246,7 @@ def test_verify_forced_cases(sessions, temperature, top_k, top_p, lenience, reje
         uniforms = rng.random(gamma + 1).astype(np.float32)
     else:
         target_logits, q, tokens, uniforms = forced_case(rng, gamma, reject_at, temperature, top_k, top_p, lenience)
-    n, token = run_verify(sessions, graph_for(top_k, top_p), target_logits, q, tokens, uniforms, temperature,
-                          top_k, top_p, lenience)
+    n, token = run_verify(head, target_logits, q, tokens, uniforms, temperature, top_k, top_p, lenience)
     want_n, want_token, detail = ref.verify(target_logits, q, tokens, uniforms, temperature, top_k, top_p, lenience)
     expected_n = gamma if reject_at is None else reject_at
     assert want_n == expected_n, "the constructed case did not happen in the reference"
@@ -253,7 +264,7 @@ def test_verify_forced_cases(sessions, temperature, top_k, top_p, lenience, reje
             assert detail["dist"][tokens[reject_at]] == 0
 
 
-def test_verify_residual_draw_is_not_a_plain_draw_from_p(sessions):
+def test_verify_residual_draw_is_not_a_plain_draw_from_p(head, broken_head):
     """With uniforms chosen so that a draw from p and a draw from the residual differ, the graph follows the
     residual (a sampler that ignores q would pass the accept tests but not this one)."""
     rng = np.random.default_rng(3)
@@ -263,14 +274,16 @@ def test_verify_residual_draw_is_not_a_plain_draw_from_p(sessions):
         uniforms[3] = rng.random()
         p = ref.standardize(target_logits, 1.0)
         plain = ref.draw(p[0], uniforms[3])
-        n, token = run_verify(sessions, "verify", target_logits, q, tokens, uniforms, 1.0)
+        n, token = run_verify(head, target_logits, q, tokens, uniforms, 1.0)
         want_n, want_token, _ = ref.verify(target_logits, q, tokens, uniforms, 1.0)
         assert (n, token) == (want_n, want_token) and n == 0
+        # the deliberately broken head (the distribution tests' control) draws from p instead
+        assert run_verify(broken_head, target_logits, q, tokens, uniforms, 1.0) == (0, plain)
         found += plain != want_token
     assert found >= 5
 
 
-def test_verify_lenience_changes_acceptance(sessions):
+def test_verify_lenience_changes_acceptance(head):
     """A guess with p/q = 0.6 at r = 0.7: rejected at l = 1, kept at l = 0.5 (0.6/0.5 > 0.7)."""
     p = np.array([0.3, 0.3, 0.2, 0.2])
     q = np.array([[0.5, 0.1, 0.2, 0.2]], np.float32)
@@ -278,8 +291,23 @@ def test_verify_lenience_changes_acceptance(sessions):
     uniforms = np.array([0.7, 0.3], np.float32)
     results = {}
     for lenience in (1.0, 0.5):
-        got = run_verify(sessions, "verify", target_logits, q, [0], uniforms, 1.0, lenience=lenience)
+        got = run_verify(head, target_logits, q, [0], uniforms, 1.0, lenience=lenience)
         want = ref.verify(target_logits, q, [0], uniforms, 1.0, lenience=lenience)[:2]
         assert got == want
         results[lenience] = got[0]
     assert results == {1.0: 0, 0.5: 1}
+
+
+def test_greedy_lenience_keeps_a_guess_within_l_of_the_best():
+    """Temperature 0, p = softmax(logits) = [0.5, 0.25, 0.15, 0.1]: guess 1 has p = 0.5 max p. It is kept at
+    l = 0.3 and l = 0.5, rejected at l = 0.6 and l = 1 (then the next token is the argmax, 0)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(head_only_model().SerializeToString(), providers=["CPUExecutionProvider"])
+    p = np.array([0.5, 0.25, 0.15, 0.1])
+    logits = np.log(np.stack([p, p]))
+    for lenience, kept in ((0.3, 1), (0.5, 1), (0.6, 0), (1.0, 0)):
+        n, token = run_verify(session, logits, np.eye(4)[[1]], [1], [0.5, 0.5], 0.0, lenience=lenience)
+        assert n == kept, lenience
+        assert token == 0
+        assert (n, token) == ref.verify(logits, np.eye(4)[[1]], [1], [0.5, 0.5], 0.0, lenience=lenience)[:2]

@@ -1,0 +1,67 @@
+"""One request's decoding parameters: made where a request enters (Python call, CLI, C struct), checked once, passed
+whole to the decoding loop."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from .errors import SpecdecError
+
+
+@dataclass(frozen=True)
+class Params:
+    max_new_tokens: int = 64     # output is at most this many tokens (an EOS included)
+    gamma: int = 4               # draft tokens per target call, 0 .. the export's gamma_max; 0 = target only
+    temperature: float = 0.0     # 0 = greedy
+    top_k: int = 0               # 0 = no top-k filter
+    top_p: float = 1.0           # 1 = no nucleus filter
+    lenience: float = 1.0        # 1 = exact; < 1 keeps more guesses (paper A.5; at temperature 0: p(x) >= l max p)
+    seed: int = 0                # random seed (unused when greedy)
+
+    @classmethod
+    def of(cls, params: "Params | None" = None, **overrides) -> "Params":
+        """`params` (or the defaults) with keyword overrides; an unknown keyword is a SpecdecError."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise SpecdecError(f"unknown parameter {unknown[0]!r}", f"use {', '.join(sorted(known))}")
+        if params is not None and not isinstance(params, Params):
+            raise SpecdecError(f"params must be a specdec.runtime.Params (got {type(params).__name__})")
+        return replace(params or cls(), **overrides)
+
+    def checked(self, gamma_max: int) -> "Params":
+        """Raise a one-line SpecdecError for any value out of range; returns self."""
+        gamma = self.gamma
+        if not _is_int(gamma) or not 0 <= gamma <= gamma_max:
+            raise SpecdecError(f"gamma must be an integer in 0..{gamma_max} (got {gamma!r})",
+                               f"use 0 <= gamma <= {gamma_max}" + (
+                                   f", or re-export with --gamma-max {gamma}" if _is_int(gamma) and gamma > gamma_max
+                                   else ""))
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise SpecdecError(f"max_new_tokens must be a positive integer (got {self.max_new_tokens!r})")
+        if not (_is_real(self.temperature) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise SpecdecError(f"temperature must be a finite number >= 0 (got {self.temperature!r})",
+                               "use 0 for greedy decoding")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise SpecdecError(f"top_k must be an integer >= 0 (got {self.top_k!r})", "use 0 to disable top-k")
+        if not (_is_real(self.top_p) and 0 < self.top_p <= 1):
+            raise SpecdecError(f"top_p must be in (0, 1] (got {self.top_p!r})", "use 1.0 to disable top-p")
+        if not (_is_real(self.lenience) and 0 < self.lenience <= 1):
+            raise SpecdecError(f"lenience must be in (0, 1] (got {self.lenience!r})", "use 1.0 for exact sampling")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise SpecdecError(f"seed must be an integer >= 0 (got {self.seed!r})")
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
