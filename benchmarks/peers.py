@@ -145,7 +145,10 @@ def _ct2(target: str, workdir: Path, threads: int, tokenizer, eos_id: int, log):
 def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workdir: Path, threads: int = 0,
               target: str | None = None, draft: str | None = None, progress_factory=None, log=print) -> dict:
     """Load every peer, check its greedy tokens against specdec's, then time all of them interleaved."""
+    from .prompts import special_id
+
     target, draft = checkpoints(dec, target, draft)
+    eos_id = special_id(dec, "eos_token_id")
     threads = threads or os.cpu_count() or 1
     engines: list[Engine] = [SpecdecEngine(dec, gamma), SpecdecEngine(dec, 0)]
     status = {}
@@ -154,12 +157,12 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
 
         torch.set_num_threads(threads)
         hf_target, hf_draft = _load_hf(target), _load_hf(draft)
-        engines.append(HFEngine(hf_target, dec.eos_id))
-        engines.append(HFEngine(hf_target, dec.eos_id, assistant=hf_draft, gamma=gamma))
+        engines.append(HFEngine(hf_target, eos_id))
+        engines.append(HFEngine(hf_target, eos_id, assistant=hf_draft, gamma=gamma))
     except ImportError:
         status["transformers greedy"] = status[f"transformers assisted gamma={gamma}"] = \
             "not installed (pip install 'specdec[export]')"
-    ct2, why = _ct2(target, workdir, threads, dec.tokenizer, dec.eos_id, log)
+    ct2, why = _ct2(target, workdir, threads, dec.tokenizer, eos_id, log)
     if ct2 is not None:
         engines.append(ct2)
     else:

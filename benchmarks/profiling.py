@@ -1,7 +1,8 @@
 """Where the host time goes: cProfile over real generate calls, listing the Python functions by own time.
 
-ONNX Runtime's `run_with_iobinding` is where the graphs execute (that time is measured separately as draft,
-verify, sampling); everything else listed is host work: binding, buffer writes and reads, the loop itself.
+ONNX Runtime's `run_with_iobinding` is where the graphs execute (that time is measured separately as encoder,
+draft and target runs; the sampling heads run inside the draft and target runs); everything else listed is host
+work (Stats.host_s): binding, buffer writes and reads, reading the verdict, the loop itself.
 """
 
 from __future__ import annotations
@@ -16,16 +17,23 @@ from pathlib import Path
 ORT_RUN = ("run_with_iobinding", "is_webgpu_graph_capture_enabled")
 
 
-def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str | Path | None = None) -> dict:
+def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str | Path | None = None,
+                 base=None) -> dict:
+    """`base`: the sweep's shared request parameters (a specdec.runtime.Params: top_k, top_p, lenience)."""
+    def generate(ids):
+        return dec.generate(input_ids=ids, params=base, max_new_tokens=max_new_tokens, gamma=gamma,
+                            temperature=0.0)
+
     for p in prompts[:1]:                     # warm
-        dec.generate(input_ids=p.ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0)
+        generate(p.ids)
     prof = cProfile.Profile()
-    iterations, host_s = 0, 0.0
+    iterations, host_s, ort_runs = 0, 0.0, 0
     prof.enable()
     for p in prompts:
-        res = dec.generate(input_ids=p.ids, max_new_tokens=max_new_tokens, gamma=gamma, temperature=0.0)
+        res = generate(p.ids)
         iterations += res.stats.target_calls
         host_s += res.stats.host_s
+        ort_runs += res.stats.ort_runs
     prof.disable()
     stats = pstats.Stats(prof)
     rows = []
@@ -43,5 +51,6 @@ def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str | 
         Path(out_path).write_text(text.getvalue())
     return {"gamma": gamma, "iterations": iterations,
             "host_ms_per_iteration": 1000.0 * host_s / max(iterations, 1),
+            "ort_runs": ort_runs,
             "note": "cProfile adds its own overhead to every Python call: read the ranking, not the absolute ms",
             "top": rows[:25]}

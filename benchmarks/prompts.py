@@ -24,6 +24,12 @@ class Prompt:
         return {"input_ids": self.ids}
 
 
+def special_id(decoder, name: str) -> int:
+    """A special token id of a SpeculativeDecoder's export ("eos_token_id", "decoder_start_token_id", ...), read
+    from its public manifest."""
+    return int(decoder.manifest.special_ids[name])
+
+
 def bundled_prompts_file() -> Path | None:
     try:
         import specdec.models
@@ -115,6 +121,6 @@ def load(prompts_arg: str | None, count: int, decoder) -> tuple[list[Prompt], st
         path = bundled_prompts_file()
         prompts, origin = select(read_prompts(path), count), str(path)
     else:
-        prompts = random_prompts(decoder.vocab_size, max(count, 1), eos_id=decoder.eos_id)
+        prompts = random_prompts(decoder.vocab_size, max(count, 1), eos_id=special_id(decoder, "eos_token_id"))
         origin = "random token ids (no --prompts given; pass --prompts FILE for real text)"
     return tokenize(prompts, decoder.tokenizer, decoder.max_length), origin

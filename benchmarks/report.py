@@ -20,16 +20,48 @@ def table(headers: list[str], lines: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+SAMP_HOST_NOTE = ("samp+host: host ms per generated token (measured) + the sampling heads' in-graph cost per token "
+                  "(ESTIMATED: head-alone timings of the cost probe x draft and target runs)")
+
+
+NOTES = {
+    "export_format_2": "no sampler graphs: each draft run is decoder + standardize/draw (G = 0) and each target run "
+                       "decoder + accept/residual over the G guesses (G = 0 at gamma = 0); Stats splits the time "
+                       "into encoder_s, draft_s, target_s and host_s",
+    "ort_runs_per_iteration": "(stats.ort_runs - encoder runs) / target_calls: 1 at gamma = 0, k + 1 for an "
+                              "iteration that drafts k guesses",
+    "sampling_host_ms_per_token": "host_ms_per_token (measured) + head_ms_per_token_estimated",
+    "head_ms_per_token_estimated": "ESTIMATED from cost_probe.head_ms (the head timed alone): head(G=0) x draft "
+                                   "runs + head(G=k) x target runs verifying k guesses (mix of k from the untimed "
+                                   "stream pass), over generated tokens",
+    "c": "draft_s / draft_calls over gamma = 0's target_s / target_calls; both include their sampling head",
+    "predicted_with_costs": "E[tokens] (1 + o0) / (gamma c + verify_ratio + o), o and o0 = host ms per iteration "
+                            "(speculative, baseline) in target steps; no separate sampler term",
+}
+
+
+def filter_text(r: dict) -> str:
+    parts = []
+    if r.get("top_k"):
+        parts.append(f"top_k {r['top_k']}")
+    if r.get("top_p") is not None and r["top_p"] < 1.0:
+        parts.append(f"top_p {r['top_p']:g}")
+    if r.get("lenience") is not None and r["lenience"] < 1.0:
+        parts.append(f"lenience {r['lenience']:g}")
+    return ", ".join(parts) or "plain"
+
+
 def sweep_table(rows: list[dict]) -> str:
-    headers = ["T", "gamma", "ms/tok", "+-", "tok/s", "acc.rate", "alpha", "tok/call", "c", "verify_x", "host/iter",
-               "speedup", "thm3.8", "ratio", "w/costs", "best_g"]
+    headers = ["T", "gamma", "ms/tok", "+-", "tok/s", "acc.rate", "alpha", "tok/call", "ORT/iter", "c", "verify_x",
+               "host/iter", "samp+host/tok", "speedup", "thm3.8", "ratio", "w/costs", "best_g"]
     lines = []
     for r in rows:
         ms = r["ms_per_token"]
         lines.append([_f(r["temperature"], "g"), str(r["gamma"]), _f(ms["median"]), _f((ms["max"] - ms["min"]) / 2),
                       _f(r["tokens_per_s"], ".1f"), _f(r.get("acceptance_rate")), _f(r["alpha"]),
-                      _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
+                      _f(r["tokens_per_target_call"]), _f(r["ort_runs_per_iteration"]), _f(r.get("c"), ".3f"),
                       _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f") + " ms",
+                      _f(r.get("sampling_host_ms_per_token"), ".3f") + " ms",
                       _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
                       _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
                       _f(r.get("best_gamma"), "d")])
@@ -37,26 +69,71 @@ def sweep_table(rows: list[dict]) -> str:
 
 
 def time_table(rows: list[dict]) -> str:
-    """Where the time goes, ms per generated token."""
-    headers = ["T", "gamma", "encoders", "draft", "verify", "sampling", "host", "total", "host %"]
+    """Where the time goes, ms per generated token: encoders, draft runs, target runs, host (and, estimated, the
+    sampling heads' share of the draft and target runs)."""
+    headers = ["T", "gamma", "encoders", "draft runs", "target runs", "host", "total", "host %",
+               "heads in runs (est.)"]
     lines = []
     for r in rows:
         parts = r["ms_per_token_by_part"]
         total = sum(parts.values())
         lines.append([_f(r["temperature"], "g"), str(r["gamma"])] + [_f(parts[k], ".3f") for k in
-                     ("encoder", "draft", "verify", "sampling", "host")] + [_f(total, ".3f"),
-                     _f(100 * r["host_fraction"], ".1f")])
+                     ("encoder", "draft", "target", "host")] + [_f(total, ".3f"),
+                     _f(100 * r["host_fraction"], ".1f"), _f(r.get("head_ms_per_token_estimated"), ".3f")])
     return table(headers, lines)
 
 
+def summary_lines(rows: list[dict], best: dict) -> tuple[list[str], list[list[str]]]:
+    """The acceptance summary, one line per temperature: ms/token at gamma = 0 and at the best measured gamma,
+    samp+host ms/token and ORT runs per iteration at both, measured / Theorem 3.8."""
+    headers = ["T", "filter", "ms/tok g=0", "best g", "ms/tok best g", "speedup", "measured/thm3.8",
+               "samp+host/tok g=0", "samp+host/tok best g", "ORT runs/iter g=0", "ORT runs/iter best g"]
+    lines = []
+    for t, b in best.items():
+        base = next((r for r in rows if r["temperature"] == float(t) and r["gamma"] == 0), {})
+        lines.append([_f(float(t), "g"), filter_text(base), _f(b["baseline_ms_per_token"], ".3f"),
+                      str(b["measured_best_gamma"]), _f(b["best_ms_per_token"], ".3f"), _f(b["measured_speedup"]),
+                      _f(b["measured_over_predicted"]), _f(b.get("baseline_sampling_host_ms_per_token"), ".3f"),
+                      _f(b.get("best_sampling_host_ms_per_token"), ".3f"),
+                      _f(b["baseline_ort_runs_per_iteration"]), _f(b["best_ort_runs_per_iteration"])])
+    return headers, lines
+
+
+def summary_table(rows: list[dict], best: dict) -> str:
+    return table(*summary_lines(rows, best))
+
+
+def _head_grid(probe: dict) -> tuple[list[str], list[list[str]]]:
+    """The head-alone timings as a grid: one line per (temperature, filter), draft G=0 then target G=0..max."""
+    entries = probe.get("head_ms") or []
+    guesses = sorted({e["guesses"] for e in entries if e["role"] == "target"})
+    settings = list(dict.fromkeys((e["temperature"], e["top_k"], e["top_p"]) for e in entries))
+    index = {(e["role"], e["guesses"], e["temperature"], e["top_k"], e["top_p"]): e["ms"] for e in entries}
+    headers = ["T", "filter", "draft G=0"] + [f"target G={g}" for g in guesses]
+    lines = []
+    for t, k, p in settings:
+        lines.append([_f(t, "g"), filter_text({"top_k": k, "top_p": p}),
+                      _f(index.get(("draft", 0, t, k, p)), ".3f")] +
+                     [_f(index.get(("target", g, t, k, p)), ".3f") for g in guesses])
+    return headers, lines
+
+
 def probe_table(probe: dict) -> str:
-    headers = ["tokens k", "verify ms", "x one-token step"]
-    lines = [[k, _f(probe["verify_ms"][k], ".3f"), _f(probe["verify_ratio"][k])] for k in probe["verify_ms"]]
+    headers = ["tokens k", "target run ms", "x one-token step"]
+    lines = [[k, _f(probe["verify_ms"][k], ".3f"), _f(probe["verify_ratio"].get(k))] for k in probe["verify_ms"]]
+    s = probe["settings"]
     head = (f"per-call costs at past length {probe['past_length']} (source {probe['source_length']} tokens, "
-            f"median of {probe['repeats']}): target step {probe['target_step_ms']:.3f} ms, draft step "
-            f"{probe['draft_step_ms']:.3f} ms, c = {probe['c']:.3f} (with the sampler run: "
-            f"{probe['c_with_sampler']:.3f}), sampler {probe['sample_ms']:.3f} ms")
-    return head + "\n" + table(headers, lines)
+            f"median of {probe['repeats']}; fused runs, decoder + sampling head, at T={s['temperature']:g}, "
+            f"{filter_text(s)}): target step {_f(probe['target_step_ms'], '.3f')} ms, draft step "
+            f"{_f(probe['draft_step_ms'], '.3f')} ms, c = {_f(probe['c'], '.3f')} (without the heads, estimated: "
+            f"{_f(probe.get('c_without_head'), '.3f')})")
+    out = head + "\n" + table(headers, lines)
+    if probe.get("head_ms"):
+        out += (f"\n\nsampling head alone, ms (G guesses; vocab {probe['head_vocab']}; an estimate of its cost "
+                f"inside a fused run):\n" + table(*_head_grid(probe)))
+    else:
+        out += f"\nsampling head: {probe.get('head_note')}"
+    return out
 
 
 def peers_table(peers: dict) -> str:
@@ -111,7 +188,7 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
         pred = [(r["gamma"], r["predicted_speedup"]) for r in rs if r.get("predicted_speedup") is not None]
         ax.plot([g for g, _ in pred], [s for _, s in pred], "s--", label="Theorem 3.8 (measured alpha, c)")
         cost = [(r["gamma"], r["predicted_with_costs"]) for r in rs if r.get("predicted_with_costs") is not None]
-        ax.plot([g for g, _ in cost], [s for _, s in cost], "^:", label="with measured verify cost + overhead")
+        ax.plot([g for g, _ in cost], [s for _, s in cost], "^:", label="with measured costs (target run, host)")
         ax.axhline(1.0, color="grey", lw=0.8)
         alphas = [r["alpha"] for r in rs if r.get("alpha") is not None]
         label = f"T = {t:g}" + (f" (alpha-hat {min(alphas):.2f}-{max(alphas):.2f})" if alphas else "")
@@ -174,35 +251,47 @@ def markdown(report: dict) -> str:
             f"{100 * (m.get('cpu_busy_before_run') or 0):.0f}% busy just before the run"
             + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
     parts = [head]
+    probe = report["cost_probe"]
     if report["mode"] == "engine":
         s = report["settings"]
         parts.append(f"{s['prompts']} prompts ({s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
-                     f"{s['repeats']} repeats.")
+                     f"{s['repeats']} repeats; every configuration: {filter_text(s)}.")
+        if report.get("best"):
+            parts.append("Summary (per temperature: γ = 0 and the best measured γ; samp+host = host time measured "
+                         "+ the sampling heads' in-graph cost *estimated* from the cost probe):\n\n" +
+                         _md(*summary_lines(report["results"], report["best"])))
         lines = []
         for r in report["results"]:
             ms = r["ms_per_token"]
             lines.append([_f(r["temperature"], "g"), str(r["gamma"]),
                           f"{ms['median']:.3f} ({ms['min']:.3f}-{ms['max']:.3f})", _f(r["tokens_per_s"], ".0f"),
-                          _f(r.get("acceptance_rate")), _f(r["alpha"]), _f(r["tokens_per_target_call"]), _f(r.get("c"), ".3f"),
-                          _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f"),
+                          _f(r.get("acceptance_rate")), _f(r["alpha"]), _f(r["tokens_per_target_call"]),
+                          _f(r["ort_runs_per_iteration"]), _f(r.get("c"), ".3f"), _f(r.get("verify_ratio")),
+                          _f(r["host_ms_per_iteration"], ".3f"), _f(r.get("sampling_host_ms_per_token"), ".3f"),
                           _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
                           _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
                           _f(r.get("best_gamma"), "d")])
-        parts.append(_md(["T", "γ", "ms/token (min-max)", "tokens/s", "accepted/proposed", "α̂", "tokens/call", "c", "verify ×",
-                          "host ms/iter", "speedup", "Thm 3.8", "measured/Thm", "w/ costs", "best γ"], lines))
+        parts.append(_md(["T", "γ", "ms/token (min-max)", "tokens/s", "accepted/proposed", "α̂", "tokens/call",
+                          "ORT runs/iter", "c", "verify ×", "host ms/iter", "samp+host ms/tok (est.)", "speedup",
+                          "Thm 3.8", "measured/Thm", "w/ costs", "best γ"], lines))
         lines = []
         for r in report["results"]:
             p = r["ms_per_token_by_part"]
             lines.append([_f(r["temperature"], "g"), str(r["gamma"])] +
-                         [_f(p[k], ".3f") for k in ("encoder", "draft", "verify", "sampling", "host")] +
-                         [_f(100 * r["host_fraction"], ".1f")])
-        parts.append("Where the time goes, ms per generated token:\n\n" +
-                     _md(["T", "γ", "encoders", "draft", "verify", "sampling", "host", "host %"], lines))
-        probe = report["cost_probe"]
-        parts.append(f"Per-call costs at past length {probe['past_length']}: target step "
-                     f"{probe['target_step_ms']:.3f} ms, draft step {probe['draft_step_ms']:.3f} ms, c = "
-                     f"{probe['c']:.3f}; verify ratio " + ", ".join(f"{k} tokens {v:.2f}×" for k, v in
-                                                                    probe["verify_ratio"].items()) + ".")
+                         [_f(p[k], ".3f") for k in ("encoder", "draft", "target", "host")] +
+                         [_f(100 * r["host_fraction"], ".1f"), _f(r.get("head_ms_per_token_estimated"), ".3f")])
+        parts.append("Where the time goes, ms per generated token (the sampling heads run inside the draft and "
+                     "target runs; their share is estimated from the cost probe):\n\n" +
+                     _md(["T", "γ", "encoders", "draft runs", "target runs", "host", "host %",
+                          "heads in runs (est.)"], lines))
+        parts.append(f"Per-call costs at past length {probe['past_length']} (fused runs, decoder + head): target "
+                     f"step {_f(probe['target_step_ms'], '.3f')} ms, draft step {_f(probe['draft_step_ms'], '.3f')} "
+                     f"ms, c = {_f(probe['c'], '.3f')} (without the heads, estimated: "
+                     f"{_f(probe.get('c_without_head'), '.3f')}); verify ratio " +
+                     ", ".join(f"{k} tokens {v:.2f}×" for k, v in probe["verify_ratio"].items()) + ".")
+        if probe.get("head_ms"):
+            parts.append(f"Sampling head alone, ms (G guesses, vocab {probe['head_vocab']}; an estimate of its cost "
+                         f"inside a fused run):\n\n" + _md(*_head_grid(probe)))
         if report.get("peers"):
             pe = report["peers"]
             lines = []
@@ -218,26 +307,36 @@ def markdown(report: dict) -> str:
                          _md(["engine", "ms/token", "tokens/s", "latency ÷ specdec speculative",
                               "latency ÷ own autoregressive", "same tokens", "note"], lines))
     else:
-        probe, acc = report["cost_probe"], report["acceptance"]
+        acc = report["acceptance"]
         parts.append(f"Per-call costs at past length {probe['past_length']} (source {probe['source_length']} "
-                     f"tokens): target step {probe['target_step_ms']:.2f} ms, draft step "
-                     f"{probe['draft_step_ms']:.2f} ms, c = {probe['c']:.3f}, sampler run {probe['sample_ms']:.3f} ms.")
+                     f"tokens; fused runs, decoder + sampling head): target step {probe['target_step_ms']:.2f} ms, "
+                     f"draft step {probe['draft_step_ms']:.2f} ms, c = {probe['c']:.3f}; the head alone: "
+                     f"{_f(probe.get('target_step_head_ms'), '.3f')} ms for a target step's draw, "
+                     f"{_f(probe.get('draft_step_head_ms'), '.3f')} ms for a draft step's (estimates).")
         parts.append(_md(["verify tokens", "ms", "× one-token step"],
                          [[k, f"{probe['verify_ms'][k]:.2f}", f"{probe['verify_ratio'][k]:.2f}"]
                           for k in probe["verify_ms"]]))
-        parts.append(_md(["γ", "iteration ms", "verify ms", "draft ms", "sampling ms", "host ms", "host %"],
-                         [[g, f"{r['iteration_ms']:.2f}", f"{r['verify_ms_per_iteration']:.2f}",
-                           f"{r['draft_ms_per_iteration']:.2f}", f"{r['sampling_ms_per_iteration']:.3f}",
-                           f"{r['host_ms_per_iteration']:.3f}", f"{100 * r['host_fraction_of_iteration']:.2f}"]
+        if probe.get("head_ms"):
+            parts.append(f"Sampling head alone, ms (G guesses, vocab {probe['head_vocab']}):\n\n" +
+                         _md(*_head_grid(probe)))
+        parts.append(_md(["γ", "iteration ms", "target runs ms", "draft runs ms", "host ms", "host %",
+                          "ORT runs/iter", "samp+host ms/tok (est.)"],
+                         [[g, f"{r['iteration_ms']:.2f}", f"{r['target_ms_per_iteration']:.2f}",
+                           f"{r['draft_ms_per_iteration']:.2f}", f"{r['host_ms_per_iteration']:.3f}",
+                           f"{100 * r['host_fraction_of_iteration']:.2f}", _f(r["ort_runs_per_iteration"]),
+                           _f(r.get("sampling_host_ms_per_token"), ".3f")]
                           for g, r in report["generation"].items()]))
         gs = sorted({g for c in report["predictions"].values() for g in c}, key=int)
-        parts.append("Predicted speedup, Theorem 3.8 / with the measured verify cost, samplers and host time:\n\n" +
+        parts.append("Predicted speedup, Theorem 3.8 / with the measured costs (fused target pass of γ+1 tokens, "
+                     "host time; sampling is inside the runs):\n\n" +
                      _md(["α"] + [f"γ={g}" for g in gs] + ["best γ (Thm)", "best γ (w/ costs)"],
                          [[a] + [f"{c[g]['theorem_3_8']:.2f} / {c[g]['with_costs']:.2f}" for g in gs] +
                           [str(report["best"][a]["theorem_best_gamma"]), str(report["best"][a]["with_costs_best_gamma"])]
                           for a, c in report["predictions"].items()]))
         loop = acc.get("verify_5_over_step_in_loop")
-        parts.append(f"Acceptance: verify of 5 tokens = {acc['verify_5_over_step']:.2f}× a one-token step"
+        v5 = acc.get("verify_5_over_step")
+        parts.append("Acceptance: verify of 5 tokens = " + (f"{v5:.2f}× a one-token step" if v5 is not None
+                                                              else "not measured (gamma_max < 4)")
                      + (f" ({loop:.2f}× in the real loop, γ = 4 vs γ = 0)" if loop is not None else "") + "; host "
                      f"overhead at most {100 * acc['host_fraction_worst']:.2f}% of an iteration.")
     return "\n\n".join(parts) + "\n"

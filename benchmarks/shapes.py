@@ -2,8 +2,9 @@
 exported once (cached under the work directory) and measured for per-call costs only.
 
 Random weights make the acceptance rate meaningless, so this mode reports the cost side (target step, draft step,
-c, the verify-cost ratio for 1..gamma_max+1 tokens, sampler runs, host overhead per iteration of the real loop)
-and the speedup Theorem 3.8 predicts from the measured c for the paper's alpha range (0.6-0.8).
+c, the verify-cost ratio for 1..gamma_max+1 tokens, all fused runs with their sampling head; the head alone as
+the cost probe estimates it; ORT runs and host overhead per iteration of the real loop) and the speedup Theorem 3.8
+predicts from the measured c for the paper's alpha range (0.6-0.8).
 """
 
 from __future__ import annotations
@@ -112,21 +113,24 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
 
 
 def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dict:
-    """Theorem 3.8 (and the prediction with the measured verify cost and overheads) for the paper's alphas."""
+    """Theorem 3.8 (and the prediction with the measured verify cost and host time) for the paper's alphas.
+
+    Export format 2 has no sampler runs: a draft step's sampling is inside c (fused draft run over fused target
+    step) and accept/residual inside the verify ratio (fused target pass of gamma+1 tokens over the step), so the
+    per-iteration overhead on top of gamma c + verify_ratio target steps is the host time alone."""
     from . import theory
 
     c, step = probe["c"], probe["target_step_ms"]
     host0 = runs["0"]["host_ms_per_iteration"]
-    base_over = (probe["sample_ms"] + host0) / step
+    base_over = host0 / step
     host_spec = max((r["host_ms_per_iteration"] for g, r in runs.items() if g != "0"), default=host0)
     predictions, best = {}, {}
     for alpha in alphas:
         curve = {}
         for g in range(1, gamma_max + 1):
             v = probe["verify_ratio"][str(g + 1)]
-            over = (g * probe["sample_ms"] + probe["accept_sampler_ms"][str(g)] + host_spec) / step
             curve[str(g)] = {"theorem_3_8": theory.predicted_speedup(alpha, g, c),
-                             "with_costs": theory.speedup_with_costs(alpha, g, c, v, over, base_over)}
+                             "with_costs": theory.speedup_with_costs(alpha, g, c, v, host_spec / step, base_over)}
         predictions[str(alpha)] = curve
         g_star, s_star = theory.best_gamma(alpha, c, gamma_max)
         g_cost = max(curve, key=lambda g: curve[g]["with_costs"])
@@ -135,35 +139,47 @@ def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dic
     return {"predictions": predictions, "best": best}
 
 
-def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, progress=None) -> dict:
-    """The real loop on random prompts (temperature 0): host overhead per iteration and its share of one."""
-    from .sweep import run_sweep
+def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, progress=None, probe=None,
+                    base=None) -> dict:
+    """The real loop on random prompts (temperature 0): per iteration, the time in target runs, draft runs and
+    host work, ORT runs, and host + the heads' estimated in-graph cost per token (`probe`: the cost probe)."""
+    from specdec.runtime import Params
 
-    cells, _, _ = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress)
+    from .sweep import head_ms_per_token, ort_runs_per_iteration, run_sweep
+
+    base = base or Params()
+    cells, _, acceptance = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress, base=base)
     out = {}
-    for (_, g), cell in sorted(cells.items()):
+    for (t, g), cell in sorted(cells.items()):
         p = cell.pooled()
         iters = max(p["target_calls"], 1)
+        tokens = max(p["new_tokens"], 1)
         iteration_ms = 1000.0 * (p["total_s"] - p["encoder_s"]) / iters
         host = 1000.0 * p["host_s"] / iters
+        head = head_ms_per_token(probe, p, g, t, base.top_k, base.top_p, acceptance[(t, g)].runs_by_guesses)
+        host_tok = 1000.0 * p["host_s"] / tokens
         out[str(g)] = {"iterations": p["target_calls"], "new_tokens": p["new_tokens"],
                        "alpha_meaningless": p["accepted"] / p["proposed"] if p["proposed"] else None,
                        "iteration_ms": iteration_ms, "host_ms_per_iteration": host,
                        "host_fraction_of_iteration": host / iteration_ms if iteration_ms else 0.0,
-                       "sampling_ms_per_iteration": 1000.0 * p["sampling_s"] / iters,
-                       "verify_ms_per_iteration": 1000.0 * p["verify_s"] / iters,
+                       "target_ms_per_iteration": 1000.0 * p["target_s"] / iters,
                        "draft_ms_per_iteration": 1000.0 * p["draft_s"] / iters,
-                       "ms_per_token": 1000.0 * p["total_s"] / max(p["new_tokens"], 1)}
+                       "ort_runs_per_iteration": ort_runs_per_iteration(p, g),
+                       "host_ms_per_token": host_tok,
+                       "head_ms_per_token_estimated": head,
+                       "sampling_host_ms_per_token": host_tok + head if head is not None else None,
+                       "ms_per_token": 1000.0 * p["total_s"] / tokens}
     return out
 
 
 def acceptance(probe: dict, runs: dict) -> dict:
     """The issue's two real-shape criteria. The verify ratio is the probe's (same cache length, back to back);
-    the real loop's own ratio (gamma = 4's target time per iteration over gamma = 0's) is reported next to it."""
+    the real loop's own ratio (gamma = 4's target time per iteration over gamma = 0's) is reported next to it.
+    Both compare fused runs: decoder + sampling head (accept/residual over 4 guesses vs a plain draw)."""
     v5 = probe["verify_ratio"].get("5")
     in_loop = None
-    if "4" in runs and "0" in runs and runs["0"]["verify_ms_per_iteration"]:
-        in_loop = runs["4"]["verify_ms_per_iteration"] / runs["0"]["verify_ms_per_iteration"]
+    if "4" in runs and "0" in runs and runs["0"]["target_ms_per_iteration"]:
+        in_loop = runs["4"]["target_ms_per_iteration"] / runs["0"]["target_ms_per_iteration"]
     worst_host = max(r["host_fraction_of_iteration"] for r in runs.values())
     return {"verify_5_over_step": v5, "verify_5_ok": v5 is not None and v5 <= 1.5,
             "verify_5_over_step_in_loop": in_loop,

@@ -4,6 +4,14 @@ Order: for each repeat, for each prompt, for each temperature, every gamma of th
 back to back, the list rotated by one position per repeat. A configuration and its baseline are therefore never
 more than a few generate calls apart, so slow drift (thermal, a neighbour's load) hits both alike; the speedup of
 a repeat is its baseline's ms/token over the configuration's, and the reported speedup is the median over repeats.
+
+Every configuration shares one set of request parameters besides gamma, temperature and seed (`base`, a
+specdec.runtime.Params: top_k, top_p, lenience), so a filtered sweep can be compared with a plain one.
+
+Export format 2 has no sampler graphs: the sampling work runs inside the draft runs (standardize/draw) and the
+target runs (accept/residual), so Stats splits a request into encoder_s, draft_s, target_s and host_s. The in-graph
+sampling share is not observable from the loop; "samp+host" adds the head's cost as the cost probe timed it alone
+(costs.py) to the measured host time, and says that part is an estimate.
 """
 
 from __future__ import annotations
@@ -11,10 +19,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from . import theory
+from specdec.runtime import Params
 
-SUMMED = ("total_s", "new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "encoder_s", "draft_s",
-          "verify_s", "sampling_s", "host_s")
+from . import costs, theory
+
+SUMMED = ("total_s", "new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "ort_runs", "encoder_s",
+          "draft_s", "target_s", "host_s", "requests")
+PARTS = ("encoder", "draft", "target", "host")     # where the time goes; Stats.<part>_s
 
 
 @dataclass
@@ -26,7 +37,7 @@ class Cell:
         while len(self.per_repeat) <= repeat:
             self.per_repeat.append({k: 0 for k in SUMMED})
         for k in SUMMED:
-            self.per_repeat[repeat][k] += getattr(stats, k)
+            self.per_repeat[repeat][k] += 1 if k == "requests" else getattr(stats, k)
 
     def pooled(self) -> dict:
         return {k: sum(r[k] for r in self.per_repeat) for k in SUMMED}
@@ -49,8 +60,10 @@ class Acceptance:
     iterations: int = 0
     tested_at: list = field(default_factory=list)      # position k (1-based) -> guesses tested there
     accepted_at: list = field(default_factory=list)
+    runs_by_guesses: dict = field(default_factory=dict)    # guesses k verified by a target run -> target runs
 
     def add(self, proposed: int, accepted: int) -> None:
+        self.runs_by_guesses[proposed] = self.runs_by_guesses.get(proposed, 0) + 1
         if proposed <= 0:
             return
         self.iterations += 1
@@ -73,14 +86,14 @@ class Acceptance:
         return [a / t if t else None for a, t in zip(self.accepted_at, self.tested_at)]
 
 
-def measure_acceptance(dec, prompts, gamma: int, temperature: float, max_new_tokens: int, repeat: int = 0
-                       ) -> tuple[Acceptance, list]:
+def measure_acceptance(dec, prompts, gamma: int, temperature: float, max_new_tokens: int, repeat: int = 0,
+                       base: Params | None = None) -> tuple[Acceptance, list]:
     """Stream every prompt once (the seeds of `repeat`): per-iteration accepted/proposed, and the token ids."""
     acc, outputs = Acceptance(), []
     for i, p in enumerate(prompts):
         last_p = last_a = 0
         tokens = []
-        for piece in dec.stream(input_ids=p.ids, max_new_tokens=max_new_tokens, gamma=gamma,
+        for piece in dec.stream(input_ids=p.ids, params=base, max_new_tokens=max_new_tokens, gamma=gamma,
                                 temperature=temperature, seed=seed_for(repeat, i)):
             tokens.extend(piece.token_ids)
             st = piece.stats
@@ -95,23 +108,29 @@ def seed_for(repeat: int, prompt_index: int) -> int:
 
 
 def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: int, progress=None,
-              warmup: bool = True):
+              warmup: bool = True, base: Params | None = None):
     """Run everything; returns ({(T, gamma): Cell}, {(T, gamma): [token ids per prompt]} (repeat 0's seeds),
-    {(T, gamma): Acceptance})."""
+    {(T, gamma): Acceptance}). `base`: the request parameters every configuration shares (top_k, top_p,
+    lenience); gamma, temperature, max_new_tokens and seed are set per call."""
     gammas = list(gammas)
+    base = base or Params()
     cells = {(t, g): Cell() for t in temperatures for g in gammas}
     outputs = {(t, g): [] for t in temperatures for g in gammas}
+
+    def generate(ids, g, t, seed):
+        return dec.generate(input_ids=ids, params=base, max_new_tokens=max_new_tokens, gamma=g, temperature=t,
+                            seed=seed)
+
     if warmup:          # first calls allocate arenas and fill caches: never measured
         for t in temperatures:
             for g in gammas:
-                dec.generate(input_ids=prompts[0].ids, max_new_tokens=max_new_tokens, gamma=g, temperature=t,
-                             seed=0)
+                generate(prompts[0].ids, g, t, 0)
                 if progress:
                     progress.update(1)
     acceptance = {}
     for t in temperatures:       # untimed: stream() decodes text every iteration, which the timed runs must not pay
         for g in gammas:
-            acceptance[(t, g)], outputs[(t, g)] = measure_acceptance(dec, prompts, g, t, max_new_tokens)
+            acceptance[(t, g)], outputs[(t, g)] = measure_acceptance(dec, prompts, g, t, max_new_tokens, base=base)
             if progress:
                 progress.update(1)
     for r in range(repeats):
@@ -119,9 +138,7 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
         for i, p in enumerate(prompts):
             for t in temperatures:
                 for g in order:
-                    res = dec.generate(input_ids=p.ids, max_new_tokens=max_new_tokens, gamma=g, temperature=t,
-                                       seed=seed_for(r, i))
-                    cells[(t, g)].add(r, res.stats)
+                    cells[(t, g)].add(r, generate(p.ids, g, t, seed_for(r, i)).stats)
                     if progress:
                         progress.update(1)
     return cells, outputs, acceptance
@@ -140,54 +157,108 @@ def _quantile(values, q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None) -> list[dict]:
-    """One row per (temperature, gamma): latency, alpha-hat, costs, measured and predicted speedups."""
+def encoder_runs(pooled: dict, gamma: int) -> int:
+    """Encoder runs of a configuration: the target's once per request, the draft's too when gamma > 0 (at
+    gamma = 0 the runtime never starts the draft)."""
+    return pooled["requests"] * (2 if gamma > 0 else 1)
+
+
+def ort_runs_per_iteration(pooled: dict, gamma: int) -> float:
+    """ONNX Runtime runs per iteration (target call), the encoders left out: 1 at gamma = 0, k + 1 for an
+    iteration that drafts k guesses (k draft steps + 1 target run)."""
+    return (pooled["ort_runs"] - encoder_runs(pooled, gamma)) / max(pooled["target_calls"], 1)
+
+
+def head_ms_per_token(probe: dict | None, pooled: dict, gamma: int, temperature: float, top_k: int = 0,
+                      top_p: float = 1.0, runs_by_guesses: dict | None = None) -> float | None:
+    """The speculative head's in-graph cost per generated token, ESTIMATED from the cost probe's head-alone
+    timings: head(G = 0) x draft runs + head(G = k) x target runs that verified k guesses, over the tokens.
+    `runs_by_guesses` ({k: target runs}, from the untimed stream pass) gives the mix of k; without it every target
+    run is taken to verify gamma guesses. None when the probe has no head timings for this setting."""
+    tokens = pooled["new_tokens"]
+    if not tokens:
+        return None
+    mix = {int(k): n for k, n in (runs_by_guesses or {}).items() if n}
+    if not mix:
+        mix = {gamma: 1}
+    total = sum(mix.values())
+    per_target_run = 0.0
+    for k, n in mix.items():
+        ms = costs.head_lookup(probe, "target", k, temperature, top_k, top_p)
+        if ms is None:
+            return None
+        per_target_run += ms * n / total
+    draft = 0.0
+    if pooled["draft_calls"]:
+        ms = costs.head_lookup(probe, "draft", 0, temperature, top_k, top_p)
+        if ms is None:
+            return None
+        draft = ms * pooled["draft_calls"]
+    return (draft + per_target_run * pooled["target_calls"]) / tokens
+
+
+def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe: dict | None = None,
+              base: Params | None = None) -> list[dict]:
+    """One row per (temperature, gamma): latency, alpha-hat, costs, ORT runs, measured and predicted speedups.
+    `probe`: the cost probe (for the head's estimated in-graph cost); `base`: the sweep's shared parameters."""
     rows = []
     acceptance = acceptance or {}
+    base = base or Params()
     for (t, g), cell in sorted(cells.items()):
-        base = cells[(t, 0)] if (t, 0) in cells else None
+        baseline = cells[(t, 0)] if (t, 0) in cells else None
         pooled = cell.pooled()
         ms = cell.ms_per_token()
         iters = max(pooled["target_calls"], 1)
         tokens = max(pooled["new_tokens"], 1)
+        acc = acceptance.get((t, g))
+        mix = acc.runs_by_guesses if acc is not None else None
+        head = head_ms_per_token(probe, pooled, g, t, base.top_k, base.top_p, mix)
+        host_per_token = 1000.0 * pooled["host_s"] / tokens
         row = {
-            "temperature": t, "gamma": g, "repeats": len(ms),
+            "temperature": t, "gamma": g, "top_k": base.top_k, "top_p": base.top_p, "lenience": base.lenience,
+            "repeats": len(ms),
             "new_tokens": pooled["new_tokens"], "target_calls": pooled["target_calls"],
-            "draft_calls": pooled["draft_calls"],
+            "draft_calls": pooled["draft_calls"], "ort_runs": pooled["ort_runs"],
+            "encoder_runs": encoder_runs(pooled, g),
             "ms_per_token": _spread(ms),
             "tokens_per_s": 1000.0 / statistics.median(ms),
             "acceptance_rate": pooled["accepted"] / pooled["proposed"] if pooled["proposed"] else None,
             "alpha": None,
             "tokens_per_target_call": pooled["new_tokens"] / iters,
+            "ort_runs_per_iteration": ort_runs_per_iteration(pooled, g),
             "iteration_ms": 1000.0 * (pooled["total_s"] - pooled["encoder_s"]) / iters,
             "host_ms_per_iteration": 1000.0 * pooled["host_s"] / iters,
+            "host_ms_per_token": host_per_token,
             "host_fraction": pooled["host_s"] / pooled["total_s"] if pooled["total_s"] else 0.0,
-            "sampling_ms_per_iteration": 1000.0 * pooled["sampling_s"] / iters,
-            "verify_ms_per_call": 1000.0 * pooled["verify_s"] / iters,
+            "head_ms_per_token_estimated": head,
+            "sampling_host_ms_per_token": host_per_token + head if head is not None else None,
+            "target_ms_per_call": 1000.0 * pooled["target_s"] / iters,
             "draft_ms_per_call": 1000.0 * pooled["draft_s"] / pooled["draft_calls"] if pooled["draft_calls"]
             else None,
-            "ms_per_token_by_part": {part: 1000.0 * pooled[f"{part}_s"] / tokens
-                                     for part in ("encoder", "draft", "verify", "sampling", "host")},
+            "ms_per_token_by_part": {part: 1000.0 * pooled[f"{part}_s"] / tokens for part in PARTS},
         }
-        acc = acceptance.get((t, g))
+        if mix:
+            row["target_runs_by_guesses"] = {str(k): n for k, n in sorted(mix.items())}
         if acc is not None and acc.alpha is not None:
             row["alpha"] = acc.alpha
             row["alpha_by_position"] = acc.by_position()
             row["alpha_iterations"] = acc.iterations
         elif pooled["proposed"]:          # no per-iteration data: the (biased for gamma > 1) pooled rate
             row["alpha"] = row["acceptance_rate"]
-        if base is not None:
-            bp = base.pooled()
-            step_ms = 1000.0 * bp["verify_s"] / max(bp["target_calls"], 1)
-            base_over = 1000.0 * (bp["sampling_s"] + bp["host_s"]) / max(bp["target_calls"], 1) / step_ms
-            speedups = [b / m for b, m in zip(base.ms_per_token(), ms)]
+        if baseline is not None:
+            bp = baseline.pooled()
+            base_iters = max(bp["target_calls"], 1)
+            step_ms = 1000.0 * bp["target_s"] / base_iters        # one target run at gamma = 0, its head included
+            base_over = 1000.0 * bp["host_s"] / base_iters / step_ms
+            speedups = [b / m for b, m in zip(baseline.ms_per_token(), ms)]
             row["target_step_ms"] = step_ms
+            row["baseline_ms_per_token"] = statistics.median(baseline.ms_per_token())
             row["speedup"] = _spread(speedups)
-            row["verify_ratio"] = row["verify_ms_per_call"] / step_ms
+            row["verify_ratio"] = row["target_ms_per_call"] / step_ms
             if g > 0 and row["draft_ms_per_call"] is not None and row["alpha"] is not None:
                 c = row["draft_ms_per_call"] / step_ms
                 alpha = row["alpha"]
-                over = (row["sampling_ms_per_iteration"] + row["host_ms_per_iteration"]) / step_ms
+                over = row["host_ms_per_iteration"] / step_ms
                 row["c"] = c
                 row["expected_tokens_per_call"] = theory.expected_tokens(alpha, g)
                 row["predicted_speedup"] = theory.predicted_speedup(alpha, g, c)
@@ -206,13 +277,15 @@ def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None) -> li
 
 def best_by_temperature(rows: list[dict], gamma_max: int) -> dict:
     """Per temperature: the gamma with the best measured speedup, its prediction, and the gamma Theorem 3.8
-    favours for the typical (median over gamma) alpha-hat and c."""
+    favours for the typical (median over gamma) alpha-hat and c; with gamma = 0's and the best gamma's ms/token,
+    samp+host ms/token and ORT runs per iteration (the acceptance summary)."""
     out = {}
     for t in sorted({r["temperature"] for r in rows}):
         spec = [r for r in rows if r["temperature"] == t and r["gamma"] > 0 and r.get("c") is not None]
         if not spec:
             continue
         best = max(spec, key=lambda r: r["speedup"]["median"])
+        base = next(r for r in rows if r["temperature"] == t and r["gamma"] == 0)
         alpha = statistics.median(r["alpha"] for r in spec)
         c = statistics.median(r["c"] for r in spec)
         g_star, s_star = theory.best_gamma(alpha, c, gamma_max)
@@ -222,9 +295,15 @@ def best_by_temperature(rows: list[dict], gamma_max: int) -> dict:
             "predicted_speedup": best["predicted_speedup"],
             "measured_over_predicted": best["measured_over_predicted"],
             "predicted_with_costs": best["predicted_with_costs"],
+            "baseline_ms_per_token": base["ms_per_token"]["median"],
+            "best_ms_per_token": best["ms_per_token"]["median"],
+            "baseline_sampling_host_ms_per_token": base["sampling_host_ms_per_token"],
+            "best_sampling_host_ms_per_token": best["sampling_host_ms_per_token"],
+            "baseline_ort_runs_per_iteration": base["ort_runs_per_iteration"],
+            "best_ort_runs_per_iteration": best["ort_runs_per_iteration"],
             "alpha_median": alpha, "c_median": c,
             "theorem_best_gamma": g_star, "theorem_best_speedup": s_star,
-            "gap": gap(best, next(r for r in rows if r["temperature"] == t and r["gamma"] == 0)),
+            "gap": gap(best, base),
         }
     return out
 
@@ -243,24 +322,28 @@ def greedy_agreement(outputs: dict) -> dict:
 def gap(row: dict, base: dict) -> dict:
     """Where an iteration's time goes against Theorem 3.8's model of it, in ms per iteration.
 
-    Theorem 3.8 charges an iteration (gamma c + 1) target steps and the baseline 1 step per token. The measured
-    iteration also pays: the verify pass's extra cost over one step, the sampler graphs, the host work, and the
-    encoders (per request, spread over the iterations); the baseline pays its own sampler, host and encoder time."""
+    Theorem 3.8 charges an iteration (gamma c + 1) target steps and the baseline 1 step per token, a step being
+    gamma = 0's target run (decoder + its sampling head). The measured iteration also pays: the target run's
+    extra cost over one step (k+1 tokens, accept/residual), the host work and the encoders (per request, spread
+    over the iterations); the baseline pays its own host and encoder time. The sampling heads are inside the
+    draft and target runs; `head_ms_estimated` is their share as the cost probe estimates it."""
     step = row["target_step_ms"]
     g = row["gamma"]
     iters, base_iters = max(row["target_calls"], 1), max(base["target_calls"], 1)
-    parts = row["ms_per_token_by_part"]
-    per_iter = {k: v * row["new_tokens"] / iters for k, v in parts.items()}
+    per_iter = {k: v * row["new_tokens"] / iters for k, v in row["ms_per_token_by_part"].items()}
     base_parts = {k: v * base["new_tokens"] / base_iters for k, v in base["ms_per_token_by_part"].items()}
+    head = row.get("head_ms_per_token_estimated")
     return {
         "target_step_ms": step,
         "theorem_iteration_ms": (g * row["c"] + 1.0) * step,
         "measured_iteration_ms": sum(per_iter.values()),
-        "draft_ms": per_iter["draft"], "verify_ms": per_iter["verify"],
-        "verify_extra_over_one_step_ms": per_iter["verify"] - step,
-        "sampling_ms": per_iter["sampling"], "host_ms": per_iter["host"], "encoders_ms": per_iter["encoder"],
+        "draft_ms": per_iter["draft"], "target_ms": per_iter["target"],
+        "target_extra_over_one_step_ms": per_iter["target"] - step,
+        "host_ms": per_iter["host"], "encoders_ms": per_iter["encoder"],
+        "head_ms_estimated": head * row["new_tokens"] / iters if head is not None else None,
+        "ort_runs_per_iteration": row["ort_runs_per_iteration"],
         "baseline_iteration_ms": sum(base_parts.values()),
-        "baseline_overhead_ms": base_parts["sampling"] + base_parts["host"] + base_parts["encoder"],
+        "baseline_overhead_ms": base_parts["host"] + base_parts["encoder"],
         "tokens_per_call": row["tokens_per_target_call"],
         "expected_tokens_per_call": row["expected_tokens_per_call"],
     }

@@ -46,7 +46,8 @@ class SpeculativeDecoder:
     created once and reused by every request.
 
     Public attributes: `target` (CachedSeq2Seq), `draft` (a DraftSource, runtime/draft.py), `workspace`
-    (runtime/workspace.py), `tokenizer`, `manifest`, `provider`, `gamma_max`, `max_length`, `vocab_size`."""
+    (runtime/workspace.py), `tokenizer`, `manifest`, `provider`, `gamma_max`, `max_length`, `vocab_size`, `eos_id`,
+    `start_id` (the decoder start token)."""
 
     def __init__(self, manifest, provider: str, target: CachedSeq2Seq, draft: DraftSource):
         from tokenizers import Tokenizer

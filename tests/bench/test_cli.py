@@ -14,7 +14,13 @@ from specdec.bench import cli, peers, prompts, shapes
 ROW_KEYS = {"temperature", "gamma", "repeats", "ms_per_token", "tokens_per_s", "alpha", "tokens_per_target_call",
             "c", "verify_ratio", "host_ms_per_iteration", "host_fraction", "speedup", "predicted_speedup",
             "measured_over_predicted", "predicted_with_costs", "best_gamma", "ms_per_token_by_part",
-            "target_step_ms", "iteration_ms"}
+            "target_step_ms", "iteration_ms", "ort_runs", "ort_runs_per_iteration", "host_ms_per_token",
+            "head_ms_per_token_estimated", "sampling_host_ms_per_token", "target_ms_per_call", "draft_ms_per_call",
+            "baseline_ms_per_token", "top_k", "top_p", "lenience"}
+BEST_KEYS = {"measured_best_gamma", "measured_speedup", "predicted_speedup", "measured_over_predicted",
+             "baseline_ms_per_token", "best_ms_per_token", "baseline_sampling_host_ms_per_token",
+             "best_sampling_host_ms_per_token", "baseline_ort_runs_per_iteration", "best_ort_runs_per_iteration",
+             "gap"}
 
 
 def run(argv):
@@ -35,6 +41,7 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
                           "--no-progress"])
     assert code == 0, err
     assert "speedup" in out and "thm3.8" in out and "where the time goes" in out
+    assert "ORT/iter" in out and "samp+host" in out and "ESTIMATED" in out and "sampling head alone" in out
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["schema"] == "specdec-bench/1" and report["mode"] == "engine"
     m = report["machine"]
@@ -48,17 +55,73 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
         assert ROW_KEYS <= set(row), ROW_KEYS - set(row)
         assert set(row["ms_per_token"]) >= {"median", "min", "max"}
         assert row["new_tokens"] > 0 and row["repeats"] == 1
+        assert set(row["ms_per_token_by_part"]) == {"encoder", "draft", "target", "host"}
+        assert "verify_ms_per_call" not in row and "sampling_ms_per_iteration" not in row
+        # every ORT run is an encoder, a draft step or a target run (no sampler runs in export format 2)
+        runs = (row["target_calls"] + row["draft_calls"]) / row["target_calls"]
+        assert row["ort_runs_per_iteration"] == pytest.approx(runs)
+        assert row["ort_runs"] == row["encoder_runs"] + row["target_calls"] + row["draft_calls"]
+        assert row["head_ms_per_token_estimated"] > 0
+        assert row["sampling_host_ms_per_token"] == pytest.approx(row["host_ms_per_token"]
+                                                                  + row["head_ms_per_token_estimated"])
+    assert rows[(0.0, 0)]["ort_runs_per_iteration"] == 1.0 and rows[(0.0, 0)]["draft_calls"] == 0
+    assert 1.0 < rows[(0.0, 2)]["ort_runs_per_iteration"] <= 3.0
     spec = rows[(0.0, 2)]
     assert 0.0 <= spec["alpha"] <= 1.0 and spec["c"] > 0 and 0 <= spec["best_gamma"] <= 8
     assert spec["predicted_speedup"] > 0 and spec["measured_over_predicted"] > 0
     assert rows[(0.0, 0)]["predicted_speedup"] == 1.0
     probe = report["cost_probe"]
     assert set(probe["verify_ratio"]) == {str(k) for k in range(1, 10)} and probe["c"] > 0
+    assert "sample_ms" not in probe and "accept_sampler_ms" not in probe
     assert "0.0" in report["best"] and report["best"]["0.0"]["measured_best_gamma"] == 2
+    assert BEST_KEYS <= set(report["best"]["0.0"])
+    assert {"ort_runs_per_iteration", "sampling_host_ms_per_token"} <= set(report["notes"])
     assert report["greedy_agreement"] == {"0": {"agree": 1, "prompts": 1}, "2": {"agree": 1, "prompts": 1}}
     assert report["peers"] is None
     assert png(tmp_path / "r.png")
-    assert "| T | γ |" in (tmp_path / "r.md").read_text()
+    md = (tmp_path / "r.md").read_text()
+    assert "| T | γ |" in md and "ORT runs/iter" in md and "samp+host" in md and "draft runs" in md
+    assert "Sampling head alone" in md and "estimated" in md
+
+
+def test_cost_probe_times_the_head(tiny_export, tmp_path):
+    """The probe's head-alone timings: G = 0 for the draft and G = 0 .. max gamma for the target, at temperature 0
+    and a positive temperature, plain and filtered, each a positive median; and the fused runs' own costs."""
+    code, out, err = run(["--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
+                          "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "2",
+                          "--json", tmp_path / "h.json", "--no-progress"])
+    assert code == 0, err
+    probe = json.loads((tmp_path / "h.json").read_text())["cost_probe"]
+    assert probe["head_vocab"] == 48 and probe["head_note"].startswith("the speculative head alone")
+    got = {(e["role"], e["guesses"], e["temperature"], e["top_k"], e["top_p"]): e["ms"] for e in probe["head_ms"]}
+    want = {("draft", 0)} | {("target", g) for g in range(3)}
+    for temperature in (0.0, 1.0):            # 0 and the probe temperature (1 when the sweep has none > 0)
+        for top_k, top_p in ((0, 1.0), (50, 0.9)):
+            for role, g in want:
+                assert got[(role, g, temperature, top_k, top_p)] > 0, (role, g, temperature, top_k, top_p)
+    assert len(got) == len(want) * 4
+    assert probe["target_step_head_ms"] > 0 and probe["draft_step_head_ms"] > 0
+    assert probe["target_step_ms"] > 0 and probe["draft_step_ms"] > 0
+    assert probe["settings"] == {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "lenience": 1.0}
+
+
+def test_filters_and_lenience_apply_to_every_configuration(tiny_export, tmp_path):
+    code, out, err = run(["--engine", tiny_export, "--gamma", "0,1", "--temperature", "0,1", "--repeat", "1",
+                          "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1",
+                          "--top-k", "5", "--top-p", "0.9", "--lenience", "0.5",
+                          "--json", tmp_path / "f.json", "--markdown", tmp_path / "f.md", "--no-progress"])
+    assert code == 0, err
+    assert "top_k 5, top_p 0.9, lenience 0.5" in out and "not expected" in out   # lenient: not exact
+    report = json.loads((tmp_path / "f.json").read_text())
+    assert {k: report["settings"][k] for k in ("top_k", "top_p", "lenience")} == {"top_k": 5, "top_p": 0.9,
+                                                                                  "lenience": 0.5}
+    assert all((r["top_k"], r["top_p"], r["lenience"]) == (5, 0.9, 0.5) for r in report["results"])
+    probe = report["cost_probe"]
+    assert probe["settings"]["top_k"] == 5 and probe["settings"]["lenience"] == 0.5
+    filters = {(e["top_k"], e["top_p"]) for e in probe["head_ms"]}
+    assert filters == {(0, 1.0), (5, 0.9), (50, 0.9)}          # plain, the sweep's, the reference filter
+    assert all(r["sampling_host_ms_per_token"] is not None for r in report["results"])
+    assert "top_k 5, top_p 0.9, lenience 0.5" in (tmp_path / "f.md").read_text()
 
 
 def test_peers_agree_with_specdec(tiny_export, tmp_path):
@@ -99,6 +162,9 @@ def test_bad_arguments_are_one_line_errors(tiny_export, capsys):
         cli.main(["--engine", str(tiny_export), "--gamma", "a,b"])
     with pytest.raises(SystemExit):
         cli.main(["--gamma", "0,2"])                              # neither --engine nor --shapes
+    for option, value in (("--top-p", "0"), ("--top-k", "-1"), ("--lenience", "1.5")):
+        code, out, err = run(["--engine", tiny_export, option, value, "--no-progress"])
+        assert code == 2 and err.strip().count("\n") == 0 and option in err, (option, err)
 
 
 def test_prompt_files(tmp_path):
@@ -146,6 +212,12 @@ def test_shapes_mode_on_tiny_configs(monkeypatch, tmp_path):
     assert set(report["generation"]) == {"0", "4"}
     assert set(report["predictions"]) == {"0.6", "0.7", "0.8"}
     assert set(report["predictions"]["0.8"]) == {"1", "2", "3", "4"}
+    for g, r in report["generation"].items():
+        assert r["ort_runs_per_iteration"] >= 1.0 and r["sampling_host_ms_per_token"] > 0, g
+        assert "sampling_ms_per_iteration" not in r and r["target_ms_per_iteration"] > 0
+    assert report["generation"]["0"]["ort_runs_per_iteration"] == 1.0
+    heads = {e["guesses"] for e in report["cost_probe"]["head_ms"] if e["role"] == "target"}
+    assert heads == set(range(5))                               # every G the predictions use
     acc = report["acceptance"]
     assert acc["verify_5_over_step"] > 0 and isinstance(acc["verify_5_ok"], bool) and isinstance(acc["host_ok"], bool)
     assert png(tmp_path / "s.png")
