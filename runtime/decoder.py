@@ -130,21 +130,26 @@ class SpeculativeDecoder:
             if done:
                 return
 
+    def _tokens(self, prompt, input_ids, params: Params | None, overrides: dict):
+        """Yield (new tokens, stop reason or "", stats so far) per iteration; the text is left to the caller."""
+        params = Params.of(params, **overrides).checked(self.gamma_max)
+        ids = self._source(prompt, input_ids)
+        stats = Stats()
+        began = time.perf_counter()
+        for new, done in self._run(ids, params, stats):
+            stats.total_s = time.perf_counter() - began
+            stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
+            yield new, done, stats
+
     def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (max_new_tokens, gamma, temperature, top_k,
         top_p, lenience, seed)."""
-        params = Params.of(params, **overrides).checked(self.gamma_max)
-        ids = self._source(prompt, input_ids)
-        stats = Stats()
-        began = time.perf_counter()
         out, shown = [], ""
-        for new, done in self._run(ids, params, stats):
+        for new, done, stats in self._tokens(prompt, input_ids, params, overrides):
             out.extend(new)
             text = self.decode(out)
-            stats.total_s = time.perf_counter() - began
-            stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
             yield Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
             shown = text
 
@@ -152,10 +157,10 @@ class SpeculativeDecoder:
                  **overrides) -> Result:
         """Generate from a prompt (text) or input_ids. gamma=0 is target-only decoding on the same sessions.
         Parameters as for stream()."""
-        out, piece = [], None
-        for piece in self.stream(prompt, input_ids=input_ids, params=params, **overrides):
-            out.extend(piece.token_ids)
-        return Result(self.decode(out), out, piece.stats, piece.stop_reason)
+        out, done, stats = [], "", None
+        for new, done, stats in self._tokens(prompt, input_ids, params, overrides):
+            out.extend(new)
+        return Result(self.decode(out), out, stats, done)
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)

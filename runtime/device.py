@@ -7,6 +7,8 @@ and writes device memory in place: no per-step allocation, no host round trip fo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnxruntime as ort
 
@@ -45,6 +47,9 @@ def create_session(path, provider: str, threads: int = 0) -> ort.InferenceSessio
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
+    # the runtime binds batch 1 only (the fused head is batch 1): fixing the axis lets the optimizer fold shape
+    # arithmetic (measured 1.02-1.13x on the bundled pair's decoder runs)
+    opts.add_free_dimension_override_by_name("batch", 1)
     providers = PROVIDERS[provider]
     if provider == "tensorrt":
         # TensorRT builds its engines from the same ONNX graphs; keep them next to the export so the build
@@ -98,46 +103,61 @@ class Buffer:
 
 
 class Binder:
-    """IO binding of one session to buffer views; names come from the manifest."""
+    """IO binding of one session to buffer views; names come from the manifest.
+
+    A binding stays in place between runs, so a view identical to the one already bound (same buffer, offset and
+    shape: the sampling parameters, most of a draft step's head) is not bound again; the bounds check runs
+    whenever a view changes."""
 
     def __init__(self, session: ort.InferenceSession, device: str):
         self.session, self.device = session, device
         self.binding = session.io_binding()
         self.names = {i.name for i in session.get_inputs()}
+        self.bound: dict = {}           # name -> (pointer, shape) bound now
         # The public bind_* methods rebuild an OrtDevice on every call, which is most of the host time of a
-        # small model's step; bind through the pybind object with one prebuilt device when this onnxruntime has it.
+        # small model's step; bind through the pybind objects with one prebuilt device when this onnxruntime has it.
         try:
             self._raw = self.binding._iobinding
             self._dev = ort.OrtDevice.make(device, 0)._get_c_device()
+            self._run = lambda: session._sess.run_with_iobinding(self._raw, None)
         except AttributeError:
             self._raw = None
+            self._run = lambda: session.run_with_iobinding(self.binding)
 
-    def _check(self, name: str, buf: Buffer, shape, offset: int) -> None:
-        """Every view must lie inside its buffer: a view past the end would let the graph read or write memory
-        that is not ours (a crash, or silent corruption), so it is refused before the run."""
-        count = 1
-        for dim in shape:
-            count *= int(dim)
+    def _view(self, name: str, buf: Buffer, shape, offset: int):
+        """(pointer, shape) of a view, refused unless it lies inside its buffer: a view past the end would let the
+        graph read or write memory that is not ours (a crash, or silent corruption)."""
+        shape = tuple(int(d) for d in shape)
+        count = math.prod(shape)
         if offset < 0 or min(shape, default=0) < 0 or offset + count > buf.size:
             raise SpecdecError(f"internal error: '{name}' view of {count} elements at offset {offset} does not fit "
-                               f"its buffer of {buf.size} (shape {tuple(int(d) for d in shape)}); nothing was run",
+                               f"its buffer of {buf.size} (shape {shape}); nothing was run",
                                "this is a specdec bug, please report it; the decoder stays usable")
+        return buf.ptr(offset), shape
 
     def input(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
         if name not in self.names:   # graphs may drop inputs they do not use
             return
-        self._check(name, buf, shape, offset)
+        key = (buf.ptr(offset), shape)
+        if self.bound.get(name) == key:
+            return
+        ptr, shape = self._view(name, buf, shape, offset)
         if self._raw is not None:
-            self._raw.bind_input(name, self._dev, buf.dtype, shape, buf.ptr(offset))
+            self._raw.bind_input(name, self._dev, buf.dtype, shape, ptr)
         else:
-            self.binding.bind_input(name, self.device, 0, buf.dtype, list(shape), buf.ptr(offset))
+            self.binding.bind_input(name, self.device, 0, buf.dtype, list(shape), ptr)
+        self.bound[name] = key
 
     def output(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
-        self._check(name, buf, shape, offset)
+        key = (buf.ptr(offset), shape)
+        if self.bound.get(name) == key:
+            return
+        ptr, shape = self._view(name, buf, shape, offset)
         if self._raw is not None:
-            self._raw.bind_output(name, self._dev, buf.dtype, shape, buf.ptr(offset))
+            self._raw.bind_output(name, self._dev, buf.dtype, shape, ptr)
         else:
-            self.binding.bind_output(name, self.device, 0, buf.dtype, list(shape), buf.ptr(offset))
+            self.binding.bind_output(name, self.device, 0, buf.dtype, list(shape), ptr)
+        self.bound[name] = key
 
     def run(self) -> None:
-        self.session.run_with_iobinding(self.binding)
+        self._run()

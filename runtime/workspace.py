@@ -15,6 +15,7 @@ A graph input or output is bound to a `View` (buffer, shape, element offset); th
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -46,6 +47,7 @@ class Workspace:
         self.lenience = Buffer((1,), np.float32, device)
         self.rng = np.random.default_rng(0)
         self.asked = 0        # gamma of the current round (where the verify run's uniforms start)
+        self._views = {}      # (kind, ...) -> (inputs, outputs): the views never change, so each is made once
 
     def reset(self, start_token: int, params: Params) -> None:
         self.tokens.write([start_token, start_token])
@@ -66,7 +68,20 @@ class Workspace:
 
     def draft_step(self, i: int, behind: int) -> tuple[dict, dict]:
         """Inputs and outputs of draft step i (0-based): read the token before x_{i+1} (and the carried x_k of the
-        last round first when `behind`), write x_{i+1} and q_{i+1}."""
+        last round first when `behind`), write x_{i+1} and q_{i+1}. (Read-only mappings, made once per (i, behind).)"""
+        key = ("draft", i, behind)
+        if key not in self._views:
+            self._views[key] = self._draft_step(i, behind)
+        return self._views[key]
+
+    def verify(self, k: int) -> tuple[dict, dict]:
+        """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step)."""
+        key = ("verify", k, self.asked)
+        if key not in self._views:
+            self._views[key] = self._verify(k, self.asked)
+        return self._views[key]
+
+    def _draft_step(self, i: int, behind: int):
         start = self.CURRENT + i - behind
         inputs = {"input_ids": View(self.tokens, (1, 1 + behind), start),
                   "draft_probs": View(self.q, (0, self.vocab)),
@@ -74,17 +89,16 @@ class Workspace:
         outputs = {"probs": View(self.q, (1, self.vocab), i * self.vocab),
                    "accepted": View(self.scratch, (1,)),
                    "next_token": View(self.tokens, (1,), self.FIRST_GUESS + i)}
-        return inputs, outputs
+        return MappingProxyType(inputs), MappingProxyType(outputs)
 
-    def verify(self, k: int) -> tuple[dict, dict]:
-        """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step)."""
+    def _verify(self, k: int, asked: int):
         inputs = {"input_ids": View(self.tokens, (1, k + 1), self.CURRENT),
                   "draft_probs": View(self.q, (k, self.vocab)),
-                  "uniforms": View(self.uniforms, (k + 1,), self.asked), **self._scalars()}
+                  "uniforms": View(self.uniforms, (k + 1,), asked), **self._scalars()}
         outputs = {"probs": View(self.p, (k + 1, self.vocab)),
                    "accepted": View(self.accepted, (1,)),
                    "next_token": View(self.tokens, (1,), self.CURRENT)}
-        return inputs, outputs
+        return MappingProxyType(inputs), MappingProxyType(outputs)
 
     def verdict(self, k: int) -> tuple[int, list]:
         """(n, [x_1 .. x_n, next token]) from the device after a verify run."""

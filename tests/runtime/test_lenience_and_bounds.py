@@ -75,6 +75,7 @@ def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     assert target.length == decoder.max_length - 1
     # a view that is out of bounds of a smaller buffer is refused by the binder itself
     inputs, outputs = ws.verify(2)
+    outputs = dict(outputs)
     outputs["probs"] = outputs["probs"]._replace(offset=ws.p.size - 1)
     target.length = 0
     with pytest.raises(SpecdecError, match="'probs' view .* does not fit"):
