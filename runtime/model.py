@@ -1,4 +1,5 @@
-"""One exported T5 (encoder + cached decoder) with its device buffers: encode once, decode N tokens, roll back.
+"""One exported T5 (encoder + cached decoder with its speculative head) and its device buffers: encode once, run N
+tokens at a time (each run samples or verifies inside the graph), roll back.
 
 The KV cache is one buffer [max_length, layers, 2, 1, heads, d_kv]. A decoder call binds rows [0, length) as
 `past_kv` and rows [length, length+N) as `new_kv`, so the graph writes the new keys and values in place; rolling
@@ -28,8 +29,6 @@ class CachedSeq2Seq:
         self.layers, self.heads, self.d_kv = arch["decoder_layers"], arch["heads"], arch["d_kv"]
         self.vocab, self.max_length = manifest.vocab_size, max_length or manifest.max_length
         self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
-        self.dec_in = tuple(info.decoder.inputs)       # input_ids, past_kv, cross_kv
-        self.dec_out = tuple(info.decoder.outputs)     # logits, new_kv
         dtype = _NP[manifest.dtype]
         self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads), device)
         self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads), device)
@@ -52,7 +51,7 @@ class CachedSeq2Seq:
         self.encoder.run()
         stats.encoder_s += time.perf_counter() - t
         stats.ort_runs += 1
-        self.decoder.input(self.dec_in[2], self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
+        self.decoder.input("cross_kv", self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
         self.length = 0
 
     def run(self, inputs: dict, outputs: dict) -> float:
@@ -69,9 +68,9 @@ class CachedSeq2Seq:
             binder.input(name, *view)
         for name, view in outputs.items():
             binder.output(name, *view)
-        binder.input(self.dec_in[1], self.cache, (self.length, *kv))
-        binder.output(self.dec_out[0], self.logits, (1, count, self.vocab))
-        binder.output(self.dec_out[1], self.cache, (count, *kv), self.length * self.row)
+        binder.input("past_kv", self.cache, (self.length, *kv))
+        binder.output("logits", self.logits, (1, count, self.vocab))
+        binder.output("new_kv", self.cache, (count, *kv), self.length * self.row)
         t = time.perf_counter()
         binder.run()
         elapsed = time.perf_counter() - t

@@ -133,3 +133,11 @@ def _hub_settings(cache_dir):
 
 def read_manifest(export_dir) -> dict:
     return json.loads((Path(export_dir) / "manifest.json").read_text())
+
+
+def random_prompts(vocab: int, count: int, seed: int = 0) -> list:
+    """`count` prompts of 2..13 random ids (>= 3: no pad/eos/unk) ending in EOS (1)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(3, vocab, size=rng.integers(2, 14))] + [1] for _ in range(count)]

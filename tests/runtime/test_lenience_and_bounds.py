@@ -5,15 +5,12 @@ import pytest
 import torch
 from transformers import T5ForConditionalGeneration
 
+from tinymodels import random_prompts as prompts
+
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder
 
 LENIENCE = 0.3
 MAX_NEW = 24
-
-
-def prompts(vocab, count, seed=0):
-    rng = np.random.default_rng(seed)
-    return [[int(t) for t in rng.integers(3, vocab, size=rng.integers(2, 14))] + [1] for _ in range(count)]
 
 
 @pytest.fixture(scope="module")
