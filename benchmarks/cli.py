@@ -1,7 +1,7 @@
 """`specdec-bench`: latency, acceptance rate, cost ratio and speedup of an export, measured on this machine.
 
     specdec-bench --engine DIR [--prompts FILE] [--gamma 0,1,2,3,4,6,8] [--temperature 0,1]
-                  [--top-k K] [--top-p P] [--lenience L]
+                  [--top-k K] [--top-p P | --filters none,K:P,...] [--lenience L]
                   [--max-new-tokens N] [--repeat R] [--json OUT.json] [--plot OUT.png] [--peers]
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
 """
@@ -62,10 +62,14 @@ def parser() -> argparse.ArgumentParser:
                         "(default 0,1,2,3,4,6,8; 0,4 with --shapes)")
     p.add_argument("--temperature", type=_float_list, default=None,
                    help="temperatures (default 0,1; --shapes: 0)")
-    p.add_argument("--top-k", type=int, default=0,
-                   help="top-k filter for every configuration (default 0: none); compare with a plain run")
-    p.add_argument("--top-p", type=float, default=1.0,
+    p.add_argument("--top-k", type=int, default=None,
+                   help="top-k filter for every configuration (default 0: none); --filters compares several")
+    p.add_argument("--top-p", type=float, default=None,
                    help="nucleus (top-p) filter for every configuration (default 1.0: none)")
+    p.add_argument("--filters", action="append", metavar="none,K:P,...",
+                   help="top_k:top_p filters to sweep, interleaved like gamma, e.g. none,50:0.9 (none = 0:1, plain "
+                        "sampling; repeatable); with more than one, none is always added and a table gives each "
+                        "filter's ms/token over plain sampling's (default: the one filter of --top-k/--top-p)")
     p.add_argument("--lenience", type=float, default=1.0,
                    help="lenience l in (0, 1] for every configuration (default 1.0: exact; < 1 keeps more guesses "
                         "and gives up exactness, so greedy outputs may differ from gamma=0)")
@@ -134,36 +138,80 @@ def _defaults(args, shapes: bool) -> None:
         args.past = 64 if shapes else max(1, args.max_new_tokens // 2)
     if args.max_new_tokens < 1 or args.repeat < 1:
         raise SpecdecError("--max-new-tokens and --repeat must be at least 1")
-    if args.top_k < 0:
-        raise SpecdecError(f"--top-k must be an integer >= 0 (got {args.top_k})", "use 0 to disable top-k")
-    if not 0.0 < args.top_p <= 1.0:
-        raise SpecdecError(f"--top-p must be in (0, 1] (got {args.top_p:g})", "use 1.0 to disable top-p")
     if not 0.0 < args.lenience <= 1.0:
         raise SpecdecError(f"--lenience must be in (0, 1] (got {args.lenience:g})", "use 1.0 for exact sampling")
     if 0 not in args.gamma:
         args.gamma = [0] + args.gamma
+    args.filters = _filters(args)
+
+
+def _checked_filter(top_k, top_p, k_name: str = "--top-k", p_name: str = "--top-p") -> tuple[int, float]:
+    if top_k < 0:
+        raise SpecdecError(f"{k_name} must be an integer >= 0 (got {top_k})", "use 0 to disable top-k")
+    if not 0.0 < top_p <= 1.0:
+        raise SpecdecError(f"{p_name} must be in (0, 1] (got {top_p:g})", "use 1.0 to disable top-p")
+    return int(top_k), float(top_p)
+
+
+def _parse_filter(item: str) -> tuple[int, float]:
+    """One --filters entry: `none` (no filter) or TOP_K:TOP_P."""
+    from .sweep import PLAIN
+
+    if item.lower() == "none":
+        return PLAIN
+    try:
+        k_text, p_text = item.split(":")
+        top_k, top_p = int(k_text), float(p_text)
+    except ValueError:
+        raise SpecdecError(f"--filters takes none or TOP_K:TOP_P entries (got '{item}')",
+                           "e.g. --filters none,50:0.9") from None
+    return _checked_filter(top_k, top_p, f"top_k in --filters '{item}'", f"top_p in --filters '{item}'")
+
+
+def _filters(args) -> list[tuple[int, float]]:
+    """The sweep's (top_k, top_p) filters: the --filters entries in order, `none` first whenever there are
+    several (each filter's cost is compared with it), or else the one filter of --top-k/--top-p."""
+    from .sweep import PLAIN
+
+    if not args.filters:
+        return [_checked_filter(0 if args.top_k is None else args.top_k, 1.0 if args.top_p is None else args.top_p)]
+    if args.top_k is not None or args.top_p is not None:
+        raise SpecdecError("--filters and --top-k/--top-p both given", "give every filter in --filters, e.g. "
+                                                                      "--filters none,50:0.9")
+    filters = list(dict.fromkeys(_parse_filter(item.strip()) for text in args.filters
+                                 for item in text.split(",") if item.strip()))
+    if not filters:
+        raise SpecdecError("--filters is empty", "e.g. --filters none,50:0.9")
+    return list(dict.fromkeys([PLAIN] + filters)) if len(filters) > 1 else filters
 
 
 def _base_params(args):
-    """The request parameters every configuration shares (gamma, temperature and seed are set per call)."""
+    """The request parameters every configuration shares, with the sweep's first filter (gamma, temperature, the
+    filter and seed are set per call)."""
     from specdec.runtime import Params
 
-    return Params(top_k=args.top_k, top_p=args.top_p, lenience=args.lenience)
+    top_k, top_p = args.filters[0]
+    return Params(top_k=top_k, top_p=top_p, lenience=args.lenience)
 
 
 def _filter_settings(args) -> dict:
-    return {"top_k": args.top_k, "top_p": args.top_p, "lenience": args.lenience}
+    """`filters` (every one swept), `lenience`, and `top_k`/`top_p`: the filter when there is one, else None."""
+    single = args.filters[0] if len(args.filters) == 1 else (None, None)
+    return {"filters": [{"top_k": k, "top_p": p} for k, p in args.filters], "top_k": single[0],
+            "top_p": single[1], "lenience": args.lenience}
 
 
 def _probe(dec, prompts, args, temperatures, max_gamma: int):
-    """The cost probe: fused runs at temperature 0 with the sweep's filter, the head alone at temperature 0 and
-    every temperature of the sweep (1.0 too when the sweep has no positive one), for G = 0 .. the largest gamma."""
+    """The cost probe: fused runs at temperature 0 with the sweep's first filter, the head alone at temperature 0
+    and every temperature of the sweep (1.0 too when the sweep has no positive one), with every filter of the
+    sweep, for G = 0 .. the largest gamma."""
     from . import costs
 
     head_temps = sorted({float(t) for t in temperatures if t > 0} or {1.0})
+    top_k, top_p = args.filters[0]
     return costs.probe(dec, prompts[0].ids, args.past, repeats=args.probe_repeats, temperature=0.0,
-                       top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, threads=args.threads,
-                       head_temperatures=head_temps, head_guesses=range(max_gamma + 1))
+                       top_k=top_k, top_p=top_p, lenience=args.lenience, threads=args.threads,
+                       head_temperatures=head_temps, head_guesses=range(max_gamma + 1), sweep_filters=args.filters)
 
 
 def _load(engine, provider, threads):
@@ -180,6 +228,27 @@ def _check_gammas(args, dec) -> None:
         args.gamma = [g for g in args.gamma if g <= dec.gamma_max]
 
 
+def _setting_name(entry: dict, several: bool) -> str:
+    """`T=1` of a `best` entry, with its filter when the sweep has several (`T=1, filter 50:0.9`)."""
+    from .sweep import filter_label, row_filter
+
+    return f"T={entry['temperature']:g}" + (f", filter {filter_label(row_filter(entry))}" if several else "")
+
+
+def _print_agreement(agreement: dict, lenience: float, several: bool) -> None:
+    """The greedy exactness check (per gamma, and per filter when there are several: keys `g@K:P`)."""
+    bad = [key for key, a in agreement.items() if a["agree"] != a["prompts"]]
+    what = "gamma@filter" if several else "gamma"
+    if lenience < 1.0:
+        print(f"greedy agreement with gamma=0 (not expected: lenience {lenience:g} < 1 is not exact): "
+              + ", ".join(f"{what} {key} {a['agree']}/{a['prompts']}" for key, a in agreement.items()))
+    elif bad:
+        print(f"greedy exactness: MISMATCH for {what} {', '.join(bad)}")
+    else:
+        print("greedy exactness: every gamma gives the gamma=0 tokens on every prompt"
+              + (" with every filter (against gamma=0 with the same filter)" if several else ""))
+
+
 def _main_engine(args) -> int:
     from . import prompts as prompts_mod, sweep
 
@@ -193,29 +262,35 @@ def _main_engine(args) -> int:
     _print_machine(mach)
     print(f"prompts: {len(prompts)} from {origin}; max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
           f"gamma {','.join(map(str, args.gamma))}, temperature {','.join(f'{t:g}' for t in args.temperature)}; "
-          f"every configuration: {report.filter_text(_filter_settings(args))}")
+          f"{report.sweep_filters_text(_filter_settings(args))}")
     base = _base_params(args)
+    several = len(args.filters) > 1
 
     started = time.perf_counter()
     probe = _probe(dec, prompts, args, args.temperature, max(args.gamma))
     print()
     print(report.probe_table(probe))
 
-    total = (args.repeat * len(prompts) + 2) * len(args.temperature) * len(args.gamma)
+    total = (args.repeat * len(prompts) + 2) * len(args.temperature) * len(args.filters) * len(args.gamma)
     bar = bars(total, "specdec-bench")
     try:
         cells, outputs, acceptance = sweep.run_sweep(dec, prompts, args.gamma, args.temperature,
-                                                     args.max_new_tokens, args.repeat, bar, base=base)
+                                                     args.max_new_tokens, args.repeat, bar, base=base,
+                                                     filters=args.filters)
     finally:
         bar.close()
     rows = sweep.summarize(cells, dec.gamma_max, acceptance, probe, base)
-    best = sweep.best_by_temperature(rows, dec.gamma_max)
+    best = sweep.best_by_filter_and_temperature(rows, dec.gamma_max)
+    greedy_best = best.get(sweep.filter_key(0.0, args.filters[0]), {})
     agreement = sweep.greedy_agreement(outputs)
+    filter_cost = sweep.filter_cost(cells)
     print()
-    print("sweep (ms/tok: median over repeats, +-: half the min-max range; acc.rate: accepted/proposed; alpha: "
+    print("sweep (filter: top_k:top_p, none = plain sampling; "
+          "ms/tok: median over repeats, +-: half the min-max range; acc.rate: accepted/proposed; alpha: "
           "accepted/(accepted + rejections), the per-token acceptance probability; ORT/iter: ONNX Runtime runs per "
           "iteration, encoders left out; c: draft run / gamma=0's target run, both with their sampling head; "
-          "verify_x: target run at this gamma / gamma=0's; speedup: median of per-repeat ratios to gamma=0; "
+          "verify_x: target run at this gamma / gamma=0's; speedup: median of per-repeat ratios to gamma=0 of the "
+          "same T and filter; "
           "thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: measured/thm3.8; w/costs: the prediction with the measured "
           "target-run cost and host time; best_g: gamma maximising thm3.8)")
     print(f"{report.SAMP_HOST_NOTE}")
@@ -224,13 +299,21 @@ def _main_engine(args) -> int:
     print("where the time goes (ms per generated token; the sampling heads run inside the draft and target runs, "
           "their share estimated from the cost probe)")
     print(report.time_table(rows))
+    if several:
+        print()
+        print("filters (ms/tok per generated token, median over repeats; x none: this filter's ms/token over plain "
+              "sampling's at the same T and gamma, per repeat (interleaved), median over repeats, and its min-max)")
+        print(report.filter_cost_table(filter_cost))
     if best:
         print()
-        print("summary (per temperature: gamma=0 and the best measured gamma)")
+        print("summary (per temperature and filter: gamma=0 and the best measured gamma)")
         print(report.summary_table(rows, best))
     verdicts = {}
-    for t, b in best.items():
-        print(f"\nT={float(t):g}: best measured gamma {b['measured_best_gamma']}: {b['best_ms_per_token']:.3f} ms/token "
+    if greedy_best:
+        verdicts["measured_ge_0.9_prediction_at_T0"] = greedy_best["measured_over_predicted"] >= 0.9
+    for b in best.values():
+        print(f"\n{_setting_name(b, several)}: best measured gamma {b['measured_best_gamma']}: "
+              f"{b['best_ms_per_token']:.3f} ms/token "
               f"vs {b['baseline_ms_per_token']:.3f} at gamma=0, speedup "
               f"{b['measured_speedup']:.2f}x vs Theorem 3.8 {b['predicted_speedup']:.2f}x "
               f"(ratio {b['measured_over_predicted']:.2f}; with measured costs {b['predicted_with_costs']:.2f}x); "
@@ -246,22 +329,14 @@ def _main_engine(args) -> int:
               f"{gp['ort_runs_per_iteration']:.2f} ORT runs; tokens/call {gp['tokens_per_call']:.2f} (expected "
               f"from alpha {gp['expected_tokens_per_call']:.2f}); the baseline's step costs "
               f"{gp['baseline_iteration_ms']:.3f} ms")
-        if float(t) == 0.0:
-            verdicts["measured_ge_0.9_prediction_at_T0"] = b["measured_over_predicted"] >= 0.9
     if agreement:
-        bad = {g: a for g, a in agreement.items() if a["agree"] != a["prompts"]}
-        if args.lenience < 1.0:
-            print(f"greedy agreement with gamma=0 (not expected: lenience {args.lenience:g} < 1 is not exact): "
-                  + ", ".join(f"gamma {g} {a['agree']}/{a['prompts']}" for g, a in agreement.items()))
-        else:
-            print("greedy exactness: every gamma gives the gamma=0 tokens on every prompt" if not bad else
-                  f"greedy exactness: MISMATCH for gamma {', '.join(bad)}")
+        _print_agreement(agreement, args.lenience, several)
 
     profile = None
     if args.profile:
         from .profiling import profile_host
 
-        gamma = best.get("0.0", {}).get("measured_best_gamma") or max(args.gamma)
+        gamma = greedy_best.get("measured_best_gamma") or max(args.gamma)
         profile = profile_host(dec, prompts, gamma, args.max_new_tokens, args.profile, base=base)
         print(f"\nhost profile (gamma {gamma}, T=0, {profile['iterations']} iterations): "
               f"{profile['host_ms_per_iteration']:.3f} ms host per iteration; top functions by own time "
@@ -274,7 +349,7 @@ def _main_engine(args) -> int:
     peers = None
     if args.peers:
         gamma = args.peer_gamma if args.peer_gamma is not None else \
-            (best.get("0.0", {}).get("measured_best_gamma") or min(4, dec.gamma_max))
+            (greedy_best.get("measured_best_gamma") or min(4, dec.gamma_max))
         from .peers import run_peers
 
         peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat,
@@ -294,7 +369,8 @@ def _main_engine(args) -> int:
                         "prompts": len(prompts), "prompts_origin": origin, "probe_past": args.past,
                         "threads": args.threads, **_filter_settings(args)},
            "notes": report.NOTES,
-           "cost_probe": probe, "results": rows, "best": best, "greedy_agreement": agreement,
+           "cost_probe": probe, "results": rows, "best": best, "filter_cost": filter_cost,
+           "greedy_agreement": agreement,
            "acceptance": verdicts, "profile": profile, "peers": peers, "elapsed_s": elapsed}
     _write(out, args)
     if args.plot:
@@ -306,9 +382,13 @@ def _main_engine(args) -> int:
 
 def _main_shapes(args) -> int:
     from . import prompts as prompts_mod, shapes
+    from .sweep import filter_label
 
     _defaults(args, shapes=True)
     target, draft = shapes.parse_pair(args.shapes)
+    if len(args.filters) > 1:
+        raise SpecdecError(f"--shapes measures one filter (got --filters "
+                           f"{','.join(map(filter_label, args.filters))})", "give --filters a single entry")
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

@@ -50,9 +50,10 @@ def start_token(dec) -> int:
     return int(dec.manifest.special_ids["decoder_start_token_id"])
 
 
-def head_filters(top_k: int = 0, top_p: float = 1.0) -> list[tuple[int, float]]:
-    """(top_k, top_p) settings the head is timed at: plain, the sweep's own filter and the reference filter."""
-    out = [PLAIN, (int(top_k), float(top_p)), REFERENCE_FILTER]
+def head_filters(top_k: int = 0, top_p: float = 1.0, sweep_filters=()) -> list[tuple[int, float]]:
+    """(top_k, top_p) settings the head is timed at: plain, the probe's own filter, every filter of the sweep
+    and the reference filter."""
+    out = [PLAIN, (int(top_k), float(top_p)), *((int(k), float(p)) for k, p in sweep_filters), REFERENCE_FILTER]
     return list(dict.fromkeys(out))
 
 
@@ -159,11 +160,12 @@ def _head_jobs(dec, threads: int, temperatures, filters, guesses, lenience: floa
 
 def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temperature: float = 0.0,
           top_k: int = 0, top_p: float = 1.0, lenience: float = 1.0, counts=None, threads: int = 0,
-          head_temperatures=(1.0,), head_guesses=None) -> dict:
+          head_temperatures=(1.0,), head_guesses=None, sweep_filters=()) -> dict:
     """Median costs in ms and the ratios Theorem 3.8 needs. `dec` is a SpeculativeDecoder (its state is reset by
     the next generate call). The fused decoder runs are timed at `temperature`, `top_k`, `top_p`, `lenience`; the
-    head alone additionally at temperature 0 and every `head_temperatures`, plain, with the sweep's filter and with
-    top_k 50 / top_p 0.9, for G = 0 .. max(head_guesses) (default gamma_max). `threads`: the target's intra-op
+    head alone additionally at temperature 0 and every `head_temperatures`, plain, with `top_k`/`top_p`, with every
+    (top_k, top_p) of `sweep_filters` and with top_k 50 / top_p 0.9, for G = 0 .. max(head_guesses) (default
+    gamma_max). `threads`: the target's intra-op
     threads as passed to SpeculativeDecoder.load (the draft's head is timed with `threads or 1`)."""
     target, ws = dec.target, dec.workspace
     draft = getattr(dec.draft, "model", None)           # a ModelDraft's CachedSeq2Seq; other drafts: no draft step
@@ -223,7 +225,7 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     head_guesses = sorted({int(g) for g in (head_guesses if head_guesses is not None else range(gamma_max + 1))}
                           | {0})
     temps = sorted({0.0, float(temperature), *(float(t) for t in head_temperatures)})
-    filters = head_filters(top_k, top_p)
+    filters = head_filters(top_k, top_p, sweep_filters)
     head_jobs, head_entries, head_problem = _head_jobs(dec, threads, temps, filters, head_guesses, float(lenience))
 
     jobs = {("verify", k): verify_job(k) for k in counts}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .sweep import filter_label, row_filter
+
 SCHEMA = "specdec-bench/1"
 
 
@@ -37,6 +39,11 @@ NOTES = {
     "c": "draft_s / draft_calls over gamma = 0's target_s / target_calls; both include their sampling head",
     "predicted_with_costs": "E[tokens] (1 + o0) / (gamma c + verify_ratio + o), o and o0 = host ms per iteration "
                             "(speculative, baseline) in target steps; no separate sampler term",
+    "filter_cost": "per (temperature, gamma, filter other than none): ms/token (median over repeats), plain "
+                   "sampling's at the same temperature and gamma, and ratio_to_plain: per repeat filtered / plain "
+                   "ms/token (interleaved), spread over repeats",
+    "best": "keyed by the temperature for plain sampling ('0.0') and 'T@K:P' for a top_k:top_p filter "
+            "('1.0@50:0.9'); greedy_agreement likewise by gamma ('2', '2@50:0.9')",
 }
 
 
@@ -51,16 +58,26 @@ def filter_text(r: dict) -> str:
     return ", ".join(parts) or "plain"
 
 
+def sweep_filters_text(settings: dict) -> str:
+    """The sweep's filters and lenience (JSON `settings`): `every configuration: top_k 5, top_p 0.9` for one
+    filter, `filters (top_k:top_p) none, 50:0.9, interleaved; every configuration: lenience 1` for several."""
+    filters = settings["filters"]
+    if len(filters) == 1:
+        return f"every configuration: {filter_text({**filters[0], 'lenience': settings['lenience']})}"
+    labels = ", ".join(filter_label((f["top_k"], f["top_p"])) for f in filters)
+    return f"filters (top_k:top_p) {labels}, interleaved; every configuration: lenience {settings['lenience']:g}"
+
+
 def sweep_table(rows: list[dict]) -> str:
-    headers = ["T", "gamma", "ms/tok", "+-", "tok/s", "acc.rate", "alpha", "tok/call", "ORT/iter", "c", "verify_x",
-               "host/iter", "samp+host/tok", "speedup", "thm3.8", "ratio", "w/costs", "best_g"]
+    headers = ["T", "filter", "gamma", "ms/tok", "+-", "tok/s", "acc.rate", "alpha", "tok/call", "ORT/iter", "c",
+               "verify_x", "host/iter", "samp+host/tok", "speedup", "thm3.8", "ratio", "w/costs", "best_g"]
     lines = []
     for r in rows:
         ms = r["ms_per_token"]
-        lines.append([_f(r["temperature"], "g"), str(r["gamma"]), _f(ms["median"]), _f((ms["max"] - ms["min"]) / 2),
-                      _f(r["tokens_per_s"], ".1f"), _f(r.get("acceptance_rate")), _f(r["alpha"]),
-                      _f(r["tokens_per_target_call"]), _f(r["ort_runs_per_iteration"]), _f(r.get("c"), ".3f"),
-                      _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f") + " ms",
+        lines.append([_f(r["temperature"], "g"), filter_label(row_filter(r)), str(r["gamma"]), _f(ms["median"]),
+                      _f((ms["max"] - ms["min"]) / 2), _f(r["tokens_per_s"], ".1f"), _f(r.get("acceptance_rate")),
+                      _f(r["alpha"]), _f(r["tokens_per_target_call"]), _f(r["ort_runs_per_iteration"]),
+                      _f(r.get("c"), ".3f"), _f(r.get("verify_ratio")), _f(r["host_ms_per_iteration"], ".3f") + " ms",
                       _f(r.get("sampling_host_ms_per_token"), ".3f") + " ms",
                       _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
                       _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
@@ -71,27 +88,29 @@ def sweep_table(rows: list[dict]) -> str:
 def time_table(rows: list[dict]) -> str:
     """Where the time goes, ms per generated token: encoders, draft runs, target runs, host (and, estimated, the
     sampling heads' share of the draft and target runs)."""
-    headers = ["T", "gamma", "encoders", "draft runs", "target runs", "host", "total", "host %",
+    headers = ["T", "filter", "gamma", "encoders", "draft runs", "target runs", "host", "total", "host %",
                "heads in runs (est.)"]
     lines = []
     for r in rows:
         parts = r["ms_per_token_by_part"]
         total = sum(parts.values())
-        lines.append([_f(r["temperature"], "g"), str(r["gamma"])] + [_f(parts[k], ".3f") for k in
+        lines.append([_f(r["temperature"], "g"), filter_label(row_filter(r)), str(r["gamma"])] +
+                     [_f(parts[k], ".3f") for k in
                      ("encoder", "draft", "target", "host")] + [_f(total, ".3f"),
                      _f(100 * r["host_fraction"], ".1f"), _f(r.get("head_ms_per_token_estimated"), ".3f")])
     return table(headers, lines)
 
 
 def summary_lines(rows: list[dict], best: dict) -> tuple[list[str], list[list[str]]]:
-    """The acceptance summary, one line per temperature: ms/token at gamma = 0 and at the best measured gamma,
-    samp+host ms/token and ORT runs per iteration at both, measured / Theorem 3.8."""
+    """The acceptance summary, one line per (temperature, filter): ms/token at gamma = 0 and at the best measured
+    gamma, samp+host ms/token and ORT runs per iteration at both, measured / Theorem 3.8."""
     headers = ["T", "filter", "ms/tok g=0", "best g", "ms/tok best g", "speedup", "measured/thm3.8",
                "samp+host/tok g=0", "samp+host/tok best g", "ORT runs/iter g=0", "ORT runs/iter best g"]
     lines = []
-    for t, b in best.items():
-        base = next((r for r in rows if r["temperature"] == float(t) and r["gamma"] == 0), {})
-        lines.append([_f(float(t), "g"), filter_text(base), _f(b["baseline_ms_per_token"], ".3f"),
+    for b in best.values():
+        base = next((r for r in rows if r["temperature"] == b["temperature"] and row_filter(r) == row_filter(b)
+                     and r["gamma"] == 0), {})
+        lines.append([_f(b["temperature"], "g"), filter_text(base), _f(b["baseline_ms_per_token"], ".3f"),
                       str(b["measured_best_gamma"]), _f(b["best_ms_per_token"], ".3f"), _f(b["measured_speedup"]),
                       _f(b["measured_over_predicted"]), _f(b.get("baseline_sampling_host_ms_per_token"), ".3f"),
                       _f(b.get("best_sampling_host_ms_per_token"), ".3f"),
@@ -101,6 +120,24 @@ def summary_lines(rows: list[dict], best: dict) -> tuple[list[str], list[list[st
 
 def summary_table(rows: list[dict], best: dict) -> str:
     return table(*summary_lines(rows, best))
+
+
+def filter_cost_lines(entries: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """What each filter costs per generated token (JSON `filter_cost`), one line per (temperature, filter, gamma):
+    its ms/token, plain sampling's at the same temperature and gamma, and the median and min-max of the per-repeat
+    ratios."""
+    headers = ["T", "filter", "gamma", "ms/tok", "ms/tok none", "x none", "x none min-max"]
+    lines = []
+    for e in entries:
+        ratio = e["ratio_to_plain"]
+        lines.append([_f(e["temperature"], "g"), filter_label(row_filter(e)), str(e["gamma"]),
+                      _f(e["ms_per_token"], ".3f"), _f(e["plain_ms_per_token"], ".3f"), _f(ratio["median"], ".3f"),
+                      f"{ratio['min']:.3f}-{ratio['max']:.3f}"])
+    return headers, lines
+
+
+def filter_cost_table(entries: list[dict]) -> str:
+    return table(*filter_cost_lines(entries))
 
 
 def _head_grid(probe: dict) -> tuple[list[str], list[list[str]]]:
@@ -170,16 +207,18 @@ def _jsonable(value):
 
 
 def plot(rows: list[dict], path: str | Path, title: str) -> Path:
-    """Measured speedup (median, min-max bars) and the Theorem 3.8 prediction over gamma, one panel per T."""
+    """Measured speedup (median, min-max bars) and the Theorem 3.8 prediction over gamma, one panel per
+    (T, filter)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    temps = sorted({r["temperature"] for r in rows})
-    fig, axes = plt.subplots(1, len(temps), figsize=(5.2 * len(temps), 4.2), squeeze=False)
-    for ax, t in zip(axes[0], temps):
-        rs = sorted((r for r in rows if r["temperature"] == t and "speedup" in r), key=lambda r: r["gamma"])
+    panels = list(dict.fromkeys((r["temperature"], row_filter(r)) for r in rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+    for ax, (t, f) in zip(axes[0], panels):
+        rs = sorted((r for r in rows if r["temperature"] == t and row_filter(r) == f and "speedup" in r),
+                    key=lambda r: r["gamma"])
         gs = [r["gamma"] for r in rs]
         med = [r["speedup"]["median"] for r in rs]
         lo = [m - r["speedup"]["min"] for m, r in zip(med, rs)]
@@ -191,7 +230,8 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
         ax.plot([g for g, _ in cost], [s for _, s in cost], "^:", label="with measured costs (target run, host)")
         ax.axhline(1.0, color="grey", lw=0.8)
         alphas = [r["alpha"] for r in rs if r.get("alpha") is not None]
-        label = f"T = {t:g}" + (f" (alpha-hat {min(alphas):.2f}-{max(alphas):.2f})" if alphas else "")
+        label = (f"T = {t:g}, filter {filter_label(f)}" + (f" (alpha-hat {min(alphas):.2f}-{max(alphas):.2f})"
+                                                            if alphas else ""))
         ax.set_title(label)
         ax.set_xlabel("gamma (draft tokens per target call)")
         ax.set_ylabel("speedup over gamma = 0")
@@ -255,15 +295,19 @@ def markdown(report: dict) -> str:
     if report["mode"] == "engine":
         s = report["settings"]
         parts.append(f"{s['prompts']} prompts ({s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
-                     f"{s['repeats']} repeats; every configuration: {filter_text(s)}.")
+                     f"{s['repeats']} repeats; {sweep_filters_text(s)}.")
+        if len(s["filters"]) > 1:
+            parts.append("Filters (ms per generated token, median over repeats; × none: the filter's ms/token over "
+                         "plain sampling's at the same T and γ, per repeat (interleaved), median and min-max over "
+                         "repeats):\n\n" + _md(*filter_cost_lines(report["filter_cost"])))
         if report.get("best"):
-            parts.append("Summary (per temperature: γ = 0 and the best measured γ; samp+host = host time measured "
-                         "+ the sampling heads' in-graph cost *estimated* from the cost probe):\n\n" +
+            parts.append("Summary (per temperature and filter: γ = 0 and the best measured γ; samp+host = host "
+                         "time measured + the sampling heads' in-graph cost *estimated* from the cost probe):\n\n" +
                          _md(*summary_lines(report["results"], report["best"])))
         lines = []
         for r in report["results"]:
             ms = r["ms_per_token"]
-            lines.append([_f(r["temperature"], "g"), str(r["gamma"]),
+            lines.append([_f(r["temperature"], "g"), filter_label(row_filter(r)), str(r["gamma"]),
                           f"{ms['median']:.3f} ({ms['min']:.3f}-{ms['max']:.3f})", _f(r["tokens_per_s"], ".0f"),
                           _f(r.get("acceptance_rate")), _f(r["alpha"]), _f(r["tokens_per_target_call"]),
                           _f(r["ort_runs_per_iteration"]), _f(r.get("c"), ".3f"), _f(r.get("verify_ratio")),
@@ -271,18 +315,18 @@ def markdown(report: dict) -> str:
                           _f(r.get("speedup", {}).get("median")), _f(r.get("predicted_speedup")),
                           _f(r.get("measured_over_predicted")), _f(r.get("predicted_with_costs")),
                           _f(r.get("best_gamma"), "d")])
-        parts.append(_md(["T", "γ", "ms/token (min-max)", "tokens/s", "accepted/proposed", "α̂", "tokens/call",
-                          "ORT runs/iter", "c", "verify ×", "host ms/iter", "samp+host ms/tok (est.)", "speedup",
-                          "Thm 3.8", "measured/Thm", "w/ costs", "best γ"], lines))
+        parts.append(_md(["T", "filter", "γ", "ms/token (min-max)", "tokens/s", "accepted/proposed", "α̂",
+                          "tokens/call", "ORT runs/iter", "c", "verify ×", "host ms/iter", "samp+host ms/tok (est.)",
+                          "speedup", "Thm 3.8", "measured/Thm", "w/ costs", "best γ"], lines))
         lines = []
         for r in report["results"]:
             p = r["ms_per_token_by_part"]
-            lines.append([_f(r["temperature"], "g"), str(r["gamma"])] +
+            lines.append([_f(r["temperature"], "g"), filter_label(row_filter(r)), str(r["gamma"])] +
                          [_f(p[k], ".3f") for k in ("encoder", "draft", "target", "host")] +
                          [_f(100 * r["host_fraction"], ".1f"), _f(r.get("head_ms_per_token_estimated"), ".3f")])
         parts.append("Where the time goes, ms per generated token (the sampling heads run inside the draft and "
                      "target runs; their share is estimated from the cost probe):\n\n" +
-                     _md(["T", "γ", "encoders", "draft runs", "target runs", "host", "host %",
+                     _md(["T", "filter", "γ", "encoders", "draft runs", "target runs", "host", "host %",
                           "heads in runs (est.)"], lines))
         parts.append(f"Per-call costs at past length {probe['past_length']} (fused runs, decoder + head): target "
                      f"step {_f(probe['target_step_ms'], '.3f')} ms, draft step {_f(probe['draft_step_ms'], '.3f')} "

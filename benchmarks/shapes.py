@@ -150,13 +150,13 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
     base = base or Params()
     cells, _, acceptance = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress, base=base)
     out = {}
-    for (t, g), cell in sorted(cells.items()):
+    for (t, f, g), cell in cells.items():          # one temperature, base's own filter: one cell per gamma
         p = cell.pooled()
         iters = max(p["target_calls"], 1)
         tokens = max(p["new_tokens"], 1)
         iteration_ms = 1000.0 * (p["total_s"] - p["encoder_s"]) / iters
         host = 1000.0 * p["host_s"] / iters
-        head = head_ms_per_token(probe, p, g, t, base.top_k, base.top_p, acceptance[(t, g)].runs_by_guesses)
+        head = head_ms_per_token(probe, p, g, t, *f, acceptance[(t, f, g)].runs_by_guesses)
         host_tok = 1000.0 * p["host_s"] / tokens
         out[str(g)] = {"iterations": p["target_calls"], "new_tokens": p["new_tokens"],
                        "alpha_meaningless": p["accepted"] / p["proposed"] if p["proposed"] else None,

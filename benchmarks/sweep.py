@@ -1,12 +1,18 @@
-"""The measured sweep: every (temperature, gamma) on the same sessions and prompts, interleaved with gamma = 0.
+"""The measured sweep: every (temperature, filter, gamma) on the same sessions and prompts, interleaved with
+gamma = 0.
 
-Order: for each repeat, for each prompt, for each temperature, every gamma of the list (gamma = 0 included) runs
-back to back, the list rotated by one position per repeat. A configuration and its baseline are therefore never
-more than a few generate calls apart, so slow drift (thermal, a neighbour's load) hits both alike; the speedup of
-a repeat is its baseline's ms/token over the configuration's, and the reported speedup is the median over repeats.
+Order: for each repeat, for each prompt, for each temperature, for each filter, every gamma of the list (gamma = 0
+included) runs back to back, the list rotated by one position per repeat. A configuration and its baseline (gamma
+= 0 of the same temperature and filter) are therefore never more than a few generate calls apart, and neither are
+the filters of one temperature and gamma, so slow drift (thermal, a neighbour's load) hits all of them alike; the
+speedup of a repeat is its baseline's ms/token over the configuration's, a filter's cost ratio of a repeat its
+ms/token over the plain filter's at the same temperature and gamma, and the reported values are medians over
+repeats.
 
-Every configuration shares one set of request parameters besides gamma, temperature and seed (`base`, a
-specdec.runtime.Params: top_k, top_p, lenience), so a filtered sweep can be compared with a plain one.
+A filter is a (top_k, top_p) pair, spelled `none` (PLAIN: no filter) or `K:P` (e.g. `50:0.9`) on the command line.
+Every configuration shares the other request parameters besides gamma, temperature, the filter and the seed
+(`base`, a specdec.runtime.Params: lenience), so plain and filtered sampling are compared in one run. Cells,
+outputs and acceptance counts are keyed (temperature, filter, gamma).
 
 Export format 2 has no sampler graphs: the sampling work runs inside the draft runs (standardize/draw) and the
 target runs (accept/residual), so Stats splits a request into encoder_s, draft_s, target_s and host_s. The in-graph
@@ -26,11 +32,24 @@ from . import costs, theory
 SUMMED = ("total_s", "new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "ort_runs", "encoder_s",
           "draft_s", "target_s", "host_s", "requests")
 PARTS = ("encoder", "draft", "target", "host")     # where the time goes; Stats.<part>_s
+PLAIN = costs.PLAIN                                # the filter (top_k, top_p) `none`: plain sampling
+
+
+def filter_label(f) -> str:
+    """A (top_k, top_p) filter as --filters spells it: `none` or `K:P` (e.g. `50:0.9`)."""
+    top_k, top_p = f
+    return "none" if (top_k, top_p) == PLAIN else f"{top_k}:{top_p:g}"
+
+
+def filter_key(name, f) -> str:
+    """A JSON key for `name` (a temperature, a gamma) under filter `f`: `name` itself for the plain filter (a plain
+    run keeps the keys it always had), `name@K:P` for a filtered one (e.g. `1.0@50:0.9`)."""
+    return str(name) if tuple(f) == PLAIN else f"{name}@{filter_label(f)}"
 
 
 @dataclass
 class Cell:
-    """Stats of one (temperature, gamma) configuration, summed over prompts, one entry per repeat."""
+    """Stats of one (temperature, filter, gamma) configuration, summed over prompts, one entry per repeat."""
     per_repeat: list = field(default_factory=list)     # [{stat: sum over prompts}]
 
     def add(self, repeat: int, stats) -> None:
@@ -48,7 +67,8 @@ class Cell:
 
 @dataclass
 class Acceptance:
-    """Per-iteration acceptance counts of one (temperature, gamma), from stream() (exact n and gamma per iteration).
+    """Per-iteration acceptance counts of one (temperature, filter, gamma), from stream() (exact n and gamma per
+    iteration).
 
     Algorithm 1 stops testing at the first rejection, so accepted / proposed (Stats.acceptance_rate) is not the
     per-token acceptance probability alpha of Theorem 3.8: with gamma guesses it estimates
@@ -86,15 +106,14 @@ class Acceptance:
         return [a / t if t else None for a, t in zip(self.accepted_at, self.tested_at)]
 
 
-def measure_acceptance(dec, prompts, gamma: int, temperature: float, max_new_tokens: int, repeat: int = 0,
-                       base: Params | None = None) -> tuple[Acceptance, list]:
-    """Stream every prompt once (the seeds of `repeat`): per-iteration accepted/proposed, and the token ids."""
+def measure_acceptance(dec, prompts, params: Params, repeat: int = 0) -> tuple[Acceptance, list]:
+    """Stream every prompt once with `params` (the seeds of `repeat`): per-iteration accepted/proposed, and the
+    token ids."""
     acc, outputs = Acceptance(), []
     for i, p in enumerate(prompts):
         last_p = last_a = 0
         tokens = []
-        for piece in dec.stream(input_ids=p.ids, params=base, max_new_tokens=max_new_tokens, gamma=gamma,
-                                temperature=temperature, seed=seed_for(repeat, i)):
+        for piece in dec.stream(input_ids=p.ids, params=params, seed=seed_for(repeat, i)):
             tokens.extend(piece.token_ids)
             st = piece.stats
             acc.add(st.proposed - last_p, st.accepted - last_a)
@@ -107,41 +126,56 @@ def seed_for(repeat: int, prompt_index: int) -> int:
     return 1000 * repeat + prompt_index
 
 
+def configuration_params(base: Params, key: tuple, max_new_tokens: int) -> Params:
+    """The request parameters of configuration key = (temperature, (top_k, top_p), gamma) on top of `base`."""
+    t, (top_k, top_p), g = key
+    return Params.of(base, max_new_tokens=max_new_tokens, gamma=g, temperature=t, top_k=top_k, top_p=top_p)
+
+
+def timed_order(temperatures, filters, gammas, repeat: int):
+    """The configurations of one prompt in one repeat: every temperature, every filter, every gamma, the gammas
+    rotated by one position per repeat."""
+    shift = repeat % len(gammas)
+    order = gammas[shift:] + gammas[:shift]
+    return [(t, f, g) for t in temperatures for f in filters for g in order]
+
+
 def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: int, progress=None,
-              warmup: bool = True, base: Params | None = None):
-    """Run everything; returns ({(T, gamma): Cell}, {(T, gamma): [token ids per prompt]} (repeat 0's seeds),
-    {(T, gamma): Acceptance}). `base`: the request parameters every configuration shares (top_k, top_p,
-    lenience); gamma, temperature, max_new_tokens and seed are set per call."""
+              warmup: bool = True, base: Params | None = None, filters=None):
+    """Run everything; returns ({(T, filter, gamma): Cell}, {(T, filter, gamma): [token ids per prompt]} (repeat
+    0's seeds), {(T, filter, gamma): Acceptance}), each in the sweep's order (temperature, filter, gamma as given).
+    `filters`: (top_k, top_p) pairs (default: `base`'s own); `base`: the request parameters every configuration
+    shares (lenience); gamma, temperature, the filter, max_new_tokens and seed are set per call."""
     gammas = list(gammas)
     base = base or Params()
-    cells = {(t, g): Cell() for t in temperatures for g in gammas}
-    outputs = {(t, g): [] for t in temperatures for g in gammas}
+    filters = [tuple(f) for f in filters] if filters else [(base.top_k, base.top_p)]
+    keys = timed_order(temperatures, filters, gammas, 0)
+    params = {key: configuration_params(base, key, max_new_tokens) for key in keys}
+    cells = {key: Cell() for key in keys}
 
-    def generate(ids, g, t, seed):
-        return dec.generate(input_ids=ids, params=base, max_new_tokens=max_new_tokens, gamma=g, temperature=t,
-                            seed=seed)
+    def tick():
+        if progress:
+            progress.update(1)
 
     if warmup:          # first calls allocate arenas and fill caches: never measured
-        for t in temperatures:
-            for g in gammas:
-                generate(prompts[0].ids, g, t, 0)
-                if progress:
-                    progress.update(1)
-    acceptance = {}
-    for t in temperatures:       # untimed: stream() decodes text every iteration, which the timed runs must not pay
-        for g in gammas:
-            acceptance[(t, g)], outputs[(t, g)] = measure_acceptance(dec, prompts, g, t, max_new_tokens, base=base)
-            if progress:
-                progress.update(1)
+        for key in keys:
+            dec.generate(input_ids=prompts[0].ids, params=params[key], seed=0)
+            tick()
+    acceptance, outputs = {}, {}
+    for key in keys:    # untimed: stream() decodes text every iteration, which the timed runs must not pay
+        acceptance[key], outputs[key] = measure_acceptance(dec, prompts, params[key])
+        tick()
     for r in range(repeats):
-        order = gammas[r % len(gammas):] + gammas[:r % len(gammas)]
         for i, p in enumerate(prompts):
-            for t in temperatures:
-                for g in order:
-                    cells[(t, g)].add(r, generate(p.ids, g, t, seed_for(r, i)).stats)
-                    if progress:
-                        progress.update(1)
+            for key in timed_order(temperatures, filters, gammas, r):
+                cells[key].add(r, dec.generate(input_ids=p.ids, params=params[key], seed=seed_for(r, i)).stats)
+                tick()
     return cells, outputs, acceptance
+
+
+def per_repeat_ratios(numerator: Cell, denominator: Cell) -> list:
+    """ms/token of `numerator` over `denominator`, repeat by repeat (both ran interleaved in every repeat)."""
+    return [a / b for a, b in zip(numerator.ms_per_token(), denominator.ms_per_token())]
 
 
 def _spread(values) -> dict:
@@ -199,23 +233,25 @@ def head_ms_per_token(probe: dict | None, pooled: dict, gamma: int, temperature:
 
 def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe: dict | None = None,
               base: Params | None = None) -> list[dict]:
-    """One row per (temperature, gamma): latency, alpha-hat, costs, ORT runs, measured and predicted speedups.
-    `probe`: the cost probe (for the head's estimated in-graph cost); `base`: the sweep's shared parameters."""
+    """One row per (temperature, filter, gamma), in the sweep's order: latency, alpha-hat, costs, ORT runs,
+    measured and predicted speedups (against gamma = 0 of the same temperature and filter). `probe`: the cost probe
+    (for the head's estimated in-graph cost); `base`: the sweep's shared parameters (lenience)."""
     rows = []
     acceptance = acceptance or {}
     base = base or Params()
-    for (t, g), cell in sorted(cells.items()):
-        baseline = cells[(t, 0)] if (t, 0) in cells else None
+    for (t, f, g), cell in cells.items():
+        baseline = cells.get((t, f, 0))
+        top_k, top_p = f
         pooled = cell.pooled()
         ms = cell.ms_per_token()
         iters = max(pooled["target_calls"], 1)
         tokens = max(pooled["new_tokens"], 1)
-        acc = acceptance.get((t, g))
+        acc = acceptance.get((t, f, g))
         mix = acc.runs_by_guesses if acc is not None else None
-        head = head_ms_per_token(probe, pooled, g, t, base.top_k, base.top_p, mix)
+        head = head_ms_per_token(probe, pooled, g, t, top_k, top_p, mix)
         host_per_token = 1000.0 * pooled["host_s"] / tokens
         row = {
-            "temperature": t, "gamma": g, "top_k": base.top_k, "top_p": base.top_p, "lenience": base.lenience,
+            "temperature": t, "gamma": g, "top_k": top_k, "top_p": top_p, "lenience": base.lenience,
             "repeats": len(ms),
             "new_tokens": pooled["new_tokens"], "target_calls": pooled["target_calls"],
             "draft_calls": pooled["draft_calls"], "ort_runs": pooled["ort_runs"],
@@ -250,7 +286,7 @@ def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe
             base_iters = max(bp["target_calls"], 1)
             step_ms = 1000.0 * bp["target_s"] / base_iters        # one target run at gamma = 0, its head included
             base_over = 1000.0 * bp["host_s"] / base_iters / step_ms
-            speedups = [b / m for b, m in zip(baseline.ms_per_token(), ms)]
+            speedups = per_repeat_ratios(baseline, cell)
             row["target_step_ms"] = step_ms
             row["baseline_ms_per_token"] = statistics.median(baseline.ms_per_token())
             row["speedup"] = _spread(speedups)
@@ -275,21 +311,28 @@ def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe
     return rows
 
 
-def best_by_temperature(rows: list[dict], gamma_max: int) -> dict:
-    """Per temperature: the gamma with the best measured speedup, its prediction, and the gamma Theorem 3.8
-    favours for the typical (median over gamma) alpha-hat and c; with gamma = 0's and the best gamma's ms/token,
-    samp+host ms/token and ORT runs per iteration (the acceptance summary)."""
+def row_filter(row: dict) -> tuple:
+    return row["top_k"], row["top_p"]
+
+
+def best_by_filter_and_temperature(rows: list[dict], gamma_max: int) -> dict:
+    """Per (filter, temperature), keyed filter_key(temperature, filter) ("0.0", "1.0@50:0.9"): the gamma with the
+    best measured speedup, its prediction, and the gamma Theorem 3.8 favours for the typical (median over gamma)
+    alpha-hat and c; with gamma = 0's and the best gamma's ms/token, samp+host ms/token and ORT runs per iteration
+    (the acceptance summary)."""
     out = {}
-    for t in sorted({r["temperature"] for r in rows}):
-        spec = [r for r in rows if r["temperature"] == t and r["gamma"] > 0 and r.get("c") is not None]
+    for t, f in dict.fromkeys((r["temperature"], row_filter(r)) for r in rows):
+        same = [r for r in rows if r["temperature"] == t and row_filter(r) == f]
+        spec = [r for r in same if r["gamma"] > 0 and r.get("c") is not None]
         if not spec:
             continue
         best = max(spec, key=lambda r: r["speedup"]["median"])
-        base = next(r for r in rows if r["temperature"] == t and r["gamma"] == 0)
+        base = next(r for r in same if r["gamma"] == 0)
         alpha = statistics.median(r["alpha"] for r in spec)
         c = statistics.median(r["c"] for r in spec)
         g_star, s_star = theory.best_gamma(alpha, c, gamma_max)
-        out[str(t)] = {
+        out[filter_key(t, f)] = {
+            "temperature": t, "top_k": f[0], "top_p": f[1],
             "measured_best_gamma": best["gamma"],
             "measured_speedup": best["speedup"]["median"],
             "predicted_speedup": best["predicted_speedup"],
@@ -309,13 +352,31 @@ def best_by_temperature(rows: list[dict], gamma_max: int) -> dict:
 
 
 def greedy_agreement(outputs: dict) -> dict:
-    """At temperature 0 every gamma must give the gamma = 0 tokens (exactness); per gamma: prompts that agree."""
+    """At temperature 0 every gamma must give the tokens of gamma = 0 with the same filter (exactness); per
+    (filter, gamma), keyed filter_key(gamma, filter) ("2", "2@50:0.9"): prompts that agree."""
     out = {}
-    for (t, g), seqs in outputs.items():
-        if t != 0 or (t, 0) not in outputs:
+    for (t, f, g), seqs in outputs.items():
+        if t != 0 or (t, f, 0) not in outputs:
             continue
-        base = outputs[(t, 0)]
-        out[str(g)] = {"agree": sum(a == b for a, b in zip(seqs, base)), "prompts": len(base)}
+        base = outputs[(t, f, 0)]
+        out[filter_key(g, f)] = {"agree": sum(a == b for a, b in zip(seqs, base)), "prompts": len(base)}
+    return out
+
+
+def filter_cost(cells: dict) -> list[dict]:
+    """What a filter costs per generated token: for every (temperature, gamma) and every filter other than PLAIN,
+    its ms/token (median over repeats) next to the plain filter's at the same temperature and gamma, and the ratio
+    filtered / plain (per repeat, both interleaved in it; `ratio_to_plain` {median, min, max, p25, p75} over
+    repeats). Empty when the sweep has no plain filter."""
+    out = []
+    for (t, f, g), cell in cells.items():
+        plain = cells.get((t, PLAIN, g))
+        if f == PLAIN or plain is None:
+            continue
+        out.append({"temperature": t, "gamma": g, "top_k": f[0], "top_p": f[1],
+                    "ms_per_token": statistics.median(cell.ms_per_token()),
+                    "plain_ms_per_token": statistics.median(plain.ms_per_token()),
+                    "ratio_to_plain": _spread(per_repeat_ratios(cell, plain))})
     return out
 
 

@@ -80,7 +80,7 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
     assert report["peers"] is None
     assert png(tmp_path / "r.png")
     md = (tmp_path / "r.md").read_text()
-    assert "| T | γ |" in md and "ORT runs/iter" in md and "samp+host" in md and "draft runs" in md
+    assert "| T | filter | γ |" in md and "ORT runs/iter" in md and "samp+host" in md and "draft runs" in md
     assert "Sampling head alone" in md and "estimated" in md
 
 
@@ -122,6 +122,65 @@ def test_filters_and_lenience_apply_to_every_configuration(tiny_export, tmp_path
     assert filters == {(0, 1.0), (5, 0.9), (50, 0.9)}          # plain, the sweep's, the reference filter
     assert all(r["sampling_host_ms_per_token"] is not None for r in report["results"])
     assert "top_k 5, top_p 0.9, lenience 0.5" in (tmp_path / "f.md").read_text()
+
+
+def test_filters_compared_in_one_run(tiny_export, tmp_path):
+    """--filters none,3:0.9: every (T, filter, gamma) in one interleaved sweep, speedups against gamma = 0 of the
+    same filter, the filter-cost table and JSON block, `best` per (filter, T), greedy exactness per filter."""
+    code, out, err = run(["--engine", tiny_export, "--gamma", "0,2", "--temperature", "0,1", "--repeat", "2",
+                          "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1",
+                          "--filters", "none,3:0.9", "--json", tmp_path / "m.json", "--markdown", tmp_path / "m.md",
+                          "--plot", tmp_path / "m.png", "--no-progress"])
+    assert code == 0, err
+    assert "filters (top_k:top_p) none, 3:0.9, interleaved" in out
+    assert "filters (ms/tok per generated token" in out and "x none" in out
+    assert "T=1, filter 3:0.9: best measured gamma" in out
+    assert "greedy exactness: every gamma gives the gamma=0 tokens on every prompt with every filter" in out
+    report = json.loads((tmp_path / "m.json").read_text())
+    s = report["settings"]
+    assert s["filters"] == [{"top_k": 0, "top_p": 1.0}, {"top_k": 3, "top_p": 0.9}]
+    assert s["top_k"] is None and s["top_p"] is None and s["lenience"] == 1.0
+    rows = {(r["temperature"], r["top_k"], r["top_p"], r["gamma"]): r for r in report["results"]}
+    assert set(rows) == {(t, k, p, g) for t in (0.0, 1.0) for k, p in ((0, 1.0), (3, 0.9)) for g in (0, 2)}
+    for (t, k, p, g), row in rows.items():
+        assert ROW_KEYS <= set(row) and row["repeats"] == 2 and row["new_tokens"] > 0
+        baseline = rows[(t, k, p, 0)]                       # gamma = 0 of the same temperature and filter
+        assert row["baseline_ms_per_token"] == pytest.approx(baseline["ms_per_token"]["median"])
+        assert row["head_ms_per_token_estimated"] > 0       # the probe timed the head with this filter too
+    assert all(rows[(t, k, p, 0)]["speedup"]["median"] == pytest.approx(1.0) for t, k, p, _ in rows)
+    cost = report["filter_cost"]
+    assert [(e["temperature"], e["top_k"], e["top_p"], e["gamma"]) for e in cost] == \
+        [(t, 3, 0.9, g) for t in (0.0, 1.0) for g in (0, 2)]
+    for e in cost:
+        filtered, plain = rows[(e["temperature"], 3, 0.9, e["gamma"])], rows[(e["temperature"], 0, 1.0, e["gamma"])]
+        assert e["ms_per_token"] == pytest.approx(filtered["ms_per_token"]["median"])
+        assert e["plain_ms_per_token"] == pytest.approx(plain["ms_per_token"]["median"])
+        ratio = e["ratio_to_plain"]
+        assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert set(report["best"]) == {"0.0", "0.0@3:0.9", "1.0", "1.0@3:0.9"}
+    for key, b in report["best"].items():
+        assert BEST_KEYS <= set(b) and b["measured_best_gamma"] == 2
+        assert key == str(b["temperature"]) + ("@3:0.9" if b["top_k"] == 3 else "")
+        assert (b["top_k"], b["top_p"]) in ((0, 1.0), (3, 0.9))
+    assert report["greedy_agreement"] == {key: {"agree": 1, "prompts": 1} for key in ("0", "2", "0@3:0.9", "2@3:0.9")}
+    assert "measured_ge_0.9_prediction_at_T0" in report["acceptance"]
+    assert {(e["top_k"], e["top_p"]) for e in report["cost_probe"]["head_ms"]} == {(0, 1.0), (3, 0.9), (50, 0.9)}
+    md = (tmp_path / "m.md").read_text()
+    assert "Filters (ms per generated token" in md and "| 1 | 3:0.9 | 2 |" in md and "| 1 | none | 2 |" in md
+    assert png(tmp_path / "m.png")
+
+
+def test_filter_arguments(tiny_export):
+    """--filters syntax and its one-line errors; --shapes takes a single filter."""
+    for argv, needle in ((["--filters", "none,fifty"], "TOP_K:TOP_P"),
+                         (["--filters", "3:1.5"], "top_p in --filters '3:1.5'"),
+                         (["--filters=-1:0.9"], "top_k in --filters '-1:0.9'"),
+                         (["--filters", "3:0.9", "--top-k", "5"], "--top-k"),
+                         (["--filters", ","], "--filters is empty")):
+        code, out, err = run(["--engine", tiny_export, "--no-progress"] + argv)
+        assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
+    code, out, err = run(["--shapes", "t5-large:t5-small", "--filters", "none", "--filters", "3:0.9"])
+    assert code == 2 and err.strip().count("\n") == 0 and "--shapes measures one filter" in err, err
 
 
 def test_peers_agree_with_specdec(tiny_export, tmp_path):

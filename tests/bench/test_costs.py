@@ -31,6 +31,48 @@ def test_head_filters_plain_sweep_and_reference():
     assert costs.head_filters() == [(0, 1.0), (50, 0.9)]
     assert costs.head_filters(5, 0.8) == [(0, 1.0), (5, 0.8), (50, 0.9)]
     assert costs.head_filters(50, 0.9) == [(0, 1.0), (50, 0.9)]
+    assert costs.head_filters(0, 1.0, [(0, 1.0), (3, 0.9)]) == [(0, 1.0), (3, 0.9), (50, 0.9)]
+
+
+def test_filter_labels_and_keys():
+    assert sweep.filter_label(sweep.PLAIN) == "none" and sweep.filter_label((50, 0.9)) == "50:0.9"
+    assert sweep.filter_label((0, 0.95)) == "0:0.95" and sweep.filter_label((20, 1.0)) == "20:1"
+    assert sweep.filter_key(0.0, (0, 1.0)) == "0.0" and sweep.filter_key(1.0, (50, 0.9)) == "1.0@50:0.9"
+    assert sweep.filter_key(2, (3, 0.9)) == "2@3:0.9"
+
+
+def test_sweep_order_rotates_gamma_within_each_temperature_and_filter():
+    filters = [(0, 1.0), (3, 0.9)]
+    assert sweep.timed_order([0.0, 1.0], filters, [0, 2], 0) == [
+        (0.0, (0, 1.0), 0), (0.0, (0, 1.0), 2), (0.0, (3, 0.9), 0), (0.0, (3, 0.9), 2),
+        (1.0, (0, 1.0), 0), (1.0, (0, 1.0), 2), (1.0, (3, 0.9), 0), (1.0, (3, 0.9), 2)]
+    assert sweep.timed_order([1.0], filters, [0, 2, 4], 1) == [
+        (1.0, (0, 1.0), 2), (1.0, (0, 1.0), 4), (1.0, (0, 1.0), 0),
+        (1.0, (3, 0.9), 2), (1.0, (3, 0.9), 4), (1.0, (3, 0.9), 0)]
+
+
+def _cell(*ms_per_token):
+    """A Cell whose repeats took these ms per token (10 tokens each)."""
+    cell = sweep.Cell()
+    for ms in ms_per_token:
+        cell.per_repeat.append({**{k: 0 for k in sweep.SUMMED}, "total_s": ms * 10 / 1000.0, "new_tokens": 10})
+    return cell
+
+
+def test_filter_cost_is_the_median_of_per_repeat_ratios_to_plain():
+    plain, top = (0, 1.0), (50, 0.9)
+    cells = {(1.0, plain, 0): _cell(1.0, 2.0, 1.0), (1.0, top, 0): _cell(1.1, 2.4, 1.3),
+             (1.0, plain, 2): _cell(2.0, 2.0, 2.0), (1.0, top, 2): _cell(2.0, 3.0, 2.2)}
+    cost = sweep.filter_cost(cells)
+    assert [(e["temperature"], e["top_k"], e["top_p"], e["gamma"]) for e in cost] == [(1.0, 50, 0.9, 0),
+                                                                                    (1.0, 50, 0.9, 2)]
+    first = cost[0]
+    # per repeat 1.1, 1.2, 1.3: median 1.2, while the ratio of the medians would be 1.3 / 1.0
+    assert first["ratio_to_plain"]["median"] == pytest.approx(1.2)
+    assert (first["ratio_to_plain"]["min"], first["ratio_to_plain"]["max"]) == pytest.approx((1.1, 1.3))
+    assert first["ms_per_token"] == pytest.approx(1.3) and first["plain_ms_per_token"] == pytest.approx(1.0)
+    assert cost[1]["ratio_to_plain"]["median"] == pytest.approx(1.1)
+    assert sweep.filter_cost({(1.0, top, 0): _cell(1.0)}) == []          # no plain filter: nothing to compare
 
 
 def test_head_cost_per_token_weights_draft_and_target_runs():
