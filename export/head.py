@@ -50,8 +50,8 @@ class Nodes:
         self.count += 1
         return f"{self.prefix}{self.count}"
 
-    def op(self, op_type: str, *inputs: str, n_out: int = 1, **attrs):
-        outs = [self.fresh() for _ in range(n_out)]
+    def op(self, op_type: str, *inputs: str, n_out: int = 1, names=None, **attrs):
+        outs = list(names) if names else [self.fresh() for _ in range(n_out)]
         self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=outs[0] + "_" + op_type, **attrs))
         return outs[0] if n_out == 1 else outs
 
@@ -72,11 +72,11 @@ class Nodes:
         return helper.make_graph(sub.nodes, sub.prefix + "graph", [],
                                  [helper.make_tensor_value_info(name, kind, None) for name, kind in outputs])
 
-    def cond(self, flag: str, then, otherwise, kinds) -> list:
-        """If(flag): then/otherwise each build the same number of outputs of types `kinds`."""
+    def cond(self, flag: str, then, otherwise, kinds, names=None) -> list:
+        """If(flag): then/otherwise each build the same number of outputs of types `kinds` (named `names`)."""
         a = self.branch("then", lambda s: list(zip(_as_list(then(s)), kinds)))
         b = self.branch("else", lambda s: list(zip(_as_list(otherwise(s)), kinds)))
-        outs = self.op("If", flag, n_out=len(kinds), then_branch=a, else_branch=b)
+        outs = self.op("If", flag, n_out=len(kinds), names=names, then_branch=a, else_branch=b)
         return _as_list(outs)
 
 
@@ -89,7 +89,7 @@ def _onnx_type(dtype) -> int:
 
 
 # -- standardize --------------------------------------------------------------------------------------------------
-def _prefix_cutoff(g: Nodes, ranked: str, k_eff: str, no_top_k: str, top_p: str, full_lse: str):
+def _prefix_cutoff(g: Nodes, ranked: str, indices: str, k_eff: str, no_top_k: str, top_p: str, full_probs: str):
     """Cutoff logit per row from the `ranked` best logits [R, K] (descending): the value of the last token kept by
     top-k then top-p. Also returns whether the K candidates were enough to decide it, per row."""
     width = g.op("Shape", ranked, start=-1)                                   # [1] = K
@@ -98,8 +98,8 @@ def _prefix_cutoff(g: Nodes, ranked: str, k_eff: str, no_top_k: str, top_p: str,
     masked = g.op("Where", in_k, ranked, g.const([-np.inf], np.float32))
     # normalizer: over the top-k set when it lies inside the candidates, else over the whole row (k_eff >= V)
     k_inside = g.op("LessOrEqual", k_eff, width)
-    lse = g.op("Where", k_inside, g.op("ReduceLogSumExp", masked, axes=[-1], keepdims=1), full_lse)
-    mass = g.op("Exp", g.op("Sub", masked, lse))                             # [R, K]
+    mass = g.op("Where", k_inside, g.op("Softmax", masked, axis=-1),
+                g.op("GatherElements", full_probs, indices, axis=1))          # [R, K]
     cum = g.op("CumSum", mass, g.const(-1))
     before = g.op("Sub", cum, mass)                                           # mass of the better-ranked tokens
     keep = g.op("Or", g.op("Less", before, top_p), g.op("GreaterOrEqual", top_p, g.const([1.0], np.float32)))
@@ -116,16 +116,16 @@ def _filter(g: Nodes, z: str, top_k: str, top_p: str) -> str:
     """z [R, V] -> z with -inf outside top-k and top-p."""
     vocab = g.op("Shape", z, start=-1)                                        # [1]
     k_eff = g.op("Where", g.op("Greater", top_k, g.const([0])), g.op("Min", top_k, vocab), vocab)
-    full_lse = g.op("ReduceLogSumExp", z, axes=[-1], keepdims=1)             # [R, 1]
+    full_probs = g.op("Softmax", z, axis=-1)                                 # [R, V], for top_k = 0 or >= V
     width = g.op("Min", vocab, g.const([CANDIDATES]))
-    ranked = g.op("TopK", z, width, axis=-1, largest=1, sorted=1, n_out=2)[0]
+    ranked, indices = g.op("TopK", z, width, axis=-1, largest=1, sorted=1, n_out=2)
     no_top_k = g.op("GreaterOrEqual", k_eff, vocab)
-    cutoff, enough = _prefix_cutoff(g, ranked, k_eff, no_top_k, top_p, full_lse)
+    cutoff, enough = _prefix_cutoff(g, ranked, indices, k_eff, no_top_k, top_p, full_probs)
     all_enough = g.op("Cast", g.op("ReduceMin", g.op("Cast", enough, to=_I), keepdims=0), to=_B)
 
     def full_sort(s: Nodes):
-        ranked_all = s.op("TopK", z, vocab, axis=-1, largest=1, sorted=1, n_out=2)[0]
-        return _prefix_cutoff(s, ranked_all, k_eff, no_top_k, top_p, full_lse)[0]
+        ranked_all, indices_all = s.op("TopK", z, vocab, axis=-1, largest=1, sorted=1, n_out=2)
+        return _prefix_cutoff(s, ranked_all, indices_all, k_eff, no_top_k, top_p, full_probs)[0]
 
     cutoff = g.cond(all_enough, lambda s: s.op("Identity", cutoff), full_sort, [_F])[0]
     return g.op("Where", g.op("Less", z, cutoff), g.const([-np.inf], np.float32), z)
@@ -142,7 +142,9 @@ def _draw(g: Nodes, probs: str, uniforms: str) -> str:
     cdf = g.op("CumSum", probs, g.const(-1))
     total = g.op("Slice", cdf, g.const([-1]), g.const([np.iinfo(np.int64).max]), g.const([-1]))
     threshold = g.op("Mul", g.op("Unsqueeze", uniforms, g.const([-1])), total)
-    index = g.op("ReduceSum", g.op("Cast", g.op("LessOrEqual", cdf, threshold), to=_I), g.const([-1]), keepdims=0)
+    # counted in float32 (exact up to 2^24 tokens): onnxruntime's int64 ReduceSum is several times slower
+    below = g.op("ReduceSum", g.op("Cast", g.op("LessOrEqual", cdf, threshold), to=_F), g.const([-1]), keepdims=0)
+    index = g.op("Cast", below, to=_I)
     last = g.op("Sub", g.op("Shape", probs, start=-1), g.const([1]))
     return g.op("Min", index, last)
 
@@ -175,20 +177,22 @@ def add_head(graph, residual: bool = True) -> None:
     vocab = g.op("Shape", rows, start=-1)
 
     greedy = g.op("LessOrEqual", "temperature", g.const([0.0], np.float32))
-    z = g.op("Div", rows, g.op("Where", greedy, g.const([1.0], np.float32), "temperature"))
     filtered = g.op("Or", g.op("Greater", "top_k", g.const([0])), g.op("Less", "top_p", g.const([1.0], np.float32)))
-    zf = g.cond(filtered, lambda s: _filter(s, z, "top_k", "top_p"), lambda s: s.op("Identity", z), [_F])[0]
     r = g.op("Slice", "uniforms", g.const([0]), guesses_n, g.const([0]))     # r_1 .. r_G
     u_last = g.op("Slice", "uniforms", guesses_n, rows_n, g.const([0]))      # the final draw's uniform
     lenience = "lenience"
 
+    def standardized_logits(s: Nodes, z: str) -> str:
+        return s.cond(filtered, lambda t: _filter(t, z, "top_k", "top_p"), lambda t: t.op("Identity", z), [_F])[0]
+
     def greedy_path(s: Nodes):
-        best = s.op("ArgMax", zf, axis=-1, keepdims=0)                        # [G+1]
+        # argmax of the filtered logits = argmax of the logits (the best token always survives the filter)
+        best = s.op("ArgMax", rows, axis=-1, keepdims=0)                      # [G+1]
         best_g = s.op("Slice", best, s.const([0]), guesses_n, s.const([0]))
         rejected = s.op("Not", s.op("Equal", guesses, best_g))
 
         def lenient(t: Nodes):      # p(x) >= l max p  <=>  z(x) - max z >= log l (z filtered, temperature 1)
-            zg = t.op("Slice", zf, t.const([0]), guesses_n, t.const([0]))
+            zg = standardized_logits(t, t.op("Slice", rows, t.const([0]), guesses_n, t.const([0])))
             gap = t.op("Sub", t.op("GatherElements", zg, guess_col, axis=1), t.op("ReduceMax", zg, axes=[-1],
                                                                                  keepdims=1))
             ok = t.op("GreaterOrEqual", t.op("Squeeze", gap, t.const([-1])), t.op("Log", lenience))
@@ -200,7 +204,8 @@ def add_head(graph, residual: bool = True) -> None:
         return _one_hot(s, best, vocab), n, s.op("Gather", best, n, axis=0)
 
     def sampling_path(s: Nodes):
-        p = s.op("Softmax", zf, axis=-1)                                      # [G+1, V]
+        z = standardized_logits(s, s.op("Div", rows, "temperature"))
+        p = s.op("Softmax", z, axis=-1)                                       # [G+1, V]
         p_g = s.op("Slice", p, s.const([0]), guesses_n, s.const([0]))
         p_x = s.op("Squeeze", s.op("GatherElements", p_g, guess_col, axis=1), s.const([-1]))
         q_x = s.op("Squeeze", s.op("GatherElements", "draft_probs", guess_col, axis=1), s.const([-1]))
@@ -221,9 +226,7 @@ def add_head(graph, residual: bool = True) -> None:
             dist = p_n
         return p, n, _draw(s, dist, u_last)
 
-    probs, n, token = g.cond(greedy, greedy_path, sampling_path, [_F, _I, _I])
-    for src, dst in ((probs, "probs"), (n, "accepted"), (token, "next_token")):
-        g.nodes.append(helper.make_node("Identity", [src], [dst], name=f"head/out_{dst}"))
+    g.cond(greedy, greedy_path, sampling_path, [_F, _I, _I], names=OUTPUTS)
     graph.node.extend(g.nodes)
     for name, kind, shape in (("probs", _F, ["gamma_plus_1", "vocab"]), ("accepted", _I, [1]),
                               ("next_token", _I, [1])):

@@ -60,7 +60,7 @@ class SpeculativeDecoder:
         self.eos_id, self.start_id = int(ids["eos_token_id"]), int(ids["decoder_start_token_id"])
         self.tokenizer = Tokenizer.from_file(str(manifest.path(manifest.raw["tokenizer"])))
         self.target, self.draft = target, draft
-        self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device)
+        self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,

@@ -14,7 +14,7 @@ def verify(ws: Workspace, target: CachedSeq2Seq, k: int, stats: Stats) -> Verdic
     and draw the next token from norm(max(0, p_{n+1} - q_{n+1})), or from p_{k+1} when all were kept."""
     start = target.length
     stats.target_s += target.run(*ws.verify(k))
-    n, tokens = ws.verdict(k)
+    n, tokens = ws.verdict()
     target.rollback(start + n + 1)                       # forget the rejected guesses' keys and values
     stats.target_calls += 1
     stats.ort_runs += 1

@@ -1,13 +1,15 @@
 """The device buffers one round of Algorithm 1 passes between the draft and the target, and the only place that
 knows where in them each graph reads and writes (allocated once at load).
 
-    tokens    [carry, current, x_1 .. x_gamma_max]  int64. `current` is the last emitted token (in no cache yet);
-              a draft step i writes x_{i+1} right after the token it read, so tokens[current : current+k+1] is the
-              target's verify input as it stands, and the verify run writes the next token back into `current`.
-              `carry` holds x_k when every guess was kept and the draft has not seen it yet.
+    tokens    [carry, current, x_1 .. x_gamma_max, n]  int64. `current` is the last emitted token (in no cache
+              yet); a draft step i writes x_{i+1} right after the token it read, so tokens[current : current+k+1] is
+              the target's verify input as it stands, and the verify run writes the next token back into `current`
+              and the number of kept guesses into `n`: the host reads the whole verdict in one read. `carry` holds
+              x_k when every guess was kept and the draft has not seen it yet.
     q         [gamma_max, V]    the draft's distributions q_1 .. q_k (never leave the device)
     p         [gamma_max+1, V]  the target's standardized rows p_1 .. p_{k+1} of the last verify
-    uniforms  [2 gamma_max + 1] r for drafting (one per step), then k+1 for the verify run
+    uniforms  r ~ U(0,1) for the whole request, drawn at reset from the request's seed: each round takes the next
+              2 gamma + 1 (one per draft step, then k+1 for the verify run), so a round writes nothing
     params    temperature, top_k, top_p, lenience: device scalars, written once per request
 
 A graph input or output is bound to a `View` (buffer, shape, element offset); the buffer checks the bounds.
@@ -33,34 +35,37 @@ class View(NamedTuple):
 class Workspace:
     CARRY, CURRENT, FIRST_GUESS = 0, 1, 2
 
-    def __init__(self, gamma_max: int, vocab: int, device: str):
+    def __init__(self, gamma_max: int, vocab: int, device: str, max_length: int):
         self.gamma_max, self.vocab = gamma_max, vocab
-        self.tokens = Buffer((gamma_max + 2,), np.int64, device)
+        self.ACCEPTED = gamma_max + 2
+        self.tokens = Buffer((gamma_max + 3,), np.int64, device)
         self.q = Buffer((gamma_max, vocab), np.float32, device)
         self.p = Buffer((gamma_max + 1, vocab), np.float32, device)
-        self.uniforms = Buffer((2 * gamma_max + 1,), np.float32, device)
-        self.accepted = Buffer((1,), np.int64, device)
+        # every round emits at least one token, so a request has at most max_length rounds
+        self.uniforms = Buffer((max_length * (2 * gamma_max + 1),), np.float32, device)
         self.scratch = Buffer((1,), np.int64, device)       # a draft step's `accepted` (always 0), unread
         self.temperature = Buffer((1,), np.float32, device)
         self.top_k = Buffer((1,), np.int64, device)
         self.top_p = Buffer((1,), np.float32, device)
         self.lenience = Buffer((1,), np.float32, device)
-        self.rng = np.random.default_rng(0)
         self.asked = 0        # gamma of the current round (where the verify run's uniforms start)
-        self._views = {}      # (kind, ...) -> (inputs, outputs): the views never change, so each is made once
+        self.base = 0         # the current round's first uniform
+        self._next = 0        # the next round's first uniform
+        self._views = {}      # (kind, ...) -> (inputs, outputs) but the uniforms: those never change
 
     def reset(self, start_token: int, params: Params) -> None:
         self.tokens.write([start_token, start_token])
-        self.rng = np.random.default_rng(params.seed)
+        self.uniforms.write(np.random.default_rng(params.seed).random(self.uniforms.size, dtype=np.float32))
+        self._next = 0
         self.temperature.write([params.temperature])
         self.top_k.write([params.top_k])
         self.top_p.write([params.top_p])
         self.lenience.write([params.lenience])
 
     def new_round(self, gamma: int) -> None:
-        """r ~ U(0,1): gamma for drafting, gamma+1 for accepting and the last draw."""
-        self.asked = gamma
-        self.uniforms.write(self.rng.random(2 * gamma + 1, dtype=np.float32))
+        """The round's r ~ U(0,1): gamma for drafting, gamma+1 for accepting and the last draw."""
+        self.asked, self.base = gamma, self._next
+        self._next += 2 * gamma + 1
 
     def _scalars(self) -> dict:
         return {"temperature": View(self.temperature, (1,)), "top_k": View(self.top_k, (1,)),
@@ -72,39 +77,39 @@ class Workspace:
         key = ("draft", i, behind)
         if key not in self._views:
             self._views[key] = self._draft_step(i, behind)
-        return self._views[key]
+        inputs, outputs = self._views[key]
+        return {**inputs, "uniforms": View(self.uniforms, (1,), self.base + i)}, outputs
 
     def verify(self, k: int) -> tuple[dict, dict]:
         """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step)."""
-        key = ("verify", k, self.asked)
+        key = ("verify", k)
         if key not in self._views:
-            self._views[key] = self._verify(k, self.asked)
-        return self._views[key]
+            self._views[key] = self._verify(k)
+        inputs, outputs = self._views[key]
+        return {**inputs, "uniforms": View(self.uniforms, (k + 1,), self.base + self.asked)}, outputs
 
     def _draft_step(self, i: int, behind: int):
         start = self.CURRENT + i - behind
         inputs = {"input_ids": View(self.tokens, (1, 1 + behind), start),
-                  "draft_probs": View(self.q, (0, self.vocab)),
-                  "uniforms": View(self.uniforms, (1,), i), **self._scalars()}
+                  "draft_probs": View(self.q, (0, self.vocab)), **self._scalars()}
         outputs = {"probs": View(self.q, (1, self.vocab), i * self.vocab),
                    "accepted": View(self.scratch, (1,)),
                    "next_token": View(self.tokens, (1,), self.FIRST_GUESS + i)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
-    def _verify(self, k: int, asked: int):
+    def _verify(self, k: int):
         inputs = {"input_ids": View(self.tokens, (1, k + 1), self.CURRENT),
-                  "draft_probs": View(self.q, (k, self.vocab)),
-                  "uniforms": View(self.uniforms, (k + 1,), asked), **self._scalars()}
+                  "draft_probs": View(self.q, (k, self.vocab)), **self._scalars()}
         outputs = {"probs": View(self.p, (k + 1, self.vocab)),
-                   "accepted": View(self.accepted, (1,)),
+                   "accepted": View(self.tokens, (1,), self.ACCEPTED),
                    "next_token": View(self.tokens, (1,), self.CURRENT)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
-    def verdict(self, k: int) -> tuple[int, list]:
+    def verdict(self) -> tuple[int, list]:
         """(n, [x_1 .. x_n, next token]) from the device after a verify run."""
-        n = int(self.accepted.flat()[0])
-        tokens = self.tokens.flat()[:self.FIRST_GUESS + k]
-        return n, [int(t) for t in tokens[self.FIRST_GUESS:self.FIRST_GUESS + n]] + [int(tokens[self.CURRENT])]
+        row = self.tokens.flat().tolist()          # one read: guesses, next token and n
+        n = row[self.ACCEPTED]
+        return n, row[self.FIRST_GUESS:self.FIRST_GUESS + n] + [row[self.CURRENT]]
 
     def carry(self, token: int) -> None:
         self.tokens.write([token], self.CARRY)
