@@ -3,10 +3,11 @@
 from .decoder import Piece, SpeculativeDecoder
 from .draft import DraftSource, ModelDraft
 from .errors import SpecdecError
+from .lookup import LookupDraft
 from .model import CachedSeq2Seq
 from .params import Params
 from .round import Proposal, Verdict
 from .stats import Result, Stats
 
-__all__ = ["SpeculativeDecoder", "SpecdecError", "Params", "Result", "Stats", "Piece", "DraftSource", "ModelDraft",
+__all__ = ["SpeculativeDecoder", "SpecdecError", "Params", "Result", "Stats", "Piece", "DraftSource", "ModelDraft", "LookupDraft",
            "CachedSeq2Seq", "Proposal", "Verdict"]

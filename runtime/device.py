@@ -102,6 +102,15 @@ class Buffer:
             self.value.update_inplace(self.host)
 
 
+    def scatter(self, indices, values) -> None:
+        """Set single elements (flat indices; a later index wins over an earlier equal one)."""
+        if self.value is not None:
+            self.host[...] = self.value.numpy()
+        self.host.reshape(-1)[np.asarray(indices, dtype=np.int64)] = np.asarray(values, dtype=self.dtype)
+        if self.value is not None:
+            self.value.update_inplace(self.host)
+
+
 class Binder:
     """IO binding of one session to buffer views; names come from the manifest.
 

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Proposal:
-    """k guesses x_1 .. x_k are in the workspace's tokens, their distributions q_1 .. q_k in its q rows.
+    """k guesses x_1 .. x_k are in the workspace's tokens, their distributions q_1 .. q_k in its q rows, or, for
+    deterministic guesses (`point_mass`: q_i = delta(x_i), e.g. copied from the source), in its one-hot rows.
     k may be less than the gamma asked for, or 0 (a miss: the round is a plain target step)."""
     count: int
+    point_mass: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from .draft import DraftSource
 from .model import CachedSeq2Seq
-from .round import Verdict
+from .round import Proposal, Verdict
 from .stats import Stats
 from .workspace import Workspace
 
 
-def verify(ws: Workspace, target: CachedSeq2Seq, k: int, stats: Stats) -> Verdict:
+def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stats) -> Verdict:
     """One target run over the current token and x_1 .. x_k: p_1 .. p_{k+1}, then keep x_i while r_i < p_i(x)/q_i(x)
     and draw the next token from norm(max(0, p_{n+1} - q_{n+1})), or from p_{k+1} when all were kept."""
-    start = target.length
-    stats.target_s += target.run(*ws.verify(k))
+    start, k = target.length, proposal.count
+    stats.target_s += target.run(*ws.verify(k, proposal.point_mass))
     n, tokens = ws.verdict()
     target.rollback(start + n + 1)                       # forget the rejected guesses' keys and values
     stats.target_calls += 1
@@ -27,7 +27,7 @@ def speculative_step(ws: Workspace, target: CachedSeq2Seq, draft: DraftSource, g
     """Propose up to gamma guesses, verify them in one target pass, keep n of them plus one more token."""
     ws.new_round(gamma)                                  # r ~ U(0,1) for drafting, accepting, the last draw
     proposal = draft.propose(ws, gamma, stats)           # x_i ~ q_i(x) for i = 1..k; q stays on the device
-    verdict = verify(ws, target, proposal.count, stats)  # n kept guesses and the next token
+    verdict = verify(ws, target, proposal, stats)        # n kept guesses and the next token
     draft.commit(ws, verdict)
     return verdict.tokens
 
@@ -35,4 +35,4 @@ def speculative_step(ws: Workspace, target: CachedSeq2Seq, draft: DraftSource, g
 def target_step(ws: Workspace, target: CachedSeq2Seq, stats: Stats) -> list:
     """Plain autoregressive decoding (gamma = 0): one target run, one draw from p."""
     ws.new_round(0)
-    return verify(ws, target, 0, stats).tokens
+    return verify(ws, target, Proposal(0), stats).tokens

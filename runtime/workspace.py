@@ -7,6 +7,8 @@ knows where in them each graph reads and writes (allocated once at load).
               and the number of kept guesses into `n`: the host reads the whole verdict in one read. `carry` holds
               x_k when every guess was kept and the draft has not seen it yet.
     q         [gamma_max, V]    the draft's distributions q_1 .. q_k (never leave the device)
+    point     [gamma_max, V]    one-hot rows q_i = delta(x_i) for host-made guesses (a lookup draft); zero but
+                                for the entries the last such proposal set
     p         [gamma_max+1, V]  the target's standardized rows p_1 .. p_{k+1} of the last verify
     uniforms  r ~ U(0,1) for the whole request, drawn at reset from the request's seed: each round takes the next
               2 gamma + 1 (one per draft step, then k+1 for the verify run), so a round writes nothing
@@ -41,6 +43,8 @@ class Workspace:
         self.tokens = Buffer((gamma_max + 3,), np.int64, device)
         self.q = Buffer((gamma_max, vocab), np.float32, device)
         self.p = Buffer((gamma_max + 1, vocab), np.float32, device)
+        self.point = Buffer((gamma_max, vocab), np.float32, device)
+        self._ones = []       # flat indices of `point` set to 1 by the last host-made proposal
         # every round emits at least one token, so a request has at most max_length rounds
         self.uniforms = Buffer((max_length * (2 * gamma_max + 1),), np.float32, device)
         self.scratch = Buffer((1,), np.int64, device)       # a draft step's `accepted` (always 0), unread
@@ -80,11 +84,12 @@ class Workspace:
         inputs, outputs = self._views[key]
         return {**inputs, "uniforms": View(self.uniforms, (1,), self.base + i)}, outputs
 
-    def verify(self, k: int) -> tuple[dict, dict]:
-        """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step)."""
-        key = ("verify", k)
+    def verify(self, k: int, point_mass: bool = False) -> tuple[dict, dict]:
+        """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step); q from the
+        draft's rows, or the one-hot rows of host-made guesses (`point_mass`)."""
+        key = ("verify", k, point_mass)
         if key not in self._views:
-            self._views[key] = self._verify(k)
+            self._views[key] = self._verify(k, self.point if point_mass else self.q)
         inputs, outputs = self._views[key]
         return {**inputs, "uniforms": View(self.uniforms, (k + 1,), self.base + self.asked)}, outputs
 
@@ -97,9 +102,9 @@ class Workspace:
                    "next_token": View(self.tokens, (1,), self.FIRST_GUESS + i)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
-    def _verify(self, k: int):
+    def _verify(self, k: int, q: Buffer):
         inputs = {"input_ids": View(self.tokens, (1, k + 1), self.CURRENT),
-                  "draft_probs": View(self.q, (k, self.vocab)), **self._scalars()}
+                  "draft_probs": View(q, (k, self.vocab)), **self._scalars()}
         outputs = {"probs": View(self.p, (k + 1, self.vocab)),
                    "accepted": View(self.tokens, (1,), self.ACCEPTED),
                    "next_token": View(self.tokens, (1,), self.CURRENT)}
@@ -114,8 +119,9 @@ class Workspace:
     def carry(self, token: int) -> None:
         self.tokens.write([token], self.CARRY)
 
-    def write_guesses(self, tokens, q_rows: np.ndarray | None = None) -> None:
-        """Host-made proposals (e.g. a lookup draft): x_1 .. x_k and, when given, their q rows."""
+    def write_point_guesses(self, tokens) -> None:
+        """Host-made guesses x_1 .. x_k with point-mass distributions q_i = delta(x_i) (verify with point_mass)."""
+        ones = [i * self.vocab + int(t) for i, t in enumerate(tokens)]
+        self.point.scatter(self._ones + ones, [0.0] * len(self._ones) + [1.0] * len(ones))
+        self._ones = ones
         self.tokens.write(tokens, self.FIRST_GUESS)
-        if q_rows is not None:
-            self.q.write(q_rows)

@@ -9,6 +9,7 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 import specdec.models
 from specdec.runtime import SpeculativeDecoder
+from specdec.runtime.lookup import LookupDraft
 
 from tinymodels import run_export_cli
 
@@ -36,6 +37,7 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
     tok = AutoTokenizer.from_pretrained(str(MODELS / "target"))
     model = T5ForConditionalGeneration.from_pretrained(str(MODELS / "target"), dtype=torch.float32).eval()
     dec = SpeculativeDecoder.load(bundled_export, provider="cpu")
+    lookup = SpeculativeDecoder(dec.manifest, dec.provider, dec.target, LookupDraft())
     proposed = accepted = 0   # at gamma = 1 accepted / proposed estimates alpha (greedy) directly
     for text in prompts:
         ids = tok(text, return_tensors="pt").input_ids[:, :256]
@@ -49,6 +51,7 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
             assert res.token_ids == ref, (gamma, text)
             if gamma == 1:
                 proposed, accepted = proposed + res.stats.proposed, accepted + res.stats.accepted
+        assert lookup.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=4).token_ids == ref, text
     # A related, distilled pair agrees on about half the greedy tokens (models/README.md: alpha(T=0) ~0.55 on
     # 400 prompts, measured with PyTorch); an unrelated draft would agree on ~1/4096 of them.
     assert accepted / proposed > 0.4, f"the bundled draft agrees with the target on {accepted}/{proposed} tokens"

@@ -19,6 +19,7 @@ from transformers.generation.logits_process import (LogitsProcessorList, Tempera
                                                     TopKLogitsWarper, TopPLogitsWarper)
 
 from specdec.runtime import SpeculativeDecoder
+from specdec.runtime.lookup import LookupDraft
 from specdec.runtime.manifest import sha256_file
 
 N_SAMPLES = 20_000
@@ -119,3 +120,42 @@ def test_the_test_has_teeth_plain_resampling_is_caught(small_vocab_pair, decoder
     total = [wrong.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, **settings).stats
              for s in range(200)]
     assert sum(s.accepted for s in total) < sum(s.proposed for s in total)
+
+
+# -- the lookup draft (q = a point mass on each copied guess) -------------------------------------------------------
+# The same test with N = 40,000 samples. The lookup proposes less often than the model draft (nothing before the
+# first token, and only after a token that occurred before), so the broken control deviates less: at N = 20,000 it
+# gave p = 4.5e-4, at N = 40,000 p = 6.5e-5 (seeds are fixed, so these are exact reruns). Its threshold is 1e-4,
+# ten times below the pass threshold; a prompt holding every word (more proposals) made it weaker, not stronger
+# (this random target mostly writes tokens the prompt lacks).
+N_LOOKUP = 40_000
+P_TEETH_LOOKUP = 1e-4
+
+def with_lookup(decoder):
+    """The same target behind a lookup draft: SpeculativeDecoder composed from a target and another draft source."""
+    return SpeculativeDecoder(decoder.manifest, decoder.provider, decoder.target, LookupDraft(1, 2))
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_k"])
+def test_lookup_draft_matches_target_distribution(name, small_vocab_pair, decoder):
+    """N = 40,000, p >= 1e-3; the lookup copies from the 5-token prompt and the output so far."""
+    settings = SETTINGS[name]
+    lookup = with_lookup(decoder)
+    p_value = chi_square_p(empirical(lookup, settings, N_LOOKUP), exact_distribution(small_vocab_pair[0], **settings))
+    assert p_value >= P_PASS, f"lookup {name}: chi-square p = {p_value:.3g}"
+    stats = [lookup.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, **settings).stats
+             for s in range(200)]
+    proposed, accepted = sum(s.proposed for s in stats), sum(s.accepted for s in stats)
+    assert accepted < proposed, "lookup guesses must be rejected for the residual draw to be tested"
+    if name == "temperature":   # (with top-k 3 the copied tokens are mostly outside the target's top 3)
+        assert accepted > 0, "lookup guesses must also be kept for the test to mean anything"
+
+
+def test_the_lookup_test_has_teeth(small_vocab_pair, decoder, tmp_path):
+    """Keeping the point-mass guesses but drawing from p instead of norm(max(0, p - delta(x))) after a rejection
+    over-weights the rejected guess; the same chi-square test must reject it (p < 1e-4, see N_LOOKUP)."""
+    settings = SETTINGS["temperature"]
+    wrong = with_lookup(SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path),
+                                                provider="cpu"))
+    p_value = chi_square_p(empirical(wrong, settings, N_LOOKUP), exact_distribution(small_vocab_pair[0], **settings))
+    assert p_value < P_TEETH_LOOKUP, f"the broken lookup sampler passed the chi-square test (p = {p_value:.3g})"

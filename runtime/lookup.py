@@ -1,0 +1,79 @@
+"""A draft that costs no model run: copy the continuation of the longest n-gram that ends the text so far and
+occurred before, in the generated tokens or in the *source* (the encoder input of a seq2seq model, which a
+decoder-only prompt lookup never sees).
+
+Its guesses are deterministic, so q_i = delta(x_i): the target keeps x_i with probability p_i(x_i) and, after a
+rejection, draws from norm(max(0, p - delta(x))) with the same standardized p (temperature, top-k, top-p): exact
+at every temperature, through the same verify head as a model draft (Proposal.point_mass).
+
+Host cost: the source's n-grams are indexed once per request, the generated tokens' incrementally as they are
+committed; a proposal is at most (max_n - min_n + 1) dictionary lookups and a slice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .draft import DraftSource
+from .round import Proposal, Verdict
+from .stats import Stats
+from .workspace import Workspace
+
+
+class NgramIndex:
+    """n-gram (tuple) -> the position right after its first occurrence, for n in min_n..max_n."""
+
+    def __init__(self, min_n: int, max_n: int):
+        self.min_n, self.max_n = min_n, max_n
+        self.tokens: list = []
+        self.after: dict = {}
+
+    def index(self, begin: int, end: int) -> None:
+        """Index the n-grams ending at positions begin..end-1 (first occurrence wins)."""
+        toks = self.tokens
+        for last in range(max(begin, 0), end):
+            for n in range(self.min_n, self.max_n + 1):
+                if last - n + 1 < 0:
+                    break
+                self.after.setdefault(tuple(toks[last - n + 1:last + 1]), last + 1)
+
+    def continuation(self, key: tuple, k: int) -> list:
+        pos = self.after.get(key)
+        return [] if pos is None else self.tokens[pos:pos + k]
+
+
+class LookupDraft(DraftSource):
+    """Proposes up to k tokens copied after the longest matching suffix (n in min_n..max_n): first in the tokens
+    generated so far, then in the source; nothing on a miss."""
+
+    name = "lookup"
+
+    def __init__(self, min_n: int = 1, max_n: int = 3):
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"lookup n-gram range must satisfy 1 <= min_n <= max_n (got {min_n}..{max_n})")
+        self.min_n, self.max_n = min_n, max_n
+        self.source = NgramIndex(min_n, max_n)
+        self.generated = NgramIndex(min_n, max_n)
+
+    def start(self, source_ids: np.ndarray, stats: Stats) -> None:
+        self.source = NgramIndex(self.min_n, self.max_n)
+        self.source.tokens = [int(t) for t in source_ids]
+        self.source.index(0, len(self.source.tokens))
+        self.generated = NgramIndex(self.min_n, self.max_n)
+
+    def propose(self, ws: Workspace, k: int, stats: Stats) -> Proposal:
+        history = self.generated.tokens
+        for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
+            key = tuple(history[-n:])
+            guesses = self.generated.continuation(key, k) or self.source.continuation(key, k)
+            if guesses:
+                ws.write_point_guesses(guesses)
+                return Proposal(len(guesses), point_mass=True)
+        return Proposal(0)
+
+    def commit(self, ws: Workspace, verdict: Verdict) -> None:
+        # n-grams ending at the newest token stay unindexed until the next commit: the suffix being matched must
+        # find an earlier occurrence, not itself
+        before = len(self.generated.tokens)
+        self.generated.tokens.extend(verdict.tokens)
+        self.generated.index(before - 1, len(self.generated.tokens) - 1)

@@ -1,0 +1,92 @@
+"""The lookup draft: what it proposes (longest earlier n-gram, from the output so far, then the source), and greedy
+exactness against target-only decoding and PyTorch. Its output distribution is tested in test_distribution.py."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import T5ForConditionalGeneration
+
+from tinymodels import random_prompts
+
+from specdec.runtime import SpeculativeDecoder, Stats
+from specdec.runtime.lookup import LookupDraft
+from specdec.runtime.round import Verdict
+
+MAX_NEW = 24
+
+
+class FakeWorkspace:
+    """Records what a proposal writes (the lookup's only contact with the device)."""
+
+    def __init__(self):
+        self.guesses = None
+
+    def write_point_guesses(self, tokens):
+        self.guesses = list(tokens)
+
+
+def lookup_after(source, generated, min_n=1, max_n=3):
+    draft = LookupDraft(min_n, max_n)
+    draft.start(np.array(source), Stats())
+    for tok in generated:                    # one token per round, as target-only steps would commit them
+        draft.commit(None, Verdict(0, 0, [tok]))
+    return draft
+
+
+def propose(draft, k):
+    ws = FakeWorkspace()
+    proposal = draft.propose(ws, k, Stats())
+    assert proposal.count == (len(ws.guesses) if ws.guesses else 0)
+    assert proposal.count == 0 or proposal.point_mass
+    return ws.guesses or []
+
+
+def test_copies_the_continuation_of_the_longest_match_in_the_source():
+    source = [10, 11, 12, 13, 14, 11, 20, 1]
+    assert propose(lookup_after(source, [11, 12]), 3) == [13, 14, 11]        # 2-gram (11, 12) beats 1-gram 12
+    assert propose(lookup_after(source, [99, 11]), 2) == [12, 13]            # first occurrence of 11
+    assert propose(lookup_after(source, [13, 14, 11]), 8) == [20, 1]         # 3-gram; the source ends there
+    assert propose(lookup_after(source, [7, 8]), 4) == []                    # a miss proposes nothing
+    assert propose(lookup_after(source, []), 4) == []                        # nothing generated yet
+
+
+def test_the_output_so_far_is_searched_first_and_never_matches_itself():
+    source = [5, 6, 7, 1]
+    draft = lookup_after(source, [30, 31, 32, 30])
+    assert propose(draft, 2) == [31, 32]          # 30 occurred earlier in the output: copy what followed it
+    draft = lookup_after(source, [40, 41])
+    assert propose(draft, 2) == []                # 41 occurred only as the suffix itself
+    draft = lookup_after(source, [6, 9, 6])
+    assert propose(draft, 2) == [9, 6]            # the output beats the source (which would give 7, 1)
+
+
+def test_n_gram_range_is_checked():
+    with pytest.raises(ValueError, match="min_n <= max_n"):
+        LookupDraft(3, 2)
+
+
+@pytest.fixture(scope="module")
+def decoders(related_pair):
+    dec = SpeculativeDecoder.load(related_pair[2], provider="cpu")
+    return dec, SpeculativeDecoder(dec.manifest, dec.provider, dec.target, LookupDraft())
+
+
+def test_lookup_greedy_equals_target_only_and_pytorch(related_pair, decoders):
+    dec, lookup = decoders
+    model = T5ForConditionalGeneration.from_pretrained(str(related_pair[0])).eval()
+    proposed = accepted = 0
+    for ids in random_prompts(48, 40, seed=9):
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False)[0, 1:].tolist()
+        if 1 in ref:                           # generate pads after EOS; specdec stops there
+            ref = ref[:ref.index(1) + 1]
+        for gamma in (1, 3, 8):
+            res = lookup.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=gamma)
+            assert res.token_ids == ref, f"gamma={gamma} prompt={ids}"
+            assert res.stats.draft_calls == 0 and res.stats.ort_runs == 1 + res.stats.target_calls
+            proposed += res.stats.proposed
+            accepted += res.stats.accepted
+    assert 0 < accepted < proposed, (accepted, proposed)
+    # the model draft still works on the same target afterwards (the decoders share the target's session)
+    assert dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=MAX_NEW, gamma=3).token_ids == \
+        dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=MAX_NEW, gamma=0).token_ids
