@@ -15,7 +15,7 @@ from .pair import DTYPES, ExportOptions, bundled_pair, export_pair
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specdec-export",
-        description="Export a T5 target and draft to ONNX graphs with KV-cache I/O, sampler graphs, the "
+        description="Export a T5 target and draft to ONNX graphs with KV-cache I/O and a fused sampling head, the "
                     "tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "
                     "from models/.")
     p.add_argument("--target", help="target checkpoint: hub id (e.g. t5-large) or local directory")

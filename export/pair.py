@@ -1,4 +1,5 @@
-"""Export a target/draft pair into one export directory: graphs, samplers, tokenizer, parity check, manifest."""
+"""Export a target/draft pair into one export directory: graphs with their speculative heads, tokenizer, parity
+check, manifest."""
 
 from __future__ import annotations
 
