@@ -95,18 +95,16 @@ class Buffer:
 
     def write(self, values, offset: int = 0) -> None:
         values = np.asarray(values, dtype=self.dtype).reshape(-1)
-        if self.value is not None:      # graphs write device memory: refresh the staging copy before patching it
-            self.host[...] = self.value.numpy()
-        self.host.reshape(-1)[offset:offset + values.size] = values
-        if self.value is not None:
-            self.value.update_inplace(self.host)
-
+        self._patch(slice(offset, offset + values.size), values)
 
     def scatter(self, indices, values) -> None:
         """Set single elements (flat indices; a later index wins over an earlier equal one)."""
-        if self.value is not None:
+        self._patch(np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=self.dtype))
+
+    def _patch(self, index, values: np.ndarray) -> None:
+        if self.value is not None:      # graphs write device memory: refresh the staging copy before patching it
             self.host[...] = self.value.numpy()
-        self.host.reshape(-1)[np.asarray(indices, dtype=np.int64)] = np.asarray(values, dtype=self.dtype)
+        self.host.reshape(-1)[index] = values
         if self.value is not None:
             self.value.update_inplace(self.host)
 
@@ -145,27 +143,21 @@ class Binder:
         return buf.ptr(offset), shape
 
     def input(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
-        if name not in self.names:   # graphs may drop inputs they do not use
-            return
-        key = (buf.ptr(offset), shape)
-        if self.bound.get(name) == key:
-            return
-        ptr, shape = self._view(name, buf, shape, offset)
-        if self._raw is not None:
-            self._raw.bind_input(name, self._dev, buf.dtype, shape, ptr)
-        else:
-            self.binding.bind_input(name, self.device, 0, buf.dtype, list(shape), ptr)
-        self.bound[name] = key
+        if name in self.names:       # graphs may drop inputs they do not use
+            self._bind("input", name, buf, shape, offset)
 
     def output(self, name: str, buf: Buffer, shape, offset: int = 0) -> None:
+        self._bind("output", name, buf, shape, offset)
+
+    def _bind(self, kind: str, name: str, buf: Buffer, shape, offset: int) -> None:
         key = (buf.ptr(offset), shape)
         if self.bound.get(name) == key:
             return
         ptr, shape = self._view(name, buf, shape, offset)
         if self._raw is not None:
-            self._raw.bind_output(name, self._dev, buf.dtype, shape, ptr)
+            getattr(self._raw, "bind_" + kind)(name, self._dev, buf.dtype, shape, ptr)
         else:
-            self.binding.bind_output(name, self.device, 0, buf.dtype, list(shape), ptr)
+            getattr(self.binding, "bind_" + kind)(name, self.device, 0, buf.dtype, list(shape), ptr)
         self.bound[name] = key
 
     def run(self) -> None:

@@ -14,7 +14,8 @@ knows where in them each graph reads and writes (allocated once at load).
               2 gamma + 1 (one per draft step, then k+1 for the verify run), so a round writes nothing
     params    temperature, top_k, top_p, lenience: device scalars, written once per request
 
-A graph input or output is bound to a `View` (buffer, shape, element offset); the buffer checks the bounds.
+A graph input or output is bound to a `View` (buffer, shape, element offset); the binder checks it against its
+buffer (device.Binder).
 """
 
 from __future__ import annotations
@@ -78,20 +79,20 @@ class Workspace:
     def draft_step(self, i: int, behind: int) -> tuple[dict, dict]:
         """Inputs and outputs of draft step i (0-based): read the token before x_{i+1} (and the carried x_k of the
         last round first when `behind`), write x_{i+1} and q_{i+1}. (Read-only mappings, made once per (i, behind).)"""
-        key = ("draft", i, behind)
-        if key not in self._views:
-            self._views[key] = self._draft_step(i, behind)
-        inputs, outputs = self._views[key]
+        inputs, outputs = self._cached(("draft", i, behind), lambda: self._draft_step(i, behind))
         return {**inputs, "uniforms": View(self.uniforms, (1,), self.base + i)}, outputs
 
     def verify(self, k: int, point_mass: bool = False) -> tuple[dict, dict]:
         """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step); q from the
         draft's rows, or the one-hot rows of host-made guesses (`point_mass`)."""
-        key = ("verify", k, point_mass)
-        if key not in self._views:
-            self._views[key] = self._verify(k, self.point if point_mass else self.q)
-        inputs, outputs = self._views[key]
+        inputs, outputs = self._cached(("verify", k, point_mass),
+                                       lambda: self._verify(k, self.point if point_mass else self.q))
         return {**inputs, "uniforms": View(self.uniforms, (k + 1,), self.base + self.asked)}, outputs
+
+    def _cached(self, key: tuple, make):
+        if key not in self._views:
+            self._views[key] = make()
+        return self._views[key]
 
     def _draft_step(self, i: int, behind: int):
         start = self.CURRENT + i - behind

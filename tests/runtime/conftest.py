@@ -53,3 +53,11 @@ def small_vocab_pair(tmp_path_factory):
     draft = make_tiny_t5(root / "draft", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
                          seed=4)
     return target, export(target, draft, root / "export", "--gamma-max", "4", "--max-length", "16")
+
+
+@pytest.fixture(scope="module")
+def related_decoder(related_pair):
+    """A SpeculativeDecoder on `related_pair`'s export (one per test module)."""
+    from specdec.runtime import SpeculativeDecoder
+
+    return SpeculativeDecoder.load(related_pair[2], provider="cpu")

@@ -1,21 +1,18 @@
 """Greedy exactness: speculative decoding at any gamma gives the target's own greedy output, token for token."""
 
-import numpy as np
 import pytest
 import torch
 from transformers import T5ForConditionalGeneration
 
 from tinymodels import random_prompts as prompts
 
-from specdec.runtime import SpeculativeDecoder
-
 N_PROMPTS = 50
 MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
-def decoder(related_pair):
-    return SpeculativeDecoder.load(related_pair[2], provider="cpu")
+def decoder(related_decoder):
+    return related_decoder
 
 
 def test_greedy_speculative_equals_target_only_and_pytorch(related_pair, decoder):

@@ -7,15 +7,15 @@ from transformers import T5ForConditionalGeneration
 
 from tinymodels import random_prompts as prompts
 
-from specdec.runtime import Params, SpecdecError, SpeculativeDecoder
+from specdec.runtime import Params, SpecdecError, Stats
 
 LENIENCE = 0.3
 MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
-def decoder(related_pair):
-    return SpeculativeDecoder.load(related_pair[2], provider="cpu")
+def decoder(related_decoder):
+    return related_decoder
 
 
 def test_greedy_lenience_keeps_only_tokens_within_l_of_the_best_under_pytorch(related_pair, decoder):
@@ -65,7 +65,7 @@ def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     target, ws = decoder.target, decoder.workspace
     ws.reset(decoder.start_id, Params())
     ws.new_round(0)
-    target.encode(np.array([5, 6, 1]), decoder_stats())
+    target.encode(np.array([5, 6, 1]), Stats())
     target.length = decoder.max_length - 1               # the cache is full but for one row
     with pytest.raises(SpecdecError, match="max_length"):
         target.run(*ws.verify(3))                          # 4 tokens would be written past the cache
@@ -78,9 +78,3 @@ def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     with pytest.raises(SpecdecError, match="'probs' view .* does not fit"):
         target.run(inputs, outputs)
     assert decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=10, gamma=3).token_ids == before
-
-
-def decoder_stats():
-    from specdec.runtime import Stats
-
-    return Stats()

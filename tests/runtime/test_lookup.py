@@ -66,8 +66,8 @@ def test_n_gram_range_is_checked():
 
 
 @pytest.fixture(scope="module")
-def decoders(related_pair):
-    dec = SpeculativeDecoder.load(related_pair[2], provider="cpu")
+def decoders(related_decoder):
+    dec = related_decoder
     return dec, SpeculativeDecoder(dec.manifest, dec.provider, dec.target, LookupDraft())
 
 
