@@ -19,7 +19,10 @@ def parser() -> argparse.ArgumentParser:
                     "tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "
                     "from models/.")
     p.add_argument("--target", help="target checkpoint: hub id (e.g. t5-large) or local directory")
-    p.add_argument("--draft", help="draft checkpoint: hub id (e.g. t5-small) or local directory")
+    p.add_argument("--draft", action="append", metavar="[NAME=]CHECKPOINT",
+                   help="draft checkpoint: hub id (e.g. t5-small) or local directory. The first is the default "
+                        "draft, named 'draft'; repeat with NAME=CHECKPOINT for more draft models, usable as chain "
+                        "levels (e.g. --draft t5-small --draft mid=t5-base, then draft='draft,mid')")
     p.add_argument("--out", default="exported", type=Path, help="export directory (default: ./exported)")
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=256,
@@ -34,17 +37,41 @@ def _main(argv) -> int:
     args = parser().parse_args(argv)
     if (args.target is None) != (args.draft is None):
         raise SpecdecError("--target and --draft go together", "pass both, or neither for the bundled pair")
-    target, draft = (args.target, args.draft) if args.target else bundled_pair()
+    target, draft = (args.target, args.draft[0]) if args.target else bundled_pair()
+    more = {}
+    if args.draft:
+        draft, more = _drafts(args.draft)
     warnings.filterwarnings("ignore")          # the ONNX tracer's warnings say nothing actionable to users
     reports = export_pair(ExportOptions(target, draft, args.out, args.gamma_max, args.max_length, args.dtype,
-                                        args.force, args.opset))
+                                        args.force, args.opset, more))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
     if failed:
         print(f"error: parity check failed for {', '.join(failed)}; the export in {args.out} is not trustworthy",
               file=sys.stderr)
         return 1
-    print(f"exported {target} (target) + {draft} (draft) to {args.out}")
+    extra = "".join(f" + {path} ({name})" for name, path in more.items())
+    print(f"exported {target} (target) + {draft} (draft){extra} to {args.out}")
     return 0
+
+
+def _drafts(values: list) -> tuple[str, dict]:
+    """--draft values -> (the default draft's checkpoint, {name: checkpoint} of the others)."""
+    named = []
+    for i, value in enumerate(values):
+        name, sep, path = value.partition("=")
+        if not sep or "/" in name or "\\" in name:      # a plain checkpoint (a path may contain '=')
+            name, path = ("draft" if i == 0 else f"draft{i + 1}"), value
+        if not path:
+            raise SpecdecError(f"--draft {value!r} names no checkpoint", "use --draft NAME=CHECKPOINT")
+        named.append((name, path))
+    if named[0][0] != "draft":
+        raise SpecdecError(f"the first --draft is the default draft and is named 'draft' (got {named[0][0]!r})",
+                           "leave the first --draft unnamed, and name the others: --draft t5-small --draft mid=...")
+    names = [n for n, _ in named]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise SpecdecError(f"two --draft models are named {dup!r}", "give each --draft NAME=CHECKPOINT its own name")
+    return named[0][1], dict(named[1:])
 
 
 def main(argv=None) -> int:

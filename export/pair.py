@@ -27,6 +27,10 @@ class ExportOptions:
     dtype: str = "fp32"
     force: bool = False
     opset: int = 17
+    more_drafts: dict = None      # name -> checkpoint: further draft models (chain levels), e.g. {"mid": "t5-base"}
+
+    def roles(self) -> dict:
+        return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
 
 
 def bundled_pair() -> tuple[str, str]:
@@ -41,7 +45,17 @@ def bundled_pair() -> tuple[str, str]:
     return str(target), str(draft)
 
 
+RESERVED = ("target", "none", "auto", "lookup")
+
+
 def validate_options(opts: ExportOptions) -> None:
+    import re
+
+    for name in opts.more_drafts or {}:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name) or name in RESERVED or name == "draft":
+            raise SpecdecError(f"draft name {name!r} is not allowed",
+                               "use a short lower-case name (letters, digits, _ or -) other than "
+                               f"{', '.join(RESERVED)} and draft, e.g. --draft mid=t5-base")
     if opts.gamma_max < 1:
         raise SpecdecError(f"--gamma-max must be at least 1 (got {opts.gamma_max})", "use e.g. --gamma-max 8")
     if opts.max_length < opts.gamma_max + 2:
@@ -121,9 +135,11 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from .source import load_config, load_source
 
     validate_options(opts)
-    names = {"target": opts.target, "draft": opts.draft}
+    names = opts.roles()
     configs = {role: load_config(name) for role, name in names.items()}
-    check_pair(configs["target"], configs["draft"], opts.target, opts.draft)
+    for role in names:
+        if role != "target":
+            check_pair(configs["target"], configs[role], opts.target, names[role])
     out = Path(opts.out)
     prepare_out_dir(out, opts.force)
 
@@ -143,9 +159,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             started = time.perf_counter()
             if stage == "load":
                 sources[role] = load_source(names[role])
-                if role == "draft":
-                    check_tokenizers(sources["target"].tokenizer, sources["draft"].tokenizer,
-                                     opts.target, opts.draft)
+                if role != "target":
+                    check_tokenizers(sources["target"].tokenizer, sources[role].tokenizer,
+                                     opts.target, names[role])
             elif stage in ("encoder", "decoder"):
                 model = cast_for_export(sources[role].model, dtype)
                 rel = f"{role}/{stage}.onnx"

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import sources
+from .auto import AutoDraft, Estimates
 from .device import device_of, resolve_provider
 from .draft import DraftSource, ModelDraft
 from .errors import SpecdecError
+from .lookup import LookupDraft
 from .manifest import load_manifest
 from .model import CachedSeq2Seq
 from .params import Params
@@ -42,14 +45,15 @@ def _belongs_together(target, draft) -> None:
 
 
 class SpeculativeDecoder:
-    """A target model and a draft source over one workspace of device buffers; sessions, KV caches and buffers are
-    created once and reused by every request.
+    """A target model and its draft models over one workspace of device buffers; sessions, KV caches and buffers
+    are created once and reused by every request. A request's `draft` parameter picks the source (sources.py).
 
-    Public attributes: `target` (CachedSeq2Seq), `draft` (a DraftSource, runtime/draft.py), `workspace`
-    (runtime/workspace.py), `tokenizer`, `manifest`, `provider`, `gamma_max`, `max_length`, `vocab_size`, `eos_id`,
-    `start_id` (the decoder start token)."""
+    Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
+    default model draft, a ModelDraft), `estimates` (what draft="auto" / gamma="auto" learned, runtime/auto.py;
+    `reset_estimates()` forgets it), `workspace` (runtime/workspace.py), `tokenizer`, `manifest`, `provider`,
+    `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token)."""
 
-    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, draft: DraftSource):
+    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict):
         from tokenizers import Tokenizer
 
         self.manifest, self.provider = manifest, provider
@@ -59,14 +63,46 @@ class SpeculativeDecoder:
         ids = manifest.special_ids
         self.eos_id, self.start_id = int(ids["eos_token_id"]), int(ids["decoder_start_token_id"])
         self.tokenizer = Tokenizer.from_file(str(manifest.path(manifest.raw["tokenizer"])))
-        self.target, self.draft = target, draft
+        self.target, self.models = target, dict(models)
+        self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
+        self.estimates = Estimates()
+        self._sources = {}
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
+
+    def reset_estimates(self) -> None:
+        """Forget what the auto choice learned (acceptance rates and costs) from earlier requests."""
+        self.estimates = Estimates()
+        self._sources.clear()
+
+    def source(self, params: Params) -> DraftSource | None:
+        """The draft source a request's (draft, gamma) asks for; None for target-only decoding. A bad name is a
+        one-line SpecdecError naming the choices."""
+        draft, gamma = params.draft, params.gamma
+        names = list(self.models)
+        if isinstance(draft, DraftSource):
+            return None if gamma == 0 else AutoDraft({draft.name: draft}, self.estimates) if gamma == "auto" \
+                else draft
+        parts = sources.parse(draft, names)
+        if gamma == 0 or parts == ["none"]:
+            return None
+        key = (draft, gamma == "auto")
+        if key not in self._sources:
+            if parts == ["auto"]:
+                lookup = LookupDraft()
+                made = {spec: sources.build(spec.split(","), self.models, lookup)
+                        for spec in sources.AUTO_CANDIDATES if all(p == "lookup" or p in self.models
+                                                                   for p in spec.split(","))}
+                self._sources[key] = AutoDraft(made, self.estimates, adaptive=gamma == "auto")
+            else:
+                made = sources.build(parts, self.models)
+                self._sources[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
+        return self._sources[key]
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
              draft: str | Path | None = None) -> "SpeculativeDecoder":
-        """Open an export directory (checksums verified). `draft`: take the draft from another export directory
-        made for the same target (same tokenizer); by default the pair exported together is used.
+        """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
+        named "draft" from another export directory made for the same target (same tokenizer).
         `threads`: intra-op threads for the target (0: onnxruntime's default); the draft's one-token steps are too
         small to split across cores, so it gets one unless `threads` says otherwise."""
         manifest = load_manifest(export_dir)
@@ -77,9 +113,10 @@ class SpeculativeDecoder:
         provider = resolve_provider(provider)
         device = device_of(provider)
         target = CachedSeq2Seq(manifest, "target", provider, device, manifest.gamma_max + 1, threads)
-        draft_model = CachedSeq2Seq(draft_manifest, "draft", provider, device, 2, threads or 1,
-                                    max_length=manifest.max_length)
-        return cls(manifest, provider, target, ModelDraft(draft_model))
+        models = {name: CachedSeq2Seq(draft_manifest if name == "draft" else manifest, name, provider, device,
+                                      manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length)
+                  for name in manifest.drafts}
+        return cls(manifest, provider, target, models)
 
     # -- requests -------------------------------------------------------------------------------------------
     def _source(self, prompt, input_ids) -> np.ndarray:
@@ -104,19 +141,20 @@ class SpeculativeDecoder:
                                "shorten it, or re-export with a larger --max-length")
         return ids
 
-    def _run(self, ids, params: Params, stats: Stats):
-        """Yield the tokens each iteration adds (target-only steps when gamma = 0)."""
+    def _run(self, ids, params: Params, source: DraftSource | None, stats: Stats):
+        """Yield the tokens each iteration adds (target-only steps without a source)."""
         ws, target = self.workspace, self.target
         ws.reset(self.start_id, params)
         target.encode(ids, stats)
-        if params.gamma > 0:
-            self.draft.start(ids, stats)
+        if source is not None:
+            source.start(ids, stats)
         produced, limit = 0, params.max_new_tokens
+        cap = self.gamma_max if params.gamma == "auto" else params.gamma
         while True:
             # room for k guesses: the verify run appends k+1 tokens and must stay inside max_length
-            g = min(params.gamma, limit - produced - 1, self.max_length - target.length - 1)
-            if g >= 1:
-                new = speculative_step(ws, target, self.draft, g, stats)
+            g = min(cap, limit - produced - 1, self.max_length - target.length - 1)
+            if g >= 1 and source is not None:
+                new = speculative_step(ws, target, source, g, stats)
             else:
                 new = target_step(ws, target, stats)
             new = new[:limit - produced]
@@ -133,10 +171,11 @@ class SpeculativeDecoder:
     def _tokens(self, prompt, input_ids, params: Params | None, overrides: dict):
         """Yield (new tokens, stop reason or "", stats so far) per iteration; the text is left to the caller."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
+        source = self.source(params)
         ids = self._source(prompt, input_ids)
         stats = Stats()
         began = time.perf_counter()
-        for new, done in self._run(ids, params, stats):
+        for new, done in self._run(ids, params, source, stats):
             stats.total_s = time.perf_counter() - began
             stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
             yield new, done, stats
@@ -144,8 +183,8 @@ class SpeculativeDecoder:
     def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
-        Parameters: a Params object and/or its fields as keywords (max_new_tokens, gamma, temperature, top_k,
-        top_p, lenience, seed)."""
+        Parameters: a Params object and/or its fields as keywords (max_new_tokens, gamma, draft, temperature,
+        top_k, top_p, lenience, seed)."""
         out, shown = [], ""
         for new, done, stats in self._tokens(prompt, input_ids, params, overrides):
             out.extend(new)
@@ -155,8 +194,9 @@ class SpeculativeDecoder:
 
     def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
                  **overrides) -> Result:
-        """Generate from a prompt (text) or input_ids. gamma=0 is target-only decoding on the same sessions.
-        Parameters as for stream()."""
+        """Generate from a prompt (text) or input_ids. draft="none" or gamma=0 is target-only decoding on the same
+        sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
+        stream()."""
         out, done, stats = [], "", None
         for new, done, stats in self._tokens(prompt, input_ids, params, overrides):
             out.extend(new)

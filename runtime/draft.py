@@ -1,13 +1,20 @@
 """Draft sources: anything that proposes up to k guesses with their distributions q, then learns the verdict.
 
-The contract (runtime/round.py): `propose` writes x_1 .. x_k and q_1 .. q_k into the workspace and returns a
-Proposal (k may be smaller than asked, 0 on a miss); `commit` gets the target's Verdict. A new kind of draft
-(n-gram lookup, a chain of models) is a new class here, not a new decoding loop."""
+The contract (runtime/round.py): `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`) and writes
+q_1 .. q_k into the rows it is given (or the point rows) and returns a Proposal (k may be smaller than asked, 0 on
+a miss); `commit` gets the Verdict of the level above. A new kind of draft is a new class here, not a new loop.
+
+A ModelDraft with a source `below` is one level of a chain (report Algorithm 3, generalized): it verifies what the
+level below proposes with Algorithm 1 — one run of its own decoder and head over all of those guesses — and passes
+the tokens it keeps plus its own next token, each distributed exactly as its own q, up with its own rows. So
+"lookup,draft" is the draft model checking copied tokens, and "small,medium" a three-model chain under the target.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .device import Buffer
 from .model import CachedSeq2Seq
 from .round import Proposal, Verdict
 from .stats import Stats
@@ -18,44 +25,83 @@ class DraftSource:
     name = "draft"
 
     def start(self, source_ids: np.ndarray, stats: Stats) -> None:
-        """A new request: prepare for the prompt (the target's decoder sequence starts empty)."""
+        """A new request: prepare for the prompt (the target's decoder sequence starts with the start token)."""
         raise NotImplementedError
 
-    def propose(self, ws: Workspace, k: int, stats: Stats) -> Proposal:
-        """Write up to k guesses x_i and their q_i into the workspace."""
+    def propose(self, ws: Workspace, k: int, rows: Buffer, row: int, stats: Stats) -> Proposal:
+        """Append up to k guesses to the round and write q_i into `rows` from row `row` on (or the point rows)."""
         raise NotImplementedError
 
     def commit(self, ws: Workspace, verdict: Verdict) -> None:
-        """The target kept verdict.accepted of the proposed guesses."""
+        """The level above kept verdict.accepted of the guesses after position verdict.base."""
         raise NotImplementedError
 
 
 class ModelDraft(DraftSource):
-    """A small T5 export: k autoregressive steps, each one run (decoder + sampling head) that writes x_{i+1}
-    straight into the target's verify input and q_{i+1} into the q rows."""
+    """A small T5 export. Alone: k autoregressive steps, each one run (decoder + sampling head) that writes x_{i+1}
+    after x_i and q_{i+1} into the rows. Over a source `below`: rounds of Algorithm 1 of its own (see the module
+    docstring), then single steps for what is left."""
 
-    name = "model"
-
-    def __init__(self, model: CachedSeq2Seq):
-        self.model = model
-        self.behind = 0       # 1 when the last round kept every guess: x_k is in `carry`, not yet in our cache
+    def __init__(self, model: CachedSeq2Seq, below: DraftSource | None = None, name: str | None = None,
+                 level: int = 0):
+        self.model, self.below, self.level = model, below, level
+        self.name = name or model.role
+        self._ids = None      # the request's source ids, encoded on first use (an auto choice may never use us)
 
     def start(self, source_ids, stats):
-        self.model.encode(source_ids, stats)
-        self.behind = 0
+        self._ids, self.model.length = source_ids, -1
+        if self.below is not None:
+            self.below.start(source_ids, stats)
 
-    def propose(self, ws, k, stats):
-        for i in range(k):
-            stats.draft_s += self.model.run(*ws.draft_step(i, self.behind if i == 0 else 0))
-        stats.draft_calls += k
-        stats.ort_runs += k
+    def _ready(self, ws: Workspace, upto: int, guesses: int, stats: Stats) -> None:
+        """Encode on first use; when the cache lags so far behind that a run over positions length..upto plus
+        `guesses` would not fit the model's width, feed the missed tokens first (runs whose head output is dropped:
+        this happens when an auto choice did not use the model for a while)."""
+        width = self.model.logits.shape[0]
+        while upto - self.model.length + 1 + guesses > width:
+            first = self.model.length
+            stats.draft_s += self.model.run(*ws.catch_up(first, min(first + width - 1, upto - 1)))
+            stats.draft_calls += 1
+            stats.ort_runs += 1
+
+    def propose(self, ws, k, rows, row, stats):
+        if self.model.length < 0:
+            self.model.encode(self._ids, stats)
+        made = 0
+        while self.below is not None and made < k - 1:
+            made_now = self._verify_below(ws, k - made - 1, rows, row + made, stats)
+            if not made_now:
+                break
+            made += made_now
+        for i in range(made, k):                 # single steps
+            self._ready(ws, ws.end, 0, stats)
+            stats.draft_s += self.model.run(*ws.run(self.model.length, out=rows, out_row=row + i,
+                                                    next_slot=ws.end + 1))
+            ws.appended_on_device()
+            stats.draft_calls += 1
+            stats.ort_runs += 1
         return Proposal(k)
 
+    def _verify_below(self, ws, j_max, rows, row, stats) -> int:
+        """One Algorithm-1 round at this level: the source below proposes j <= j_max guesses, one run of ours
+        keeps n of them and draws one more token; n + 1 tokens join the round with our rows. 0 on a miss."""
+        below = self.below.propose(ws, j_max, ws.rows(self.level + 1), 0, stats)
+        j = below.count
+        if j == 0:
+            return 0
+        q = ws.point if below.point_mass else ws.rows(self.level + 1)
+        base = ws.end - j
+        self._ready(ws, base, j, stats)
+        stats.draft_s += self.model.run(*ws.run(self.model.length, j, q, rows, row))
+        stats.draft_calls += 1
+        stats.ort_runs += 1
+        n, tokens = ws.judged(j)
+        self.model.rollback(base + n + 1)         # forget the rejected guesses' keys and values
+        stats.source(self.below.name + ">").add(j, n)
+        self.below.commit(ws, Verdict(j, n, tokens, base))
+        return n + 1
+
     def commit(self, ws, verdict):
-        k, n = verdict.proposed, verdict.accepted
-        assert k >= 1, "a model draft always proposes"
-        # our cache holds the round's first token and x_1 .. x_{k-1}; the sequence now has it and x_1 .. x_n
-        self.model.rollback(self.model.length - k + n + 1 if n < k else self.model.length)
-        self.behind = int(n == k)
-        if n == k:            # x_k was never fed to the draft: it goes in first next round
-            ws.carry(verdict.tokens[k - 1])
+        self.model.rollback(verdict.base + verdict.accepted + 1)
+        if self.below is not None:
+            self.below.commit(ws, verdict)

@@ -61,19 +61,34 @@ class LookupDraft(DraftSource):
         self.source.index(0, len(self.source.tokens))
         self.generated = NgramIndex(self.min_n, self.max_n)
 
-    def propose(self, ws: Workspace, k: int, stats: Stats) -> Proposal:
-        history = self.generated.tokens
+    def guesses(self, ws: Workspace, k: int) -> list:
+        """What a proposal of up to k would copy (nothing written)."""
+        history = ws.tail()                   # the final tokens and this round's so far (start token first)
+        if history is None or k < 1:          # a model wrote tokens the host has not read: nothing to match
+            return []
+        self._sync(ws.seq)
+        history = history[1:]
         for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
             key = tuple(history[-n:])
-            guesses = self.generated.continuation(key, k) or self.source.continuation(key, k)
-            if guesses:
-                ws.write_point_guesses(guesses)
-                return Proposal(len(guesses), point_mass=True)
-        return Proposal(0)
+            found = self.generated.continuation(key, k) or self.source.continuation(key, k)
+            if found:
+                return found
+        return []
+
+    def propose(self, ws: Workspace, k: int, rows, row: int, stats: Stats) -> Proposal:
+        found = self.guesses(ws, k)
+        if found:
+            ws.write_point_guesses(found)
+        return Proposal(len(found), point_mass=bool(found))
+
+    def _sync(self, seq: list) -> None:
+        """Index the final output incrementally. The n-grams ending at its newest token stay unindexed until more
+        follow: the suffix being matched must find an earlier occurrence, not itself."""
+        gen = self.generated
+        before = len(gen.tokens)
+        if len(seq) - 1 > before:
+            gen.tokens.extend(seq[1 + before:])
+            gen.index(before - 1, len(gen.tokens) - 1)
 
     def commit(self, ws: Workspace, verdict: Verdict) -> None:
-        # n-grams ending at the newest token stay unindexed until the next commit: the suffix being matched must
-        # find an earlier occurrence, not itself
-        before = len(self.generated.tokens)
-        self.generated.tokens.extend(verdict.tokens)
-        self.generated.index(before - 1, len(self.generated.tokens) - 1)
+        pass                                  # no state but the index, which follows ws.seq

@@ -78,6 +78,7 @@ class Manifest:
     vocab_size = property(lambda self: int(self.raw["vocab_size"]))
     special_ids = property(lambda self: dict(self.raw["special_ids"]))
     files = property(lambda self: dict(self.raw["files"]))
+    drafts = property(lambda self: [role for role in self.models if role != "target"])
 
     def path(self, relative: str) -> Path:
         return self.root / relative
@@ -113,7 +114,7 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],
                                   Graph.from_json(m["graphs"]["encoder"]), Graph.from_json(m["graphs"]["decoder"]))
-                  for role, m in ((r, raw["models"][r]) for r in ROLES)}
+                  for role, m in ((r, raw["models"][r]) for r in (*ROLES, *sorted(set(raw["models"]) - set(ROLES))))}
         files = raw["files"]
         int(raw["gamma_max"]), int(raw["max_length"]), int(raw["vocab_size"])
         raw["special_ids"]["decoder_start_token_id"], raw["special_ids"]["eos_token_id"]

@@ -4,7 +4,7 @@ whole to the decoding loop."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -14,7 +14,10 @@ from .errors import SpecdecError
 @dataclass(frozen=True)
 class Params:
     max_new_tokens: int = 64     # output is at most this many tokens (an EOS included)
-    gamma: int = 4               # draft tokens per target call, 0 .. the export's gamma_max; 0 = target only
+    gamma: int | str = "auto"    # guesses per target call, 0 .. the export's gamma_max (0 = target only), or
+    #                              "auto": chosen each round from measured acceptance and costs (runtime/auto.py)
+    draft: object = "auto"       # "auto", "none", "lookup", a draft model's name ("draft"), a chain lowest level
+    #                              first ("lookup,draft"), or a DraftSource object (runtime/sources.py)
     temperature: float = 0.0     # 0 = greedy
     top_k: int = 0               # 0 = no top-k filter
     top_p: float = 1.0           # 1 = no nucleus filter
@@ -35,11 +38,14 @@ class Params:
     def checked(self, gamma_max: int) -> "Params":
         """Raise a one-line SpecdecError for any value out of range; returns self."""
         gamma = self.gamma
-        if not _is_int(gamma) or not 0 <= gamma <= gamma_max:
+        if gamma != "auto" and (not _is_int(gamma) or not 0 <= gamma <= gamma_max):
             raise SpecdecError(f"gamma must be an integer in 0..{gamma_max} (got {gamma!r})",
                                f"use 0 <= gamma <= {gamma_max}" + (
                                    f", or re-export with --gamma-max {gamma}" if _is_int(gamma) and gamma > gamma_max
                                    else ""))
+        if not isinstance(self.draft, str) and not _is_source(self.draft):
+            raise SpecdecError(f"draft must be a name such as 'auto', 'lookup', 'draft' or 'lookup,draft', or a "
+                               f"DraftSource (got {type(self.draft).__name__})")
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise SpecdecError(f"max_new_tokens must be a positive integer (got {self.max_new_tokens!r})")
         if not (_is_real(self.temperature) and math.isfinite(self.temperature) and self.temperature >= 0):
@@ -56,7 +62,17 @@ class Params:
         return self
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Fields by name; a DraftSource object is given by its name."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not isinstance(out["draft"], str):
+            out["draft"] = getattr(out["draft"], "name", type(out["draft"]).__name__)
+        return out
+
+
+def _is_source(value) -> bool:
+    from .draft import DraftSource
+
+    return isinstance(value, DraftSource)
 
 
 def _is_int(value) -> bool:

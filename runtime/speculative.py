@@ -12,27 +12,31 @@ from .workspace import Workspace
 def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stats) -> Verdict:
     """One target run over the current token and x_1 .. x_k: p_1 .. p_{k+1}, then keep x_i while r_i < p_i(x)/q_i(x)
     and draw the next token from norm(max(0, p_{n+1} - q_{n+1})), or from p_{k+1} when all were kept."""
-    start, k = target.length, proposal.count
-    stats.target_s += target.run(*ws.verify(k, proposal.point_mass))
-    n, tokens = ws.verdict()
-    target.rollback(start + n + 1)                       # forget the rejected guesses' keys and values
+    base, k = target.length, proposal.count
+    q = ws.point if proposal.point_mass else ws.rows(0)
+    stats.target_s += target.run(*ws.run(base, k, q, ws.p, 0))
+    n, tokens = ws.judged(k)
+    target.rollback(base + n + 1)                        # forget the rejected guesses' keys and values
     stats.target_calls += 1
     stats.ort_runs += 1
     stats.proposed += k
     stats.accepted += n
-    return Verdict(k, n, tokens)
+    return Verdict(k, n, tokens, base)
 
 
 def speculative_step(ws: Workspace, target: CachedSeq2Seq, draft: DraftSource, gamma: int, stats: Stats) -> list:
     """Propose up to gamma guesses, verify them in one target pass, keep n of them plus one more token."""
-    ws.new_round(gamma)                                  # r ~ U(0,1) for drafting, accepting, the last draw
-    proposal = draft.propose(ws, gamma, stats)           # x_i ~ q_i(x) for i = 1..k; q stays on the device
-    verdict = verify(ws, target, proposal, stats)        # n kept guesses and the next token
+    proposal = draft.propose(ws, gamma, ws.rows(0), 0, stats)    # x_i ~ q_i(x), i = 1..k; q stays on the device
+    verdict = verify(ws, target, proposal, stats)                 # n kept guesses and the next token
     draft.commit(ws, verdict)
+    stats.source((proposal.source or draft.name) if proposal.count else "none").add(proposal.count, verdict.accepted, len(verdict.tokens))
+    ws.emit(verdict.tokens)
     return verdict.tokens
 
 
 def target_step(ws: Workspace, target: CachedSeq2Seq, stats: Stats) -> list:
     """Plain autoregressive decoding (gamma = 0): one target run, one draw from p."""
-    ws.new_round(0)
-    return verify(ws, target, Proposal(0), stats).tokens
+    tokens = verify(ws, target, Proposal(0), stats).tokens
+    stats.source("none").add(0, 0, len(tokens))
+    ws.emit(tokens)
+    return tokens

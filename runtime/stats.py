@@ -6,6 +6,29 @@ from dataclasses import asdict, dataclass, field
 
 
 @dataclass
+class SourceStats:
+    """What one draft source (or chain level's source) did in a request: rounds it proposed in, guesses offered and
+    kept, rounds with a rejection, and (at the target level) the tokens its rounds produced."""
+    rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    rejections: int = 0
+    tokens: int = 0
+
+    def add(self, proposed: int, accepted: int, tokens: int = 0) -> None:
+        self.rounds += 1
+        self.proposed += proposed
+        self.accepted += accepted
+        self.rejections += int(accepted < proposed)
+        self.tokens += tokens
+
+    @property
+    def alpha(self) -> float:
+        """Per-guess acceptance, accepted / (accepted + rejections): the estimate of alpha in (1 - a^(g+1))/(1 - a)."""
+        return self.accepted / (self.accepted + self.rejections) if self.accepted + self.rejections else 0.0
+
+
+@dataclass
 class Stats:
     target_calls: int = 0          # target decoder runs (verify passes, or steps at gamma = 0)
     draft_calls: int = 0           # draft decoder runs
@@ -18,6 +41,14 @@ class Stats:
     target_s: float = 0.0          # target runs: decoder over k+1 tokens + the accept/residual head
     host_s: float = 0.0            # everything outside ORT runs: Python, binding, reading the verdict
     total_s: float = 0.0
+    sources: dict = field(default_factory=dict)   # name -> SourceStats: "none" for target-only rounds, a source
+    #   verified by the target under its name ("draft", "lookup", "lookup,draft", ...), and the lower levels of a
+    #   chain under "name>" ("lookup>" for the lookup verified by the draft model in "lookup,draft")
+
+    def source(self, name: str) -> SourceStats:
+        if name not in self.sources:
+            self.sources[name] = SourceStats()
+        return self.sources[name]
 
     @property
     def acceptance_rate(self) -> float:
@@ -28,7 +59,8 @@ class Stats:
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "acceptance_rate": self.acceptance_rate,
+        return {**asdict(self), "sources": {name: {**asdict(s), "alpha": s.alpha} for name, s in self.sources.items()},
+                "acceptance_rate": self.acceptance_rate,
                 "tokens_per_target_call": self.tokens_per_target_call}
 
 

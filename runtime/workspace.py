@@ -1,18 +1,24 @@
-"""The device buffers one round of Algorithm 1 passes between the draft and the target, and the only place that
+"""The device buffers a round of Algorithm 1 passes between draft sources and the target, and the only place that
 knows where in them each graph reads and writes (allocated once at load).
 
-    tokens    [carry, current, x_1 .. x_gamma_max, n]  int64. `current` is the last emitted token (in no cache
-              yet); a draft step i writes x_{i+1} right after the token it read, so tokens[current : current+k+1] is
-              the target's verify input as it stands, and the verify run writes the next token back into `current`
-              and the number of kept guesses into `n`: the host reads the whole verdict in one read. `carry` holds
-              x_k when every guess was kept and the draft has not seen it yet.
-    q         [gamma_max, V]    the draft's distributions q_1 .. q_k (never leave the device)
-    point     [gamma_max, V]    one-hot rows q_i = delta(x_i) for host-made guesses (a lookup draft); zero but
-                                for the entries the last such proposal set
-    p         [gamma_max+1, V]  the target's standardized rows p_1 .. p_{k+1} of the last verify
-    uniforms  r ~ U(0,1) for the whole request, drawn at reset from the request's seed: each round takes the next
-              2 gamma + 1 (one per draft step, then k+1 for the verify run), so a round writes nothing
+    tokens    [max_length + gamma_max + 1 | n, z]  int64. Slot i holds the token at decoder position i (slot 0: the
+              decoder start token). A round starts at the target's length S: slot S holds the current token (in no
+              cache yet) and each proposal appends guesses after `end`, so any model, however far its cache lags,
+              reads the tokens it has not seen as one contiguous view [its length, end]. A verify run writes its
+              kept count n and next token z into the two slots after the sequence; the host reads them (the one
+              read per verification) and writes z after the kept guesses.
+    rows(l)   [gamma_max + 1, V]  the q rows level l of a chain verifies against: rows(0) are the target's q_1 .. q_k
+              (written by the source just below it), rows(1) what that source's own verifier reads, ... (never
+              leave the device)
+    point     [gamma_max + 1, V]  one-hot rows q_i = delta(x_i) of host-made guesses (a lookup), zero elsewhere
+    p         [gamma_max + 1, V]  the target's standardized rows p_1 .. p_{k+1} of the last verification
+    sink      [1, V] + one token  where a catch-up run (a lagging model reading tokens it missed) writes its unused head
+    uniforms  r ~ U(0,1), a stream drawn from the request's seed in blocks: every run takes the next G+1
     params    temperature, top_k, top_p, lenience: device scalars, written once per request
+
+Host bookkeeping: `seq` (the final tokens, positions 0..S), `end` (the last position holding a token this round)
+and `known` (the tokens at S+1..end when the host knows them, e.g. copied by a lookup; None once a model wrote
+some on the device).
 
 A graph input or output is bound to a `View` (buffer, shape, element offset); the binder checks it against its
 buffer (device.Binder).
@@ -28,6 +34,8 @@ import numpy as np
 from .device import Buffer
 from .params import Params
 
+UNIFORM_BLOCK = 1 << 14
+
 
 class View(NamedTuple):
     buffer: Buffer
@@ -36,93 +44,140 @@ class View(NamedTuple):
 
 
 class Workspace:
-    CARRY, CURRENT, FIRST_GUESS = 0, 1, 2
-
     def __init__(self, gamma_max: int, vocab: int, device: str, max_length: int):
-        self.gamma_max, self.vocab = gamma_max, vocab
-        self.ACCEPTED = gamma_max + 2
-        self.tokens = Buffer((gamma_max + 3,), np.int64, device)
-        self.q = Buffer((gamma_max, vocab), np.float32, device)
+        self.gamma_max, self.vocab, self.device = gamma_max, vocab, device
+        self.slots = max_length + gamma_max + 1
+        self.ACCEPTED, self.NEXT, self.SINK = self.slots, self.slots + 1, self.slots + 2
+        self.tokens = Buffer((self.slots + 3,), np.int64, device)
+        self._rows = [Buffer((gamma_max + 1, vocab), np.float32, device)]
         self.p = Buffer((gamma_max + 1, vocab), np.float32, device)
-        self.point = Buffer((gamma_max, vocab), np.float32, device)
+        self.point = Buffer((gamma_max + 1, vocab), np.float32, device)
+        self.sink = Buffer((1, vocab), np.float32, device)
         self._ones = []       # flat indices of `point` set to 1 by the last host-made proposal
-        # every round emits at least one token, so a request has at most max_length rounds
-        self.uniforms = Buffer((max_length * (2 * gamma_max + 1),), np.float32, device)
-        self.scratch = Buffer((1,), np.int64, device)       # a draft step's `accepted` (always 0), unread
+        self.uniforms = Buffer((UNIFORM_BLOCK,), np.float32, device)
         self.temperature = Buffer((1,), np.float32, device)
         self.top_k = Buffer((1,), np.int64, device)
         self.top_p = Buffer((1,), np.float32, device)
         self.lenience = Buffer((1,), np.float32, device)
-        self.asked = 0        # gamma of the current round (where the verify run's uniforms start)
-        self.base = 0         # the current round's first uniform
-        self._next = 0        # the next round's first uniform
-        self._views = {}      # (kind, ...) -> (inputs, outputs) but the uniforms: those never change
+        self._rng = np.random.default_rng(0)
+        self._used = 0        # uniforms of the current block taken
+        self.seq: list = []
+        self.end = 0
+        self.known: list | None = []
+        self._views = {}      # key -> (inputs, outputs) but the uniforms
 
+    # -- per request and per round ----------------------------------------------------------------------------
     def reset(self, start_token: int, params: Params) -> None:
-        self.tokens.write([start_token, start_token])
-        self.uniforms.write(np.random.default_rng(params.seed).random(self.uniforms.size, dtype=np.float32))
-        self._next = 0
+        self.tokens.write([start_token])
+        self.seq, self.end, self.known = [start_token], 0, []
+        self._rng = np.random.default_rng(params.seed)
+        self._refill()
         self.temperature.write([params.temperature])
         self.top_k.write([params.top_k])
         self.top_p.write([params.top_p])
         self.lenience.write([params.lenience])
 
-    def new_round(self, gamma: int) -> None:
-        """The round's r ~ U(0,1): gamma for drafting, gamma+1 for accepting and the last draw."""
-        self.asked, self.base = gamma, self._next
-        self._next += 2 * gamma + 1
+    @property
+    def start(self) -> int:
+        """S: the position of the current token (the target's cache holds 0..S-1)."""
+        return len(self.seq) - 1
+
+    def rows(self, level: int) -> Buffer:
+        while len(self._rows) <= level:
+            self._rows.append(Buffer((self.gamma_max + 1, self.vocab), np.float32, self.device))
+        return self._rows[level]
+
+    def _refill(self) -> None:
+        self.uniforms.write(self._rng.random(UNIFORM_BLOCK, dtype=np.float32))
+        self._used = 0
+
+    def _take(self, count: int) -> View:
+        if self._used + count > UNIFORM_BLOCK:
+            self._refill()
+        view = View(self.uniforms, (count,), self._used)
+        self._used += count
+        return view
 
     def _scalars(self) -> dict:
         return {"temperature": View(self.temperature, (1,)), "top_k": View(self.top_k, (1,)),
                 "top_p": View(self.top_p, (1,)), "lenience": View(self.lenience, (1,))}
 
-    def draft_step(self, i: int, behind: int) -> tuple[dict, dict]:
-        """Inputs and outputs of draft step i (0-based): read the token before x_{i+1} (and the carried x_k of the
-        last round first when `behind`), write x_{i+1} and q_{i+1}. (Read-only mappings, made once per (i, behind).)"""
-        inputs, outputs = self._cached(("draft", i, behind), lambda: self._draft_step(i, behind))
-        return {**inputs, "uniforms": View(self.uniforms, (1,), self.base + i)}, outputs
-
-    def verify(self, k: int, point_mass: bool = False) -> tuple[dict, dict]:
-        """Inputs and outputs of the target run over current, x_1 .. x_k (k = 0: a plain target step); q from the
-        draft's rows, or the one-hot rows of host-made guesses (`point_mass`)."""
-        inputs, outputs = self._cached(("verify", k, point_mass),
-                                       lambda: self._verify(k, self.point if point_mass else self.q))
-        return {**inputs, "uniforms": View(self.uniforms, (k + 1,), self.base + self.asked)}, outputs
-
-    def _cached(self, key: tuple, make):
+    # -- the views of one run -----------------------------------------------------------------------------------
+    def run(self, first: int, guesses: int = 0, q: Buffer | None = None, out: Buffer | None = None,
+            out_row: int = 0, next_slot: int | None = None) -> tuple[dict, dict]:
+        """Inputs and outputs of one decoder + head run over positions first..end, the last `guesses` of which are
+        verified against rows 0.. of `q` (the point rows, or a level's rows). The head's standardized rows go to
+        `out` from `out_row` on (the sink when None); the next token to `next_slot` (NEXT when None), n to
+        ACCEPTED. (Read-only mappings, made once per distinct run.)"""
+        key = (first, self.end, guesses, id(q), id(out), out_row, next_slot)
         if key not in self._views:
-            self._views[key] = make()
-        return self._views[key]
+            self._views[key] = self._make(first, guesses, q, out, out_row, next_slot)
+        inputs, outputs = self._views[key]
+        return {**inputs, "uniforms": self._take(guesses + 1)}, outputs
 
-    def _draft_step(self, i: int, behind: int):
-        start = self.CURRENT + i - behind
-        inputs = {"input_ids": View(self.tokens, (1, 1 + behind), start),
-                  "draft_probs": View(self.q, (0, self.vocab)), **self._scalars()}
-        outputs = {"probs": View(self.q, (1, self.vocab), i * self.vocab),
-                   "accepted": View(self.scratch, (1,)),
-                   "next_token": View(self.tokens, (1,), self.FIRST_GUESS + i)}
+    def _make(self, first, guesses, q, out, out_row, next_slot):
+        inputs = {"input_ids": View(self.tokens, (1, self.end - first + 1), first),
+                  "draft_probs": View(q if q is not None else self.point, (guesses, self.vocab)), **self._scalars()}
+        if out is None:
+            probs = View(self.sink, (1, self.vocab))
+        else:
+            probs = View(out, (guesses + 1, self.vocab), out_row * self.vocab)
+        outputs = {"probs": probs, "accepted": View(self.tokens, (1,), self.ACCEPTED),
+                   "next_token": View(self.tokens, (1,), self.NEXT if next_slot is None else next_slot)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
-    def _verify(self, k: int, q: Buffer):
-        inputs = {"input_ids": View(self.tokens, (1, k + 1), self.CURRENT),
-                  "draft_probs": View(q, (k, self.vocab)), **self._scalars()}
-        outputs = {"probs": View(self.p, (k + 1, self.vocab)),
-                   "accepted": View(self.tokens, (1,), self.ACCEPTED),
-                   "next_token": View(self.tokens, (1,), self.CURRENT)}
-        return MappingProxyType(inputs), MappingProxyType(outputs)
+    def catch_up(self, first: int, last: int) -> tuple[dict, dict]:
+        """A run over positions first..last whose only purpose is the model's cache (its head output is dropped)."""
+        end, self.end = self.end, last
+        try:
+            inputs, outputs = self.run(first, out=None, next_slot=self.SINK)
+        finally:
+            self.end = end
+        return inputs, outputs
 
-    def verdict(self) -> tuple[int, list]:
-        """(n, [x_1 .. x_n, next token]) from the device after a verify run."""
-        row = self.tokens.flat().tolist()          # one read: guesses, next token and n
-        n = row[self.ACCEPTED]
-        return n, row[self.FIRST_GUESS:self.FIRST_GUESS + n] + [row[self.CURRENT]]
+    # -- what the host reads and writes ---------------------------------------------------------------------------
+    def judged(self, guesses: int) -> tuple[int, list]:
+        """After a verify run over the last `guesses` positions: (n, [x_1 .. x_n, z]); z is written after x_n, which
+        becomes the new end of the round."""
+        base = self.end - guesses
+        flat = self.tokens.flat()
+        n, z = int(flat[self.ACCEPTED]), int(flat[self.NEXT])
+        if self.known is not None and len(self.known) >= base - self.start + n:
+            kept = self.known[base - self.start:base - self.start + n]
+        else:
+            kept = flat[base + 1:base + 1 + n].tolist()
+        self.tokens.write([z], base + n + 1)
+        self.end = base + n + 1
+        if self.known is not None:
+            self.known = self.known[:base - self.start] + kept + [z]
+        return n, kept + [z]
 
-    def carry(self, token: int) -> None:
-        self.tokens.write([token], self.CARRY)
+    def appended_on_device(self) -> None:
+        """A model wrote the token at end + 1 on the device: the host no longer knows the round's tokens."""
+        self.end += 1
+        self.known = None
+
+    def emit(self, tokens: list) -> None:
+        """The target's verdict: tokens become final and the next round starts after them."""
+        self.seq.extend(tokens)
+        self.end, self.known = self.start, []
+
+    def tail(self) -> list | None:
+        """The final tokens followed by this round's tokens so far, or None when the host does not know them."""
+        return None if self.known is None else self.seq + self.known
 
     def write_point_guesses(self, tokens) -> None:
-        """Host-made guesses x_1 .. x_k with point-mass distributions q_i = delta(x_i) (verify with point_mass)."""
+        """Host-made guesses at end+1 .. with point-mass distributions q_i = delta(x_i) in the point rows."""
         ones = [i * self.vocab + int(t) for i, t in enumerate(tokens)]
         self.point.scatter(self._ones + ones, [0.0] * len(self._ones) + [1.0] * len(ones))
         self._ones = ones
-        self.tokens.write(tokens, self.FIRST_GUESS)
+        self.tokens.write(tokens, self.end + 1)
+        self.end += len(tokens)
+        if self.known is not None:
+            self.known = self.known + [int(t) for t in tokens]
+
+    def retract(self, count: int) -> None:
+        """Drop the last `count` host-made guesses (a proposal cut short before it was verified)."""
+        self.end -= count
+        if self.known is not None and count:
+            self.known = self.known[:-count]

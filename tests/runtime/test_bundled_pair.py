@@ -37,7 +37,6 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
     tok = AutoTokenizer.from_pretrained(str(MODELS / "target"))
     model = T5ForConditionalGeneration.from_pretrained(str(MODELS / "target"), dtype=torch.float32).eval()
     dec = SpeculativeDecoder.load(bundled_export, provider="cpu")
-    lookup = SpeculativeDecoder(dec.manifest, dec.provider, dec.target, LookupDraft())
     proposed = accepted = 0   # at gamma = 1 accepted / proposed estimates alpha (greedy) directly
     for text in prompts:
         ids = tok(text, return_tensors="pt").input_ids[:, :256]
@@ -47,11 +46,13 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
             ref.pop()
         assert dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=0).token_ids == ref
         for gamma in (1, 3, 8):
-            res = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=gamma)
+            res = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=gamma, draft="draft")
             assert res.token_ids == ref, (gamma, text)
             if gamma == 1:
                 proposed, accepted = proposed + res.stats.proposed, accepted + res.stats.accepted
-        assert lookup.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=4).token_ids == ref, text
+        for draft, gamma in (("lookup", 4), ("lookup,draft", 4), ("auto", "auto")):
+            res = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=gamma, draft=draft)
+            assert res.token_ids == ref, (draft, text)
     # A related, distilled pair agrees on about half the greedy tokens (models/README.md: alpha(T=0) ~0.55 on
     # 400 prompts, measured with PyTorch); an unrelated draft would agree on ~1/4096 of them.
     assert accepted / proposed > 0.4, f"the bundled draft agrees with the target on {accepted}/{proposed} tokens"

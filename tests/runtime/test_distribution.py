@@ -57,10 +57,10 @@ def exact_distribution(model_dir, temperature, top_k, top_p) -> dict:
     return {o: p / total for o, p in dist.items()}
 
 
-def empirical(decoder, settings, n=N_SAMPLES) -> dict:
+def empirical(decoder, settings, n=N_SAMPLES, draft="draft") -> dict:
     counts = {}
     for seed in range(n):
-        out = tuple(decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=seed,
+        out = tuple(decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=seed, draft=draft,
                                      **settings).token_ids)
         counts[out] = counts.get(out, 0) + 1
     return counts
@@ -91,7 +91,8 @@ def test_speculative_sampling_matches_target_distribution(name, small_vocab_pair
     p_value = chi_square_p(counts, dist)
     assert p_value >= P_PASS, f"{name}: chi-square p = {p_value:.3g}"
     # the pair must really exercise rejections, or this would only test the draft-free path
-    stats = decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=0, **settings).stats
+    stats = decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=0, draft="draft",
+                             **settings).stats
     assert stats.proposed > 0
 
 

@@ -64,17 +64,17 @@ def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     before = decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=10, gamma=3).token_ids
     target, ws = decoder.target, decoder.workspace
     ws.reset(decoder.start_id, Params())
-    ws.new_round(0)
     target.encode(np.array([5, 6, 1]), Stats())
     target.length = decoder.max_length - 1               # the cache is full but for one row
+    ws.end = target.length + 3
     with pytest.raises(SpecdecError, match="max_length"):
-        target.run(*ws.verify(3))                          # 4 tokens would be written past the cache
+        target.run(*ws.run(target.length, 3, ws.rows(0), ws.p))     # 4 tokens would be written past the cache
     assert target.length == decoder.max_length - 1
     # a view that is out of bounds of a smaller buffer is refused by the binder itself
-    inputs, outputs = ws.verify(2)
+    target.length, ws.end = 0, 2
+    inputs, outputs = ws.run(0, 2, ws.rows(0), ws.p)
     outputs = dict(outputs)
     outputs["probs"] = outputs["probs"]._replace(offset=ws.p.size - 1)
-    target.length = 0
     with pytest.raises(SpecdecError, match="'probs' view .* does not fit"):
         target.run(inputs, outputs)
     assert decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=10, gamma=3).token_ids == before

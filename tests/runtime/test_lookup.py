@@ -16,10 +16,15 @@ MAX_NEW = 24
 
 
 class FakeWorkspace:
-    """Records what a proposal writes (the lookup's only contact with the device)."""
+    """The final tokens (decoder start token first) and what a proposal writes: the lookup's only contact with the
+    device."""
 
-    def __init__(self):
+    def __init__(self, generated):
+        self.seq = [0, *generated]
         self.guesses = None
+
+    def tail(self):
+        return list(self.seq)
 
     def write_point_guesses(self, tokens):
         self.guesses = list(tokens)
@@ -28,14 +33,17 @@ class FakeWorkspace:
 def lookup_after(source, generated, min_n=1, max_n=3):
     draft = LookupDraft(min_n, max_n)
     draft.start(np.array(source), Stats())
-    for tok in generated:                    # one token per round, as target-only steps would commit them
-        draft.commit(None, Verdict(0, 0, [tok]))
-    return draft
+    ws = FakeWorkspace([])
+    for tok in generated:                    # one token per round, as target-only steps would emit them
+        ws.seq.append(tok)
+        draft.commit(ws, Verdict(0, 0, [tok]))
+        draft.guesses(ws, 1)                 # the index follows the output as the rounds go
+    return draft, ws
 
 
-def propose(draft, k):
-    ws = FakeWorkspace()
-    proposal = draft.propose(ws, k, Stats())
+def propose(made, k):
+    draft, ws = made
+    proposal = draft.propose(ws, k, None, 0, Stats())
     assert proposal.count == (len(ws.guesses) if ws.guesses else 0)
     assert proposal.count == 0 or proposal.point_mass
     return ws.guesses or []
@@ -52,12 +60,9 @@ def test_copies_the_continuation_of_the_longest_match_in_the_source():
 
 def test_the_output_so_far_is_searched_first_and_never_matches_itself():
     source = [5, 6, 7, 1]
-    draft = lookup_after(source, [30, 31, 32, 30])
-    assert propose(draft, 2) == [31, 32]          # 30 occurred earlier in the output: copy what followed it
-    draft = lookup_after(source, [40, 41])
-    assert propose(draft, 2) == []                # 41 occurred only as the suffix itself
-    draft = lookup_after(source, [6, 9, 6])
-    assert propose(draft, 2) == [9, 6]            # the output beats the source (which would give 7, 1)
+    assert propose(lookup_after(source, [30, 31, 32, 30]), 2) == [31, 32]   # 30 occurred earlier in the output
+    assert propose(lookup_after(source, [40, 41]), 2) == []       # 41 occurred only as the suffix itself
+    assert propose(lookup_after(source, [6, 9, 6]), 2) == [9, 6]  # the output beats the source (7, 1)
 
 
 def test_n_gram_range_is_checked():
@@ -68,7 +73,7 @@ def test_n_gram_range_is_checked():
 @pytest.fixture(scope="module")
 def decoders(related_decoder):
     dec = related_decoder
-    return dec, SpeculativeDecoder(dec.manifest, dec.provider, dec.target, LookupDraft())
+    return dec, dec
 
 
 def test_lookup_greedy_equals_target_only_and_pytorch(related_pair, decoders):
@@ -81,7 +86,7 @@ def test_lookup_greedy_equals_target_only_and_pytorch(related_pair, decoders):
         if 1 in ref:                           # generate pads after EOS; specdec stops there
             ref = ref[:ref.index(1) + 1]
         for gamma in (1, 3, 8):
-            res = lookup.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=gamma)
+            res = lookup.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=gamma, draft="lookup")
             assert res.token_ids == ref, f"gamma={gamma} prompt={ids}"
             assert res.stats.draft_calls == 0 and res.stats.ort_runs == 1 + res.stats.target_calls
             proposed += res.stats.proposed

@@ -52,7 +52,7 @@ def test_ort_runs_per_iteration(tiny_export):
     try:
         for gamma in (1, 4, 8):
             counted["runs"] = 0
-            res = dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=40, gamma=gamma)
+            res = dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=40, gamma=gamma, draft="draft")
             s = res.stats
             iterations = s.target_calls
             assert counted["runs"] == s.ort_runs
@@ -60,6 +60,11 @@ def test_ort_runs_per_iteration(tiny_export):
             assert s.ort_runs == 2 + s.draft_calls + iterations
             assert s.ort_runs - 2 <= (gamma + 1) * iterations
             assert s.draft_calls <= gamma * iterations
+        for draft in ("lookup", "lookup,draft", "auto"):     # the stats count every run whatever the source
+            counted["runs"] = 0
+            res = dec.generate(input_ids=[5, 6, 7, 5, 6, 1], max_new_tokens=40, draft=draft)
+            assert counted["runs"] == res.stats.ort_runs
+            assert res.stats.ort_runs - 2 <= res.stats.draft_calls + res.stats.target_calls
         counted["runs"] = 0
         res = dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=10, gamma=0)
         assert counted["runs"] == res.stats.ort_runs == 1 + res.stats.target_calls == 1 + len(res.token_ids)

@@ -1,0 +1,69 @@
+"""Draft names: what `draft=` may say, and the DraftSource each name builds.
+
+    "none"               target only (as gamma = 0)
+    "lookup"             copy from the source and the output so far (runtime/lookup.py)
+    "draft", or another  a draft model of the export (specdec-export --draft NAME=CHECKPOINT adds more)
+    model name
+    "a,b,...,m"          a chain, lowest level first: a proposes to b, which verifies and proposes to ..., m
+                         proposes to the target (runtime/draft.py). "lookup" may only come first.
+    "auto"               each round, the best of none, lookup, draft and lookup,draft (runtime/auto.py)
+"""
+
+from __future__ import annotations
+
+from .draft import DraftSource, ModelDraft
+from .errors import SpecdecError
+from .lookup import LookupDraft
+
+AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")
+
+
+def choices(models) -> str:
+    names = ["none", "auto", "lookup", *models]
+    chains = ["lookup," + m for m in models]
+    return ", ".join(names + chains[:1]) + " or any chain of them, lowest level first (e.g. 'lookup," + \
+        ",".join(models) + "')"
+
+
+def parse(spec: str, models) -> list[str]:
+    """The chain's levels, lowest first; a one-line SpecdecError naming the choices for anything else."""
+    if not isinstance(spec, str):
+        raise SpecdecError(f"draft must be a name or a DraftSource (got {type(spec).__name__})",
+                           f"use {choices(models)}")
+    parts = [p.strip() for p in spec.split(",")]
+    if not spec.strip() or any(not p for p in parts):
+        raise SpecdecError(f"draft chain {spec!r} is empty or has an empty level", f"use {choices(models)}")
+    if len(parts) > 1 and ({"none", "auto"} & set(parts)):
+        raise SpecdecError(f"draft chain {spec!r}: 'none' and 'auto' cannot be chain levels",
+                           f"use {choices(models)}")
+    for p in parts:
+        if p not in ("none", "auto", "lookup") and p not in models:
+            raise SpecdecError(f"unknown draft {p!r}" + (f" in chain {spec!r}" if len(parts) > 1 else "") +
+                               " (this export's draft models: " + ", ".join(models) + ")",
+                               f"use {choices(models)}, or export another draft with specdec-export --draft "
+                               f"NAME=CHECKPOINT")
+    if "lookup" in parts[1:]:
+        raise SpecdecError(f"draft chain {spec!r}: 'lookup' verifies nothing, so it can only be the first level",
+                           f"use e.g. 'lookup,{','.join(models[:1]) or 'draft'}'")
+    if len(set(parts)) < len(parts):
+        raise SpecdecError(f"draft chain {spec!r} names a level twice (one model has one cache)",
+                           f"use {choices(models)}")
+    return parts
+
+
+def build(parts: list[str], models: dict, lookup: LookupDraft | None = None) -> DraftSource:
+    """The source for a parsed chain (not "none" or "auto"); `models`: name -> CachedSeq2Seq; `lookup`: the
+    LookupDraft to use (a new one when None)."""
+    source, level = None, len(parts) - 1
+    for i, part in enumerate(parts):
+        name = ",".join(parts[:i + 1])
+        if part == "lookup":
+            source = lookup or LookupDraft()
+        else:
+            source = ModelDraft(models[part], below=source, name=name, level=level)
+        level -= 1
+    return source
+
+
+def is_source(value) -> bool:
+    return isinstance(value, DraftSource)
