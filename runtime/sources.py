@@ -5,7 +5,8 @@
     "draft", or another  a draft model of the export (specdec-export --draft NAME=CHECKPOINT adds more)
     model name
     "a,b,...,m"          a chain, lowest level first: a proposes to b, which verifies and proposes to ..., m
-                         proposes to the target (runtime/draft.py). "lookup" may only come first.
+                         proposes to the target (runtime/draft.py). "lookup" may only come first. "+" may stand
+                         for "," ("lookup+draft", handy where a list is comma-separated, as in specdec-bench).
     "auto"               each round, the best of none, lookup, draft and lookup,draft (runtime/auto.py)
 """
 
@@ -30,7 +31,7 @@ def parse(spec: str, models) -> list[str]:
     if not isinstance(spec, str):
         raise SpecdecError(f"draft must be a name or a DraftSource (got {type(spec).__name__})",
                            f"use {choices(models)}")
-    parts = [p.strip() for p in spec.split(",")]
+    parts = [p.strip() for p in spec.replace("+", ",").split(",")]
     if not spec.strip() or any(not p for p in parts):
         raise SpecdecError(f"draft chain {spec!r} is empty or has an empty level", f"use {choices(models)}")
     if len(parts) > 1 and ({"none", "auto"} & set(parts)):
@@ -49,6 +50,10 @@ def parse(spec: str, models) -> list[str]:
         raise SpecdecError(f"draft chain {spec!r} names a level twice (one model has one cache)",
                            f"use {choices(models)}")
     return parts
+
+
+def canonical(spec: str) -> str:
+    return ",".join(p.strip() for p in spec.replace("+", ",").split(","))
 
 
 def build(parts: list[str], models: dict, lookup: LookupDraft | None = None) -> DraftSource:
