@@ -4,10 +4,13 @@
 Export format 2 fuses Algorithm 1's sampling work into every decoder graph (the speculative head, export/head.py),
 so each decoder call timed here is decoder + head, bound exactly as the decoding loop binds it:
 
-    target one-token step   target.run(*workspace.verify(0)): decoder over 1 token + a plain draw (G = 0)
-    target k-token pass     target.run(*workspace.verify(k-1)), k = 1 .. gamma_max+1: decoder over k tokens +
-                            accept/residual over the k-1 guesses (G = k-1)
-    draft one-token step    draft.model.run(*workspace.draft_step(0, 0)): decoder + standardize/draw (G = 0)
+    target one-token step   ws.end = L; target.run(*ws.run(L)): decoder over 1 token + a plain draw (G = 0)
+    target k-token pass     ws.end = L + k - 1; target.run(*ws.run(L, k - 1, ws.rows(0), ws.p)), k = 1 ..
+                            gamma_max+1: decoder over k tokens + accept/residual over the k-1 guesses (G = k-1)
+    draft one-token step    ws.end = L; draft.model.run(*ws.run(L, out=ws.rows(0), out_row=0, next_slot=L + 1)):
+                            decoder + standardize/draw (G = 0)
+
+(L = `past`: both caches hold positions 0..L-1 and the token buffer holds the sequence by position.)
 
 The head's share of a fused run cannot be timed from outside the run, so the head is also timed alone
 (`specdec.export.head.head_only_model()`, its own ONNX Runtime session on this provider, logits of the export's
@@ -178,9 +181,9 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     params = Params(gamma=0, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                     lenience=float(lenience)).checked(gamma_max)
     ws.reset(start_token(dec), params)
-    ws.new_round(gamma_max)              # uniforms for gamma_max draft steps, then gamma_max+1 for the verify pass
     rng = np.random.default_rng(0)
-    ws.tokens.write(rng.integers(3, max(4, min(dec.vocab_size, 1000)), size=gamma_max + 2))   # valid filler ids
+    span = past + gamma_max + 1            # positions 1 .. past + gamma_max: filler ids, valid for any vocabulary
+    ws.tokens.write(rng.integers(3, max(4, min(dec.vocab_size, 1000)), size=span), 1)
 
     started = time.perf_counter()
     target.encode(source, stats)
@@ -196,28 +199,35 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     def restore():
         ws.tokens.write(filler)
 
-    while target.length < past:                        # fill the caches up to `past` positions
-        target.run(*ws.verify(min(gamma_max + 1, past - target.length) - 1))
-        restore()
-    if draft is not None:
-        while draft.length < past:
-            draft.run(*ws.draft_step(0, 1 if past - draft.length >= 2 else 0))
+    def fill(model, width: int) -> None:
+        """Runs over the filler tokens until the model's cache holds positions 0 .. past-1 (head output dropped,
+        next token to a scratch slot)."""
+        while model.length < past:
+            ws.end = min(model.length + width, past) - 1
+            model.run(*ws.run(model.length))
             restore()
+
+    fill(target, gamma_max + 1)
+    if draft is not None:
+        fill(draft, gamma_max + 1)
         for i in range(gamma_max):                     # real guesses x_1 .. x_gamma_max and their q rows
-            draft.run(*ws.draft_step(i, 0))
+            ws.end = past + i
+            draft.run(*ws.run(past + i, out=ws.rows(0), out_row=i, next_slot=past + i + 1))
         draft.rollback(past)
         filler = ws.tokens.flat().copy()
 
     def verify_job(k):
         def run():
-            seconds = target.run(*ws.verify(k - 1))
+            ws.end = past + k - 1
+            seconds = target.run(*ws.run(past, k - 1, ws.rows(0), ws.p))
             target.rollback(past)
             restore()
             return seconds
         return run
 
     def draft_job():
-        seconds = draft.run(*ws.draft_step(0, 0))
+        ws.end = past
+        seconds = draft.run(*ws.run(past, out=ws.rows(0), out_row=0, next_slot=past + 1))
         draft.rollback(past)
         restore()
         return seconds

@@ -61,7 +61,8 @@ class SpecdecEngine(Engine):
         self.own_ar = "specdec gamma=0"
 
     def run(self, ids, max_new_tokens):
-        res = self.dec.generate(input_ids=ids, max_new_tokens=max_new_tokens, gamma=self.gamma, temperature=0.0)
+        res = self.dec.generate(input_ids=ids, max_new_tokens=max_new_tokens, draft="draft", gamma=self.gamma,
+                                temperature=0.0)
         return list(res.token_ids)
 
 

@@ -21,7 +21,7 @@ def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str | 
                  base=None) -> dict:
     """`base`: the sweep's shared request parameters (a specdec.runtime.Params: top_k, top_p, lenience)."""
     def generate(ids):
-        return dec.generate(input_ids=ids, params=base, max_new_tokens=max_new_tokens, gamma=gamma,
+        return dec.generate(input_ids=ids, params=base, max_new_tokens=max_new_tokens, draft="draft", gamma=gamma,
                             temperature=0.0)
 
     for p in prompts[:1]:                     # warm

@@ -129,7 +129,8 @@ def seed_for(repeat: int, prompt_index: int) -> int:
 def configuration_params(base: Params, key: tuple, max_new_tokens: int) -> Params:
     """The request parameters of configuration key = (temperature, (top_k, top_p), gamma) on top of `base`."""
     t, (top_k, top_p), g = key
-    return Params.of(base, max_new_tokens=max_new_tokens, gamma=g, temperature=t, top_k=top_k, top_p=top_p)
+    return Params.of(base, max_new_tokens=max_new_tokens, draft="draft", gamma=g, temperature=t, top_k=top_k,
+                     top_p=top_p)
 
 
 def timed_order(temperatures, filters, gammas, repeat: int):
