@@ -56,37 +56,44 @@ class Estimates:
         self.cost = {}              # source -> _Mean of seconds per guess beyond the host time
         self.last_chosen = {}       # source -> round number
 
-    def t(self, k: int) -> float:
-        """T(k), interpolated linearly between measured k (the slope of the two nearest ends outside them)."""
+    def times(self, cap: int) -> list:
+        """[T(0) .. T(cap)]: measured means, linear between measured k, and beyond them the slope of the two
+        nearest (0.1 T per token while fewer than two are measured)."""
         known = sorted((j, m.get()) for j, m in self.target.items())
         if not known:
-            return 1.0 + 0.1 * k
-        for (j0, t0), (j1, t1) in zip(known, known[1:]):
-            if j0 <= k <= j1:
-                return t0 + (t1 - t0) * (k - j0) / (j1 - j0)
-        if len(known) == 1:
-            j0, t0 = known[0]
-            return t0 * (1 + 0.1 * (k - j0)) if k >= j0 else t0 / (1 + 0.1 * (j0 - k))
-        (j0, t0), (j1, t1) = (known[:2] if k < known[0][0] else known[-2:])
-        slope = max((t1 - t0) / (j1 - j0), 0.0)
-        return max(t0 + slope * (k - j0), 1e-6)
+            return [1.0 + 0.1 * k for k in range(cap + 1)]
+        out = []
+        for k in range(cap + 1):
+            below = [(j, t) for j, t in known if j <= k]
+            above = [(j, t) for j, t in known if j >= k]
+            if below and above:
+                (j0, t0), (j1, t1) = below[-1], above[0]
+                out.append(t0 if j1 == j0 else t0 + (t1 - t0) * (k - j0) / (j1 - j0))
+                continue
+            pair = known[-2:] if below else known[:2]
+            if len(pair) == 2 and pair[1][0] > pair[0][0]:
+                slope = max((pair[1][1] - pair[0][1]) / (pair[1][0] - pair[0][0]), 0.0)
+            else:
+                slope = 0.1 * pair[0][1] / (1 + 0.1 * pair[0][0])
+            j0, t0 = pair[-1] if below else pair[0]
+            out.append(max(t0 + slope * (k - j0), 1e-6))
+        return out
 
     def alpha(self, source: str) -> float:
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
         return acc / (acc + rej)
 
-    def cost_per_guess(self, source: str, free: bool) -> float:
+    def cost_per_guess(self, source: str, free: bool, t0: float) -> float:
         mean = self.cost.get(source)
         if mean is not None:
             return max(mean.get(0.0), 0.0)
-        return 0.0 if free else PRIOR_C * self.t(0)
+        return 0.0 if free else PRIOR_C * t0
 
-    def rate(self, source: str, gamma: int, free: bool) -> float:
-        host = self.host.get(0.0)
-        if gamma == 0:
-            return 1.0 / (self.t(0) + host)
-        cost = self.t(gamma) + host + gamma * self.cost_per_guess(source, free)
-        return expected_tokens(self.alpha(source), gamma) / cost
+    def best(self, source: str, gammas, free: bool, times: list) -> tuple[float, int]:
+        """(expected tokens per second, gamma) of the best gamma in `gammas` for `source`."""
+        host, alpha = self.host.get(0.0), self.alpha(source)
+        c = self.cost_per_guess(source, free, times[0])
+        return max((expected_tokens(alpha, g) / (times[g] + host + g * c), g) for g in gammas)
 
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float) -> None:
         self.target.setdefault(proposed, _Mean()).add(target_s)
@@ -119,7 +126,8 @@ class AutoDraft(DraftSource):
         est = self.estimates
         est.round += 1
         copied = len(self.lookup.guesses(ws, cap)) if self.lookup is not None else 0
-        best, best_rate = ("none", 0), est.rate("none", 0, True)
+        times = est.times(cap)
+        best, best_rate = ("none", 0), 1.0 / (times[0] + est.host.get(0.0))
         stale = None
         for name, source in self.candidates.items():
             uses_lookup = self.lookup is not None and (source is self.lookup or _below(source) is self.lookup)
@@ -127,11 +135,9 @@ class AutoDraft(DraftSource):
                 continue
             free = source is self.lookup
             top = min(cap, copied) if free else cap
-            gammas = range(1, top + 1) if (self.adaptive or free) else (top,)
-            for g in gammas:
-                rate = est.rate(name, g, free)
-                if rate > best_rate:
-                    best, best_rate = (name, g), rate
+            rate, g = est.best(name, range(1, top + 1) if (self.adaptive or free) else (top,), free, times)
+            if rate > best_rate:
+                best, best_rate = (name, g), rate
             if est.round - est.last_chosen.get(name, est.round - EXPLORE) >= EXPLORE and top >= 1:
                 stale = (name, top if not self.adaptive or free else max(1, min(top, 2)))
         if stale is not None and stale[0] != best[0]:
@@ -141,7 +147,7 @@ class AutoDraft(DraftSource):
 
     def propose(self, ws, k, rows, row, stats: Stats):
         name, gamma = self.choose(ws, k)
-        self._mark, self._stats = (name, time.perf_counter(), stats.target_s), stats
+        self._mark, self._stats = (name, time.perf_counter(), stats.target_s, stats.encoder_s), stats
         if gamma == 0:
             self.chosen = None
             return Proposal(0, source="none")
@@ -153,9 +159,11 @@ class AutoDraft(DraftSource):
         """Pass the verdict to the chosen source, and fold the round's outcome and costs into the estimates."""
         if self.chosen is not None and verdict.proposed:
             self.chosen.commit(ws, verdict)
-        name, began, target_before = self._mark
-        target_s = self._stats.target_s - target_before
-        other = time.perf_counter() - began - target_s
+        name, began, target_before, encoder_before = self._mark
+        stats = self._stats
+        target_s = stats.target_s - target_before
+        encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
+        other = time.perf_counter() - began - target_s - encoder_s
         self.estimates.learn(name if verdict.proposed else "none", verdict.proposed, verdict.accepted, target_s,
                              other)
 

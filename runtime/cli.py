@@ -16,7 +16,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per model (0: onnxruntime's default)")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per target call; 0 = target only")
+    p.add_argument("--gamma", type=_gamma, default="auto",
+                   help="guesses per target call: auto (default: chosen each round from measured acceptance and "
+                        "costs), or 0 .. the export's gamma_max (0 = target only)")
+    p.add_argument("--draft", default="auto",
+                   help="auto (default: the best of none, lookup, draft and lookup,draft each round), none, lookup "
+                        "(copy from the source and the output so far), draft (the draft model), another draft model "
+                        "of the export, or a chain lowest level first, e.g. lookup,draft")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -30,6 +36,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _gamma(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {text!r})") from None
+
+
+def sources_line(stats) -> str:
+    parts = [f"{name}: {s.tokens} tokens in {s.rounds} rounds" + (f", alpha {s.alpha:.2f}" if s.proposed else "")
+             for name, s in sorted(stats.sources.items()) if not name.endswith(">")]
+    parts += [f"{name[:-1]} checked by the level above: {s.accepted}/{s.proposed} kept"
+              for name, s in sorted(stats.sources.items()) if name.endswith(">")]
+    return "sources: " + "; ".join(parts)
+
+
 def stats_line(stats, provider: str) -> str:
     ms = stats.total_s * 1000
     return (f"[{provider}] {stats.new_tokens} tokens in {ms:.1f} ms ({ms / max(stats.new_tokens, 1):.2f} ms/token), "
@@ -37,7 +60,7 @@ def stats_line(stats, provider: str) -> str:
             f"accepted {stats.accepted}/{stats.proposed} (alpha {stats.acceptance_rate:.2f}), "
             f"{stats.tokens_per_target_call:.2f} tokens/target call; time: encoder {stats.encoder_s * 1000:.1f} ms, "
             f"draft runs {stats.draft_s * 1000:.1f}, target runs {stats.target_s * 1000:.1f}, "
-            f"host {stats.host_s * 1000:.1f}; {stats.ort_runs} onnxruntime runs")
+            f"host {stats.host_s * 1000:.1f}; {stats.ort_runs} onnxruntime runs\n" + sources_line(stats))
 
 
 def _main(argv) -> int:
@@ -46,7 +69,8 @@ def _main(argv) -> int:
     from .params import Params
 
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
-    params = Params(max_new_tokens=args.max_new_tokens, gamma=args.gamma, temperature=args.temperature,
+    params = Params(max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft=args.draft,
+                    temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed)
     if args.stream and not args.json:
         piece = None

@@ -7,6 +7,8 @@ Layout of an export directory (format_version 2):
     target/decoder.onnx            N new tokens + KV cache + the speculative head's inputs -> logits, the new
                                    tokens' K/V, standardized rows, accepted count, next token (export/head.py)
     draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft
+    NAME/encoder.onnx, NAME/decoder.onnx       the same for every further draft model (specdec-export --draft
+                                               NAME=CHECKPOINT), usable as a chain level
 
 Format 1 (round 1) had separate sampler graphs (sampler/*.onnx) and decoders without the head; it is refused with
 a message to re-export.

@@ -34,7 +34,7 @@ import numpy as np
 from .device import Buffer
 from .params import Params
 
-UNIFORM_BLOCK = 1 << 14
+UNIFORM_BLOCK = 1 << 10     # uniforms drawn at a time (a request takes a block at reset, more as it needs)
 
 
 class View(NamedTuple):

@@ -35,24 +35,30 @@ def export(target, draft, out, *extra):
 @pytest.fixture(scope="session")
 def related_pair(tmp_path_factory):
     """(target_dir, draft_dir, export_dir): a 2+2-layer v1.0 target whose greedy outputs vary with the prompt and a
-    noisy copy of it as the draft (acceptance well between 0 and 1); gamma_max 8, max_length 64."""
+    noisy copy of it as the draft (acceptance well between 0 and 1), plus a less noisy copy named "mid" for
+    three-model chains (draft -> mid -> target); gamma_max 8, max_length 64."""
     root = tmp_path_factory.mktemp("related")
     target = make_tiny_t5(root / "target", vocab=48, d_model=32, layers=2, decoder_layers=2, seed=1,
                           initializer_factor=2.0)
     draft = noisy_copy(target, root / "draft", noise=0.08, seed=5)
-    return target, draft, export(target, draft, root / "export", "--gamma-max", "8", "--max-length", "64")
+    mid = noisy_copy(target, root / "mid", noise=0.04, seed=6)
+    return target, draft, export(target, draft, root / "export", "--draft", f"mid={mid}", "--gamma-max", "8",
+                                 "--max-length", "64")
 
 
 @pytest.fixture(scope="session")
 def small_vocab_pair(tmp_path_factory):
     """(target_dir, export_dir): vocabulary 8 (5 words + pad, eos, unk) so 3-token outputs can be enumerated;
-    the draft is an unrelated random model, so rejections are frequent."""
+    the draft and a third model "mid" (for three-model chains) are unrelated random models, so rejections are
+    frequent."""
     root = tmp_path_factory.mktemp("small_vocab")
     target = make_tiny_t5(root / "target", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
                           seed=3)
     draft = make_tiny_t5(root / "draft", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
                          seed=4)
-    return target, export(target, draft, root / "export", "--gamma-max", "4", "--max-length", "16")
+    mid = make_tiny_t5(root / "mid", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1, seed=8)
+    return target, export(target, draft, root / "export", "--draft", f"mid={mid}", "--gamma-max", "4",
+                          "--max-length", "16")
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ p-value < 1e-6 (it does by many orders of magnitude: the draft is an unrelated m
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,14 +97,15 @@ def test_speculative_sampling_matches_target_distribution(name, small_vocab_pair
     assert stats.proposed > 0
 
 
-def broken_export(target_dir, export_dir, tmp_path):
-    """A copy of the export whose target graph draws from p instead of norm(max(0, p - q)) after a rejection."""
+def broken_export(target_dir, export_dir, tmp_path, role="target"):
+    """A copy of the export whose `role` graph (by default the target's) draws from p instead of
+    norm(max(0, p - q)) after a rejection. The models' checkpoints sit side by side (conftest.small_vocab_pair)."""
     from specdec.export.decoder import export_decoder
 
-    broken = tmp_path / "broken"
+    broken = tmp_path / f"broken-{role}"
     shutil.copytree(export_dir, broken)
-    model = T5ForConditionalGeneration.from_pretrained(str(target_dir)).eval()
-    export_decoder(model, broken / "target/decoder.onnx", residual=False)
+    model = T5ForConditionalGeneration.from_pretrained(str(Path(target_dir).parent / role)).eval()
+    export_decoder(model, broken / f"{role}/decoder.onnx", residual=False)
     manifest = json.loads((broken / "manifest.json").read_text())
     for rel in manifest["files"]:
         manifest["files"][rel] = sha256_file(broken / rel)
