@@ -3,6 +3,8 @@
     specdec-bench --engine DIR [--prompts FILE] [--gamma 0,1,2,3,4,6,8] [--temperature 0,1]
                   [--top-k K] [--top-p P | --filters none,K:P,...] [--lenience L]
                   [--max-new-tokens N] [--repeat R] [--json OUT.json] [--plot OUT.png] [--peers]
+    specdec-bench --engine DIR --draft none,draft,lookup,lookup+draft,auto [--temperature 0,1] [--num-prompts N]
+                  [--max-new-tokens N] [--repeat R] [--json OUT.json] [--markdown OUT.md]
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
 """
 
@@ -55,11 +57,22 @@ def parser() -> argparse.ArgumentParser:
                            "(t5-small, t5-base, t5-large), e.g. t5-large:t5-small; costs only")
     p.add_argument("--prompts", help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line "
                                      "(default: the bundled test prompts for the bundled pair, else random ids)")
-    p.add_argument("--num-prompts", type=int, default=8, help="prompts to use, round-robin over tasks (default 8; "
-                                                              "0 = all)")
+    p.add_argument("--num-prompts", type=int, default=8,
+                   help="prompts to use, round-robin over the prompts' tasks, so N gives N/tasks of each (default 8; "
+                        "0 = all; --draft: at least one per task)")
     p.add_argument("--gamma", type=_int_list, default=None,
-                   help="draft tokens per target call; 0 (the baseline) is always added "
-                        "(default 0,1,2,3,4,6,8; 0,4 with --shapes)")
+                   help="draft tokens per target call of the draft model; 0 (the baseline) is always added "
+                        "(default 0,1,2,3,4,6,8; 0,4 with --shapes); not with --draft")
+    p.add_argument("--draft", action="append", metavar="none,draft,lookup,lookup+draft,auto",
+                   help="compare draft sources instead of gammas: a comma-separated list (repeatable) of "
+                        "none (target only, the baseline, always added), lookup (copy from the source and the "
+                        "output), a draft model's name (draft), a chain lowest level first with '+' (lookup+draft) "
+                        "and auto (the runtime picks source and gamma each round); NAME:G fixes gamma (draft:3), "
+                        "NAME alone runs with gamma=auto. Interleaved like --gamma; results per task of the "
+                        "prompts x temperature x draft, with alpha and token share per source and Theorem 3.8 "
+                        "for the dominant source with measured costs. Each temperature starts from fresh auto "
+                        "estimates, learned on one untimed warm-up pass over the prompts. One filter; no --gamma, "
+                        "--filters with several, --plot, --peers, --profile")
     p.add_argument("--temperature", type=_float_list, default=None,
                    help="temperatures (default 0,1; --shapes: 0)")
     p.add_argument("--top-k", type=int, default=None,
@@ -380,6 +393,102 @@ def _main_engine(args) -> int:
     return 0
 
 
+def _draft_conflicts(args) -> None:
+    """--draft replaces the gamma sweep: the options that belong to it are one-line errors."""
+    if args.gamma is not None:
+        raise SpecdecError("--gamma and --draft both given",
+                           "give a fixed gamma per draft as NAME:G, e.g. --draft none,draft:3,lookup,auto")
+    for flag, given in (("--plot", args.plot), ("--peers", args.peers), ("--profile", args.profile),
+                        ("--peer-gamma", args.peer_gamma is not None)):
+        if given:
+            raise SpecdecError(f"{flag} belongs to the gamma sweep, not to --draft", "run it without --draft")
+
+
+def _main_drafts(args) -> int:
+    from . import drafts, prompts as prompts_mod
+    from .sweep import filter_label
+
+    _draft_conflicts(args)
+    _defaults(args, shapes=False)
+    if len(args.filters) > 1:
+        raise SpecdecError(f"--draft compares draft sources with one filter (got --filters "
+                           f"{','.join(map(filter_label, args.filters))})", "give --filters a single entry")
+    configs = drafts.parse_configs(args.draft)
+    base = _base_params(args)
+    dec = _load(args.engine, args.provider, args.threads)
+    drafts.check_configs(dec, configs, base)
+    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True)
+    tasks = drafts.tasks_of(prompts)
+    mach = machine.describe(dec.provider, args.threads)
+    print(f"specdec-bench: {args.engine}")
+    _print_machine(mach)
+    print(f"prompts: {len(prompts)} from {origin} ({', '.join(f'{t} {n}' for t, n in tasks.items())}); "
+          f"max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
+          f"draft {', '.join(c.label for c in configs)}, temperature {','.join(f'{t:g}' for t in args.temperature)}; "
+          f"{report.sweep_filters_text(_filter_settings(args))}")
+
+    started = time.perf_counter()
+    probe = _probe(dec, prompts, args, args.temperature, dec.gamma_max)
+    print()
+    print(report.probe_table(probe))
+
+    total = len(args.temperature) * (1 + args.repeat) * len(prompts) * len(configs)
+    bar = _bar_factory(args.no_progress)(total, "specdec-bench --draft")
+    try:
+        cells, outputs, learned = drafts.run_drafts(dec, prompts, configs, args.temperature, args.max_new_tokens,
+                                                    args.repeat, bar, base=base)
+    finally:
+        bar.close()
+    rows = drafts.summarize(cells, configs, probe)
+    best = drafts.best_by_task(rows)
+    agreement = drafts.greedy_agreement(outputs)
+    print()
+    print("draft sources per task (ms/tok: median over repeats, +-: half the min-max range; speedup: median of "
+          "per-repeat ratios to none of the same task and T, min-max over repeats; tok/call: tokens per target "
+          "call; sources: per source alpha = accepted/(accepted + rejections) per guess and share of the tokens, "
+          "lookup> = the lookup as the draft model checked it in lookup+draft)")
+    print(report.draft_table(rows))
+    print()
+    print("Theorem 3.8 for the dominant source with measured costs: thm3.8 = E(alpha, g)/(g c + T(g)/T(0)), g: mean "
+          "guesses per round, T(g)/T(0): the probe's target run over g+1 tokens over one token, c: the probe's "
+          "draft step / target step (0 for lookup; x draft runs per guess for lookup+draft); tok/round: the "
+          "source's measured tokens per round, against E[tok]; mixture: the same "
+          "over every kind of round the configuration had (target-only rounds included); meas/...: measured "
+          "speedup over the prediction")
+    print(report.draft_prediction_table(rows))
+    print()
+    print(drafts.ESTIMATES_NOTE + " At the end of each warm-up pass:")
+    for line in report.estimates_lines(learned):
+        print(f"  {line}")
+    if best:
+        print()
+        for line in report.draft_best_lines(best):
+            print(line)
+    if agreement:
+        bad = [f"{task}/{label} {a['agree']}/{a['prompts']}" for task, by in agreement.items()
+               for label, a in by.items() if a["agree"] != a["prompts"]]
+        if args.lenience < 1.0:
+            print(f"greedy agreement with none (not expected: lenience {args.lenience:g} < 1 is not exact): "
+                  + (", ".join(bad) or "all agree"))
+        elif bad:
+            print(f"greedy exactness: MISMATCH for {', '.join(bad)}")
+        else:
+            print("greedy exactness: every draft configuration gives none's tokens on every prompt of every task")
+
+    mach["load_average_at_end"] = machine.load_average()
+    out = {"mode": "drafts", "machine": mach, "engine": _engine_info(dec),
+           "settings": {"drafts": [c.as_dict() for c in configs], "temperatures": args.temperature,
+                        "max_new_tokens": args.max_new_tokens, "repeats": args.repeat, "prompts": len(prompts),
+                        "prompts_per_task": tasks, "prompts_origin": origin, "probe_past": args.past,
+                        "threads": args.threads, **_filter_settings(args)},
+           "notes": report.DRAFT_NOTES, "cost_probe": probe, "draft_results": rows, "draft_best": best,
+           "draft_greedy_agreement": agreement,
+           "auto_estimates": {str(t): e for t, e in learned.items()}, "auto_estimates_note": drafts.ESTIMATES_NOTE,
+           "elapsed_s": time.perf_counter() - started}
+    _write(out, args)
+    return 0
+
+
 def _main_shapes(args) -> int:
     from . import prompts as prompts_mod, shapes
     from .sweep import filter_label
@@ -486,6 +595,10 @@ def verify_text(verdict: dict) -> str:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
+    if args.draft and args.shapes:
+        raise SpecdecError("--draft compares draft sources on an --engine export", "drop --shapes or --draft")
+    if args.draft:
+        return _main_drafts(args)
     return _main_shapes(args) if args.shapes else _main_engine(args)
 
 

@@ -70,13 +70,16 @@ def read_prompts(path: str | Path) -> list[Prompt]:
     return out
 
 
-def select(prompts: list[Prompt], count: int) -> list[Prompt]:
-    """`count` prompts taken round-robin over tasks (file order within a task), so every task is represented."""
-    if count <= 0 or count >= len(prompts):
-        return list(prompts)
+def select(prompts: list[Prompt], count: int, every_task: bool = False) -> list[Prompt]:
+    """`count` prompts taken round-robin over tasks (file order within a task), so the tasks alternate and each
+    gets count / tasks (as far as it has them). `every_task`: at least one per task even when count is smaller."""
     by_task: dict[str, list[Prompt]] = {}
     for p in prompts:
         by_task.setdefault(p.task, []).append(p)
+    if every_task and count > 0:
+        count = max(count, len(by_task))
+    if count <= 0 or count >= len(prompts):
+        count = len(prompts)
     queues = list(by_task.values())
     out, i = [], 0
     while len(out) < count:
@@ -113,13 +116,14 @@ def _is_bundled(source: str) -> bool:
         return False
 
 
-def load(prompts_arg: str | None, count: int, decoder) -> tuple[list[Prompt], str]:
-    """Prompts for `decoder` (a SpeculativeDecoder) and a description of where they came from."""
+def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False) -> tuple[list[Prompt], str]:
+    """Prompts for `decoder` (a SpeculativeDecoder) and a description of where they came from (`every_task`: see
+    select)."""
     if prompts_arg:
-        prompts, origin = select(read_prompts(prompts_arg), count), str(prompts_arg)
+        prompts, origin = select(read_prompts(prompts_arg), count, every_task), str(prompts_arg)
     elif bundled_prompts_file() is not None and _is_bundled(decoder.manifest.models["target"].source):
         path = bundled_prompts_file()
-        prompts, origin = select(read_prompts(path), count), str(path)
+        prompts, origin = select(read_prompts(path), count, every_task), str(path)
     else:
         prompts = random_prompts(decoder.vocab_size, max(count, 1), eos_id=special_id(decoder, "eos_token_id"))
         origin = "random token ids (no --prompts given; pass --prompts FILE for real text)"

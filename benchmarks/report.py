@@ -188,6 +188,99 @@ def peers_table(peers: dict) -> str:
     return table(headers, lines)
 
 
+DRAFT_NOTES = {
+    "draft_results": "one row per (task, temperature, draft configuration); draft: the label as given to --draft "
+                     "(NAME or NAME:G), draft_name: the runtime's name, gamma: an int or 'auto'",
+    "speedup": "per repeat: none's ms/token over this configuration's, same task and temperature (interleaved in "
+               "every repeat); spread over repeats",
+    "sources": "Stats.sources summed over the timed runs: rounds, proposed, accepted, rejections, tokens; alpha = "
+               "accepted / (accepted + rejections) per guess; share = tokens / all tokens the target emitted; "
+               "'lookup>' is the lookup as the draft model checked it inside lookup+draft (share null)",
+    "prediction": "for the dominant source s (the proposing source with the most tokens): E(alpha_s, g) / (g c_s + "
+                  "T(g)/T(0)), g = mean guesses per round, T(g)/T(0) = cost_probe verify_ratio at g+1 tokens "
+                  "(interpolated), c_s = cost_probe c for the draft model, 0 for lookup, c x (proposed - lookup> "
+                  "accepted) / proposed for lookup+draft; tokens_per_round: the source's measured tokens per round, "
+                  "what expected_tokens predicts",
+    "predicted_mixture": "the same expectation over every kind of round of the configuration (target-only rounds: "
+                         "1 token for 1 step): sum rounds E / sum rounds (g c + T(g)/T(0))",
+    "auto_estimates": "what auto learned (runtime/auto.py), snapshot after each temperature's warm-up pass",
+}
+
+
+def _source_text(sources: dict) -> str:
+    """`lookup a=0.80 62%, none 38%, lookup> a=0.22`: the target-level sources by tokens, then lower levels."""
+    top = sorted(((s["tokens"], n) for n, s in sources.items() if not n.endswith(">")), reverse=True)
+    low = sorted(n for n in sources if n.endswith(">"))
+    parts = []
+    for _, name in top:
+        s = sources[name]
+        alpha = "" if name == "none" or s["alpha"] is None else f" a={s['alpha']:.2f}"
+        parts.append(f"{name}{alpha} {_f(100 * (s['share'] or 0.0), '.0f')}%")
+    parts += [f"{name} a={_f(sources[name]['alpha'])}" for name in low]
+    return ", ".join(parts)
+
+
+def draft_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["task", "T", "draft", "ms/tok", "+-", "speedup", "min-max", "tok/call", "draft runs/tok",
+               "sources: alpha, share of tokens"]
+    lines = []
+    for r in rows:
+        ms, sp = r["ms_per_token"], r.get("speedup")
+        lines.append([r["task"], _f(r["temperature"], "g"), r["draft"], _f(ms["median"], ".3f"),
+                      _f((ms["max"] - ms["min"]) / 2, ".3f"), _f(sp and sp["median"]),
+                      f"{sp['min']:.2f}-{sp['max']:.2f}" if sp else "-", _f(r["tokens_per_target_call"]),
+                      _f(r["draft_calls_per_token"]), _source_text(r["sources"])])
+    return headers, lines
+
+
+def draft_prediction_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["task", "T", "draft", "source", "alpha", "mean g", "c", "T(g)/T(0)", "E[tok]", "tok/round",
+               "thm3.8", "speedup", "meas/thm", "mixture", "meas/mix"]
+    lines = []
+    for r in rows:
+        p = r["prediction"]
+        lines.append([r["task"], _f(r["temperature"], "g"), r["draft"], p["source"], _f(p["alpha"]),
+                      _f(p["mean_gamma"]), _f(p["c"], ".3f"), _f(p["verify_cost"]), _f(p["expected_tokens"]),
+                      _f(p["tokens_per_round"]), _f(r["predicted_speedup"]),
+                      _f(r.get("speedup", {}).get("median")), _f(r.get("measured_over_predicted")),
+                      _f(r["predicted_mixture"]), _f(r.get("measured_over_mixture"))])
+    return headers, lines
+
+
+def draft_table(rows: list[dict]) -> str:
+    return table(*draft_lines(rows))
+
+
+def draft_prediction_table(rows: list[dict]) -> str:
+    return table(*draft_prediction_lines(rows))
+
+
+def draft_best_lines(best: dict) -> list[str]:
+    out = []
+    for task, by_t in best.items():
+        for t, b in by_t.items():
+            auto = b.get("auto_speedup")
+            out.append(f"{task}, T={float(t):g}: best {b['best']} {b['best_speedup']:.2f}x ({b['best_ms_per_token']:.3f} "
+                       f"vs {b['baseline_ms_per_token']:.3f} ms/token for none)"
+                       + (f"; auto {auto:.2f}x" if auto is not None else ""))
+    return out
+
+
+def estimates_lines(learned: dict) -> list[str]:
+    """One line per temperature: what auto had learned at the end of its warm-up pass."""
+    out = []
+    for t, e in learned.items():
+        if "unavailable" in e:
+            out.append(f"T={float(t):g}: {e['unavailable']}")
+            continue
+        alpha = ", ".join(f"{n} {a:.2f}" for n, a in e["alpha"].items()) or "-"
+        cost = ", ".join(f"{n} {c:.3f}" for n, c in e["cost_per_guess_ms"].items()) or "-"
+        runs = ", ".join(f"{k}: {v:.3f}" for k, v in e["target_run_ms"].items()) or "-"
+        out.append(f"T={float(t):g} ({e['rounds']} rounds): alpha {alpha}; cost per guess ms {cost}; target run ms "
+                   f"by guesses {runs}; host ms per round {e['host_ms_per_round']:.3f}")
+    return out
+
+
 def write_json(report: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,7 +385,9 @@ def markdown(report: dict) -> str:
             + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
     parts = [head]
     probe = report["cost_probe"]
-    if report["mode"] == "engine":
+    if report["mode"] == "drafts":
+        parts += _draft_markdown(report)
+    elif report["mode"] == "engine":
         s = report["settings"]
         parts.append(f"{s['prompts']} prompts ({s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
                      f"{s['repeats']} repeats; {sweep_filters_text(s)}.")
@@ -384,3 +479,32 @@ def markdown(report: dict) -> str:
                      + (f" ({loop:.2f}× in the real loop, γ = 4 vs γ = 0)" if loop is not None else "") + "; host "
                      f"overhead at most {100 * acc['host_fraction_worst']:.2f}% of an iteration.")
     return "\n\n".join(parts) + "\n"
+
+
+def _draft_markdown(report: dict) -> list[str]:
+    s, probe = report["settings"], report["cost_probe"]
+    tasks = ", ".join(f"{task} {n}" for task, n in s["prompts_per_task"].items())
+    parts = [f"{s['prompts']} prompts ({tasks}; {s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
+             f"{s['repeats']} repeats, draft configurations {', '.join(d['label'] for d in s['drafts'])} "
+             f"interleaved; {sweep_filters_text(s)}. {report['auto_estimates_note']}"]
+    best = draft_best_lines(report.get("draft_best") or {})
+    if best:
+        parts.append("Best per task and temperature:\n\n" + "\n".join(f"- {line}" for line in best))
+    parts.append("ms per generated token (median over repeats, ± half the min-max range), speedup over none of the "
+                 "same task and T (median of per-repeat ratios, min-max), tokens per target call, draft-model runs "
+                 "per token, and per source α = accepted/(accepted + rejections) and its share of the tokens:\n\n"
+                 + _md(*draft_lines(report["draft_results"])))
+    parts.append("Theorem 3.8 for each configuration's dominant source with measured costs, E(α, ḡ) / (ḡ c + "
+                 "T(ḡ)/T(0)) (ḡ: mean guesses per round; T(ḡ)/T(0): the probe's target run over ḡ+1 tokens over "
+                 "one token; c: the probe's draft step over target step, 0 for lookup, scaled by draft runs per "
+                 "guess for lookup+draft); mixture: the same over every kind of round the configuration had:\n\n"
+                 + _md(*draft_prediction_lines(report["draft_results"])))
+    parts.append(f"Per-call costs at past length {probe['past_length']} (fused runs, decoder + head, T=0): target "
+                 f"step {_f(probe['target_step_ms'], '.3f')} ms, draft step {_f(probe['draft_step_ms'], '.3f')} "
+                 f"ms, c = {_f(probe['c'], '.3f')}; verify ratio " +
+                 ", ".join(f"{k} tokens {v:.2f}×" for k, v in probe["verify_ratio"].items()) + ".")
+    learned = estimates_lines(report.get("auto_estimates") or {})
+    if learned:
+        parts.append("What auto had learned at the end of each warm-up pass:\n\n"
+                     + "\n".join(f"- {line}" for line in learned))
+    return parts

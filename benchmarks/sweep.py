@@ -179,7 +179,7 @@ def per_repeat_ratios(numerator: Cell, denominator: Cell) -> list:
     return [a / b for a, b in zip(numerator.ms_per_token(), denominator.ms_per_token())]
 
 
-def _spread(values) -> dict:
+def spread(values) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "p25": _quantile(values, 0.25), "p75": _quantile(values, 0.75)}
 
@@ -257,7 +257,7 @@ def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe
             "new_tokens": pooled["new_tokens"], "target_calls": pooled["target_calls"],
             "draft_calls": pooled["draft_calls"], "ort_runs": pooled["ort_runs"],
             "encoder_runs": encoder_runs(pooled, g),
-            "ms_per_token": _spread(ms),
+            "ms_per_token": spread(ms),
             "tokens_per_s": 1000.0 / statistics.median(ms),
             "acceptance_rate": pooled["accepted"] / pooled["proposed"] if pooled["proposed"] else None,
             "alpha": None,
@@ -290,7 +290,7 @@ def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe
             speedups = per_repeat_ratios(baseline, cell)
             row["target_step_ms"] = step_ms
             row["baseline_ms_per_token"] = statistics.median(baseline.ms_per_token())
-            row["speedup"] = _spread(speedups)
+            row["speedup"] = spread(speedups)
             row["verify_ratio"] = row["target_ms_per_call"] / step_ms
             if g > 0 and row["draft_ms_per_call"] is not None and row["alpha"] is not None:
                 c = row["draft_ms_per_call"] / step_ms
@@ -377,7 +377,7 @@ def filter_cost(cells: dict) -> list[dict]:
         out.append({"temperature": t, "gamma": g, "top_k": f[0], "top_p": f[1],
                     "ms_per_token": statistics.median(cell.ms_per_token()),
                     "plain_ms_per_token": statistics.median(plain.ms_per_token()),
-                    "ratio_to_plain": _spread(per_repeat_ratios(cell, plain))})
+                    "ratio_to_plain": spread(per_repeat_ratios(cell, plain))})
     return out
 
 

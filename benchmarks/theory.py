@@ -58,3 +58,53 @@ def best_gamma(alpha: float, c: float, gamma_max: int) -> tuple[int, float]:
         if s > value + 1e-12:
             best, value = gamma, s
     return best, value
+
+
+# -- draft sources (--draft): a mean gamma and the measured verify cost ------------------------------------------------
+
+def expected_tokens_at(alpha: float, gamma: float) -> float:
+    """Equation 1 at a real gamma >= 0 (a source's mean guesses per round): (1 - alpha^(gamma+1)) / (1 - alpha)."""
+    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
+        raise ValueError(f"alpha must be in [0, 1] (got {alpha})")
+    if gamma < 0 or math.isnan(gamma):
+        raise ValueError(f"gamma must be >= 0 (got {gamma})")
+    if alpha == 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+
+
+def verify_cost(verify_ratio: dict, gamma: float) -> float | None:
+    """T(gamma) / T(0): the target run over gamma+1 tokens over the one-token step, from the cost probe's
+    verify_ratio ({"k": run over k tokens / run over 1 token}), linear between the two nearest measured k at a
+    real gamma (the nearest end outside them). None when the probe has no ratios."""
+    known = sorted((int(k), float(v)) for k, v in (verify_ratio or {}).items())
+    if not known:
+        return None
+    tokens = gamma + 1.0
+    if tokens <= known[0][0]:
+        return known[0][1]
+    if tokens >= known[-1][0]:
+        return known[-1][1]
+    for (k0, v0), (k1, v1) in zip(known, known[1:]):
+        if k0 <= tokens <= k1:
+            return v0 + (v1 - v0) * (tokens - k0) / (k1 - k0)
+    return known[-1][1]
+
+
+def speedup_with_verify_cost(alpha: float, gamma: float, c: float, verify: float) -> float:
+    """Theorem 3.8 with the measured verify cost instead of 1: E(alpha, gamma) / (gamma c + T(gamma)/T(0)); gamma
+    may be a mean (a lookup proposes what it copied). gamma = 0: 1 / verify (the baseline when verify = T(0)/T(0))."""
+    if c < 0 or math.isnan(c):
+        raise ValueError(f"c must be >= 0 (got {c})")
+    if not verify > 0:
+        raise ValueError(f"verify cost must be > 0 (got {verify})")
+    return expected_tokens_at(alpha, gamma) / (gamma * c + verify)
+
+
+def mixture_speedup(rounds: list[tuple[int, float, float, float, float]]) -> float | None:
+    """The same expectation over every kind of round a run had: rounds = [(count, alpha, mean gamma, c, verify)]
+    (target-only rounds: gamma 0, verify 1); expected tokens over expected cost, both summed over the rounds, in
+    target steps. None without rounds."""
+    tokens = sum(n * expected_tokens_at(a, g) for n, a, g, c, v in rounds)
+    cost = sum(n * (g * c + v) for n, a, g, c, v in rounds)
+    return tokens / cost if cost > 0 else None

@@ -1,0 +1,201 @@
+"""specdec-bench --draft: the draft-source sweep per task x temperature x draft on the tiny export (timings never
+asserted), its option errors, and the prediction arithmetic against hand values."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+
+import pytest
+
+from specdec.bench import cli, drafts, prompts, theory
+from specdec.runtime import Stats
+
+DRAFTS = ["none", "draft", "lookup", "lookup+draft", "auto"]
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _prompts_file(path):
+    """Two tasks of the tiny vocabulary; summarize sources repeat n-grams (something for a lookup to copy)."""
+    lines = []
+    for i in range(3):
+        ids = [5 + i, 6, 7, 8, 5 + i, 6, 7, 8, 9, 1]
+        lines.append(json.dumps({"task": "summarize", "input_ids": ids}))
+        lines.append(json.dumps({"task": "translate", "input_ids": [10 + i, 20, 30 + i, 1]}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_draft_sweep_smoke(tiny_export, tmp_path):
+    code, out, err = run(["--engine", tiny_export, "--prompts", _prompts_file(tmp_path / "p.jsonl"),
+                          "--draft", ",".join(DRAFTS), "--temperature", "0,1", "--num-prompts", "4", "--repeat", "1",
+                          "--max-new-tokens", "6", "--probe-repeats", "1", "--json", tmp_path / "d.json",
+                          "--markdown", tmp_path / "d.md", "--no-progress"])
+    assert code == 0, err
+    assert "draft sources per task" in out and "Theorem 3.8 for the dominant source" in out
+    assert "learned on its warm-up pass" in out and "greedy exactness: every draft configuration" in out
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert report["mode"] == "drafts"
+    s = report["settings"]
+    assert [d["label"] for d in s["drafts"]] == DRAFTS
+    assert [d["gamma"] for d in s["drafts"]] == [0, "auto", "auto", "auto", "auto"]
+    assert [d["draft"] for d in s["drafts"]] == ["none", "draft", "lookup", "lookup,draft", "auto"]
+    assert s["prompts_per_task"] == {"summarize": 2, "translate": 2} and s["temperatures"] == [0.0, 1.0]
+    cells = {(r["task"], r["temperature"], r["draft"]): r for r in report["draft_results"]}
+    assert set(cells) == {(task, t, d) for task in ("summarize", "translate") for t in (0.0, 1.0) for d in DRAFTS}
+    for key, r in cells.items():
+        assert r["requests"] == 2 and r["new_tokens"] > 0, key
+        for name in ("tokens_per_s", "tokens_per_target_call", "draft_calls_per_token", "baseline_ms_per_token",
+                     "predicted_speedup", "measured_over_predicted", "predicted_mixture", "measured_over_mixture"):
+            assert _finite(r[name]), (key, name, r[name])
+        for spread in (r["ms_per_token"], r["speedup"]):
+            assert all(_finite(spread[k]) for k in ("median", "min", "max")), key
+        shares = [src["share"] for name, src in r["sources"].items() if not name.endswith(">")]
+        assert sum(shares) == pytest.approx(1.0), key
+        for name, src in r["sources"].items():
+            assert src["alpha"] is None if name == "none" else 0.0 <= src["alpha"] <= 1.0, (key, name)
+        p = r["prediction"]
+        assert p["source"] == r["dominant_source"]
+        if p["source"] != "none":
+            assert all(_finite(p[k]) for k in ("alpha", "mean_gamma", "c", "verify_cost", "expected_tokens")), key
+    for task in ("summarize", "translate"):
+        for t in (0.0, 1.0):
+            none = cells[(task, t, "none")]
+            assert none["speedup"]["median"] == pytest.approx(1.0) and none["draft_calls"] == 0
+            assert set(none["sources"]) == {"none"} and none["predicted_speedup"] == 1.0
+            assert cells[(task, t, "lookup")]["draft_calls"] == 0              # a lookup runs no model
+            assert set(cells[(task, t, "draft")]["sources"]) <= {"draft", "none"}
+            assert cells[(task, t, "lookup+draft")]["prediction"]["source"] in ("lookup,draft", "none")
+    assert report["draft_greedy_agreement"] == {task: {d: {"agree": 2, "prompts": 2} for d in DRAFTS}
+                                                for task in ("summarize", "translate")}
+    assert set(report["draft_best"]) == {"summarize", "translate"}
+    assert all(set(b) == {"0.0", "1.0"} and all(_finite(x["auto_speedup"]) for x in b.values())
+               for b in report["draft_best"].values())
+    assert set(report["auto_estimates"]) == {"0.0", "1.0"}
+    assert all("alpha" in e and e["rounds"] > 0 for e in report["auto_estimates"].values())
+    assert "warm-up" in report["auto_estimates_note"] and "prediction" in report["notes"]
+    md = (tmp_path / "d.md").read_text()
+    assert "| task | T | draft |" in md and "| summarize | 1 | lookup+draft |" in md and "mixture" in md
+    assert "What auto had learned" in md
+
+
+def test_fixed_gamma_items(tiny_export, tmp_path):
+    """NAME:G runs that source at a fixed gamma; `none` is added when missing; random prompts form one task."""
+    code, out, err = run(["--engine", tiny_export, "--draft", "draft:2", "--draft", "lookup:3", "--temperature", "0",
+                          "--num-prompts", "1", "--repeat", "2", "--max-new-tokens", "5", "--probe-repeats", "1",
+                          "--json", tmp_path / "g.json", "--no-progress"])
+    assert code == 0, err
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert [(d["label"], d["gamma"]) for d in report["settings"]["drafts"]] == [("none", 0), ("draft:2", 2),
+                                                                               ("lookup:3", 3)]
+    rows = {r["draft"]: r for r in report["draft_results"]}
+    assert {r["task"] for r in rows.values()} == {"random"} and set(rows) == {"none", "draft:2", "lookup:3"}
+    draft = rows["draft:2"]
+    assert draft["repeats"] == 2 and draft["sources"]["draft"]["mean_proposed"] <= 2
+    assert draft["prediction"]["c"] == pytest.approx(report["cost_probe"]["c"])
+    assert rows["lookup:3"]["sources"].get("lookup", {"mean_proposed": 0})["mean_proposed"] <= 3
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--draft", "draft:x"], "must be an integer"),
+    (["--draft", "draft:0"], "gamma 0 is target-only"),
+    (["--draft", "lookup+"], "empty name"),
+    (["--draft", "bogus"], "--draft bogus: unknown draft 'bogus'"),
+    (["--draft", "draft:99"], "--draft draft:99: gamma must be an integer in 0..8"),
+    (["--draft", "auto", "--gamma", "0,2"], "--gamma and --draft both given"),
+    (["--draft", "auto", "--plot", "x.png"], "--plot belongs to the gamma sweep"),
+    (["--draft", "auto", "--filters", "none,3:0.9"], "one filter"),
+    (["--draft", ","], "--draft is empty"),
+])
+def test_draft_option_errors(tiny_export, argv, needle):
+    code, out, err = run(["--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
+    assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
+
+
+def test_parse_configs_keeps_order_adds_none_and_drops_duplicates():
+    configs = drafts.parse_configs(["lookup+draft,draft:3", "auto,draft:3, lookup , none:0"])
+    assert [(c.label, c.draft, c.gamma) for c in configs] == [
+        ("none", "none", 0), ("lookup+draft", "lookup,draft", "auto"), ("draft:3", "draft", 3),
+        ("auto", "auto", "auto"), ("lookup", "lookup", "auto")]
+
+
+def test_prompt_selection_gives_every_task_a_share():
+    ps = [prompts.Prompt(text=f"w{i}", task="a") for i in range(5)] + [prompts.Prompt(text="w9", task="b")]
+    assert [p.task for p in prompts.select(ps, 1)] == ["a"]
+    assert [p.task for p in prompts.select(ps, 1, every_task=True)] == ["a", "b"]
+    assert [p.task for p in prompts.select(ps, 4, every_task=True)] == ["a", "b", "a", "a"]
+
+
+def test_theorem_with_a_mean_gamma_and_the_measured_verify_cost():
+    assert theory.expected_tokens_at(0.5, 2) == pytest.approx(theory.expected_tokens(0.5, 2))
+    assert theory.expected_tokens_at(0.5, 1.5) == pytest.approx((1 - 0.5 ** 2.5) / 0.5)
+    assert theory.expected_tokens_at(1.0, 2.5) == 3.5
+    ratios = {"1": 1.0, "2": 1.1, "3": 1.3, "5": 1.7}
+    assert theory.verify_cost(ratios, 0) == 1.0 and theory.verify_cost(ratios, 1) == pytest.approx(1.1)
+    assert theory.verify_cost(ratios, 1.5) == pytest.approx(1.2)            # between 2 and 3 tokens
+    assert theory.verify_cost(ratios, 3.0) == pytest.approx(1.5)            # 4 tokens: between 3 and 5
+    assert theory.verify_cost(ratios, 9) == 1.7 and theory.verify_cost({}, 1) is None
+    # verify cost 1 and an integer gamma: Theorem 3.8 itself
+    assert theory.speedup_with_verify_cost(0.8, 3, 0.05, 1.0) == pytest.approx(theory.predicted_speedup(0.8, 3, 0.05))
+    # a free lookup: (1 + 0.6 + 0.36) / 1.2
+    assert theory.speedup_with_verify_cost(0.6, 2, 0.0, 1.2) == pytest.approx(1.96 / 1.2)
+    # 10 target-only rounds (1 token, 1 step) and 10 lookup rounds (1.96 tokens, 1.2 steps)
+    assert theory.mixture_speedup([(10, 0.0, 0.0, 0.0, 1.0), (10, 0.6, 2.0, 0.0, 1.2)]) == pytest.approx(
+        (10 + 19.6) / (10 + 12))
+    assert theory.mixture_speedup([]) is None
+
+
+def _stats(total_s, new_tokens, target_calls, draft_calls=0, **sources):
+    st = Stats(total_s=total_s, new_tokens=new_tokens, target_calls=target_calls, draft_calls=draft_calls)
+    for name, (rounds, proposed, accepted, rejections, tokens) in sources.items():
+        src = st.source(name.replace("_", ","))
+        src.rounds, src.proposed, src.accepted, src.rejections, src.tokens = (rounds, proposed, accepted,
+                                                                              rejections, tokens)
+    return st
+
+
+def test_summary_of_a_chain_by_hand():
+    """Speedup per repeat against none, shares, the chain's c scaled by draft runs per guess, the predictions."""
+    configs = drafts.parse_configs(["lookup+draft:4"])
+    none, chain = drafts.DraftCell(), drafts.DraftCell()
+    none.add(0, _stats(0.020, 10, 10, none=(10, 0, 0, 0, 10)))
+    none.add(1, _stats(0.030, 10, 10, none=(10, 0, 0, 0, 10)))
+    # 4 rounds of 4 guesses, 8 kept, 2 rejections; the draft kept 4 of the lookup's guesses (lookup>)
+    chain.add(0, _stats(0.010, 10, 4, 12, lookup_draft=(3, 12, 6, 2, 9), none=(1, 0, 0, 0, 1),
+                        **{"lookup>": (2, 6, 4, 1, 0)}))
+    chain.add(1, _stats(0.020, 10, 4, 12))
+    cells = {("t", 0.0, "none"): none, ("t", 0.0, "lookup+draft:4"): chain}
+    probe = {"c": 0.2, "verify_ratio": {"1": 1.0, "4": 1.3, "5": 1.4}}
+    rows = {r["draft"]: r for r in drafts.summarize(cells, configs, probe)}
+    r = rows["lookup+draft:4"]
+    assert r["speedup"]["median"] == pytest.approx((2.0 + 1.5) / 2)     # per repeat: 2/1 and 3/2
+    assert r["tokens_per_target_call"] == pytest.approx(20 / 8) and r["draft_calls_per_token"] == pytest.approx(1.2)
+    src = r["sources"]
+    assert src["lookup,draft"]["share"] == pytest.approx(0.9) and src["none"]["share"] == pytest.approx(0.1)
+    assert src["lookup>"]["share"] is None and src["lookup>"]["alpha"] == pytest.approx(0.8)
+    p = r["prediction"]
+    assert r["dominant_source"] == "lookup,draft" and p["alpha"] == pytest.approx(0.75)
+    assert p["mean_gamma"] == pytest.approx(4.0) and p["verify_cost"] == pytest.approx(1.4)
+    assert p["c"] == pytest.approx(0.2 * (12 - 4) / 12)                # draft runs per guess: (12 - 4) / 12
+    expected = (1 - 0.75 ** 5) / 0.25
+    assert p["expected_tokens"] == pytest.approx(expected) and p["tokens_per_round"] == pytest.approx(3.0)
+    assert r["predicted_speedup"] == pytest.approx(expected / (4 * p["c"] + 1.4))
+    assert r["predicted_mixture"] == pytest.approx((3 * expected + 1) / (3 * (4 * p["c"] + 1.4) + 1))
+    assert r["measured_over_predicted"] == pytest.approx(1.75 / r["predicted_speedup"])
+    assert rows["none"]["prediction"]["source"] == "none" and rows["none"]["measured_over_predicted"] == 1.0
+    best = drafts.best_by_task(list(rows.values()))
+    assert best == {"t": {"0.0": {"best": "lookup+draft:4", "best_speedup": pytest.approx(1.75),
+                                  "best_ms_per_token": pytest.approx(1.5), "baseline_ms_per_token": pytest.approx(2.5),
+                                  "auto_speedup": None}}}
