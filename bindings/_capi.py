@@ -8,6 +8,10 @@ libspecdec module's own ffi and lib. Every function runs on the C caller's threa
 Sessions are plain integers cast to `specdec_session *` (never dereferenced, never reused), so a closed handle is
 recognised instead of touching freed memory. Each session has a lock: calls on one session are serialized, calls
 on different sessions run concurrently (ONNX Runtime releases the GIL while it runs).
+
+specdec_params and specdec_stats are versioned (specdec.h): the C side (capi.c) has checked their struct_size
+before anything here runs; this side reads and writes only the fields that lie wholly inside it, and a params
+field outside it takes the Params default.
 """
 
 from __future__ import annotations
@@ -31,6 +35,29 @@ EXTERNS = {
 }
 
 OPTION_TYPES = {"provider": str, "threads": int, "draft": str}
+
+# specdec_stats' per-source counters (API version 3), from Stats.sources: name -> SourceStats, where "none" is the
+# target-only rounds, "lookup" the lookup verified by the target, "X>" the lower levels of chains (verified by a
+# model, not the target), and any other name a draft model or a chain whose top level the target verified.
+SOURCE_FIELDS = ("target_only_rounds", "lookup_rounds", "lookup_proposed", "lookup_accepted", "model_rounds",
+                 "model_proposed", "model_accepted", "chain_proposed", "chain_accepted")
+
+
+def source_counts(stats) -> dict:
+    """The SOURCE_FIELDS of a runtime Stats."""
+    out = dict.fromkeys(SOURCE_FIELDS, 0)
+    for name, s in stats.sources.items():
+        if name.endswith(">"):
+            out["chain_proposed"] += s.proposed
+            out["chain_accepted"] += s.accepted
+        elif name == "none":
+            out["target_only_rounds"] += s.rounds
+        else:
+            kind = "lookup" if name == "lookup" else "model"
+            out[kind + "_rounds"] += s.rounds
+            out[kind + "_proposed"] += s.proposed
+            out[kind + "_accepted"] += s.accepted
+    return out
 
 
 class Failure(Exception):
@@ -67,6 +94,14 @@ class CApi:
         self.stop_reasons = {"": lib.SPECDEC_STOP_NONE, "eos": lib.SPECDEC_STOP_EOS,
                              "max_new_tokens": lib.SPECDEC_STOP_MAX_NEW_TOKENS,
                              "max_length": lib.SPECDEC_STOP_MAX_LENGTH, "callback": lib.SPECDEC_STOP_CALLBACK}
+        self.params_fields = self._field_ends("specdec_params")
+        self.stats_fields = self._field_ends("specdec_stats")
+
+    def _field_ends(self, struct: str) -> dict:
+        """{field: offset just past it} of a versioned struct, struct_size left out: a field is in the caller's
+        struct iff its end <= the caller's struct_size."""
+        return {name: field.offset + self.ffi.sizeof(field.type)
+                for name, field in self.ffi.typeof(struct).fields if name != "struct_size"}
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -132,11 +167,32 @@ class CApi:
                 session.owner = None
 
     def _params(self, ptr) -> Params:
-        """The one Params of a request, from the C struct (NULL: specdec_params_default()). Values are checked by
-        the runtime (Params.checked), so the C API and Python accept and refuse exactly the same ones."""
-        p = self.lib.specdec_params_default() if ptr == self.ffi.NULL else ptr[0]
-        return Params.of(max_new_tokens=int(p.max_new_tokens), gamma=int(p.gamma), temperature=float(p.temperature),
-                         top_k=int(p.top_k), top_p=float(p.top_p), lenience=float(p.lenience), seed=int(p.seed))
+        """The one Params of a request, from the C struct (NULL: the defaults, which specdec_params_default() equals).
+        Only the fields inside the caller's struct_size are read; the others keep their Params defaults. Values are
+        checked by the runtime (Params.checked, and the draft name when the decoder picks the source), so the C API
+        and Python accept and refuse exactly the same ones."""
+        if ptr == self.ffi.NULL:
+            return Params()
+        size = int(ptr.struct_size)
+        given = {name: getattr(ptr, name) for name, end in self.params_fields.items() if end <= size}
+        values = {}
+        for name, value in given.items():
+            if name == "gamma":
+                value = int(value)
+                if value == self.lib.SPECDEC_GAMMA_AUTO:
+                    value = "auto"
+                elif value < 0:
+                    raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"gamma must be SPECDEC_GAMMA_AUTO (-1) or an "
+                                  f"integer in 0..gamma_max (got {value})", "use -1 for auto, or 0 <= gamma <= the "
+                                  "export's gamma_max (specdec_get_info)")
+            elif name == "draft":
+                value = "auto" if value == self.ffi.NULL else self._text(value, "params.draft")
+            elif name in ("temperature", "top_p", "lenience"):
+                value = float(value)
+            else:
+                value = int(value)
+            values[name] = value
+        return Params.of(**values)
 
     def _input_ids(self, ptr, count: int):
         if ptr == self.ffi.NULL:
@@ -155,14 +211,19 @@ class CApi:
                           "pass a buffer of out_capacity elements, or out_capacity 0 to measure only")
 
     def _fill_stats(self, out, stats, stop_reason: str) -> None:
+        """Write the C stats: only the fields inside the caller's struct_size (capi.c has zeroed those already)."""
         if out == self.ffi.NULL:
             return
-        for name in ("target_calls", "draft_calls", "proposed", "accepted", "new_tokens", "ort_runs"):
-            setattr(out, name, int(getattr(stats, name)))
-        for name in ("acceptance_rate", "tokens_per_target_call", "encoder_s", "draft_s", "target_s", "host_s",
-                     "total_s"):
-            setattr(out, name, float(getattr(stats, name)))
-        out.stop_reason = self.stop_reasons.get(stop_reason, self.lib.SPECDEC_STOP_NONE)
+        values = {name: int(getattr(stats, name)) for name in ("target_calls", "draft_calls", "proposed", "accepted",
+                                                                "new_tokens", "ort_runs")}
+        values.update((name, float(getattr(stats, name))) for name in (
+            "acceptance_rate", "tokens_per_target_call", "encoder_s", "draft_s", "target_s", "host_s", "total_s"))
+        values["stop_reason"] = self.stop_reasons.get(stop_reason, self.lib.SPECDEC_STOP_NONE)
+        values.update(source_counts(stats))
+        size = int(out.struct_size)
+        for name, end in self.stats_fields.items():
+            if end <= size:
+                setattr(out, name, values[name])
 
     def _too_small(self, capacity: int, needed: int, unit: str) -> Failure:
         return Failure(self.lib.SPECDEC_E_BUFFER_TOO_SMALL,

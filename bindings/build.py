@@ -42,6 +42,7 @@ EXAMPLES = {"specdec-example-c": "example.c", "specdec-example-cpp": "example.cp
 # (static: not exported) and the C helpers the Python side calls.
 PRIVATE_CDEF = """
 #define SPECDEC_ERROR_MAX ...
+#define SPECDEC_GAMMA_AUTO ...
 extern "Python" int _specdec_py_open(const char *, const char *, specdec_session **);
 extern "Python" int _specdec_py_close(specdec_session *);
 extern "Python" int _specdec_py_get_info(specdec_session *, specdec_session_info *);
@@ -52,7 +53,6 @@ extern "Python" int _specdec_py_generate_text(specdec_session *, const char *, c
 extern "Python" int _specdec_py_stream(specdec_session *, const char *, const int32_t *, size_t,
                                        const specdec_params *, specdec_piece_callback, void *, specdec_stats *);
 void _specdec_set_error(const char *message);
-specdec_params specdec_params_default(void);
 """
 
 # Runs inside the embedded interpreter on the first call that needs Python. %(build)s is the JSON of build_info().

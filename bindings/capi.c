@@ -2,7 +2,9 @@
  * embedding module after `#include "specdec.h"`.
  *
  * What lives here, and why it is C rather than Python:
- *   - specdec_version, specdec_status_name, specdec_params_default: constants; they must not start Python.
+ *   - specdec_version, specdec_status_name, specdec_params_init: constants; they must not start Python.
+ *   - the struct_size checks of the versioned structs (specdec_params, specdec_stats) and the zeroing of
+ *     out_stats: done before Python starts, so even a call that cannot start it leaves out_stats zeroed.
  *   - specdec_last_error: thread-local storage in C, so the message survives whatever CPython does with the
  *     thread state of a foreign thread between calls.
  *   - the public entry points: each clears the thread's error, makes sure Python is running (cffi's
@@ -77,18 +79,74 @@ SPECDEC_API const char *specdec_status_name(specdec_status status)
     return "SPECDEC_UNKNOWN_STATUS";
 }
 
-SPECDEC_API specdec_params specdec_params_default(void)
+/* ---- versioned structs (see "Versioned structs" in specdec.h) --------------------------------------- */
+
+/* 0 when `size` is a struct_size this library can use for `type` (at least `min`); otherwise sets the calling
+   thread's error ("function: what is N, problem; fix.") and returns -1. */
+static int specdec_bad_size(const char *function, const char *what, size_t size, size_t min, const char *type,
+                            const char *fix)
 {
-    specdec_params p;
-    memset(&p, 0, sizeof p);
-    p.max_new_tokens = 64;
-    p.gamma = 4;
-    p.temperature = 0.0;
-    p.top_k = 0;
-    p.top_p = 1.0;
-    p.lenience = 1.0;
-    p.seed = 0;
-    return p;
+    char message[512];
+    if (size >= min && size <= SPECDEC_STRUCT_SIZE_MAX)
+        return 0;
+    if (size == 0)
+        snprintf(message, sizeof message, "%s: %s is 0 (not set); %s.", function, what, fix);
+    else if (size < min)
+        snprintf(message, sizeof message, "%s: %s is %zu, smaller than the smallest %s layout (%zu bytes); %s.",
+                 function, what, size, type, min, fix);
+    else
+        snprintf(message, sizeof message, "%s: %s is %zu, larger than any %s layout (at most %d bytes; never "
+                 "set?); %s.", function, what, size, type, SPECDEC_STRUCT_SIZE_MAX, fix);
+    _specdec_set_error(message);
+    return -1;
+}
+
+SPECDEC_API specdec_status specdec_params_init(specdec_params *params, size_t struct_size)
+{
+    specdec_params d;
+    size_t known = struct_size < sizeof d ? struct_size : sizeof d;
+    if (params == NULL) {
+        _specdec_set_error("specdec_params_init: params is NULL; pass the address of a specdec_params.");
+        return SPECDEC_E_INVALID_ARGUMENT;
+    }
+    if (specdec_bad_size("specdec_params_init", "struct_size", struct_size, SPECDEC_PARAMS_SIZE_MIN,
+                         "specdec_params", "pass sizeof(specdec_params)"))
+        return SPECDEC_E_INVALID_ARGUMENT;
+    memset(&d, 0, sizeof d);
+    d.struct_size = struct_size;
+    d.max_new_tokens = 64;
+    d.gamma = SPECDEC_GAMMA_AUTO;
+    d.temperature = 0.0;
+    d.top_k = 0;
+    d.top_p = 1.0;
+    d.lenience = 1.0;
+    d.seed = 0;
+    d.draft = NULL;                 /* "auto" */
+    memcpy(params, &d, known);      /* an older host's struct: only what it has */
+    if (struct_size > known)        /* a newer host's struct: its fields this library does not know */
+        memset((char *)params + known, 0, struct_size - known);
+    return SPECDEC_OK;
+}
+
+/* Check the versioned structs a generation call gets, zeroing the stats fields the caller's struct has (so that a
+   call failing from here on leaves them zeroed). Returns SPECDEC_OK or SPECDEC_E_INVALID_ARGUMENT (error set; an
+   out_stats whose own struct_size is refused is not written). */
+static specdec_status specdec_prepare(const char *function, const specdec_params *params, specdec_stats *out_stats)
+{
+    size_t n;
+    if (out_stats) {
+        if (specdec_bad_size(function, "out_stats->struct_size", out_stats->struct_size, SPECDEC_STATS_SIZE_MIN,
+                             "specdec_stats", "start from specdec_stats_empty(), which sets it to "
+                             "sizeof(specdec_stats)"))
+            return SPECDEC_E_INVALID_ARGUMENT;
+        n = out_stats->struct_size < sizeof *out_stats ? out_stats->struct_size : sizeof *out_stats;
+        memset((char *)out_stats + sizeof out_stats->struct_size, 0, n - sizeof out_stats->struct_size);
+    }
+    if (params && specdec_bad_size(function, "params->struct_size", params->struct_size, SPECDEC_PARAMS_SIZE_MIN,
+                                   "specdec_params", "start from specdec_params_default(), which sets it to "
+                                   "sizeof(specdec_params)"))
+        return SPECDEC_E_INVALID_ARGUMENT;
+    return SPECDEC_OK;
 }
 
 /* ---- starting Python ---------------------------------------------------------------------------------- */
@@ -180,17 +238,13 @@ SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_se
     return (specdec_status)_specdec_py_get_info(session, out_info);
 }
 
-static void specdec_zero_stats(specdec_stats *out_stats)
-{
-    if (out_stats)
-        memset(out_stats, 0, sizeof *out_stats);
-}
-
 SPECDEC_API specdec_status specdec_generate_ids(specdec_session *session, const int32_t *input_ids,
                                                 size_t n_input, const specdec_params *params, int32_t *out_ids,
                                                 size_t out_capacity, size_t *out_len, specdec_stats *out_stats)
 {
-    specdec_zero_stats(out_stats);
+    specdec_status st = specdec_prepare("specdec_generate_ids", params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
     if (specdec_enter("specdec_generate_ids"))
         return SPECDEC_E_PYTHON;
     return (specdec_status)_specdec_py_generate_ids(session, input_ids, n_input, params, out_ids, out_capacity,
@@ -202,7 +256,9 @@ SPECDEC_API specdec_status specdec_generate_text(specdec_session *session, const
                                                  size_t out_capacity, size_t *out_len,
                                                  specdec_stats *out_stats)
 {
-    specdec_zero_stats(out_stats);
+    specdec_status st = specdec_prepare("specdec_generate_text", params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
     if (specdec_enter("specdec_generate_text"))
         return SPECDEC_E_PYTHON;
     return (specdec_status)_specdec_py_generate_text(session, prompt, params, out_text, out_capacity, out_len,
@@ -214,7 +270,9 @@ SPECDEC_API specdec_status specdec_stream(specdec_session *session, const char *
                                           const specdec_params *params, specdec_piece_callback on_piece,
                                           void *user_data, specdec_stats *out_stats)
 {
-    specdec_zero_stats(out_stats);
+    specdec_status st = specdec_prepare("specdec_stream", params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
     if (specdec_enter("specdec_stream"))
         return SPECDEC_E_PYTHON;
     return (specdec_status)_specdec_py_stream(session, prompt, input_ids, n_input, params, on_piece, user_data,

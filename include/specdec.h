@@ -21,6 +21,17 @@
  *  - Strings are NUL-terminated UTF-8, both ways.
  *  - Token ids are int32_t (the vocabulary fits easily); the runtime checks them against the export's
  *    vocabulary.
+ *  - Versioned structs: specdec_params and specdec_stats begin with `size_t struct_size`, the struct's size as
+ *    the host was compiled (sizeof). From API version 3 on their fields are only ever appended: never removed,
+ *    reordered or retyped. The library reads and writes only the fields that lie wholly inside the caller's
+ *    struct_size, so a host compiled against an older header keeps working with a newer library (a params
+ *    field its struct lacks takes its default; a stats field its struct lacks is not written), and a host
+ *    compiled against a newer header works with an older library (which ignores the params fields it does not
+ *    know and leaves the stats fields it does not know as the caller set them). The host must set struct_size:
+ *    start from specdec_params_default() and specdec_stats_empty(), which set it. A struct_size of 0, below
+ *    SPECDEC_PARAMS_SIZE_MIN / SPECDEC_STATS_SIZE_MIN or above SPECDEC_STRUCT_SIZE_MAX is
+ *    SPECDEC_E_INVALID_ARGUMENT, and then that struct is neither read nor written. (specdec_session_info is not
+ *    versioned: the library writes all of it.)
  *  - Threads: any function may be called from any thread, including threads the library has never seen.
  *    Different sessions are independent and run concurrently (ONNX Runtime runs without the Python GIL).
  *    One session may be shared by several threads: calls on the same session are serialized inside the
@@ -37,6 +48,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,8 +66,25 @@ extern "C" {
      2: specdec_stats: verify_s and sampling_s replaced by target_s (sampling is fused into the decoder graphs:
         there are no separate sampler runs to time), so the struct's layout changed -- recompile against this
         header; ort_runs counts gamma + 1 runs per speculative iteration instead of 2 * gamma + 2.
-        specdec_params.lenience now also applies at temperature 0 (see its comment; 1 is still exact). */
-#define SPECDEC_API_VERSION 2
+        specdec_params.lenience now also applies at temperature 0 (see its comment; 1 is still exact).
+     3: specdec_params and specdec_stats are versioned: `size_t struct_size` comes first (see "Versioned
+        structs" above; from now on fields are only appended, so hosts built against this header or a later
+        one never need recompiling for a layout change). specdec_params: gamma may be SPECDEC_GAMMA_AUTO (-1,
+        the new default: chosen each round from measured acceptance and costs); new field `draft` (the draft
+        source by name: "auto", the default, "none", "lookup", a draft model's name, or a chain such as
+        "lookup,draft"). specdec_stats: new per-source counters (target_only_rounds, lookup_*, model_*,
+        chain_*). specdec_params_default() is now an inline function over the new specdec_params_init()
+        (so no struct is returned by value across the library boundary), and specdec_stats_empty() is new.
+        Recompile hosts built against version 1 or 2. */
+#define SPECDEC_API_VERSION 3
+
+/* params.gamma: let the runtime choose the number of guesses each round (0 .. the export's gamma_max) from the
+   acceptance and the costs it measures. The default. */
+#define SPECDEC_GAMMA_AUTO (-1)
+
+/* Largest struct_size the library accepts for a versioned struct: far above any real layout, so that a struct
+   whose struct_size was never set (stack garbage) is refused rather than trusted. */
+#define SPECDEC_STRUCT_SIZE_MAX 4096
 
 /* Longest message specdec_last_error() returns, in bytes including the NUL; longer ones are cut (at a
    UTF-8 character boundary) and end with "...". */
@@ -108,13 +137,21 @@ typedef enum specdec_stop_reason {
    destroyed by specdec_close; the handle value means nothing to the caller. */
 typedef struct specdec_session specdec_session;
 
-/* Generation parameters. Always start from specdec_params_default() and change fields, so that fields added
-   in later API versions get their defaults. The library validates every field on every call (invalid ->
-   SPECDEC_E_INVALID_ARGUMENT, nothing generated). Same params and seed -> same tokens, on any thread. */
+/* Generation parameters (a versioned struct: see "Versioned structs" above). Always start from
+   specdec_params_default() and change fields: it sets struct_size and gives every field its default. The
+   library validates every field on every call (invalid -> SPECDEC_E_INVALID_ARGUMENT, nothing generated).
+   Same params and seed -> same tokens, on any thread, provided that draft and gamma are fixed (not "auto" /
+   SPECDEC_GAMMA_AUTO): at temperature > 0 an auto choice depends on measured timings, so seeded sampled output
+   is then not reproducible. Greedy output (with lenience 1) is the target's greedy output whatever the draft
+   and gamma, auto included. */
 typedef struct specdec_params {
+    size_t struct_size;      /* sizeof(specdec_params) as the host was compiled; set by
+                                specdec_params_default(). Always first.                                   */
+    /* ---- API version 2 fields (every layout has them) ---- */
     int32_t max_new_tokens;  /* >= 1. Default 64. Output is at most this many tokens (an EOS included).   */
-    int32_t gamma;           /* draft tokens per target call, 0..gamma_max of the export (see
-                                specdec_get_info). 0 = target-only decoding. Default 4. Greedy output
+    int32_t gamma;           /* draft tokens per target call: SPECDEC_GAMMA_AUTO (-1, the default: chosen
+                                each round from measured acceptance and costs), or fixed in 0..gamma_max of
+                                the export (see specdec_get_info); 0 = target-only decoding. Greedy output
                                 (with lenience 1) does not depend on gamma; sampled output does.          */
     double temperature;      /* finite, >= 0. 0 = greedy (default). With lenience 1 the output
                                 distribution is exactly the target's at this temperature/top_k/top_p,
@@ -134,12 +171,28 @@ typedef struct specdec_params {
                                                    a guess at least half as likely as the argmax.
                                 With l < 1 the output depends on gamma and on the draft, also when greedy. */
     uint64_t seed;           /* random seed for sampling (unused when greedy). Default 0.                  */
+    /* ---- appended in API version 3 ---- */
+    const char *draft;       /* the draft source, by name (NUL-terminated UTF-8, read during the call only;
+                                the library keeps no pointer to it). NULL or "auto" (the default): each
+                                round the best of none, lookup, the draft model and lookup,draft, from
+                                measured acceptance and costs. "none": target only (as gamma 0). "lookup":
+                                copies from the prompt and the output so far (no model). A draft model's
+                                name: "draft" (an export may hold more, e.g. "mid"). A chain, lowest level
+                                first, "," or "+" between levels: "lookup,draft", "draft,mid" (each level
+                                verifies the one below; "lookup" only first). An unknown name or a
+                                malformed chain is SPECDEC_E_INVALID_ARGUMENT with a one-line message
+                                naming the choices; the session stays usable.                              */
 } specdec_params;
 
-/* What one generation did and where its time went (seconds, wall clock). Sampling runs inside the decoder
-   graphs (fused heads), so each draft token costs one ONNX Runtime run and each verification one more: a
-   speculative iteration with k guesses is k + 1 runs. encoder_s + draft_s + target_s + host_s = total_s. */
+/* What one generation did and where its time went (seconds, wall clock). A versioned struct (see "Versioned
+   structs" above): start from specdec_stats_empty(), which sets struct_size; the library zeroes the fields it
+   knows at the start of every call that takes it. Sampling runs inside the decoder graphs (fused heads), so
+   each draft token costs one ONNX Runtime run and each verification one more: a speculative iteration with k
+   guesses is k + 1 runs. encoder_s + draft_s + target_s + host_s = total_s. */
 typedef struct specdec_stats {
+    size_t struct_size;             /* sizeof(specdec_stats) as the host was compiled; set by
+                                       specdec_stats_empty(). Always first; the library never writes it.   */
+    /* ---- API version 2 fields (every layout has them) ---- */
     int64_t target_calls;           /* target runs: verify passes (or single steps when gamma = 0)        */
     int64_t draft_calls;            /* draft runs (one per draft token)                                   */
     int64_t proposed;               /* draft tokens offered for verification                              */
@@ -155,6 +208,24 @@ typedef struct specdec_stats {
     double host_s;                  /* everything outside ONNX Runtime runs (Python, tokenizer, binding) */
     double total_s;                 /* whole generation                                                   */
     specdec_stop_reason stop_reason;
+    /* ---- appended in API version 3: where the guesses came from (the runtime's Stats.sources, summed by
+       kind). Every target run is one round of exactly one kind, so target_only_rounds + lookup_rounds +
+       model_rounds = target_calls, lookup_proposed + model_proposed = proposed and lookup_accepted +
+       model_accepted = accepted. A round yields its accepted guesses plus one token of the target's, so a
+       kind's tokens are its rounds + accepted (before the output is cut after an EOS). Useful with draft
+       "auto", which picks a kind per round. ---- */
+    int64_t target_only_rounds;     /* rounds without guesses: gamma 0, draft "none", a lookup that found no
+                                       match, the last token before max_new_tokens, or an auto choice      */
+    int64_t lookup_rounds;          /* rounds whose guesses the lookup copied, verified by the target      */
+    int64_t lookup_proposed;        /* guesses the lookup offered the target                               */
+    int64_t lookup_accepted;        /* of those, kept                                                      */
+    int64_t model_rounds;           /* rounds whose guesses came from a draft model: alone ("draft") or the
+                                       top level of a chain ("lookup,draft", "draft,mid")                  */
+    int64_t model_proposed;         /* guesses draft models offered the target                             */
+    int64_t model_accepted;         /* of those, kept                                                      */
+    int64_t chain_proposed;         /* inside chains: guesses a lower level offered the model above it (not
+                                       the target; e.g. the lookup's guesses under "lookup,draft")         */
+    int64_t chain_accepted;         /* of those, kept by that model                                        */
 } specdec_stats;
 
 /* Facts about an open session (specdec_get_info). */
@@ -183,6 +254,12 @@ typedef int (*specdec_piece_callback)(const int32_t *token_ids, size_t n_tokens,
 
 /* @cffi-types-end */
 
+/* The smallest struct_size the library accepts for each versioned struct: struct_size and the fields of API
+   version 2, which every layout has. A field lies inside the caller's struct iff offsetof(field) +
+   sizeof(field) <= struct_size. */
+#define SPECDEC_PARAMS_SIZE_MIN offsetof(specdec_params, draft)
+#define SPECDEC_STATS_SIZE_MIN offsetof(specdec_stats, target_only_rounds)
+
 /* ---- library ------------------------------------------------------------------------------------------- */
 
 /* The specdec package version this library was built from, e.g. "0.1.0". Static storage: never free, valid
@@ -191,7 +268,8 @@ SPECDEC_API const char *specdec_version(void);
 
 /* The calling thread's last error: a one-line, NUL-terminated UTF-8 message ("" if the last specdec call on
    this thread succeeded, or there was none). Every specdec call except specdec_last_error, specdec_version,
-   specdec_status_name and specdec_params_default clears it when it starts and sets it when it fails.
+   specdec_status_name, specdec_params_init (and so specdec_params_default) and specdec_stats_empty clears it
+   when it starts and sets it when it fails (specdec_params_init sets it when it fails, too).
    Owned by the library (thread-local storage): valid until the calling thread makes its next call that
    clears it, or exits; copy it to keep it. Never NULL. Thread-safe: other threads' failures never show here. */
 SPECDEC_API const char *specdec_last_error(void);
@@ -235,22 +313,49 @@ SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_se
 
 /* ---- generation ---------------------------------------------------------------------------------------- */
 
-/* The default parameters: max_new_tokens 64, gamma 4, temperature 0 (greedy), top_k 0, top_p 1,
-   lenience 1, seed 0 -- the same defaults as the Python API. Returns a struct by value; does not start
-   Python; thread-safe; cannot fail. */
-SPECDEC_API specdec_params specdec_params_default(void);
+/* Write the default parameters into the first struct_size bytes of *params and set params->struct_size to
+   struct_size (pass sizeof(specdec_params); specdec_params_default() does). The defaults are the Python
+   API's: max_new_tokens 64, gamma SPECDEC_GAMMA_AUTO, draft NULL ("auto"), temperature 0 (greedy), top_k 0,
+   top_p 1, lenience 1, seed 0. Bytes past the fields this library knows (a newer header's fields) are zeroed.
+   Returns SPECDEC_OK, or SPECDEC_E_INVALID_ARGUMENT (params NULL, or struct_size below
+   SPECDEC_PARAMS_SIZE_MIN or above SPECDEC_STRUCT_SIZE_MAX; *params untouched). Does not start Python;
+   thread-safe; leaves the last error alone when it succeeds. */
+SPECDEC_API specdec_status specdec_params_init(specdec_params *params, size_t struct_size);
+
+/* The default parameters (see specdec_params_init), with struct_size = sizeof(specdec_params) of the header
+   the host is compiled with. Inline, so the struct never crosses the library boundary by value. Cannot fail. */
+static inline specdec_params specdec_params_default(void)
+{
+    specdec_params p;
+    memset(&p, 0, sizeof p);
+    (void)specdec_params_init(&p, sizeof p);
+    return p;
+}
+
+/* An empty specdec_stats to pass as out_stats: all zero (stop_reason SPECDEC_STOP_NONE) and struct_size =
+   sizeof(specdec_stats). Inline; does not call the library. */
+static inline specdec_stats specdec_stats_empty(void)
+{
+    specdec_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    return s;
+}
 
 /* Token ids in, token ids out.
      session:              required.
      input_ids, n_input:   the encoder input (n_input >= 1; usually ending with the EOS id, as the tokenizer
                            would produce it); the caller keeps ownership, read only during the call.
-     params:               NULL for specdec_params_default().
+     params:               NULL for specdec_params_default(); else its struct_size must be set (see
+                           "Versioned structs"); read only during the call.
      out_ids, out_capacity: caller buffer of out_capacity int32_t. A buffer of params.max_new_tokens ids is
                            always large enough. out_ids may be NULL only when out_capacity is 0 (then the
                            call only measures: it returns SPECDEC_E_BUFFER_TOO_SMALL and the length).
      out_len:              required; receives the number of generated ids (also on BUFFER_TOO_SMALL).
-     out_stats:            optional (NULL); filled on SPECDEC_OK and SPECDEC_E_BUFFER_TOO_SMALL, zeroed on
-                           any other failure (stop_reason SPECDEC_STOP_NONE).
+     out_stats:            optional (NULL); its struct_size must be set (specdec_stats_empty()). Filled on
+                           SPECDEC_OK and SPECDEC_E_BUFFER_TOO_SMALL, zeroed on any other failure
+                           (stop_reason SPECDEC_STOP_NONE) -- except when its own struct_size is invalid:
+                           then it is not touched.
    The output excludes the decoder start token and stops after the EOS id if one is generated.
    Returns SPECDEC_OK, SPECDEC_E_BUFFER_TOO_SMALL, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY,
    SPECDEC_E_RUNTIME, SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL; on any failure nothing is written to
@@ -275,7 +380,8 @@ SPECDEC_API specdec_status specdec_generate_text(specdec_session *session, const
 /* Generate and hand each accepted piece to on_piece as soon as it is verified (see specdec_piece_callback).
    Give exactly one input: a prompt (text; input_ids NULL and n_input 0) or input_ids (prompt NULL).
      on_piece:  required. user_data: passed to it untouched (may be NULL).
-     out_stats: optional; filled on SPECDEC_OK (including a stop by the callback), zeroed on a failure.
+     out_stats: optional (struct_size set); filled on SPECDEC_OK (including a stop by the callback), zeroed
+                on a failure (untouched when its struct_size is invalid).
    The pieces' token ids, concatenated, are exactly what specdec_generate_ids returns for the same input,
    params and seed. Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY, SPECDEC_E_RUNTIME,
    SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL. On a failure after some pieces were delivered, those pieces stand

@@ -4,6 +4,8 @@
  *   specdec::Session s("exported", R"({"provider": "cpu"})");   // specdec_open; specdec_close in ~Session
  *   specdec::Params p;                                           // specdec_params_default()
  *   p.temperature = 0.7; p.seed = 42;
+ *   p.draft = "lookup,draft"; p.gamma = 4;                       // fixed source and gamma: reproducible
+ *   specdec::Stats st;                                           // specdec_stats_empty()
  *   std::vector<int32_t> ids = s.generate_ids({5, 6, 7, 1}, p);
  *   std::string text = s.generate_text("translate English to German: Hello", p);
  *   s.stream_text("...", p, [](const specdec::Piece &piece) { std::cout << piece.text; return true; });
@@ -13,6 +15,9 @@
  * destroy). Threads: as specdec.h -- one Session may be used from several threads (calls are serialized by the
  * library), and different Sessions run concurrently. A stream callback may throw: the generation stops and the
  * exception is rethrown from stream_*() after the library has returned (it never unwinds through C).
+ * Versioned structs: Params and Stats derive from specdec_params and specdec_stats and their constructors set
+ * struct_size, so they are always valid to pass; Params::draft is a `const char *` that must stay valid until the
+ * call that uses it returns (a string literal, or the c_str() of a std::string that outlives the call).
  */
 #ifndef SPECDEC_HPP
 #define SPECDEC_HPP
@@ -44,12 +49,17 @@ inline void check(specdec_status status)
         throw Error(status, std::string(specdec_status_name(status)) + ": " + specdec_last_error());
 }
 
-/* specdec_params with the library's defaults. */
+/* specdec_params with the library's defaults (gamma SPECDEC_GAMMA_AUTO, draft NULL = "auto", ...) and
+   struct_size set. */
 struct Params : specdec_params {
     Params() : specdec_params(specdec_params_default()) {}
 };
 
-typedef specdec_stats Stats;
+/* specdec_stats, empty, with struct_size set (pass its address as the stats argument). */
+struct Stats : specdec_stats {
+    Stats() : specdec_stats(specdec_stats_empty()) {}
+};
+
 typedef specdec_session_info Info;
 
 /* One streamed piece; the vector and string are copies the callback may keep. */

@@ -1,15 +1,16 @@
 /* specdec C example: open an export directory, generate (ids and text), stream, print stats.
  *
- *   specdec-example-c EXPORT_DIR [--text "PROMPT" | --ids 5,6,7,1] [--max-new-tokens N] [--gamma G]
- *                     [--temperature T] [--top-k K] [--top-p P] [--lenience L] [--seed S]
- *                     [--provider auto|cpu|cuda|tensorrt] [--threads N]
+ *   specdec-example-c EXPORT_DIR [--text "PROMPT" | --ids 5,6,7,1] [--max-new-tokens N] [--gamma G|auto]
+ *                     [--draft auto|none|lookup|draft|lookup,draft|...] [--temperature T] [--top-k K]
+ *                     [--top-p P] [--lenience L] [--seed S] [--provider auto|cpu|cuda|tensorrt] [--threads N]
  *   specdec-example-c --check        start the library's Python and print its version (no export needed)
  *
  * Output, one item per line (the tests parse it):
  *   ids: <generated ids>            (with --ids)       text: <generated text>     (with --text)
  *   stream: [<ids of piece 1>] [<ids of piece 2>] ...
  *   stream_ids: <all streamed ids>  stream_text: <all streamed text>
- *   stats: ...
+ *   stats: ... sources: target_only_rounds=R lookup=R/P/A model=R/P/A chain=P/A time_ms: ...
+ *          (rounds/proposed/accepted per kind of source)
  * Build: see bindings/README.md (gcc -std=c99 -Iinclude example.c -Lbuild -lspecdec -Wl,-rpath,...).
  */
 #include <stdio.h>
@@ -40,11 +41,15 @@ static const char *stop_name(specdec_stop_reason reason)
 static void print_stats(const char *label, const specdec_stats *s)
 {
     printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld alpha=%.3f "
-           "tokens_per_target_call=%.2f stop=%s time_ms: total=%.2f encoder=%.2f draft=%.2f target=%.2f "
+           "tokens_per_target_call=%.2f stop=%s sources: target_only_rounds=%lld lookup=%lld/%lld/%lld "
+           "model=%lld/%lld/%lld chain=%lld/%lld time_ms: total=%.2f encoder=%.2f draft=%.2f target=%.2f "
            "host=%.2f\n",
            label, (long long)s->new_tokens, (long long)s->target_calls, (long long)s->draft_calls,
            (long long)s->ort_runs, (long long)s->accepted, (long long)s->proposed, s->acceptance_rate,
-           s->tokens_per_target_call, stop_name(s->stop_reason), s->total_s * 1e3, s->encoder_s * 1e3,
+           s->tokens_per_target_call, stop_name(s->stop_reason), (long long)s->target_only_rounds,
+           (long long)s->lookup_rounds, (long long)s->lookup_proposed, (long long)s->lookup_accepted,
+           (long long)s->model_rounds, (long long)s->model_proposed, (long long)s->model_accepted,
+           (long long)s->chain_proposed, (long long)s->chain_accepted, s->total_s * 1e3, s->encoder_s * 1e3,
            s->draft_s * 1e3, s->target_s * 1e3, s->host_s * 1e3);
 }
 
@@ -97,10 +102,10 @@ int main(int argc, char **argv)
     size_t n_prompt = 0, i, out_len = 0;
     int threads = 0, a;
     char options[256];
-    specdec_params params = specdec_params_default();
+    specdec_params params = specdec_params_default();     /* sets struct_size: always start from it */
     specdec_session *session = NULL;
     specdec_session_info info;
-    specdec_stats stats;
+    specdec_stats stats = specdec_stats_empty();         /* sets struct_size */
     specdec_status status;
     collected c;
 
@@ -119,7 +124,8 @@ int main(int argc, char **argv)
         if (!strcmp(arg, "--text")) text = val;
         else if (!strcmp(arg, "--ids")) n_prompt = parse_ids(val, prompt_ids, MAX_PROMPT_IDS);
         else if (!strcmp(arg, "--max-new-tokens")) params.max_new_tokens = atoi(val);
-        else if (!strcmp(arg, "--gamma")) params.gamma = atoi(val);
+        else if (!strcmp(arg, "--gamma")) params.gamma = strcmp(val, "auto") ? atoi(val) : SPECDEC_GAMMA_AUTO;
+        else if (!strcmp(arg, "--draft")) params.draft = val;     /* read during each call only */
         else if (!strcmp(arg, "--temperature")) params.temperature = atof(val);
         else if (!strcmp(arg, "--top-k")) params.top_k = atoi(val);
         else if (!strcmp(arg, "--top-p")) params.top_p = atof(val);
@@ -130,9 +136,9 @@ int main(int argc, char **argv)
         else { fprintf(stderr, "error: unknown option %s\n", arg); return 2; }
     }
     if (export_dir == NULL || (text == NULL) == (n_prompt == 0)) {
-        fprintf(stderr, "usage: %s EXPORT_DIR (--text PROMPT | --ids 5,6,7,1) [--gamma G] [--temperature T] "
-                        "[--top-k K] [--top-p P] [--lenience L] [--seed S] [--max-new-tokens N] [--provider P] "
-                        "[--threads N]\n", argv[0]);
+        fprintf(stderr, "usage: %s EXPORT_DIR (--text PROMPT | --ids 5,6,7,1) [--gamma G|auto] [--draft NAME] "
+                        "[--temperature T] [--top-k K] [--top-p P] [--lenience L] [--seed S] [--max-new-tokens N] "
+                        "[--provider P] [--threads N]\n", argv[0]);
         return 2;
     }
 
@@ -142,8 +148,9 @@ int main(int argc, char **argv)
         return fail("specdec_open", status);
     status = specdec_get_info(session, &info);
     if (status != SPECDEC_OK) {
+        fail("specdec_get_info", status);
         specdec_close(session);
-        return fail("specdec_get_info", status);
+        return 1;
     }
     printf("specdec %s (C API %d), provider %s, gamma_max %d, max_length %d, vocab %d\n", specdec_version(),
            SPECDEC_API_VERSION, info.provider, (int)info.gamma_max, (int)info.max_length, (int)info.vocab_size);
@@ -154,9 +161,10 @@ int main(int argc, char **argv)
         int32_t *out = (int32_t *)malloc(sizeof(int32_t) * capacity);
         status = specdec_generate_ids(session, prompt_ids, n_prompt, &params, out, capacity, &out_len, &stats);
         if (status != SPECDEC_OK) {
+            fail("specdec_generate_ids", status);       /* before specdec_close, which clears the error */
             free(out);
             specdec_close(session);
-            return fail("specdec_generate_ids", status);
+            return 1;
         }
         printf("ids:");
         for (i = 0; i < out_len; i++)
@@ -174,9 +182,10 @@ int main(int argc, char **argv)
             status = specdec_generate_text(session, text, &params, out, capacity, &out_len, &stats);
         }
         if (status != SPECDEC_OK) {
+            fail("specdec_generate_text", status);
             free(out);
             specdec_close(session);
-            return fail("specdec_generate_text", status);
+            return 1;
         }
         printf("text: %s\n", out);
         free(out);
@@ -189,10 +198,11 @@ int main(int argc, char **argv)
     status = specdec_stream(session, text, n_prompt ? prompt_ids : NULL, n_prompt, &params, on_piece, &c, &stats);
     printf("\n");
     if (status != SPECDEC_OK) {
+        fail("specdec_stream", status);
         free(c.ids);
         free(c.text);
         specdec_close(session);
-        return fail("specdec_stream", status);
+        return 1;
     }
     printf("stream_ids:");
     for (i = 0; i < c.n_ids; i++)

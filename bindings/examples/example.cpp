@@ -1,8 +1,8 @@
 // specdec C++ example: the RAII wrapper of include/specdec.hpp around the C API.
 //
-//   specdec-example-cpp EXPORT_DIR [--text "PROMPT" | --ids 5,6,7,1] [--max-new-tokens N] [--gamma G]
-//                       [--temperature T] [--top-k K] [--top-p P] [--lenience L] [--seed S]
-//                       [--provider auto|cpu|cuda|tensorrt] [--threads N]
+//   specdec-example-cpp EXPORT_DIR [--text "PROMPT" | --ids 5,6,7,1] [--max-new-tokens N] [--gamma G|auto]
+//                       [--draft auto|none|lookup|draft|lookup,draft|...] [--temperature T] [--top-k K]
+//                       [--top-p P] [--lenience L] [--seed S] [--provider auto|cpu|cuda|tensorrt] [--threads N]
 //
 // Same output lines as the C example (ids: / text: / stream: / stream_ids: / stream_text: / stats:).
 #include <cstdio>
@@ -27,16 +27,20 @@ const char *stop_name(specdec_stop_reason reason)
     }
 }
 
+long long ll(int64_t v) { return static_cast<long long>(v); }
+
 void print_stats(const char *label, const specdec::Stats &s)
 {
     std::printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld "
-                "alpha=%.3f tokens_per_target_call=%.2f stop=%s time_ms: total=%.2f encoder=%.2f draft=%.2f "
-                "target=%.2f host=%.2f\n",
-                label, static_cast<long long>(s.new_tokens), static_cast<long long>(s.target_calls),
-                static_cast<long long>(s.draft_calls), static_cast<long long>(s.ort_runs),
-                static_cast<long long>(s.accepted), static_cast<long long>(s.proposed), s.acceptance_rate,
-                s.tokens_per_target_call, stop_name(s.stop_reason), s.total_s * 1e3, s.encoder_s * 1e3,
-                s.draft_s * 1e3, s.target_s * 1e3, s.host_s * 1e3);
+                "alpha=%.3f tokens_per_target_call=%.2f stop=%s sources: target_only_rounds=%lld "
+                "lookup=%lld/%lld/%lld model=%lld/%lld/%lld chain=%lld/%lld time_ms: total=%.2f encoder=%.2f "
+                "draft=%.2f target=%.2f host=%.2f\n",
+                label, ll(s.new_tokens), ll(s.target_calls), ll(s.draft_calls), ll(s.ort_runs), ll(s.accepted),
+                ll(s.proposed), s.acceptance_rate, s.tokens_per_target_call, stop_name(s.stop_reason),
+                ll(s.target_only_rounds), ll(s.lookup_rounds), ll(s.lookup_proposed), ll(s.lookup_accepted),
+                ll(s.model_rounds), ll(s.model_proposed), ll(s.model_accepted), ll(s.chain_proposed),
+                ll(s.chain_accepted), s.total_s * 1e3, s.encoder_s * 1e3, s.draft_s * 1e3, s.target_s * 1e3,
+                s.host_s * 1e3);
 }
 
 std::string join(const std::vector<int32_t> &ids)
@@ -61,7 +65,7 @@ std::vector<int32_t> parse_ids(const std::string &s)
 
 int main(int argc, char **argv)
 {
-    std::string export_dir, text, provider = "cpu";
+    std::string export_dir, text, provider = "cpu", draft;
     bool have_text = false;
     int threads = 0;
     std::vector<int32_t> prompt_ids;
@@ -75,7 +79,8 @@ int main(int argc, char **argv)
         if (arg == "--text") { text = val; have_text = true; }
         else if (arg == "--ids") prompt_ids = parse_ids(val);
         else if (arg == "--max-new-tokens") params.max_new_tokens = std::atoi(val.c_str());
-        else if (arg == "--gamma") params.gamma = std::atoi(val.c_str());
+        else if (arg == "--gamma") params.gamma = val == "auto" ? SPECDEC_GAMMA_AUTO : std::atoi(val.c_str());
+        else if (arg == "--draft") draft = val;
         else if (arg == "--temperature") params.temperature = std::atof(val.c_str());
         else if (arg == "--top-k") params.top_k = std::atoi(val.c_str());
         else if (arg == "--top-p") params.top_p = std::atof(val.c_str());
@@ -85,6 +90,8 @@ int main(int argc, char **argv)
         else if (arg == "--threads") threads = std::atoi(val.c_str());
         else { std::cerr << "error: unknown option " << arg << "\n"; return 2; }
     }
+    if (!draft.empty())
+        params.draft = draft.c_str();       // `draft` outlives every call below
     if (export_dir.empty() || have_text == !prompt_ids.empty()) {
         std::cerr << "usage: " << argv[0] << " EXPORT_DIR (--text PROMPT | --ids 5,6,7,1) [options]\n";
         return 2;

@@ -4,10 +4,12 @@
  *   capi_errors EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR
  *
  * Prints "ok NAME" or "not ok NAME: detail" per case (tests/bindings/test_capi_errors.py runs each as a test), plus
- * "version: ...", "defaults: ..." and "info: ..." lines that the test compares with the Python API.
+ * "version: ...", "defaults: ...", "info: ..." and "sources ...: ..." lines that the test compares with the Python
+ * API. The versioned-struct cases (struct_size, older and newer layouts) and the draft-source cases are at the end.
  * CAPI_ERRORS_VERBOSE=1 also prints every status and message.
  */
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,11 +33,13 @@ static char detail[8192];
 #define CHECK(cond, ...) do { if (!(cond)) FAIL(__VA_ARGS__); } while (0)
 #define CALL(expr) do { if (!(expr)) return 0; } while (0)
 
+/* a fixed draft and gamma: reproducible also when sampling (draft "auto" at temperature > 0 is not) */
 static specdec_params greedy_params(void)
 {
     specdec_params p = specdec_params_default();
     p.max_new_tokens = MAX_NEW;
     p.gamma = 3;
+    p.draft = "draft";
     return p;
 }
 
@@ -282,7 +286,7 @@ static int case_buffer_too_small_ids(void)
 {
     int32_t out[MAX_NEW];
     size_t len = 0, i;
-    specdec_stats stats;
+    specdec_stats stats = specdec_stats_empty();
     specdec_params p = greedy_params();
     for (i = 0; i < MAX_NEW; i++)
         out[i] = -7;
@@ -346,7 +350,7 @@ static int invalid_params(const char *field, specdec_params p)
         CALL(invalid_params(#field, p));                                                                        \
     } while (0)
 
-static int case_invalid_gamma(void) { WITH(gamma, 9); WITH(gamma, -1); return 1; }
+static int case_invalid_gamma(void) { WITH(gamma, 9); WITH(gamma, -2); return 1; }   /* -1 is auto */
 static int case_invalid_max_new_tokens(void) { WITH(max_new_tokens, 0); WITH(max_new_tokens, -5); return 1; }
 static int case_invalid_temperature(void)
 {
@@ -436,7 +440,7 @@ static int case_stream_bad_arguments(void)
 static int case_stream_stopped_by_callback(void)
 {
     stream_state st;
-    specdec_stats stats;
+    specdec_stats stats = specdec_stats_empty();
     specdec_params p = greedy_params();
     memset(&st, 0, sizeof st);
     st.stop_after = 1;
@@ -545,6 +549,325 @@ static int case_status_names(void)
     return 1;
 }
 
+/* ---- versioned structs (struct_size) ------------------------------------------------------------------- */
+
+/* The structs as a host compiled against an older header sees them: struct_size and the API version 2 fields
+   (no draft, no per-source counters). */
+typedef struct {
+    size_t struct_size;
+    int32_t max_new_tokens;
+    int32_t gamma;
+    double temperature;
+    int32_t top_k;
+    double top_p;
+    double lenience;
+    uint64_t seed;
+} params_v2;
+
+typedef struct {
+    size_t struct_size;
+    int64_t target_calls, draft_calls, proposed, accepted, new_tokens, ort_runs;
+    double acceptance_rate, tokens_per_target_call, encoder_s, draft_s, target_s, host_s, total_s;
+    specdec_stop_reason stop_reason;
+} stats_v2;
+
+static int all_bytes(const void *p, size_t n, unsigned char value)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (b[i] != value)
+            return 0;
+    return 1;
+}
+
+static int stream_calls;
+
+static int count_calls(const int32_t *ids, size_t n, const char *text, size_t text_len, void *user)
+{
+    (void)ids; (void)n; (void)text; (void)text_len; (void)user;
+    stream_calls++;
+    return 0;
+}
+
+static int case_params_struct_size_invalid(void)
+{
+    static const size_t sizes[] = {0, 8, SPECDEC_PARAMS_SIZE_MIN - 1, SPECDEC_STRUCT_SIZE_MAX + 1, (size_t)-1};
+    static const char *needles[] = {"params->struct_size is 0 (not set)", "smaller than the smallest specdec_params",
+                                    "smaller than the smallest specdec_params", "larger than any specdec_params",
+                                    "larger than any specdec_params"};
+    const char *fix = "start from specdec_params_default()";
+    int32_t out[MAX_NEW];
+    char text[256];
+    size_t len, i;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        specdec_params p = greedy_params();
+        specdec_stats stats = specdec_stats_empty();
+        stats.new_tokens = 77;                              /* a failure zeroes valid stats */
+        p.struct_size = sizes[i];
+        CALL(expect_failure(needles[i], specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len,
+                                                             &stats),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", needles[i]));
+        CHECK(strstr(specdec_last_error(), fix), "message lacks the fix: %s", specdec_last_error());
+        CALL(expect_failure(needles[i], specdec_generate_text(session, "w5", &p, text, sizeof text, &len, &stats),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", needles[i]));
+        stream_calls = 0;
+        CALL(expect_failure(needles[i], specdec_stream(session, NULL, prompt, N_PROMPT, &p, count_calls, NULL,
+                                                       &stats),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", needles[i]));
+        CHECK(stream_calls == 0, "the callback ran for a refused params struct");
+        CHECK(stats.struct_size == sizeof stats && stats.new_tokens == 0
+                  && stats.stop_reason == SPECDEC_STOP_NONE, "out_stats not zeroed when params were refused");
+    }
+    /* specdec_params_init checks its size too, and leaves the struct alone when it refuses */
+    {
+        specdec_params p = greedy_params();
+        CALL(expect_failure("init NULL", specdec_params_init(NULL, sizeof p), SPECDEC_E_INVALID_ARGUMENT,
+                            "specdec_params_init", "params is NULL"));
+        CALL(expect_failure("init 0", specdec_params_init(&p, 0), SPECDEC_E_INVALID_ARGUMENT, "specdec_params_init",
+                            "struct_size is 0"));
+        CHECK(strstr(specdec_last_error(), "pass sizeof(specdec_params)"), "init fix: %s", specdec_last_error());
+        CALL(expect_failure("init small", specdec_params_init(&p, 4), SPECDEC_E_INVALID_ARGUMENT,
+                             "specdec_params_init", "smaller than"));
+        CHECK(p.struct_size == sizeof p && p.gamma == 3, "a refused specdec_params_init wrote the struct");
+        CHECK(specdec_params_init(&p, sizeof p) == SPECDEC_OK && p.gamma == SPECDEC_GAMMA_AUTO && p.draft == NULL,
+              "specdec_params_init: %s", specdec_last_error());
+        CHECK(strstr(specdec_last_error(), "smaller than"), "a successful specdec_params_init cleared the error");
+    }
+    return healthy("invalid params struct_size");
+}
+
+static int case_stats_struct_size_invalid(void)
+{
+    static const size_t sizes[] = {0, 8, SPECDEC_STATS_SIZE_MIN - 1, SPECDEC_STRUCT_SIZE_MAX + 1};
+    static const char *needles[] = {"out_stats->struct_size is 0 (not set)", "smaller than the smallest specdec_stats",
+                                    "smaller than the smallest specdec_stats", "larger than any specdec_stats"};
+    int32_t out[MAX_NEW];
+    size_t len, i;
+    for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        specdec_params p = greedy_params();
+        specdec_stats stats;
+        memset(&stats, 0x5A, sizeof stats);
+        stats.struct_size = sizes[i];
+        CALL(expect_failure(needles[i], specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len,
+                                                             &stats),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", needles[i]));
+        CHECK(strstr(specdec_last_error(), "start from specdec_stats_empty()"), "message lacks the fix: %s",
+              specdec_last_error());
+        stream_calls = 0;
+        CALL(expect_failure(needles[i], specdec_stream(session, "w5", NULL, 0, &p, count_calls, NULL, &stats),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", needles[i]));
+        CHECK(stream_calls == 0, "the callback ran for a refused stats struct");
+        CHECK(stats.struct_size == sizes[i] && all_bytes((char *)&stats + sizeof stats.struct_size,
+                                                         sizeof stats - sizeof stats.struct_size, 0x5A),
+              "a refused out_stats was written");
+    }
+    return healthy("invalid stats struct_size");
+}
+
+static int case_older_params_layout(void)
+{
+    /* the older struct, followed by what would be `draft` in this header's layout: a name the library would
+       refuse, so a call that read past struct_size would fail */
+    struct { params_v2 p; const char *beyond; } old;
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    specdec_stats stats = specdec_stats_empty();
+    CHECK(sizeof old.p == SPECDEC_PARAMS_SIZE_MIN && offsetof(specdec_params, draft) == sizeof old.p,
+          "params_v2 is %zu bytes, SPECDEC_PARAMS_SIZE_MIN %zu", sizeof old.p, (size_t)SPECDEC_PARAMS_SIZE_MIN);
+    old.beyond = "bogus";
+    CHECK(specdec_params_init((specdec_params *)&old.p, sizeof old.p) == SPECDEC_OK, "init of the older layout: %s",
+          specdec_last_error());
+    CHECK(old.p.struct_size == sizeof old.p && old.p.max_new_tokens == 64 && old.p.gamma == SPECDEC_GAMMA_AUTO,
+          "init of the older layout gave other defaults");
+    CHECK(old.beyond != NULL && !strcmp(old.beyond, "bogus"), "specdec_params_init wrote past struct_size");
+    old.p.max_new_tokens = MAX_NEW;
+    old.p.gamma = 3;
+    CHECK(specdec_generate_ids(session, prompt, N_PROMPT, (const specdec_params *)&old, out, MAX_NEW, &len, &stats)
+              == SPECDEC_OK, "generate with the older layout: %s", specdec_last_error());
+    /* draft is missing, so it is "auto": greedy output is the target's, whatever the source */
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "older layout: greedy output changed");
+    CHECK(stats.target_only_rounds + stats.lookup_rounds + stats.model_rounds == stats.target_calls,
+          "older layout: source rounds do not add up");
+    old.p.gamma = SPECDEC_GAMMA_AUTO;
+    CHECK(specdec_generate_ids(session, prompt, N_PROMPT, (const specdec_params *)&old, out, MAX_NEW, &len, NULL)
+              == SPECDEC_OK && len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out),
+          "older layout with gamma auto: %s", specdec_last_error());
+    old.p.gamma = 99;                       /* the fields it has are still checked */
+    CALL(expect_failure("older layout gamma", specdec_generate_ids(session, prompt, N_PROMPT,
+                                                                   (const specdec_params *)&old, out, MAX_NEW, &len,
+                                                                   NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "gamma"));
+    return healthy("an older params layout");
+}
+
+static int case_older_stats_layout(void)
+{
+    struct { stats_v2 s; unsigned char beyond[sizeof(specdec_stats)]; } old;
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    specdec_params p = greedy_params();
+    CHECK(sizeof old.s == SPECDEC_STATS_SIZE_MIN, "stats_v2 is %zu bytes, SPECDEC_STATS_SIZE_MIN %zu", sizeof old.s,
+          (size_t)SPECDEC_STATS_SIZE_MIN);
+    memset(&old, 0xAB, sizeof old);
+    old.s.struct_size = sizeof old.s;
+    CHECK(specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len, (specdec_stats *)&old)
+              == SPECDEC_OK, "generate with the older stats layout: %s", specdec_last_error());
+    CHECK(old.s.new_tokens == (int64_t)n_greedy && old.s.target_calls >= 1 && old.s.total_s > 0
+              && old.s.stop_reason == SPECDEC_STOP_MAX_NEW_TOKENS,
+          "older stats layout not filled: new_tokens %lld stop %d", (long long)old.s.new_tokens,
+          (int)old.s.stop_reason);
+    CHECK(all_bytes(old.beyond, sizeof old.beyond, 0xAB), "the library wrote past the older stats' struct_size");
+    p.gamma = 99;                           /* a failure zeroes what the struct has, and nothing past it */
+    CALL(expect_failure("older stats, failure", specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW,
+                                                                     &len, (specdec_stats *)&old),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "gamma"));
+    CHECK(old.s.struct_size == sizeof old.s && old.s.new_tokens == 0 && old.s.stop_reason == SPECDEC_STOP_NONE,
+          "older stats not zeroed on a failure");
+    CHECK(all_bytes(old.beyond, sizeof old.beyond, 0xAB), "the library wrote past the older stats on a failure");
+    return healthy("an older stats layout");
+}
+
+static int case_newer_layouts(void)
+{
+    /* a host compiled against a later header: larger structs whose trailing fields this library does not know */
+    struct { specdec_params p; int64_t future; const char *future_name; } next;
+    struct { specdec_stats s; unsigned char future[64]; } next_stats;
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    memset(&next, 0x33, sizeof next);
+    CHECK(specdec_params_init(&next.p, sizeof next) == SPECDEC_OK, "init of a newer layout: %s",
+          specdec_last_error());
+    CHECK(next.p.struct_size == sizeof next && next.future == 0 && next.future_name == NULL
+              && next.p.gamma == SPECDEC_GAMMA_AUTO,
+          "init of a newer layout: unknown fields not zeroed");
+    next.p.max_new_tokens = MAX_NEW;
+    next.p.gamma = 3;
+    next.p.draft = "draft";
+    next.future = 12345;                    /* ignored by this library */
+    next.future_name = "bogus";
+    memset(&next_stats, 0xCD, sizeof next_stats);
+    next_stats.s.struct_size = sizeof next_stats;
+    CHECK(specdec_generate_ids(session, prompt, N_PROMPT, &next.p, out, MAX_NEW, &len, &next_stats.s) == SPECDEC_OK,
+          "generate with newer layouts: %s", specdec_last_error());
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "newer layout: greedy output changed");
+    CHECK(next_stats.s.new_tokens == (int64_t)n_greedy && next_stats.s.model_rounds == next_stats.s.target_calls,
+          "newer stats layout not filled");
+    CHECK(all_bytes(next_stats.future, sizeof next_stats.future, 0xCD),
+          "the library wrote stats fields it does not know");
+    return healthy("newer layouts");
+}
+
+/* ---- draft sources --------------------------------------------------------------------------------------- */
+
+/* `draft` is refused by every generation function with a message containing `needle` (and naming the choices when
+   `choices`); the session is fine afterwards */
+static int refused_draft(const char *draft, const char *needle, int choices)
+{
+    int32_t out[MAX_NEW];
+    char text[256], what[128];
+    size_t len;
+    specdec_params p = greedy_params();
+    p.draft = draft;
+    snprintf(what, sizeof what, "draft \"%s\"", draft);
+    CALL(expect_failure(what, specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", needle));
+    CHECK(!choices || (strstr(specdec_last_error(), "none, auto, lookup, draft, lookup,draft")),
+          "%s: the message does not name the choices: %s", what, specdec_last_error());
+    CALL(expect_failure(what, specdec_generate_text(session, "w5", &p, text, sizeof text, &len, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_text", needle));
+    stream_calls = 0;
+    CALL(expect_failure(what, specdec_stream(session, NULL, prompt, N_PROMPT, &p, count_calls, NULL, NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_stream", needle));
+    CHECK(stream_calls == 0, "%s: the callback ran", what);
+    return healthy(what);
+}
+
+static int case_unknown_draft(void)
+{
+    specdec_params p = greedy_params();
+    int32_t out[MAX_NEW];
+    size_t len;
+    CALL(refused_draft("bogus", "unknown draft 'bogus'", 1));
+    CALL(refused_draft("lookup,bogus", "unknown draft 'bogus'", 1));
+    CALL(refused_draft("none,draft", "cannot be chain levels", 1));
+    CALL(refused_draft("draft,lookup", "first level", 0));
+    p.draft = "dr\xff";
+    CALL(expect_failure("draft not UTF-8", specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len,
+                                                                NULL),
+                        SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "params.draft is not valid UTF-8"));
+    return healthy("unknown drafts");
+}
+
+static int case_empty_draft_chain(void)
+{
+    CALL(refused_draft("", "empty", 1));
+    CALL(refused_draft(" ", "empty", 1));
+    CALL(refused_draft("lookup,", "empty", 1));
+    CALL(refused_draft("+draft", "empty", 1));
+    return 1;
+}
+
+static int case_draft_sources_greedy_exact(void)
+{
+    /* greedy output (lenience 1) is the target's whatever the source and gamma: every draft name, fixed and auto
+       gamma, gives the target-only (gamma 0) tokens; and the per-source counters say where the guesses came from */
+    static const char *drafts[] = {"none", "lookup", "draft", "lookup,draft", "lookup+draft", NULL};
+    static const int32_t gammas[] = {3, SPECDEC_GAMMA_AUTO};
+    int32_t ref[MAX_NEW], out[MAX_NEW];
+    size_t n_ref = 0, len = 0, i, g;
+    specdec_params p = greedy_params();
+    p.gamma = 0;
+    CHECK(specdec_generate_ids(session, prompt, N_PROMPT, &p, ref, MAX_NEW, &n_ref, NULL) == SPECDEC_OK,
+          "gamma 0: %s", specdec_last_error());
+    CHECK(n_ref == n_greedy && !memcmp(ref, ref_greedy, n_ref * sizeof *ref), "gamma 0 differs from gamma 3");
+    for (i = 0; i < sizeof drafts / sizeof drafts[0]; i++) {
+        for (g = 0; g < 2; g++) {
+            const char *name = drafts[i] ? drafts[i] : "NULL (auto)";
+            specdec_stats s = specdec_stats_empty();
+            p = greedy_params();
+            p.draft = drafts[i];
+            p.gamma = gammas[g];
+            CHECK(specdec_generate_ids(session, prompt, N_PROMPT, &p, out, MAX_NEW, &len, &s) == SPECDEC_OK,
+                  "draft %s gamma %d: %s", name, (int)p.gamma, specdec_last_error());
+            CHECK(len == n_ref && !memcmp(out, ref, len * sizeof *out), "draft %s gamma %d: other greedy tokens than "
+                  "gamma 0", name, (int)p.gamma);
+            CHECK(s.target_only_rounds + s.lookup_rounds + s.model_rounds == s.target_calls
+                      && s.lookup_proposed + s.model_proposed == s.proposed
+                      && s.lookup_accepted + s.model_accepted == s.accepted,
+                  "draft %s gamma %d: per-source counters do not add up", name, (int)p.gamma);
+            if (drafts[i] && !strcmp(drafts[i], "none"))
+                CHECK(s.target_only_rounds == s.target_calls && s.proposed == 0 && s.draft_calls == 0,
+                      "draft none: guesses were made");
+            if (drafts[i] && !strcmp(drafts[i], "lookup"))
+                CHECK(s.model_rounds == 0 && s.draft_calls == 0 && s.chain_proposed == 0
+                          && s.lookup_proposed == s.proposed,
+                      "draft lookup: a model made guesses");
+            if (drafts[i] && !strcmp(drafts[i], "draft"))
+                CHECK(s.lookup_rounds == 0 && s.chain_proposed == 0, "draft draft: the lookup made guesses");
+            if (drafts[i] && (strchr(drafts[i], ',') || strchr(drafts[i], '+')))   /* the chain, either spelling */
+                CHECK(s.lookup_rounds == 0 && s.lookup_proposed == 0, "draft %s: the target verified the lookup",
+                      name);
+            if (drafts[i] && gammas[g] == 3 && strcmp(drafts[i], "lookup+draft"))
+                printf("sources %s: target_calls=%lld proposed=%lld accepted=%lld target_only_rounds=%lld "
+                       "lookup_rounds=%lld lookup_proposed=%lld lookup_accepted=%lld model_rounds=%lld "
+                       "model_proposed=%lld model_accepted=%lld chain_proposed=%lld chain_accepted=%lld\n",
+                       drafts[i], (long long)s.target_calls, (long long)s.proposed, (long long)s.accepted,
+                       (long long)s.target_only_rounds, (long long)s.lookup_rounds, (long long)s.lookup_proposed,
+                       (long long)s.lookup_accepted, (long long)s.model_rounds, (long long)s.model_proposed,
+                       (long long)s.model_accepted, (long long)s.chain_proposed, (long long)s.chain_accepted);
+        }
+    }
+    /* a NULL params pointer is the defaults: 64 tokens, draft auto, gamma auto (greedy: the same first tokens) */
+    {
+        int32_t longer[64];
+        CHECK(specdec_generate_ids(session, prompt, N_PROMPT, NULL, longer, 64, &len, NULL) == SPECDEC_OK
+                  && len >= n_ref && !memcmp(longer, ref, n_ref * sizeof *ref),
+              "NULL params: %s", specdec_last_error());
+    }
+    return healthy("draft sources");
+}
+
 typedef struct { const char *name; int (*run)(void); } test_case;
 
 int main(int argc, char **argv)
@@ -580,6 +903,14 @@ int main(int argc, char **argv)
         {"closed_session_detected", case_closed_session_detected},
         {"last_error_is_thread_local", case_last_error_is_thread_local},
         {"status_names", case_status_names},
+        {"params_struct_size_invalid", case_params_struct_size_invalid},
+        {"stats_struct_size_invalid", case_stats_struct_size_invalid},
+        {"older_params_layout", case_older_params_layout},
+        {"older_stats_layout", case_older_stats_layout},
+        {"newer_layouts", case_newer_layouts},
+        {"unknown_draft", case_unknown_draft},
+        {"empty_draft_chain", case_empty_draft_chain},
+        {"draft_sources_greedy_exact", case_draft_sources_greedy_exact},
     };
     size_t i;
     specdec_params p;
@@ -594,9 +925,12 @@ int main(int argc, char **argv)
 
     p = specdec_params_default();
     printf("version: %s\n", specdec_version());
-    printf("defaults: max_new_tokens=%d gamma=%d temperature=%g top_k=%d top_p=%g lenience=%g seed=%llu\n",
-           (int)p.max_new_tokens, (int)p.gamma, p.temperature, (int)p.top_k, p.top_p, p.lenience,
-           (unsigned long long)p.seed);
+    printf("defaults: struct_size=%zu max_new_tokens=%d gamma=%d temperature=%g top_k=%d top_p=%g lenience=%g "
+           "seed=%llu draft=%s\n", p.struct_size, (int)p.max_new_tokens, (int)p.gamma, p.temperature, (int)p.top_k,
+           p.top_p, p.lenience, (unsigned long long)p.seed, p.draft ? p.draft : "NULL");
+    printf("sizes: params=%zu params_min=%zu stats=%zu stats_min=%zu gamma_auto=%d api=%d\n",
+           sizeof(specdec_params), (size_t)SPECDEC_PARAMS_SIZE_MIN, sizeof(specdec_stats),
+           (size_t)SPECDEC_STATS_SIZE_MIN, SPECDEC_GAMMA_AUTO, SPECDEC_API_VERSION);
 
     st = specdec_open(export_dir, "{\"provider\": \"cpu\", \"threads\": 1}", &session);
     if (st != SPECDEC_OK) {

@@ -232,11 +232,15 @@ int main(int argc, char **argv)
     for (j = 0; j < N_JOBS; j++) {
         static const int32_t prompts[][4] = {{20, 30, 1}, {5, 6, 7, 1}, {33, 1}, {40, 41, 42, 1}, {11, 12, 1}, {9, 1}};
         static const int lengths[] = {3, 4, 2, 4, 3, 2};
+        /* fixed sources (draft "auto" at temperature > 0 would not be reproducible); tests/bindings/
+           test_capi_threads.py uses the same */
+        static const char *drafts[] = {"draft", "lookup,draft", "lookup", "draft", "lookup+draft", "none"};
         memcpy(jobs[j].prompt, prompts[j], sizeof prompts[j]);
         jobs[j].n_prompt = (size_t)lengths[j];
         jobs[j].params = specdec_params_default();
         jobs[j].params.max_new_tokens = MAX_NEW;
         jobs[j].params.gamma = 1 + j % 4;
+        jobs[j].params.draft = drafts[j];
         if (j % 2) {                                /* half the jobs sample */
             jobs[j].params.temperature = 3.0;
             jobs[j].params.seed = (uint64_t)(100 + j);

@@ -33,6 +33,7 @@ def test_exports_exactly_the_header_functions(capi_build):
     exported = {n for n in names if n.startswith("specdec_")}
     assert exported == header_functions()
     assert len(exported) == 10
+    assert "specdec_params_init" in exported and "specdec_params_default" not in exported    # an inline function
     assert not [n for n in names if n.startswith("_specdec")]      # the Python-side entry points stay private
 
 
@@ -51,20 +52,45 @@ def struct_fields(name: str) -> list:
     return re.findall(r"(\w+)(?:\[\d+\])?\s*;", body)
 
 
+# Fields appended to the versioned structs after the API version 2 layout, in order, by the version that added them.
+# A new field goes at the end of its struct and here; nothing is ever removed, reordered or retyped.
+APPENDED = {
+    "specdec_params": [("draft", 3)],
+    "specdec_stats": [(name, 3) for name in ("target_only_rounds", "lookup_rounds", "lookup_proposed",
+                                             "lookup_accepted", "model_rounds", "model_proposed", "model_accepted",
+                                             "chain_proposed", "chain_accepted")],
+}
+
+
 def test_header_structs_match_the_python_api():
-    """specdec_params has Params' fields and specdec_stats has Stats' (plus its two rates and the stop reason),
-    so _capi.py fills every field and the header documents what the runtime measures."""
+    """specdec_params has Params' fields and specdec_stats has Stats' (plus its two rates and the stop reason; its
+    per-source counters stand for Stats.sources), so _capi.py fills every field and the header documents what the
+    runtime measures. Both start with the C-only struct_size and end with the fields appended since version 2; apart
+    from that the params are in Params' order."""
     from dataclasses import fields
 
     from specdec.runtime import Params, Stats
 
-    assert struct_fields("specdec_params") == [f.name for f in fields(Params)]
-    stats = struct_fields("specdec_stats")
-    assert set(stats) == {f.name for f in fields(Stats)} | {"acceptance_rate", "tokens_per_target_call",
-                                                               "stop_reason"}
+    params, stats = struct_fields("specdec_params"), struct_fields("specdec_stats")
+    for name, got in (("specdec_params", params), ("specdec_stats", stats)):
+        appended = [field for field, _ in APPENDED[name]]
+        assert got[0] == "struct_size", name
+        assert got[len(got) - len(appended):] == appended, name
+    py = [f.name for f in fields(Params)]
+    later = [field for field, _ in APPENDED["specdec_params"]]
+    assert sorted(params[1:]) == sorted(py)
+    assert [n for n in params[1:] if n not in later] == [n for n in py if n not in later]
+    v2_stats = stats[1:len(stats) - len(APPENDED["specdec_stats"])]
+    assert set(v2_stats) == {f.name for f in fields(Stats)} - {"sources"} | {"acceptance_rate",
+                                                                              "tokens_per_target_call", "stop_reason"}
     assert "target_s" in stats and "verify_s" not in stats and "sampling_s" not in stats
-    version = int(re.search(r"#define SPECDEC_API_VERSION (\d+)", HEADER.read_text()).group(1))
-    assert version >= 2         # 2: verify_s and sampling_s became target_s (a layout change)
+    text = HEADER.read_text()
+    version = int(re.search(r"#define SPECDEC_API_VERSION (\d+)", text).group(1))
+    assert version == max(v for fields_ in APPENDED.values() for _, v in fields_) == 3
+    # the version comment describes every version, and the struct comments mark where the appended fields begin
+    assert re.search(r"^\s+3: specdec_params and specdec_stats are versioned", text, re.M)
+    assert text.count("---- appended in API version 3") == 2
+    assert "gamma 4" not in text and "Default 4" not in text
 
 
 @pytest.mark.parametrize("std", ["c99", "c11", "c++11", "c++17"])
@@ -72,7 +98,9 @@ def test_header_compiles_alone(tmp_path, std):
     cxx = std.startswith("c++")
     src = tmp_path / ("use.cpp" if cxx else "use.c")
     src.write_text('#include "specdec.h"\n' + ('#include "specdec.hpp"\n' if cxx else "") +
-                   "int main(void) { specdec_params p = specdec_params_default(); return p.gamma < 0; }\n")
+                   "int main(void) { specdec_params p = specdec_params_default(); "
+                   "specdec_stats s = specdec_stats_empty(); p.draft = \"lookup\"; "
+                   "return p.gamma == SPECDEC_GAMMA_AUTO && s.struct_size >= SPECDEC_STATS_SIZE_MIN; }\n")
     cmd = ["g++" if cxx else "gcc", f"-std={std}", "-Wall", "-Wextra", "-pedantic", "-Werror", f"-I{INCLUDE}",
            "-fsyntax-only", str(src)]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -1,6 +1,10 @@
 """Bad arguments from C (tests/bindings/capi_errors.c): each case returns a status and a one-line message, never
 crashes, and the session still gives its reference outputs afterwards. Also: the constants the C side reports
-(version, params defaults, session info) agree with the Python API."""
+(version, params defaults, session info) agree with the Python API; the versioned structs (struct_size 0 or too
+small or too large refused; an older, smaller layout works and gets the defaults of the fields it lacks, e.g. draft
+auto; a newer, larger one works and its unknown fields are left alone); draft names (unknown names and empty chains
+refused with the choices named, the session usable afterwards; every source gives the target's greedy tokens) and
+the per-source stats counters, which equal the Python API's Stats.sources summed by kind."""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ CASES = [
     "invalid_top_p", "invalid_lenience", "bad_prompt", "stream_bad_arguments", "stream_stopped_by_callback",
     "stream_reentrant_call", "close_null_twice", "closed_session_detected", "last_error_is_thread_local",
     "status_names",
+    # API version 3: versioned structs, draft sources
+    "params_struct_size_invalid", "stats_struct_size_invalid", "older_params_layout", "older_stats_layout",
+    "newer_layouts", "unknown_draft", "empty_draft_chain", "draft_sources_greedy_exact",
 ]
 
 
@@ -58,13 +65,60 @@ def test_version_matches_the_package(errors_run):
 
 
 def test_params_defaults_match_the_python_api(errors_run):
+    """specdec_params_default() is Params(): gamma SPECDEC_GAMMA_AUTO is "auto", draft NULL is "auto"."""
     from specdec.runtime import Params
 
     got = dict(item.split("=") for item in _line(errors_run, "defaults:").split())
+    sizes = dict(item.split("=") for item in _line(errors_run, "sizes:").split())
+    assert got.pop("struct_size") == sizes["params"]
     defaults = Params().as_dict()
     assert set(got) == set(defaults)
+    assert (got.pop("gamma"), defaults.pop("gamma")) == (sizes["gamma_auto"], "auto")
+    assert (got.pop("draft"), defaults.pop("draft")) == ("NULL", "auto")
     for name, value in got.items():
         assert float(value) == float(defaults[name]), name
+
+
+def test_struct_sizes(errors_run):
+    """The smallest accepted layouts are struct_size plus the API version 2 fields, and version 3 appends to them."""
+    sizes = {k: int(v) for k, v in (item.split("=") for item in _line(errors_run, "sizes:").split())}
+    assert sizes["api"] == 3 and sizes["gamma_auto"] == -1
+    assert sizes["params_min"] == 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8        # struct_size .. seed (top_k padded to 8)
+    assert sizes["params"] == sizes["params_min"] + 8                  # + const char *draft
+    assert sizes["stats_min"] == 8 + 6 * 8 + 7 * 8 + 8                 # struct_size .. stop_reason (padded)
+    assert sizes["stats"] == sizes["stats_min"] + 9 * 8                # + the per-source counters
+
+
+def _kinds(stats) -> dict:
+    """Stats.sources summed by kind, as specdec_stats documents them (written here from the header's comments)."""
+    out = {k: 0 for k in ("target_only_rounds", "lookup_rounds", "lookup_proposed", "lookup_accepted", "model_rounds",
+                          "model_proposed", "model_accepted", "chain_proposed", "chain_accepted")}
+    for name, s in stats.sources.items():
+        if name.endswith(">"):                       # a lower chain level, verified by the model above it
+            out["chain_proposed"] += s.proposed
+            out["chain_accepted"] += s.accepted
+        elif name == "none":
+            out["target_only_rounds"] += s.rounds
+        else:
+            kind = "lookup" if name == "lookup" else "model"
+            out[kind + "_rounds"] += s.rounds
+            out[kind + "_proposed"] += s.proposed
+            out[kind + "_accepted"] += s.accepted
+    return {**out, "target_calls": stats.target_calls, "proposed": stats.proposed, "accepted": stats.accepted}
+
+
+def test_source_stats_match_the_python_api(errors_run, python_decoder):
+    lines = [line for line in errors_run.splitlines() if line.startswith("sources ")]
+    got = {line[len("sources "):].split(":")[0]: {k: int(v) for k, v in (item.split("=") for item in
+                                                                          line.split(":", 1)[1].split())}
+           for line in lines}
+    assert set(got) == {"none", "lookup", "draft", "lookup,draft"}
+    for draft, counts in got.items():
+        ref = python_decoder.generate(input_ids=[20, 30, 1], max_new_tokens=12, gamma=3, draft=draft)
+        assert counts == _kinds(ref.stats), draft
+    # the cases mean something: each kind of source made guesses, and the chain's lookup proposed to the model
+    assert got["lookup"]["lookup_rounds"] > 0 and got["draft"]["model_rounds"] > 0
+    assert got["lookup,draft"]["chain_proposed"] > 0 and got["none"]["target_only_rounds"] == 12
 
 
 def test_session_info_matches_the_decoder(errors_run, python_decoder):
@@ -76,10 +130,10 @@ def test_session_info_matches_the_decoder(errors_run, python_decoder):
 
 def test_reference_outputs_match_the_python_api(errors_run, python_decoder):
     """The outputs every case re-checks are the Python API's own."""
-    greedy = python_decoder.generate(input_ids=[20, 30, 1], max_new_tokens=12, gamma=3)
-    sampled = python_decoder.generate(input_ids=[20, 30, 1], max_new_tokens=12, gamma=3, temperature=3.0, top_k=40,
-                                      top_p=0.98, seed=7)
-    text = python_decoder.generate("w20 w30", max_new_tokens=12, gamma=3)
+    greedy = python_decoder.generate(input_ids=[20, 30, 1], max_new_tokens=12, gamma=3, draft="draft")
+    sampled = python_decoder.generate(input_ids=[20, 30, 1], max_new_tokens=12, gamma=3, draft="draft", temperature=3.0,
+                                      top_k=40, top_p=0.98, seed=7)
+    text = python_decoder.generate("w20 w30", max_new_tokens=12, gamma=3, draft="draft")
     assert _line(errors_run, "reference greedy:").split() == [str(t) for t in greedy.token_ids]
     assert _line(errors_run, "reference sampled:").split() == [str(t) for t in sampled.token_ids]
     assert _line(errors_run, "reference text:") == text.text

@@ -30,9 +30,10 @@ def test_references_match_the_python_api(threads_run, tiny_export):
 
     dec = SpeculativeDecoder.load(tiny_export, provider="cpu", threads=1)
     prompts = [[20, 30, 1], [5, 6, 7, 1], [33, 1], [40, 41, 42, 1], [11, 12, 1], [9, 1]]
+    drafts = ["draft", "lookup,draft", "lookup", "draft", "lookup+draft", "none"]
     refs = [line.split(":")[1].split() for line in threads_run.splitlines() if line.startswith("reference ")]
     assert len(refs) == len(prompts)
     for j, (ids, ref) in enumerate(zip(prompts, refs)):
         kwargs = dict(temperature=3.0, seed=100 + j) if j % 2 else {}
-        res = dec.generate(input_ids=ids, max_new_tokens=16, gamma=1 + j % 4, **kwargs)
+        res = dec.generate(input_ids=ids, max_new_tokens=16, gamma=1 + j % 4, draft=drafts[j], **kwargs)
         assert ref == [str(t) for t in res.token_ids], j

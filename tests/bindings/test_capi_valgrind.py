@@ -18,6 +18,7 @@ from _capi_helpers import run_program, valgrind_findings
 @pytest.mark.skipif(os.environ.get("SPECDEC_SKIP_VALGRIND") == "1", reason="SPECDEC_SKIP_VALGRIND=1")
 def test_example_is_clean_under_valgrind(capi_build, tiny_export, tmp_path):
     argv = [capi_build / "specdec-example-c", tiny_export, "--ids", "20,30,1", "--max-new-tokens", "6", "--gamma", "3",
+            "--draft", "lookup,draft",
             "--temperature", "3.0", "--seed", "5", "--threads", "1"]
     plain = run_program(argv).stdout
     log = tmp_path / "memcheck.log"
