@@ -68,8 +68,8 @@ class ModelDraft(DraftSource):
         if self.model.length < 0:
             self.model.encode(self._ids, stats)
         made = 0
-        while self.below is not None and made < k - 1:
-            made_now = self._verify_below(ws, k - made - 1, rows, row + made, stats)
+        while self.below is not None and made < k:
+            made_now = self._verify_below(ws, k - made, rows, row + made, stats)
             if not made_now:
                 break
             made += made_now
@@ -84,7 +84,9 @@ class ModelDraft(DraftSource):
 
     def _verify_below(self, ws, j_max, rows, row, stats) -> int:
         """One Algorithm-1 round at this level: the source below proposes j <= j_max guesses, one run of ours
-        keeps n of them and draws one more token; n + 1 tokens join the round with our rows. 0 on a miss."""
+        keeps n of them and draws one more token; n + 1 tokens join the round with our rows, at most j_max (when
+        all j_max were kept the extra token is dropped: where to stop was decided before it was drawn, so the kept
+        tokens are still each distributed as our q). 0 on a miss."""
         below = self.below.propose(ws, j_max, ws.rows(self.level + 1), 0, stats)
         j = below.count
         if j == 0:
@@ -99,6 +101,9 @@ class ModelDraft(DraftSource):
         self.model.rollback(base + n + 1)         # forget the rejected guesses' keys and values
         stats.source(self.below.name + ">").add(j, n)
         self.below.commit(ws, Verdict(j, n, tokens, base))
+        if n == j_max:
+            ws.retract(1)
+            return n
         return n + 1
 
     def commit(self, ws, verdict):
