@@ -116,6 +116,7 @@ class AutoDraft(DraftSource):
         self.lookup = next((s for s in candidates.values() if isinstance(s, LookupDraft)), None)
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
+        self._copied = []
 
     def start(self, source_ids, stats):
         for source in self.candidates.values():
@@ -125,7 +126,8 @@ class AutoDraft(DraftSource):
         """(source name or "none", gamma) for this round."""
         est = self.estimates
         est.round += 1
-        copied = len(self.lookup.guesses(ws, cap)) if self.lookup is not None else 0
+        self._copied = self.lookup.guesses(ws, cap) if self.lookup is not None else []
+        copied = len(self._copied)
         times = est.times(cap)
         best, best_rate = ("none", 0), 1.0 / (times[0] + est.host.get(0.0))
         stale = None
@@ -152,6 +154,9 @@ class AutoDraft(DraftSource):
             self.chosen = None
             return Proposal(0, source="none")
         self.chosen = self.candidates[name]
+        if self.chosen is self.lookup:               # already looked up by choose()
+            ws.write_point_guesses(self._copied[:gamma])
+            return Proposal(gamma, True, name)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
         return Proposal(proposal.count, proposal.point_mass, name)
 

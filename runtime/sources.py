@@ -45,7 +45,7 @@ def parse(spec: str, models) -> list[str]:
                                f"NAME=CHECKPOINT")
     if "lookup" in parts[1:]:
         raise SpecdecError(f"draft chain {spec!r}: 'lookup' verifies nothing, so it can only be the first level",
-                           f"use e.g. 'lookup,{','.join(models[:1]) or 'draft'}'")
+                           f"use {choices(models)}")
     if len(set(parts)) < len(parts):
         raise SpecdecError(f"draft chain {spec!r} names a level twice (one model has one cache)",
                            f"use {choices(models)}")

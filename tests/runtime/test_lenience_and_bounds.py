@@ -47,12 +47,12 @@ def test_greedy_lenience_keeps_only_tokens_within_l_of_the_best_under_pytorch(re
 
 
 def test_params_object_equals_keywords(decoder):
-    params = Params(max_new_tokens=12, gamma=3, temperature=1.0, top_k=5, top_p=0.9, seed=11)
+    params = Params(max_new_tokens=12, gamma=3, draft="lookup,draft", temperature=1.0, top_k=5, top_p=0.9, seed=11)
     a = decoder.generate(input_ids=[5, 6, 7, 1], params=params)
-    b = decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=12, gamma=3, temperature=1.0, top_k=5, top_p=0.9,
-                         seed=11)
-    c = decoder.generate(input_ids=[5, 6, 7, 1], params=Params(max_new_tokens=12), gamma=3, temperature=1.0,
+    b = decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=12, gamma=3, draft="lookup,draft", temperature=1.0,
                          top_k=5, top_p=0.9, seed=11)
+    c = decoder.generate(input_ids=[5, 6, 7, 1], params=Params(max_new_tokens=12, draft="lookup,draft"), gamma=3,
+                         temperature=1.0, top_k=5, top_p=0.9, seed=11)
     assert a.token_ids == b.token_ids == c.token_ids
     with pytest.raises(SpecdecError, match="unknown parameter 'gama'"):
         decoder.generate(input_ids=[5, 1], gama=3)
