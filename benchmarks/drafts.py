@@ -137,11 +137,12 @@ def rotated(configs: list, shift: int) -> list:
 
 def estimates_snapshot(est) -> dict:
     """What draft="auto" and gamma="auto" have learned (runtime/auto.py Estimates), in ms: per-guess alpha and
-    cost per guess by source, the target run by guesses k, the host time of a target-only round."""
+    cost per guess by source, the target run by guesses k (the line fitted to the measured runs), the host time of a
+    target-only round."""
     try:
         return {"alpha": {name: est.alpha(name) for name in est.counts},
                 "cost_per_guess_ms": {name: 1000.0 * max(m.get(0.0), 0.0) for name, m in est.cost.items()},
-                "target_run_ms": {str(k): 1000.0 * m.get(0.0) for k, m in sorted(est.target.items())},
+                "target_run_ms": {str(k): 1000.0 * t for k, t in enumerate(est.times(8))},   # the fitted line
                 "host_ms_per_round": 1000.0 * est.host.get(0.0),
                 "rounds": est.round}
     except (AttributeError, TypeError) as err:         # the runtime changed what it keeps: report, do not fail

@@ -21,10 +21,15 @@ from .lookup import LookupDraft
 from .round import Proposal, Verdict
 from .stats import Stats
 
-EXPLORE = 48          # rounds after which an unchosen source is tried once more
+EXPLORE = 100         # rounds after which an unchosen source is tried once more
 DECAY = 0.97          # weight of the past per observation in the running averages
 PRIOR_ALPHA = (1.0, 1.0)   # pseudo accepted / rejections of a source never seen: alpha = 0.5
+REQUEST_PRIOR = 4.0   # observations the all-request alpha counts for against a request's own
 PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as a fraction of T(0)
+PRIOR_SLOPE = 0.1     # T(k) = a (1 + 0.1 k) before the slope is measured
+PRIOR_WEIGHT = 0.5    # pseudo-runs that hold the slope to the prior while runs cover one k only
+FIT_DECAY = 0.995     # the line fits remember ~200 rounds
+SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -45,43 +50,77 @@ class _Mean:
         return self.total / self.weight if self.weight > 0 else default
 
 
-class Estimates:
-    """What the choice learns: target run time per k, host time per round, and per source alpha and cost/guess."""
+class _Line:
+    """Decayed least squares of y = a + b x, b >= 0, with pseudo-observations on a prior line (they decide while the
+    data cannot: no data, or data at one x only)."""
 
     def __init__(self):
-        self.target = {}            # k -> _Mean of the target run's seconds over k+1 tokens
+        self.sums = [0.0] * 5       # decayed w, sum x, sum x^2, sum y, sum x y
+
+    def add(self, x: float, y: float) -> None:
+        for i, value in enumerate((1.0, x, x * x, y, x * y)):
+            self.sums[i] = self.sums[i] * FIT_DECAY + value
+
+    def fit(self, prior, weight: float, at) -> tuple[float, float]:
+        w, sx, sxx, sy, sxy = self.sums
+        for x in at:
+            y = prior(x)
+            w, sx, sxx, sy, sxy = w + weight, sx + weight * x, sxx + weight * x * x, sy + weight * y, sxy + weight * x * y
+        det = w * sxx - sx * sx
+        b = max((w * sxy - sx * sy) / det, 0.0) if det > 1e-12 else 0.0
+        return (sy - b * sx) / w, b
+
+
+class Estimates:
+    """What the choice learns: the target run's time by k, host time per round, and per source its per-guess alpha,
+    its cost per guess and the wall time of its rounds by gamma."""
+
+    def __init__(self):
+        self.target = _Line()       # target run seconds over k+1 tokens, by k
         self.host = _Mean()         # seconds per round outside target runs, target-only rounds
         self.counts = {}            # source -> [accepted, rejections], decayed, from the prior pseudo-counts
         self.round = 0
         self.cost = {}              # source -> _Mean of seconds per guess beyond the host time
+        self.rounds = {}            # source -> _Line of a round's wall seconds by gamma
+        self.encoder = {}           # source -> _Mean of the encoder seconds its first use in a request costs
+        self.request_tokens = _Mean()   # tokens per request
         self.last_chosen = {}       # source -> round number
 
     def times(self, cap: int) -> list:
-        """[T(0) .. T(cap)]: measured means, linear between measured k, and beyond them the slope of the two
-        nearest (0.1 T per token while fewer than two are measured)."""
-        known = sorted((j, m.get()) for j, m in self.target.items())
-        if not known:
-            return [1.0 + 0.1 * k for k in range(cap + 1)]
-        out = []
-        for k in range(cap + 1):
-            below = [(j, t) for j, t in known if j <= k]
-            above = [(j, t) for j, t in known if j >= k]
-            if below and above:
-                (j0, t0), (j1, t1) = below[-1], above[0]
-                out.append(t0 if j1 == j0 else t0 + (t1 - t0) * (k - j0) / (j1 - j0))
-                continue
-            pair = known[-2:] if below else known[:2]
-            if len(pair) == 2 and pair[1][0] > pair[0][0]:
-                slope = max((pair[1][1] - pair[0][1]) / (pair[1][0] - pair[0][0]), 0.0)
-            else:
-                slope = 0.1 * pair[0][1] / (1 + 0.1 * pair[0][0])
-            j0, t0 = pair[-1] if below else pair[0]
-            out.append(max(t0 + slope * (k - j0), 1e-6))
-        return out
+        """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
+        squares: single runs are noisy, and a k rarely chosen would otherwise be judged by one or two samples); the
+        slope is pulled towards 0.1 a (PRIOR_SLOPE) while the runs cannot tell it (all at one k)."""
+        w, sk, _, st, _ = self.target.sums
+        if w <= 0:
+            return [1.0 + PRIOR_SLOPE * k for k in range(cap + 1)]
+        mean_t, mean_k = st / w, sk / w
+        a, b = self.target.fit(lambda k: mean_t * (1 + PRIOR_SLOPE * (k - mean_k)), PRIOR_WEIGHT, (0, 8))
+        return [max(a + b * k, 1e-6) for k in range(cap + 1)]
 
-    def alpha(self, source: str) -> float:
+    def round_cost(self, source: str, free: bool, times: list) -> tuple[float, float]:
+        """(a, b): a round of `source` with gamma guesses costs a + b gamma seconds, all in (draft runs, the target
+        run, host work, and what they do to each other: a target run after a draft model's is slower, its weights
+        having left the cache). Fitted to the source's own rounds, starting from the sum of its parts:
+        T(gamma) + host + gamma c_s."""
+        host, c = self.host.get(0.0), self.cost_per_guess(source, free, times[0])
+        cap = len(times) - 1
+        prior = lambda g: times[min(int(g), cap)] + host + g * c          # noqa: E731
+        line = self.rounds.get(source)
+        if line is None:
+            b = (prior(cap) - prior(1)) / (cap - 1) if cap > 1 else c + (times[-1] - times[0])
+            return prior(1) - b, b
+        return line.fit(prior, SOURCE_PRIOR_WEIGHT, (1, cap))
+
+    def alpha(self, source: str, request: dict | None = None) -> float:
+        """The source's per-guess acceptance: this request's own counts (`request`: source -> [accepted,
+        rejections]) on top of the decayed counts of all requests, which weigh REQUEST_PRIOR observations (the
+        same draft can be good on one kind of text and poor on another: a request decides after a few rounds)."""
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
-        return acc / (acc + rej)
+        mine = (request or {}).get(source)
+        if not mine:
+            return acc / (acc + rej)
+        weight = REQUEST_PRIOR / (acc + rej)
+        return (acc * weight + mine[0]) / (REQUEST_PRIOR + mine[0] + mine[1])
 
     def cost_per_guess(self, source: str, free: bool, t0: float) -> float:
         mean = self.cost.get(source)
@@ -89,20 +128,33 @@ class Estimates:
             return max(mean.get(0.0), 0.0)
         return 0.0 if free else PRIOR_C * t0
 
-    def best(self, source: str, gammas, free: bool, times: list) -> tuple[float, int]:
-        """(expected tokens per second, gamma) of the best gamma in `gammas` for `source`."""
-        host, alpha = self.host.get(0.0), self.alpha(source)
-        c = self.cost_per_guess(source, free, times[0])
-        return max((expected_tokens(alpha, g) / (times[g] + host + g * c), g) for g in gammas)
+    def best(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
+             remaining: float | None = None) -> tuple[float, int]:
+        """(expected tokens per second, gamma) of the best gamma in `gammas` for `source`. `remaining`: the tokens
+        this request is expected to have left when the source has not run its encoder in it yet (None when it
+        has): the encoder run is then shared by the rounds the source may serve, E tokens each."""
+        alpha = self.alpha(source, request)
+        a, b = self.round_cost(source, free, times)
+        enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
+        best = (0.0, gammas[0])
+        for g in gammas:
+            e = expected_tokens(alpha, g)
+            share = enc * min(1.0, e / max(remaining, 1.0)) if enc else 0.0
+            best = max(best, (e / max(a + b * g + share, 1e-6), g))
+        return best
 
-    def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float) -> None:
-        self.target.setdefault(proposed, _Mean()).add(target_s)
+    def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
+              encoder_s: float = 0.0) -> None:
+        self.target.add(proposed, target_s)
+        if encoder_s > 0:
+            self.encoder.setdefault(source, _Mean()).add(encoder_s)
         if proposed == 0:
             self.host.add(other_s)
             return
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
         self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
         self.cost.setdefault(source, _Mean()).add((other_s - self.host.get(0.0)) / proposed)
+        self.rounds.setdefault(source, _Line()).add(proposed, target_s + other_s)
 
 
 class AutoDraft(DraftSource):
@@ -117,8 +169,14 @@ class AutoDraft(DraftSource):
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
         self._copied = []
+        self.request = None
+        self.produced = 0
 
     def start(self, source_ids, stats):
+        if self.request is not None and self.produced:
+            self.estimates.request_tokens.add(self.produced)
+        self.request = {}               # source -> [accepted, rejections] of this request
+        self.produced = 0
         for source in self.candidates.values():
             source.start(source_ids, stats)
 
@@ -137,7 +195,11 @@ class AutoDraft(DraftSource):
                 continue
             free = source is self.lookup
             top = min(cap, copied) if free else cap
-            rate, g = est.best(name, range(1, top + 1) if (self.adaptive or free) else (top,), free, times)
+            gammas = range(1, top + 1) if (self.adaptive or free) else (top,)
+            remaining = None
+            if _needs_encoder(source):
+                remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0)
+            rate, g = est.best(name, gammas, free, times, self.request, remaining)
             if rate > best_rate:
                 best, best_rate = (name, g), rate
             if est.round - est.last_chosen.get(name, est.round - EXPLORE) >= EXPLORE and top >= 1:
@@ -170,8 +232,19 @@ class AutoDraft(DraftSource):
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
         self.estimates.learn(name if verdict.proposed else "none", verdict.proposed, verdict.accepted, target_s,
-                             other)
+                             other, encoder_s)
+        self.produced += len(verdict.tokens)
+        if verdict.proposed:
+            mine = self.request.setdefault(name, [0, 0])
+            mine[0] += verdict.accepted
+            mine[1] += int(verdict.accepted < verdict.proposed)
 
 
 def _below(source):
     return getattr(source, "below", None)
+
+
+def _needs_encoder(source) -> bool:
+    """A model draft (or chain) whose model has not encoded this request's source yet."""
+    model = getattr(source, "model", None)
+    return model is not None and model.length < 0
