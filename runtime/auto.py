@@ -21,6 +21,7 @@ from .lookup import LookupDraft
 from .round import Proposal, Verdict
 from .stats import Stats
 
+PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
 EXPLORE = 100         # rounds after which an unchosen source is tried once more
 DECAY = 0.97          # weight of the past per observation in the running averages
 PRIOR_ALPHA = (1.0, 1.0)   # pseudo accepted / rejections of a source never seen: alpha = 0.5
@@ -29,6 +30,7 @@ PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as
 PRIOR_SLOPE = 0.1     # T(k) = a (1 + 0.1 k) before the slope is measured
 PRIOR_WEIGHT = 0.5    # pseudo-runs that hold the slope to the prior while runs cover one k only
 FIT_DECAY = 0.995     # the line fits remember ~200 rounds
+REFIT = 16            # rounds between refits of the lines
 SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
 
 
@@ -85,6 +87,7 @@ class Estimates:
         self.encoder = {}           # source -> _Mean of the encoder seconds its first use in a request costs
         self.request_tokens = _Mean()   # tokens per request
         self.last_chosen = {}       # source -> round number
+        self._fits = None           # (cap, round, T(0..cap), {source: (a, b)}): refitted every REFIT rounds
 
     def times(self, cap: int) -> list:
         """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
@@ -128,13 +131,23 @@ class Estimates:
             return max(mean.get(0.0), 0.0)
         return 0.0 if free else PRIOR_C * t0
 
+    def fitted(self, cap: int) -> tuple[list, dict]:
+        """T(0..cap) and a cache for round_cost, refitted every REFIT rounds (the fits move slowly; refitting every
+        round cost more host time than it was worth)."""
+        if self._fits is None or self._fits[0] != cap or self.round - self._fits[1] >= REFIT:
+            self._fits = (cap, self.round, self.times(cap), {})
+        return self._fits[2], self._fits[3]
+
     def best(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
              remaining: float | None = None) -> tuple[float, int]:
         """(expected tokens per second, gamma) of the best gamma in `gammas` for `source`. `remaining`: the tokens
         this request is expected to have left when the source has not run its encoder in it yet (None when it
         has): the encoder run is then shared by the rounds the source may serve, E tokens each."""
         alpha = self.alpha(source, request)
-        a, b = self.round_cost(source, free, times)
+        costs = self._fits[3] if self._fits is not None and self._fits[2] is times else {}
+        if source not in costs:
+            costs[source] = self.round_cost(source, free, times)
+        a, b = costs[source]
         enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
         best = (0.0, gammas[0])
         for g in gammas:
@@ -186,12 +199,12 @@ class AutoDraft(DraftSource):
         est.round += 1
         self._copied = self.lookup.guesses(ws, cap) if self.lookup is not None else []
         copied = len(self._copied)
-        times = est.times(cap)
+        times, _ = est.fitted(cap)
         best, best_rate = ("none", 0), 1.0 / (times[0] + est.host.get(0.0))
         stale = None
         for name, source in self.candidates.items():
             uses_lookup = self.lookup is not None and (source is self.lookup or _below(source) is self.lookup)
-            if uses_lookup and not copied:
+            if (uses_lookup and not copied) or (PREFER_COPY and copied and not uses_lookup):
                 continue
             free = source is self.lookup
             top = min(cap, copied) if free else cap

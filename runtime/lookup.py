@@ -56,6 +56,9 @@ class LookupDraft(DraftSource):
         self.generated = NgramIndex(min_n, max_n)
 
     def start(self, source_ids: np.ndarray, stats: Stats) -> None:
+        if source_ids is getattr(self, "_started", None):    # one lookup shared by several sources of an auto choice
+            return
+        self._started = source_ids
         self.source = NgramIndex(self.min_n, self.max_n)
         self.source.tokens = [int(t) for t in source_ids]
         self.source.index(0, len(self.source.tokens))
