@@ -60,8 +60,9 @@ class _Line:
         self.sums = [0.0] * 5       # decayed w, sum x, sum x^2, sum y, sum x y
 
     def add(self, x: float, y: float) -> None:
-        for i, value in enumerate((1.0, x, x * x, y, x * y)):
-            self.sums[i] = self.sums[i] * FIT_DECAY + value
+        w, sx, sxx, sy, sxy = self.sums
+        d = FIT_DECAY
+        self.sums = [w * d + 1.0, sx * d + x, sxx * d + x * x, sy * d + y, sxy * d + x * y]
 
     def fit(self, prior, weight: float, at) -> tuple[float, float]:
         w, sx, sxx, sy, sxy = self.sums
@@ -88,6 +89,8 @@ class Estimates:
         self.request_tokens = _Mean()   # tokens per request
         self.last_chosen = {}       # source -> round number
         self._fits = None           # (cap, round, T(0..cap), {source: (a, b)}): refitted every REFIT rounds
+        self.version = 0            # bumped whenever what a source's rate depends on changes (not by target-only
+        #                             rounds: they move T and h a little, and the next refit takes them in)
 
     def times(self, cap: int) -> list:
         """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
@@ -136,6 +139,7 @@ class Estimates:
         round cost more host time than it was worth)."""
         if self._fits is None or self._fits[0] != cap or self.round - self._fits[1] >= REFIT:
             self._fits = (cap, self.round, self.times(cap), {})
+            self.version += 1
         return self._fits[2], self._fits[3]
 
     def best(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
@@ -149,11 +153,16 @@ class Estimates:
             costs[source] = self.round_cost(source, free, times)
         a, b = costs[source]
         enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
-        best = (0.0, gammas[0])
-        for g in gammas:
-            e = expected_tokens(alpha, g)
+        best, power, e, first = (0.0, gammas[0]), 1.0, 1.0, gammas[0]
+        if first > 1:                           # a fixed gamma: no running sum to continue
+            power, e = alpha ** (first - 1), expected_tokens(alpha, first - 1)
+        for g in gammas:                        # E(alpha, g) = 1 + alpha + ... + alpha^g, summed as g grows
+            power *= alpha
+            e += power
             share = enc * min(1.0, e / max(remaining, 1.0)) if enc else 0.0
-            best = max(best, (e / max(a + b * g + share, 1e-6), g))
+            rate = e / max(a + b * g + share, 1e-6)
+            if rate > best[0]:
+                best = (rate, g)
         return best
 
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
@@ -166,6 +175,7 @@ class Estimates:
             return
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
         self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+        self.version += 1
         self.cost.setdefault(source, _Mean()).add((other_s - self.host.get(0.0)) / proposed)
         self.rounds.setdefault(source, _Line()).add(proposed, target_s + other_s)
 
@@ -184,12 +194,14 @@ class AutoDraft(DraftSource):
         self._copied = []
         self.request = None
         self.produced = 0
+        self._rates = {}                # (source, gamma cap, encoded?) -> (estimates version, rate, gamma)
 
     def start(self, source_ids, stats):
         if self.request is not None and self.produced:
             self.estimates.request_tokens.add(self.produced)
         self.request = {}               # source -> [accepted, rejections] of this request
         self.produced = 0
+        self._rates = {}
         for source in self.candidates.values():
             source.start(source_ids, stats)
 
@@ -197,10 +209,12 @@ class AutoDraft(DraftSource):
         """(source name or "none", gamma) for this round."""
         est = self.estimates
         est.round += 1
-        self._copied = self.lookup.guesses(ws, cap) if self.lookup is not None else []
-        copied = len(self._copied)
         times, _ = est.fitted(cap)
         best, best_rate = ("none", 0), 1.0 / (times[0] + est.host.get(0.0))
+        self._copied = []
+        if self.lookup is not None and self._worth_probing(cap, times, best_rate):
+            self._copied = self.lookup.guesses(ws, cap)
+        copied = len(self._copied)
         stale = None
         for name, source in self.candidates.items():
             uses_lookup = self.lookup is not None and (source is self.lookup or _below(source) is self.lookup)
@@ -208,11 +222,17 @@ class AutoDraft(DraftSource):
                 continue
             free = source is self.lookup
             top = min(cap, copied) if free else cap
-            gammas = range(1, top + 1) if (self.adaptive or free) else (top,)
-            remaining = None
-            if _needs_encoder(source):
-                remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0)
-            rate, g = est.best(name, gammas, free, times, self.request, remaining)
+            if top < 1:
+                continue
+            encode = _needs_encoder(source)
+            cached = self._rates.get((name, top, encode))
+            if cached is not None and cached[0] == est.version:
+                rate, g = cached[1], cached[2]
+            else:
+                gammas = range(1, top + 1) if (self.adaptive or free) else (top,)
+                remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if encode else None
+                rate, g = est.best(name, gammas, free, times, self.request, remaining)
+                self._rates[(name, top, encode)] = (est.version, rate, g)
             if rate > best_rate:
                 best, best_rate = (name, g), rate
             if est.round - est.last_chosen.get(name, est.round - EXPLORE) >= EXPLORE and top >= 1:
@@ -221,6 +241,19 @@ class AutoDraft(DraftSource):
             best = stale
         est.last_chosen[best[0]] = est.round
         return best
+
+    def _worth_probing(self, cap: int, times: list, none_rate: float) -> bool:
+        """Whether a lookup copying all `cap` guesses could beat target-only decoding (else skip the lookup: at
+        temperature 1 on this project's pair it never pays, and the probe is host time on every round). Rechecked
+        every EXPLORE rounds regardless, so an estimate that improves is seen."""
+        est, name = self.estimates, self.lookup.name
+        if est.round % EXPLORE == 0:
+            return True
+        cached = self._rates.get((name, cap, False))
+        if cached is None or cached[0] != est.version:
+            rate, g = est.best(name, range(1, cap + 1), True, times, self.request)
+            self._rates[(name, cap, False)] = cached = (est.version, rate, g)
+        return cached[1] > none_rate
 
     def propose(self, ws, k, rows, row, stats: Stats):
         name, gamma = self.choose(ws, k)
@@ -248,6 +281,7 @@ class AutoDraft(DraftSource):
                              other, encoder_s)
         self.produced += len(verdict.tokens)
         if verdict.proposed:
+            self._rates.clear()         # this request's counts changed
             mine = self.request.setdefault(name, [0, 0])
             mine[0] += verdict.accepted
             mine[1] += int(verdict.accepted < verdict.proposed)

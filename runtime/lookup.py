@@ -66,13 +66,13 @@ class LookupDraft(DraftSource):
 
     def guesses(self, ws: Workspace, k: int) -> list:
         """What a proposal of up to k would copy (nothing written)."""
-        history = ws.tail()                   # the final tokens and this round's so far (start token first)
-        if history is None or k < 1:          # a model wrote tokens the host has not read: nothing to match
+        seq, known = ws.seq, ws.known         # the final tokens (start token first) and this round's so far
+        if known is None or k < 1:            # a model wrote tokens the host has not read: nothing to match
             return []
-        self._sync(ws.seq)
-        history = history[1:]
-        for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
-            key = tuple(history[-n:])
+        self._sync(seq)
+        last = (seq[max(1, len(seq) - self.max_n):] + known)[-self.max_n:]
+        for n in range(len(last), self.min_n - 1, -1):
+            key = tuple(last[-n:])
             found = self.generated.continuation(key, k) or self.source.continuation(key, k)
             if found:
                 return found
