@@ -162,10 +162,6 @@ class Workspace:
         self.seq.extend(tokens)
         self.end, self.known = self.start, []
 
-    def tail(self) -> list | None:
-        """The final tokens followed by this round's tokens so far, or None when the host does not know them."""
-        return None if self.known is None else self.seq + self.known
-
     def write_point_guesses(self, tokens) -> None:
         """Host-made guesses at end+1 .. with point-mass distributions q_i = delta(x_i) in the point rows."""
         ones = [i * self.vocab + int(t) for i, t in enumerate(tokens)]

@@ -21,10 +21,8 @@ class FakeWorkspace:
 
     def __init__(self, generated):
         self.seq = [0, *generated]
+        self.known = []                      # no tokens of the round yet
         self.guesses = None
-
-    def tail(self):
-        return list(self.seq)
 
     def write_point_guesses(self, tokens):
         self.guesses = list(tokens)
