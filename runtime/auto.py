@@ -8,7 +8,7 @@ score over the sources available this round (a lookup only when it matches, and 
 copied) and gamma in 1 .. the cap: Theorem 3.8 with measured costs instead of a constant c.
 
 Estimates are running averages learned from every round (a per-guess alpha_s = accepted / (accepted + rejections),
-decayed so a change of text is followed), kept across the requests of a decoder (`reset()` forgets them). A
+decayed so a change of text is followed), kept across the requests of a decoder (`SpeculativeDecoder.reset_estimates()` forgets them). A
 source not chosen for EXPLORE rounds is tried once, so a source that was unlucky early is measured again.
 """
 
@@ -39,10 +39,10 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 
 class _Mean:
-    """A decayed running mean that starts from a prior weight."""
+    """A decayed running mean."""
 
-    def __init__(self, value: float | None = None, weight: float = 0.0):
-        self.total, self.weight = (value or 0.0) * weight, weight
+    def __init__(self):
+        self.total = self.weight = 0.0
 
     def add(self, value: float) -> None:
         self.total = self.total * DECAY + value
@@ -235,7 +235,7 @@ class AutoDraft(DraftSource):
                 self._rates[(name, top, encode)] = (est.version, rate, g)
             if rate > best_rate:
                 best, best_rate = (name, g), rate
-            if est.round - est.last_chosen.get(name, est.round - EXPLORE) >= EXPLORE and top >= 1:
+            if est.round - est.last_chosen.get(name, est.round - EXPLORE) >= EXPLORE:
                 stale = (name, top if not self.adaptive or free else max(1, min(top, 2)))
         if stale is not None and stale[0] != best[0]:
             best = stale

@@ -85,7 +85,7 @@ class SpeculativeDecoder:
         parts = sources.parse(draft, names)
         if gamma == 0 or parts == ["none"]:
             return None
-        draft = sources.canonical(draft)
+        draft = ",".join(parts)                  # one spelling per chain ("lookup+draft" is "lookup,draft")
         key = (draft, gamma == "auto")
         if key not in self._sources:
             if parts == ["auto"]:

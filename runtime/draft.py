@@ -53,16 +53,19 @@ class ModelDraft(DraftSource):
         if self.below is not None:
             self.below.start(source_ids, stats)
 
+    def _run(self, views: tuple, stats: Stats) -> None:
+        stats.draft_s += self.model.run(*views)
+        stats.draft_calls += 1
+        stats.ort_runs += 1
+
     def _ready(self, ws: Workspace, upto: int, guesses: int, stats: Stats) -> None:
-        """Encode on first use; when the cache lags so far behind that a run over positions length..upto plus
-        `guesses` would not fit the model's width, feed the missed tokens first (runs whose head output is dropped:
-        this happens when an auto choice did not use the model for a while)."""
+        """When the cache lags so far behind that a run over positions length..upto plus `guesses` would not fit
+        the model's width, feed the missed tokens first (runs whose head output is dropped: this happens when an
+        auto choice did not use the model for a while)."""
         width = self.model.logits.shape[0]
         while upto - self.model.length + 1 + guesses > width:
             first = self.model.length
-            stats.draft_s += self.model.run(*ws.catch_up(first, min(first + width - 1, upto - 1)))
-            stats.draft_calls += 1
-            stats.ort_runs += 1
+            self._run(ws.catch_up(first, min(first + width - 1, upto - 1)), stats)
 
     def propose(self, ws, k, rows, row, stats):
         if self.model.length < 0:
@@ -75,11 +78,8 @@ class ModelDraft(DraftSource):
             made += made_now
         for i in range(made, k):                 # single steps
             self._ready(ws, ws.end, 0, stats)
-            stats.draft_s += self.model.run(*ws.run(self.model.length, out=rows, out_row=row + i,
-                                                    next_slot=ws.end + 1))
+            self._run(ws.run(self.model.length, out=rows, out_row=row + i, next_slot=ws.end + 1), stats)
             ws.appended_on_device()
-            stats.draft_calls += 1
-            stats.ort_runs += 1
         return Proposal(k)
 
     def _verify_below(self, ws, j_max, rows, row, stats) -> int:
@@ -94,9 +94,7 @@ class ModelDraft(DraftSource):
         q = ws.point if below.point_mass else ws.rows(self.level + 1)
         base = ws.end - j
         self._ready(ws, base, j, stats)
-        stats.draft_s += self.model.run(*ws.run(self.model.length, j, q, rows, row))
-        stats.draft_calls += 1
-        stats.ort_runs += 1
+        self._run(ws.run(self.model.length, j, q, rows, row), stats)
         n, tokens = ws.judged(j)
         self.model.rollback(base + n + 1)         # forget the rejected guesses' keys and values
         stats.source(self.below.name + ">").add(j, n)

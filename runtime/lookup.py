@@ -54,9 +54,10 @@ class LookupDraft(DraftSource):
         self.min_n, self.max_n = min_n, max_n
         self.source = NgramIndex(min_n, max_n)
         self.generated = NgramIndex(min_n, max_n)
+        self._started = None          # the source ids of the request indexed last
 
     def start(self, source_ids: np.ndarray, stats: Stats) -> None:
-        if source_ids is getattr(self, "_started", None):    # one lookup shared by several sources of an auto choice
+        if source_ids is self._started:           # one lookup shared by several sources of an auto choice
             return
         self._started = source_ids
         self.source = NgramIndex(self.min_n, self.max_n)

@@ -52,23 +52,13 @@ def parse(spec: str, models) -> list[str]:
     return parts
 
 
-def canonical(spec: str) -> str:
-    return ",".join(p.strip() for p in spec.replace("+", ",").split(","))
-
-
 def build(parts: list[str], models: dict, lookup: LookupDraft | None = None) -> DraftSource:
     """The source for a parsed chain (not "none" or "auto"); `models`: name -> CachedSeq2Seq; `lookup`: the
     LookupDraft to use (a new one when None)."""
-    source, level = None, len(parts) - 1
-    for i, part in enumerate(parts):
-        name = ",".join(parts[:i + 1])
+    source = None
+    for i, part in enumerate(parts):            # level 0 proposes to the target, level len - 1 is the lowest
         if part == "lookup":
             source = lookup or LookupDraft()
         else:
-            source = ModelDraft(models[part], below=source, name=name, level=level)
-        level -= 1
+            source = ModelDraft(models[part], below=source, name=",".join(parts[:i + 1]), level=len(parts) - 1 - i)
     return source
-
-
-def is_source(value) -> bool:
-    return isinstance(value, DraftSource)

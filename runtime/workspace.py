@@ -104,19 +104,20 @@ class Workspace:
 
     # -- the views of one run -----------------------------------------------------------------------------------
     def run(self, first: int, guesses: int = 0, q: Buffer | None = None, out: Buffer | None = None,
-            out_row: int = 0, next_slot: int | None = None) -> tuple[dict, dict]:
-        """Inputs and outputs of one decoder + head run over positions first..end, the last `guesses` of which are
-        verified against rows 0.. of `q` (the point rows, or a level's rows). The head's standardized rows go to
-        `out` from `out_row` on (the sink when None); the next token to `next_slot` (NEXT when None), n to
-        ACCEPTED. (Read-only mappings, made once per distinct run.)"""
-        key = (first, self.end, guesses, id(q), id(out), out_row, next_slot)
+            out_row: int = 0, next_slot: int | None = None, last: int | None = None) -> tuple[dict, dict]:
+        """Inputs and outputs of one decoder + head run over positions first..last (default: end), the last
+        `guesses` of which are verified against rows 0.. of `q` (the point rows, or a level's rows). The head's
+        standardized rows go to `out` from `out_row` on (the sink when None); the next token to `next_slot` (NEXT
+        when None), n to ACCEPTED. (Read-only mappings, made once per distinct run.)"""
+        last = self.end if last is None else last
+        key = (first, last, guesses, id(q), id(out), out_row, next_slot)
         if key not in self._views:
-            self._views[key] = self._make(first, guesses, q, out, out_row, next_slot)
+            self._views[key] = self._make(first, last, guesses, q, out, out_row, next_slot)
         inputs, outputs = self._views[key]
         return {**inputs, "uniforms": self._take(guesses + 1)}, outputs
 
-    def _make(self, first, guesses, q, out, out_row, next_slot):
-        inputs = {"input_ids": View(self.tokens, (1, self.end - first + 1), first),
+    def _make(self, first, last, guesses, q, out, out_row, next_slot):
+        inputs = {"input_ids": View(self.tokens, (1, last - first + 1), first),
                   "draft_probs": View(q if q is not None else self.point, (guesses, self.vocab)), **self._scalars()}
         if out is None:
             probs = View(self.sink, (1, self.vocab))
@@ -128,12 +129,7 @@ class Workspace:
 
     def catch_up(self, first: int, last: int) -> tuple[dict, dict]:
         """A run over positions first..last whose only purpose is the model's cache (its head output is dropped)."""
-        end, self.end = self.end, last
-        try:
-            inputs, outputs = self.run(first, out=None, next_slot=self.SINK)
-        finally:
-            self.end = end
-        return inputs, outputs
+        return self.run(first, out=None, next_slot=self.SINK, last=last)
 
     # -- what the host reads and writes ---------------------------------------------------------------------------
     def judged(self, guesses: int) -> tuple[int, list]:
