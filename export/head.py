@@ -1,15 +1,20 @@
 """The speculative head: ONNX nodes appended to a decoder graph so one run does a decoder pass *and* Algorithm 1's
-sampling work (export format 2). Built with onnx.helper, not traced, so the filter and the temperature-0 path can
+sampling work (export format 3). Built with onnx.helper, not traced, so the filter and the temperature-0 path can
 be switched inside the graph with `If` nodes: one graph, one copy of the weights, no work for a branch not taken.
 
-Inputs added to the decoder's (input_ids [1, N], past_kv, cross_kv):
+Inputs added to the decoder's (input_ids [B, N], past_kv, cross_kv):
     draft_probs [G, V] fp32   q_1 .. q_G of the last G tokens of input_ids (the guesses); G = 0 for a plain step
     uniforms    [G+1]  fp32   r_1 .. r_G for the acceptance tests, then one for the final draw
     temperature [1] fp32, top_k [1] int64, top_p [1] fp32, lenience [1] fp32
-Outputs added to (logits [1, N, V], new_kv):
+    logit_mask  [G+1, V] or [0, V] fp32   added to the last G+1 logits rows before anything else: 0 or -inf per
+                token, the logits processors (runtime/processors.py: min length, no-repeat n-gram); [0, V] for none
+Outputs added to (logits [B, N, V], new_kv):
     probs      [G+1, V] fp32  the standardized target rows p_1 .. p_{G+1} of the last G+1 positions
     accepted   [1] int64      n: guesses kept
     next_token [1] int64      drawn from norm(max(0, p_{n+1} - l q_{n+1})) after a rejection, else from p_{G+1}
+
+The head works on batch row 0. The speculative loop binds batch 1; beam search (runtime/beam_model.py) binds more
+rows and reads only their logits.
 
 With G = 0 the head is a plain sampling step (draw from p of the last position): that is how a draft proposes
 and how target-only decoding runs. With G >= 1 it is the target's verification.
@@ -32,7 +37,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 CANDIDATES = 256
-INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience")
+INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
 OUTPUTS = ("probs", "accepted", "next_token")
 
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -164,15 +169,20 @@ def add_head(graph, residual: bool = True) -> None:
     g = Nodes("head/")
     for name, kind, shape in (("draft_probs", _F, ["gamma", "vocab"]), ("uniforms", _F, ["gamma_plus_1"]),
                               ("temperature", _F, [1]), ("top_k", _I, [1]), ("top_p", _F, [1]),
-                              ("lenience", _F, [1])):
+                              ("lenience", _F, [1]), ("logit_mask", _F, ["mask_rows", "vocab"])):
         graph.input.append(helper.make_tensor_value_info(name, kind, shape))
 
     guesses_n = g.op("Shape", "draft_probs", start=0, end=1)                  # [1] = G
     rows_n = g.op("Add", guesses_n, g.const([1]))                             # G + 1
     big = g.const([np.iinfo(np.int64).max])
-    rows = g.op("Squeeze", g.op("Slice", "logits", g.op("Neg", rows_n), big, g.const([1])), g.const([0]))  # [G+1,V]
+    # batch row 0 (a beam run binds more rows for their logits alone; the head then works on row 0, unused)
+    row0 = g.const(0)
+    raw = g.op("Gather", g.op("Slice", "logits", g.op("Neg", rows_n), big, g.const([1])), row0, axis=0)  # [G+1,V]
+    # logits processors (min length, no-repeat n-gram): an additive mask of 0 / -inf per row, or [0, V] for none
+    masked = g.op("Greater", g.op("Size", "logit_mask"), g.const(0))
+    rows = g.cond(masked, lambda s: s.op("Add", raw, "logit_mask"), lambda s: s.op("Identity", raw), [_F])[0]
     first_guess = g.op("Sub", g.op("Shape", "input_ids", start=1, end=2), guesses_n)     # N - G
-    guesses = g.op("Squeeze", g.op("Slice", "input_ids", first_guess, big, g.const([1])), g.const([0]))   # [G]
+    guesses = g.op("Gather", g.op("Slice", "input_ids", first_guess, big, g.const([1])), row0, axis=0)    # [G]
     guess_col = g.op("Unsqueeze", guesses, g.const([-1]))                     # [G, 1]
     vocab = g.op("Shape", rows, start=-1)
 
@@ -247,4 +257,5 @@ def plain_step_feed(vocab: int, temperature: float = 0.0) -> dict:
     """Head inputs for a plain one-token step (G = 0), e.g. to run a decoder graph for its logits alone."""
     return {"draft_probs": np.zeros((0, vocab), np.float32), "uniforms": np.zeros(1, np.float32),
             "temperature": np.array([temperature], np.float32), "top_k": np.zeros(1, np.int64),
-            "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32)}
+            "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32),
+            "logit_mask": np.zeros((0, vocab), np.float32)}

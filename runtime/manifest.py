@@ -1,6 +1,6 @@
 """The export directory's manifest.json: what the exporter writes and what the runtime trusts after checking.
 
-Layout of an export directory (format_version 2):
+Layout of an export directory (format_version 3):
     manifest.json                  this file's content, below
     tokenizer.json                 the shared tokenizer (tokenizers library format)
     target/encoder.onnx            source ids -> cross-attention K/V of every decoder layer
@@ -10,8 +10,9 @@ Layout of an export directory (format_version 2):
     NAME/encoder.onnx, NAME/decoder.onnx       the same for every further draft model (specdec-export --draft
                                                NAME=CHECKPOINT), usable as a chain level
 
-Format 1 (round 1) had separate sampler graphs (sampler/*.onnx) and decoders without the head; it is refused with
-a message to re-export.
+Format 1 (round 1) had separate sampler graphs (sampler/*.onnx) and decoders without the head; format 2's head took
+batch 1 only and had no `logit_mask` input (logits processors, beam search). Both are refused with a message to
+re-export.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from pathlib import Path
 from .errors import SpecdecError
 
 FORMAT = "specdec-export"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 ROLES = ("target", "draft")
-HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience")
+HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
 HEAD_OUTPUTS = ("probs", "accepted", "next_token")
 
 
@@ -111,7 +112,7 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
-                           f"format {FORMAT_VERSION} (sampling fused into the decoder graphs)",
+                           f"format {FORMAT_VERSION} (decoder heads that take logits masks and beams)",
                            "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],

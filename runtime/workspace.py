@@ -100,7 +100,8 @@ class Workspace:
 
     def _scalars(self) -> dict:
         return {"temperature": View(self.temperature, (1,)), "top_k": View(self.top_k, (1,)),
-                "top_p": View(self.top_p, (1,)), "lenience": View(self.lenience, (1,))}
+                "top_p": View(self.top_p, (1,)), "lenience": View(self.lenience, (1,)),
+                "logit_mask": View(self.sink, (0, self.vocab))}
 
     # -- the views of one run -----------------------------------------------------------------------------------
     def run(self, first: int, guesses: int = 0, q: Buffer | None = None, out: Buffer | None = None,

@@ -13,10 +13,10 @@ from tinymodels import read_manifest
 GRAPH_IO = {
     "encoder": (["input_ids"], ["cross_kv"]),
     "decoder": (["input_ids", "past_kv", "cross_kv", "draft_probs", "uniforms", "temperature", "top_k", "top_p",
-                 "lenience"], ["logits", "new_kv", "probs", "accepted", "next_token"]),
+                 "lenience", "logit_mask"], ["logits", "new_kv", "probs", "accepted", "next_token"]),
 }
 RANKS = {"input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
-         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "accepted": 1, "next_token": 1}
+         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1}
 
 
 def rank(kind, name):
@@ -35,7 +35,7 @@ def all_graphs(manifest):
 
 
 def test_format_and_options(manifest):
-    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 2
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 3
     assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
     assert manifest["vocab_size"] == 48
     assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,

@@ -211,7 +211,8 @@ def test_fused_head_reads_the_decoders_own_logits_and_guesses(exported, temperat
     uniforms[:2] = 0.0                                              # two kept guesses at least at T > 0
     feed = {"input_ids": decoder_ids[:, past:], "past_kv": cache, "cross_kv": cross, "draft_probs": q,
             "uniforms": uniforms, "temperature": np.array([temperature], np.float32),
-            "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32)}
+            "top_k": np.zeros(1, np.int64), "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32),
+            "logit_mask": np.zeros((0, vocab), np.float32)}
     if temperature == 0:    # guesses: the target's own argmax for the first two positions, then something else
         ids = decoder_ids.copy()
         for i in range(3):            # each guess changes the logits after it: set them one at a time
@@ -281,7 +282,8 @@ def test_fp16_export_parity(exported, name):
     assert {i.name: i.type for i in ex16.dec.get_inputs()} == {
         "input_ids": "tensor(int64)", "past_kv": "tensor(float16)", "cross_kv": "tensor(float16)",
         "draft_probs": "tensor(float)", "uniforms": "tensor(float)", "temperature": "tensor(float)",
-        "top_k": "tensor(int64)", "top_p": "tensor(float)", "lenience": "tensor(float)"}
+        "top_k": "tensor(int64)", "top_p": "tensor(float)", "lenience": "tensor(float)",
+        "logit_mask": "tensor(float)"}
     # the head works on the fp32 logits: only the cache is fp16
     assert [o.type for o in ex16.dec.get_outputs()] == ["tensor(float)", "tensor(float16)", "tensor(float)",
                                                          "tensor(int64)", "tensor(int64)"]
