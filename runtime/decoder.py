@@ -10,6 +10,9 @@ import numpy as np
 
 from . import sources
 from .auto import AutoDraft, Estimates
+from .beam import BeamSearch
+from .beam_decode import BeamEstimates, BeamRun
+from .beam_model import BeamModel
 from .device import device_of, resolve_provider
 from .draft import DraftSource, ModelDraft
 from .errors import SpecdecError
@@ -17,6 +20,7 @@ from .lookup import LookupDraft
 from .manifest import load_manifest
 from .model import CachedSeq2Seq
 from .params import Params
+from .processors import Processors
 from .speculative import speculative_step, target_step
 from .stats import Result, Stats
 from .workspace import Workspace
@@ -62,11 +66,13 @@ class SpeculativeDecoder:
         self.vocab_size = manifest.vocab_size
         ids = manifest.special_ids
         self.eos_id, self.start_id = int(ids["eos_token_id"]), int(ids["decoder_start_token_id"])
-        self.tokenizer = Tokenizer.from_file(str(manifest.path(manifest.raw["tokenizer"])))
+        self.tokenizer = manifest.tokenizer()     # checked: confined, size-limited, ids inside the vocabulary
         self.target, self.models = target, dict(models)
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
         self.estimates = Estimates()
         self._sources = {}
+        self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
+        self.beam_estimates = BeamEstimates()
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
 
     def reset_estimates(self) -> None:
@@ -172,6 +178,9 @@ class SpeculativeDecoder:
     def _tokens(self, prompt, input_ids, params: Params | None, overrides: dict):
         """Yield (new tokens, stop reason or "", stats so far) per iteration; the text is left to the caller."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
+        if params.min_new_tokens or params.no_repeat_ngram_size:
+            raise SpecdecError("min_new_tokens and no_repeat_ngram_size work with beam search only so far",
+                               "use num_beams > 1 with them")
         source = self.source(params)
         ids = self._source(prompt, input_ids)
         stats = Stats()
@@ -187,7 +196,11 @@ class SpeculativeDecoder:
         Parameters: a Params object and/or its fields as keywords (max_new_tokens, gamma, draft, temperature,
         top_k, top_p, lenience, seed)."""
         out, shown = [], ""
-        for new, done, stats in self._tokens(prompt, input_ids, params, overrides):
+        params = Params.of(params, **overrides).checked(self.gamma_max)
+        if params.num_beams > 1:
+            raise SpecdecError("beam search cannot stream: every beam may still lose until the search ends",
+                               "use generate() with num_beams > 1, or stream with num_beams=1")
+        for new, done, stats in self._tokens(prompt, input_ids, params, {}):
             out.extend(new)
             text = self.decode(out)
             yield Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
@@ -197,11 +210,65 @@ class SpeculativeDecoder:
                  **overrides) -> Result:
         """Generate from a prompt (text) or input_ids. draft="none" or gamma=0 is target-only decoding on the same
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
-        stream()."""
+        stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences."""
+        params = Params.of(params, **overrides).checked(self.gamma_max)
+        if params.num_beams > 1:
+            return self._beam_search(prompt, input_ids, params)
         out, done, stats = [], "", None
-        for new, done, stats in self._tokens(prompt, input_ids, params, overrides):
+        for new, done, stats in self._tokens(prompt, input_ids, params, {}):
             out.extend(new)
-        return Result(self.decode(out), out, stats, done)
+        return Result(self.decode(out), out, stats, done, [out])
+
+    # -- beam search ------------------------------------------------------------------------------------------
+    def beam_model(self, name: str) -> BeamModel:
+        """The batched session of a model (target or a draft), opened on first use."""
+        if name not in self._beam_models:
+            model = self.target if name == "target" else self.models[name]
+            self._beam_models[name] = BeamModel(model, buffers=2 if name == "target" else 3)
+        return self._beam_models[name]
+
+    def _beam_draft(self, params: Params) -> str | None:
+        """The draft model a beam search request speculates with, or None for target-only beam search."""
+        if params.gamma == 0 or params.draft == "none":
+            return None
+        if params.draft == "auto":
+            return "draft" if "draft" in self.models else None
+        if isinstance(params.draft, str) and params.draft in self.models:
+            return params.draft
+        raise SpecdecError(f"beam search speculates with a draft model, not with draft={params.as_dict()['draft']!r}",
+                           f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
+
+    def _beam_search(self, prompt, input_ids, params: Params) -> Result:
+        draft = self._beam_draft(params)
+        ids = self._source(prompt, input_ids)
+        stats = Stats()
+        began = time.perf_counter()
+        max_new = min(params.max_new_tokens, self.max_length)
+        search = BeamSearch(params.num_beams, max_new, self.eos_id, params.length_penalty, params.early_stopping)
+        processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size)
+        run = BeamRun(self.beam_model("target"), self.beam_model(draft) if draft else None, search, processors,
+                      self.start_id, self.max_length, stats)
+        auto = params.gamma == "auto"
+        run.begin(ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if auto else params.gamma)
+        while not search.done:
+            if draft is None:
+                run.target_step()
+            elif auto:
+                gamma = self.beam_estimates.choose(min(self.gamma_max, self.max_length))
+                t = time.perf_counter()
+                steps = run.speculative_step(gamma) if gamma else run.target_step()
+                self.beam_estimates.learn(gamma, steps, time.perf_counter() - t)
+            else:
+                run.speculative_step(params.gamma)
+        found = search.results(params.num_return_sequences)
+        sequences = [tokens for tokens, _ in found]
+        best = sequences[0]
+        stats.new_tokens = len(best)
+        stats.total_s = time.perf_counter() - began
+        stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
+        done = "eos" if best and best[-1] == self.eos_id else \
+            "max_new_tokens" if len(best) >= params.max_new_tokens else "max_length"
+        return Result(self.decode(best), best, stats, done, sequences, [score for _, score in found])
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)

@@ -30,6 +30,7 @@ class CachedSeq2Seq:
         self.vocab, self.max_length = manifest.vocab_size, max_length or manifest.max_length
         self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
         dtype = _NP[manifest.dtype]
+        self.decoder_path, self.provider, self.threads = manifest.path(info.decoder.file), provider, threads
         self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False), device)
         self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads), device)
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1

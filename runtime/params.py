@@ -10,6 +10,8 @@ import numpy as np
 
 from .errors import SpecdecError
 
+MAX_BEAMS = 16               # beam rows are allocated per request; speculative rounds score up to W x (gamma+1) rows
+
 
 @dataclass(frozen=True)
 class Params:
@@ -23,6 +25,12 @@ class Params:
     top_p: float = 1.0           # 1 = no nucleus filter
     lenience: float = 1.0        # 1 = exact; < 1 keeps more guesses (paper A.5; at temperature 0: p(x) >= l max p)
     seed: int = 0                # random seed (unused when greedy)
+    num_beams: int = 1           # > 1: beam search (runtime/beam_decode.py), transformers' semantics; greedy only
+    length_penalty: float = 1.0  # beam search: finished scores are sum log p / length ** length_penalty
+    early_stopping: object = False   # beam search: True, False (heuristic) or "never", as in transformers
+    num_return_sequences: int = 1    # beam search: how many of the best finished beams to return (<= num_beams)
+    min_new_tokens: int = 0      # EOS banned before this many tokens (runtime/processors.py)
+    no_repeat_ngram_size: int = 0    # > 0: no n-gram of this size occurs twice (runtime/processors.py)
 
     @classmethod
     def of(cls, params: "Params | None" = None, **overrides) -> "Params":
@@ -59,7 +67,31 @@ class Params:
             raise SpecdecError(f"lenience must be in (0, 1] (got {self.lenience!r})", "use 1.0 for exact sampling")
         if not _is_int(self.seed) or self.seed < 0:
             raise SpecdecError(f"seed must be an integer >= 0 (got {self.seed!r})")
+        self._check_beams()
         return self
+
+    def _check_beams(self) -> None:
+        if not _is_int(self.num_beams) or not 1 <= self.num_beams <= MAX_BEAMS:
+            raise SpecdecError(f"num_beams must be an integer in 1..{MAX_BEAMS} (got {self.num_beams!r})",
+                               "use num_beams=1 for greedy or sampling, 2..16 for beam search")
+        if not _is_int(self.num_return_sequences) or not 1 <= self.num_return_sequences <= self.num_beams:
+            raise SpecdecError(f"num_return_sequences must be an integer in 1..num_beams ({self.num_beams}) "
+                               f"(got {self.num_return_sequences!r})",
+                               "ask for at most num_beams sequences, or raise num_beams")
+        if not (_is_real(self.length_penalty) and math.isfinite(self.length_penalty)):
+            raise SpecdecError(f"length_penalty must be a finite number (got {self.length_penalty!r})",
+                               "use 1.0 (the default), > 0 to favour longer, < 0 shorter sequences")
+        if not (self.early_stopping is True or self.early_stopping is False or self.early_stopping == "never"):
+            raise SpecdecError(f"early_stopping must be True, False or 'never' (got {self.early_stopping!r})")
+        if not _is_int(self.min_new_tokens) or self.min_new_tokens < 0:
+            raise SpecdecError(f"min_new_tokens must be an integer >= 0 (got {self.min_new_tokens!r})")
+        if not _is_int(self.no_repeat_ngram_size) or self.no_repeat_ngram_size < 0:
+            raise SpecdecError(f"no_repeat_ngram_size must be an integer >= 0 (got {self.no_repeat_ngram_size!r})",
+                               "use 0 to allow repeats")
+        if self.num_beams > 1 and self.temperature > 0:
+            raise SpecdecError(f"beam search is deterministic: temperature {self.temperature} with num_beams "
+                               f"{self.num_beams} is not supported", "use temperature=0 with beams, or num_beams=1 "
+                               "to sample")
 
     def as_dict(self) -> dict:
         """Fields by name; a DraftSource object is given by its name."""

@@ -70,3 +70,6 @@ class Result:
     token_ids: list = field(default_factory=list)   # generated ids, without the decoder start token
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = ""                            # "eos", "max_new_tokens" or "max_length"
+    sequences: list = field(default_factory=list)    # beam search: the num_return_sequences best, best first
+    #                                                  (token_ids and text are the first); [token_ids] otherwise
+    scores: list = field(default_factory=list)       # beam search: their scores (sum log p / length ** penalty)

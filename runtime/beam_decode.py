@@ -1,0 +1,202 @@
+"""Beam search over the exported models: target-only, and exact speculative beam search.
+
+Target-only: one target run over the W running beams' last tokens per step, then BeamSearch.step (runtime/beam.py)
+on their processed log-probabilities, then the cache follows the surviving beams (BeamModel.gather).
+
+Speculative (one round, gamma = g):
+ 1. propose: the draft runs transformers' running-beam selection on its own log-probabilities for g steps, from
+    the target's running beams and scores: at each step the W best candidates that do not stop. Every beam it
+    holds at any step is a path (root beam, t_1 .. t_s); the leaves of that tree, padded to g tokens, are the rows.
+ 2. score: one target run over R rows x (g + 1) tokens ([root's last token, t_1 .. t_g]): the target's
+    log-probabilities of every prefix of every row.
+ 3. replay: the target's own BeamSearch.step, step after step, as long as each of its running beams is a prefix
+    that some row scored; the first step always is (every root has a row). The beams, scores and finished
+    hypotheses are the ones target-only beam search computes, because every step reads the target's log-probs of
+    exactly the beam's sequence; only where the logits come from differs (a batch of R x (g+1) instead of W x 1,
+    equal within float round-off).
+ 4. the target cache keeps the rows the new beams came from, cut to their length; the draft's cache follows the
+    roots and reads the tokens it has not seen at the next round's first step.
+The draft only decides how many steps one target run covers, never which beams win.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .beam import BeamSearch, log_softmax, top
+from .beam_model import BeamModel
+from .processors import Processors
+from .stats import Stats
+
+
+def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
+    """log_softmax of logits [W, V], then -inf at the tokens each sequence's processors ban (seqs: with start)."""
+    out = log_softmax(logits)
+    if processors.active:
+        for i, seq in enumerate(seqs):
+            banned = processors.banned(seq)
+            if banned:
+                out[i, banned] = -np.inf
+    return out
+
+
+class BeamRun:
+    """One request's beam search. `search` is the BeamSearch; `start` the decoder start token."""
+
+    def __init__(self, target: BeamModel, draft: BeamModel | None, search: BeamSearch, processors: Processors,
+                 start: int, max_length: int, stats: Stats):
+        self.target, self.draft, self.search = target, draft, search
+        self.proc, self.start, self.max_length, self.stats = processors, start, max_length, stats
+        self.draft_len = 0            # positions of each root's sequence in the draft's cache
+
+    def seqs(self) -> list:
+        return [[self.start] + b for b in self.search.beams]
+
+    def begin(self, ids: np.ndarray, gamma_max: int = 0) -> None:
+        """Encode the source; the buffers are sized for rounds of up to `gamma_max` guesses (a round scores at most
+        W x (gamma + 1) rows: the W roots and at most W new paths per draft step)."""
+        width = self.search.width
+        self.target.encode(ids, width, self.stats, width * (gamma_max + 1), gamma_max + 1)
+        if self.draft is not None:
+            self.draft.encode(ids, width, self.stats)
+
+    # -- target only ---------------------------------------------------------------------------------------
+    def target_step(self) -> int:
+        """One target run over the running beams' last tokens, one beam step. Returns steps made (1)."""
+        seqs = self.seqs()
+        last = np.array([[s[-1]] for s in seqs], np.int64)
+        logits = self.target.run(last, self.stats)[:, 0]
+        self._count_target()
+        parents, _ = self.search.step(processed(logits, seqs, self.proc))
+        self.target.gather(parents)
+        if self.draft is not None and self.draft_len:      # its cache no longer follows the beams: read them anew
+            self.draft_len = self.draft.length = 0
+        self.stats.source("none").add(0, 0, 1)
+        return 1
+
+    def _count_target(self) -> None:
+        self.stats.target_calls += 1
+        self.stats.target_s += self.target.elapsed
+
+    # -- speculative ---------------------------------------------------------------------------------------
+    def speculative_step(self, gamma: int) -> int:
+        """One round: the draft's g-step proposal, one target run over its paths, the replay. Returns the beam
+        steps made (1 .. g + 1)."""
+        search, width = self.search, self.search.width
+        gamma = min(gamma, search.max_new - search.generated - 1, self.max_length - self.target.length - 2)
+        if gamma < 1:
+            return self.target_step()
+        roots = self.seqs()
+        rows = self._propose(roots, gamma)                          # [(root, tokens of length gamma)]
+        # score every row: the root's cache, then [root's last token, t_1 .. t_g]
+        base = self.target.length
+        self.target.gather([r for r, _ in rows])
+        feed = np.array([[roots[r][-1], *path] for r, path in rows], np.int64)
+        logits = self.target.run(feed, self.stats)                  # [R, g+1, V]
+        self._count_target()
+        scored = {}                                                 # (root, prefix) -> row whose logits hold it
+        for i, (r, path) in enumerate(rows):
+            for s in range(gamma + 1):
+                scored.setdefault((r, tuple(path[:s])), i)
+        # replay the target's beam search for as long as every running beam is a scored prefix
+        where = [(j, ()) for j in range(width)]                     # each running beam as (root, prefix)
+        steps = 0
+        while steps <= gamma and not search.done:
+            found = self._rows_of(scored, where)
+            if found is None:
+                break
+            parents, tokens = search.step(processed(logits[found, steps], self.seqs(), self.proc))
+            used = found[parents]
+            where = [(where[p][0], where[p][1] + (int(t),)) for p, t in zip(parents, tokens)]
+            steps += 1
+        # the target's cache: the rows the new beams came from, up to the new beams' last token
+        self.target.gather(used, base + steps)
+        # the draft's cache follows the roots (its positions are all before the round's new tokens)
+        self.draft.gather([w[0] for w in where], self.draft_len, from_pinned=True)
+        self.stats.proposed += gamma
+        self.stats.accepted += steps - 1
+        self.stats.source("draft").add(gamma, steps - 1, steps)
+        return steps
+
+    @staticmethod
+    def _rows_of(scored: dict, where: list):
+        """The row that scored each running beam (root, prefix), or None when one was not scored."""
+        found = [scored.get(w) for w in where]
+        return None if None in found else np.array(found)
+
+    def _propose(self, roots: list, gamma: int) -> list:
+        """The draft's g steps of running-beam selection from the target's beams; the rows to score."""
+        draft, search, width = self.draft, self.search, self.search.width
+        feed = np.array([s[self.draft_len:] for s in roots], np.int64)     # what the draft has not seen yet
+        scores = search.scores.copy()
+        paths = [(j, ()) for j in range(width)]                     # the draft's running beams as (root, tokens)
+        seqs = [list(s) for s in roots]
+        tree = set(paths)
+        t = time.perf_counter()
+        for s in range(gamma):
+            logits = draft.run(feed, self.stats)[:, -1]
+            self.stats.draft_calls += 1
+            if s == 0:
+                self.draft_len = draft.length                       # every root's sequence is in its cache: keep it
+                draft.pin()
+            vocab = logits.shape[1]
+            total = (processed(logits, seqs, self.proc) + scores[:, None]).reshape(-1)
+            cand = top(total, 2 * width)
+            parent, token = cand // vocab, cand % vocab
+            live = np.flatnonzero(~((token == search.eos) | (search.generated + s + 1 >= search.max_new)))[:width]
+            if live.size < width:
+                break
+            parent, token, scores = parent[live], token[live], total[cand[live]]
+            paths = [(paths[p][0], paths[p][1] + (int(x),)) for p, x in zip(parent, token)]
+            seqs = [seqs[p] + [int(x)] for p, x in zip(parent, token)]
+            tree.update(paths)
+            if s + 1 < gamma:
+                draft.gather(parent)
+                feed = token.reshape(-1, 1)
+        self.stats.draft_s += time.perf_counter() - t
+        # rows: the leaves of the tree (each root is in it), padded to gamma tokens
+        longest = {}
+        for root, path in sorted(tree, key=lambda p: -len(p[1])):
+            if not any(q[:len(path)] == path for q in longest.get(root, ())):
+                longest.setdefault(root, []).append(path)
+        return [(r, list(path) + [search.eos] * (gamma - len(path))) for r in sorted(longest) for path in longest[r]]
+
+
+class BeamEstimates:
+    """What gamma="auto" learned for beam search: per gamma (0 = a target-only step) the beam steps a round makes
+    and the seconds it takes, decayed so that old requests weigh less. Each round takes the gamma with the most
+    steps per second; each is tried WARMUP times first, and one not chosen for EXPLORE rounds is tried again, so
+    target-only beam search is what runs wherever speculation does not pay."""
+
+    WARMUP, EXPLORE, DECAY = 3, 64, 0.98
+    GAMMAS = (1, 2, 3, 4)
+
+    def __init__(self):
+        self.steps, self.seconds, self.seen, self.last = {}, {}, {}, {}
+        self.rounds = 0
+
+    def choose(self, gamma_max: int) -> int:
+        options = [0] + [g for g in self.GAMMAS if g <= gamma_max]
+        self.rounds += 1
+        for g in options:
+            if self.seen.get(g, 0) < self.WARMUP:
+                return g
+        stale = min(options, key=lambda g: self.last.get(g, 0))
+        if self.rounds - self.last.get(stale, 0) > self.EXPLORE:
+            return stale
+        return max(options, key=lambda g: self.steps[g] / self.seconds[g])
+
+    def learn(self, gamma: int, steps: int, seconds: float) -> None:
+        for g in self.steps:
+            self.steps[g] *= self.DECAY
+            self.seconds[g] *= self.DECAY
+        self.steps[gamma] = self.steps.get(gamma, 0.0) + steps
+        self.seconds[gamma] = self.seconds.get(gamma, 0.0) + seconds
+        self.seen[gamma] = self.seen.get(gamma, 0) + 1
+        self.last[gamma] = self.rounds
+
+    def rates(self) -> dict:
+        """gamma -> beam steps per second, as estimated now."""
+        return {g: self.steps[g] / self.seconds[g] for g in sorted(self.steps) if self.seconds[g] > 0}

@@ -1,0 +1,154 @@
+"""One exported T5 run over many sequences at once, for beam search: a KV cache with a beam (batch) axis that is
+reordered between steps.
+
+The decoder graph is the same file the speculative loop runs (its head works on batch row 0 and is ignored here),
+opened in a second session without the batch-1 shape override, on first use. Its cache is two flat buffers of
+[max_length, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft): the live one holds the
+first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
+into a spare one, which becomes live (numpy.take with `out=`: no allocation per step; on a GPU provider the two buffers are
+device memory and the gather copies through the host staging copy: that path is unrun, see the README).
+The cross-attention K/V are computed once (batch 1) and repeated for every row.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .device import Binder, Buffer, create_session
+from .model import CachedSeq2Seq
+from .stats import Stats
+
+
+class BeamModel:
+    def __init__(self, model: CachedSeq2Seq, buffers: int = 2):
+        self.model = model
+        self.device = model.device
+        self.decoder = Binder(create_session(model.decoder_path, model.provider, model.threads, batch=None),
+                              self.device)
+        self.capacity = 0
+        self.buffers = buffers    # 3 for a draft, whose round-start cache stays pinned while it proposes
+        self.rows = 1
+        self.length = 0
+        self.vocab = model.vocab
+        self._head_buffers()
+
+    def _head_buffers(self) -> None:
+        v, dev = self.vocab, self.device
+        self.empty = Buffer((1, v), np.float32, dev)            # zero-row views for draft_probs and logit_mask
+        self.probs = Buffer((1, v), np.float32, dev)
+        self.scalars = {name: Buffer((1,), dtype, dev) for name, dtype in
+                        (("uniforms", np.float32), ("temperature", np.float32), ("top_k", np.int64),
+                         ("top_p", np.float32), ("lenience", np.float32), ("accepted", np.int64),
+                         ("next_token", np.int64))}
+        self.scalars["top_p"].write([1.0])
+        self.scalars["lenience"].write([1.0])
+        for name in ("uniforms", "temperature", "top_k", "top_p", "lenience"):
+            self.decoder.input(name, self.scalars[name], (1,))
+        self.decoder.input("draft_probs", self.empty, (0, v))
+        self.decoder.input("logit_mask", self.empty, (0, v))
+        self.decoder.output("probs", self.probs, (1, v))
+        self.decoder.output("accepted", self.scalars["accepted"], (1,))
+        self.decoder.output("next_token", self.scalars["next_token"], (1,))
+
+    def reserve(self, rows: int, tokens: int) -> None:
+        """Buffers for `rows` sequences and runs of up to `tokens` tokens (grown, never shrunk)."""
+        m = self.model
+        if rows > self.capacity:
+            assert self.length == 0, "beam buffers grow between requests only"
+            per = m.max_length * m.layers * 2 * rows * m.heads * m.d_kv
+            dtype = m.cache.dtype
+            self.caches = [Buffer((per,), dtype, self.device) for _ in range(self.buffers)]
+            self.live, self.pinned = 0, None
+            self.cross = Buffer((m.layers * 2 * rows * m.heads * m.max_length * m.d_kv,), dtype, self.device)
+            self.capacity = rows
+            self.tokens_cap = 0
+        if rows * tokens > getattr(self, "tokens_cap", 0):
+            self.logits = Buffer((rows * tokens * self.vocab,), np.float32, self.device)
+            self.input_ids = Buffer((rows * tokens,), np.int64, self.device)
+            self.tokens_cap = rows * tokens
+
+    def _kv(self, rows: int) -> tuple:
+        m = self.model
+        return m.layers, 2, rows, m.heads, m.d_kv
+
+    def cache_view(self, which: int | None = None, length: int | None = None, rows: int | None = None) -> np.ndarray:
+        """A cache buffer (default: the live one) as a host array [length, layers, 2, rows, heads, d_kv]."""
+        rows = self.rows if rows is None else rows
+        length = self.length if length is None else length
+        shape = (length, *self._kv(rows))
+        which = self.live if which is None else which
+        return self.caches[which].flat()[:int(np.prod(shape))].reshape(shape)
+
+    def encode(self, ids: np.ndarray, rows: int, stats: Stats, capacity: int = 0, tokens: int = 1) -> None:
+        """The encoder once (batch 1, the model's own session), its K/V repeated for `rows` sequences; buffers for
+        up to `capacity` rows and runs of `tokens` tokens."""
+        m = self.model
+        m.encode(ids, stats)
+        self.src = m.src_len
+        self.length = 0
+        self.reserve(max(rows, capacity), tokens)
+        self.set_rows(rows)
+
+    def set_rows(self, rows: int) -> None:
+        """Bind the cross-attention K/V for `rows` sequences (every row attends to the same source)."""
+        m = self.model
+        self.reserve(rows, 1)
+        one = m.cross.flat()[:m.layers * 2 * m.heads * self.src * m.d_kv].reshape(m.layers, 2, 1, m.heads, self.src,
+                                                                                   m.d_kv)
+        shape = (m.layers, 2, rows, m.heads, self.src, m.d_kv)
+        if self.device == "cpu":
+            np.copyto(self.cross.host[:int(np.prod(shape))].reshape(shape), one)
+        else:
+            self.cross.write(np.broadcast_to(one, shape))
+        self.decoder.input("cross_kv", self.cross, shape)
+        self.rows = rows
+
+    def run(self, tokens: np.ndarray, stats: Stats | None = None) -> np.ndarray:
+        """Append tokens [rows, N] to every row's sequence; the logits [rows, N, V] (a host view on the CPU)."""
+        rows, count = tokens.shape
+        assert rows == self.rows, (rows, self.rows)
+        self.reserve(rows, count)
+        m = self.model
+        self.input_ids.write(tokens)
+        b = self.decoder
+        kv = self._kv(rows)
+        b.input("input_ids", self.input_ids, (rows, count))
+        live = self.caches[self.live]
+        b.input("past_kv", live, (self.length, *kv))
+        b.output("new_kv", live, (count, *kv), self.length * int(np.prod(kv)))
+        b.output("logits", self.logits, (rows, count, self.vocab))
+        if self.length + count > m.max_length:
+            raise AssertionError("beam run past max_length")
+        t = time.perf_counter()
+        b.run()
+        if stats is not None:
+            stats.ort_runs += 1
+        self.elapsed = time.perf_counter() - t
+        self.length += count
+        return self.logits.flat()[:rows * count * self.vocab].reshape(rows, count, self.vocab)
+
+    def pin(self) -> None:
+        """Keep the live cache (rows and length as they are now) until `gather(..., from_pinned=True)`."""
+        self.pinned = (self.live, self.rows)
+
+    def gather(self, order, length: int | None = None, from_pinned: bool = False) -> None:
+        """Row i of the new live cache = row order[i] of the live one (or of the pinned one, which is then
+        released), positions 0 .. length-1 (default all)."""
+        order = np.asarray(order, np.int64)
+        length = self.length if length is None else length
+        if from_pinned:
+            (source, rows), self.pinned = self.pinned, None
+        else:
+            source, rows = self.live, self.rows
+        keep = {source, self.pinned[0] if self.pinned else source}
+        dest = next(i for i in range(len(self.caches)) if i not in keep)
+        src = self.cache_view(source, length, rows)
+        if self.device == "cpu":
+            np.take(src, order, axis=3, out=self.cache_view(dest, length, len(order)))
+        else:
+            self.caches[dest].write(np.take(src, order, axis=3))
+        self.live, self.length = dest, length
+        if len(order) != self.rows:
+            self.set_rows(len(order))
