@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdec.runtime import SpeculativeDecoder, SpecdecError
+from specdec.runtime import SpeculativeDecoder
 from tinymodels import random_prompts
 
 MAX_NEW = 20

@@ -56,3 +56,40 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
     # A related, distilled pair agrees on about half the greedy tokens (models/README.md: alpha(T=0) ~0.55 on
     # 400 prompts, measured with PyTorch); an unrelated draft would agree on ~1/4096 of them.
     assert accepted / proposed > 0.4, f"the bundled draft agrees with the target on {accepted}/{proposed} tokens"
+
+
+BEAM_PROMPTS = 40          # 20 per task
+BEAM_SETTINGS = {          # transformers' generate keywords; T5's own summarize/translate settings are like these
+    "early": dict(num_beams=4, early_stopping=True, length_penalty=1.0),
+    "heuristic-ngram-min": dict(num_beams=4, early_stopping=False, length_penalty=2.0, no_repeat_ngram_size=3,
+                                min_new_tokens=4),
+}
+
+
+def test_bundled_pair_beam_search_matches_transformers(bundled_export):
+    """Target-only beam search (W = 4) equals transformers' on >= 95 % of the test prompts (every difference
+    printed with its scores), and speculative beam search (gamma 2 and auto) equals target-only beam search on all."""
+    rows = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
+    prompts = [r["source"] for r in rows if r["task"] == "summarize"][:BEAM_PROMPTS // 2] + \
+        [r["source"] for r in rows if r["task"] == "translate"][:BEAM_PROMPTS // 2]
+    tok = AutoTokenizer.from_pretrained(str(MODELS / "target"))
+    model = T5ForConditionalGeneration.from_pretrained(str(MODELS / "target"), dtype=torch.float32).eval()
+    dec = SpeculativeDecoder.load(bundled_export, provider="cpu")
+    for name, kw in BEAM_SETTINGS.items():
+        differ = []
+        for text in prompts:
+            ids = tok(text, return_tensors="pt").input_ids[:, :256]
+            with torch.no_grad():
+                out = model.generate(ids, max_new_tokens=MAX_NEW, do_sample=False, return_dict_in_generate=True,
+                                     output_scores=True, **kw)
+            length = int((out.beam_indices[0] >= 0).sum())
+            want, want_score = out.sequences[0, 1:1 + length].tolist(), float(out.sequences_scores[0])
+            got = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, draft="none", **kw)
+            if got.token_ids != want or abs(got.scores[0] - want_score) > 1e-3:
+                differ.append((text[:60], got.scores[0], want_score, got.token_ids, want))
+            for gamma in (2, "auto"):
+                spec = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, draft="draft", gamma=gamma, **kw)
+                assert spec.token_ids == got.token_ids and abs(spec.scores[0] - got.scores[0]) < 1e-4, (gamma, text)
+        for d in differ:
+            print(name, "differs:", d)
+        assert len(differ) <= 0.05 * len(prompts), (name, len(differ), differ)
