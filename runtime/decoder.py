@@ -58,7 +58,6 @@ class SpeculativeDecoder:
     `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token)."""
 
     def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict):
-
         self.manifest, self.provider = manifest, provider
         self.device = device_of(provider)
         self.gamma_max, self.max_length = manifest.gamma_max, manifest.max_length
