@@ -2,12 +2,17 @@
 
 
 class SpecdecError(Exception):
-    """Raised for every user-facing failure; str(err) is one line: what went wrong and how to fix it."""
+    """Raised for every user-facing failure; str(err) is one line: what went wrong and how to fix it. Line breaks
+    in either part (a value quoted from an untrusted file, say) become spaces, so it stays one line."""
 
     def __init__(self, problem: str, fix: str | None = None):
-        self.problem = problem.rstrip(".")
-        self.fix = fix.rstrip(".") if fix else None
+        self.problem = _one_line(problem).rstrip(".")
+        self.fix = _one_line(fix).rstrip(".") if fix else None
         super().__init__(self.problem + (f"; {self.fix}." if self.fix else "."))
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).splitlines())
 
 
 def run_cli(main_body, argv=None) -> int:

@@ -22,7 +22,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .confine import inside, shown
 from .errors import SpecdecError
+from .graphcheck import check_graph_files
+from .limits import MAX_MANIFEST_BYTES, check_manifest
 
 FORMAT = "specdec-export"
 FORMAT_VERSION = 3
@@ -84,11 +87,24 @@ class Manifest:
     drafts = property(lambda self: [role for role in self.models if role != "target"])
 
     def path(self, relative: str) -> Path:
-        return self.root / relative
+        """The resolved path of a file the manifest names: a SpecdecError unless it stays inside the export
+        directory after resolving symlinks (confine.py). Checked again on every call, so a symlink swapped in after
+        loading is caught when the file is opened."""
+        return inside(self.root, relative, "the manifest's path")
+
+    def tokenizer(self):
+        """The export's tokenizers.Tokenizer, checked (tokenfile.py): a bad file is a one-line SpecdecError."""
+        from .tokenfile import load_tokenizer
+
+        return load_tokenizer(self)
 
 
 def load_manifest(root: str | Path, verify_checksums: bool = True) -> Manifest:
-    """Read and check an export directory; any problem is a one-line SpecdecError naming the fix."""
+    """Read and check an export directory; any problem is a one-line SpecdecError naming the fix.
+
+    The directory is not trusted: manifest.json is size-limited and sanity-checked (limits.py), every path it names
+    must stay inside the directory (confine.py), and the graph files must agree with it and keep their external
+    data inside (graphcheck.py), all before any graph is opened. `verify_checksums=False` skips only the sha256s."""
     root = Path(root)
     fix = "re-run specdec-export into a fresh directory (with --force to overwrite)"
     try:
@@ -101,19 +117,24 @@ def load_manifest(root: str | Path, verify_checksums: bool = True) -> Manifest:
 def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     if not root.is_dir():
         raise SpecdecError(f"export directory '{root}' does not exist", "run specdec-export --out DIR first")
-    path = root / MANIFEST
+    path = inside(root, MANIFEST, "the manifest")
     if not path.is_file():
         raise SpecdecError(f"'{root}' has no {MANIFEST}: not an export directory, or an unfinished export", fix)
     try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_MANIFEST_BYTES + 1)
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise SpecdecError(f"{path} is larger than {MAX_MANIFEST_BYTES >> 20} MiB: not a specdec manifest", fix)
+        raw = json.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:    # ValueError: JSONDecodeError too
         raise SpecdecError(f"{path} is unreadable or corrupt ({type(err).__name__})", fix) from None
-    if raw.get("format") != FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
                            f"format {FORMAT_VERSION} (decoder heads that take logits masks and beams)",
                            "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
+    check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],
                                   Graph.from_json(m["graphs"]["encoder"]), Graph.from_json(m["graphs"]["decoder"]))
@@ -129,10 +150,14 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         if missing:
             raise SpecdecError(f"{path}: the {role} decoder has no speculative head ({missing[0]} is missing)", fix)
     for rel, digest in files.items():
-        file = root / rel
+        file = inside(root, rel, "the 'files' entry")
         if not file.is_file():
+            if file.exists():       # a folder, a FIFO (reading it would block), a device
+                raise SpecdecError(f"export file '{rel}' in '{root}' is not a regular file", fix)
             raise SpecdecError(f"export file '{rel}' is missing from '{root}'", fix)
         if verify_checksums and sha256_file(file) != digest:
             raise SpecdecError(f"export file '{rel}' does not match its sha256 in {MANIFEST} (modified or corrupt)",
                                fix)
-    return Manifest(root, raw, models)
+    manifest = Manifest(root, raw, models)
+    check_graph_files(manifest)
+    return manifest

@@ -1,0 +1,252 @@
+"""Sanity limits on an export's manifest.json, checked before any file it names is opened.
+
+The sha256 entries only prove that the files match the manifest, not that the manifest is sane, so before the
+runtime sizes a buffer or opens a graph from it, `check_manifest` checks:
+  - structure: every entry the runtime reads has its JSON type (objects, lists, strings, integers -- not floats or
+    booleans);
+  - counts: files, models, graph inputs/outputs, tensor ranks, name lengths (MAX_* below);
+  - numbers: gamma_max, max_length, vocab_size and the architecture's sizes in plausible ranges (NUMBERS, ARCH), and
+    the buffers they make the runtime allocate within MAX_BUFFER_BYTES and this machine's memory;
+  - ids: every special token id inside the vocabulary;
+  - agreement: the tensors the runtime sizes from the architecture (the K/V caches, cross-attention K/V, logits,
+    the head's rows) have the dtypes and the fixed dimensions that the declared architecture, dtype and vocabulary
+    give them (EXPECTED);
+  - paths: every path is a plain relative one (confine.lexical_problem); graphs and the tokenizer are among the
+    checksummed `files`.
+(manifest.json's own size, MAX_MANIFEST_BYTES, is checked when it is read.) Each problem is one SpecdecError line
+naming manifest.json, the entry and the fix. Whether the graph files agree with these entries is graphcheck.py's
+part, once their checksums are verified.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+from .confine import FIX as PATH_FIX, lexical_problem, shown
+from .errors import SpecdecError
+
+MAX_MANIFEST_BYTES = 4 << 20
+MAX_FILES = 256
+MAX_MODELS = 16
+MAX_TENSORS = 64            # inputs, or outputs, of one graph
+MAX_RANK = 8
+MAX_NAME_CHARS = 128        # tensor names, symbolic axis names
+MAX_BUFFER_BYTES = 1 << 36  # the buffers the runtime allocates from these numbers (64 GiB), before the weights
+
+NUMBERS = {"gamma_max": (1, 128), "max_length": (3, 1 << 16), "vocab_size": (1, 1 << 21)}
+ARCH = {"decoder_layers": (1, 256), "heads": (1, 1024), "d_kv": (1, 4096)}              # sized from
+ARCH_OPTIONAL = {"layers": (1, 256), "d_model": (1, 1 << 16), "d_ff": (1, 1 << 20)}      # checked when present
+KV_DTYPES = {"fp32": "float32", "fp16": "float16"}
+_MODEL_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+# graph -> tensor -> (dtype, shape): "kv" is the export's K/V dtype; L, H, D, V the architecture's decoder layers,
+# heads, d_kv and the vocabulary; None a dynamic axis (any name or number); an int a fixed size. Required tensors are
+# marked "!", the others are checked when the graph has them (manifest.py checks that the head is there).
+EXPECTED = {
+    "encoder": {"inputs": {"!0": ("int64", (None, None))},                       # the first input and output
+                "outputs": {"!0": ("kv", ("L", 2, None, "H", None, "D"))}},
+    "decoder": {"inputs": {"!input_ids": ("int64", (None, None)),
+                           "!past_kv": ("kv", (None, "L", 2, None, "H", "D")),
+                           "!cross_kv": ("kv", ("L", 2, None, "H", None, "D")),
+                           "draft_probs": ("float32", None), "uniforms": ("float32", None),
+                           "temperature": ("float32", None), "top_k": ("int64", None),
+                           "top_p": ("float32", None), "lenience": ("float32", None)},
+                "outputs": {"!logits": ("float32", (None, None, "V")),
+                            "!new_kv": ("kv", (None, "L", 2, None, "H", "D")),
+                            "probs": ("float32", None), "accepted": ("int64", None),
+                            "next_token": ("int64", None)}},
+}
+VOCAB_LAST = ("draft_probs", "probs")     # their last axis, when fixed, is the vocabulary
+
+FIX = "the export is corrupt or was edited by hand; re-run specdec-export, or copy the export again"
+
+
+def _fail(where: str, problem: str):
+    raise SpecdecError(f"{where} is malformed: {problem}", FIX)
+
+
+def _obj(where, value, what: str) -> dict:
+    if not isinstance(value, dict):
+        _fail(where, f"{what} is {_kind(value)}, not a JSON object")
+    return value
+
+
+def _list(where, value, what: str, limit: int) -> list:
+    if not isinstance(value, list):
+        _fail(where, f"{what} is {_kind(value)}, not a JSON list")
+    if len(value) > limit:
+        _fail(where, f"{what} has {len(value)} entries (at most {limit})")
+    return value
+
+
+def _str(where, value, what: str, limit: int = MAX_NAME_CHARS) -> str:
+    if not isinstance(value, str):
+        _fail(where, f"{what} is {_kind(value)}, not a string")
+    if not value or len(value) > limit or not value.isprintable():
+        problem = "is empty" if not value else f"is longer than {limit} characters" if len(value) > limit else \
+            "has characters that are not printable"
+        _fail(where, f"{what} {shown(value)} {problem}")
+    return value
+
+
+def _int(where, value, what: str, low: int, high: int) -> int:
+    if type(value) is not int:                        # bool is an int subclass, 8.0 a float: both refused
+        _fail(where, f"{what} is {_kind(value)}, not an integer")
+    if not low <= value <= high:
+        _fail(where, f"{what} is {shown(value, 40)}, outside {low}..{high}")
+    return value
+
+
+def _key(where, obj: dict, key: str, what: str):
+    if key not in obj:
+        _fail(where, f"{what} has no {shown(key)}")
+    return obj[key]
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _path(where, value, what: str, files: dict) -> str:
+    problem = lexical_problem(value)
+    if problem is not None:
+        raise SpecdecError(f"{where} is malformed: {what} {shown(value)} {problem}", PATH_FIX)
+    if value not in files:
+        _fail(where, f"{what} {shown(value)} is not among the checksummed 'files'")
+    return value
+
+
+def check_manifest(raw, where: str) -> None:
+    """Everything above, for the parsed manifest.json `raw` (`where` names it in messages)."""
+    raw = _obj(where, raw, "the manifest")
+    numbers = {name: _int(where, _key(where, raw, name, "the manifest"), name, *limits)
+               for name, limits in NUMBERS.items()}
+    if numbers["max_length"] < numbers["gamma_max"] + 2:
+        _fail(where, f"max_length {numbers['max_length']} leaves no room for gamma_max {numbers['gamma_max']} + 1 "
+                     "verify tokens")
+    vocab = numbers["vocab_size"]
+    dtype = _key(where, raw, "dtype", "the manifest")
+    if not isinstance(dtype, str) or dtype not in KV_DTYPES:
+        _fail(where, f"dtype is {shown(dtype)}, not one of {', '.join(KV_DTYPES)}")
+    ids = _obj(where, _key(where, raw, "special_ids", "the manifest"), "special_ids")
+    if len(ids) > 32:
+        _fail(where, f"special_ids has {len(ids)} entries (at most 32)")
+    for name in ("decoder_start_token_id", "eos_token_id"):
+        _key(where, ids, name, "special_ids")
+    for name, value in ids.items():
+        if value is not None or name in ("decoder_start_token_id", "eos_token_id"):
+            _int(where, value, f"special_ids {shown(name, 40)}", 0, vocab - 1)
+
+    files = _obj(where, _key(where, raw, "files", "the manifest"), "files")
+    if not 1 <= len(files) <= MAX_FILES:
+        _fail(where, f"files has {len(files)} entries (1..{MAX_FILES})")
+    for rel, digest in files.items():
+        _path(where, rel, "the 'files' entry", {rel})
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            _fail(where, f"the sha256 of {shown(rel)} is {shown(digest, 40)}, not 64 lower-case hex digits")
+    _path(where, _key(where, raw, "tokenizer", "the manifest"), "tokenizer", files)
+
+    models = _obj(where, _key(where, raw, "models", "the manifest"), "models")
+    if len(models) > MAX_MODELS:
+        _fail(where, f"models has {len(models)} entries (at most {MAX_MODELS})")
+    for role in ("target", "draft"):
+        _key(where, models, role, "models")
+    gamma = numbers["gamma_max"]
+    sizes = {role: _architecture(where, role, model, vocab) for role, model in models.items()}
+    # what the runtime allocates per model (runtime/model.py): the cache and the cross-attention K/V, max_length
+    # positions each, and logits rows; and the workspace's rows (runtime/workspace.py): a lower bound
+    itemsize = 2 if dtype == "fp16" else 4
+    needed = sum(2 * numbers["max_length"] * math.prod(s.values()) * 2 * itemsize + (gamma + 2) * vocab * 4 * 2
+                 for s in sizes.values()) + 4 * (gamma + 1) * vocab * 4
+    memory = _physical_memory()
+    limit = min(MAX_BUFFER_BYTES, memory) if memory else MAX_BUFFER_BYTES
+    if needed > limit:
+        _fail(where, f"its sizes (max_length {numbers['max_length']}, vocab_size {vocab}, gamma_max {gamma} and the "
+                     f"models' layers, heads and d_kv) need {needed / 2**30:.1f} GiB of buffers, more than "
+                     + (f"this machine's {memory / 2**30:.1f} GiB of memory" if limit == memory else
+                        f"the {MAX_BUFFER_BYTES >> 30} GiB any export may ask for"))
+    for role, model in models.items():
+        graphs = _obj(where, _key(where, model, "graphs", f"model {role}"), f"model {role} graphs")
+        dims = {"L": sizes[role]["decoder_layers"], "H": sizes[role]["heads"], "D": sizes[role]["d_kv"], "V": vocab,
+                "kv": KV_DTYPES[dtype]}
+        for kind in ("encoder", "decoder"):
+            _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
+                         EXPECTED[kind], dims, files)
+
+
+def _architecture(where, role, model, vocab: int) -> dict:
+    """The sizes (ARCH) a model's buffers are made from, each checked; ARCH_OPTIONAL and vocab_size too."""
+    if not isinstance(role, str) or not _MODEL_NAME.fullmatch(role):
+        _fail(where, f"model name {shown(role)} is not a short lower-case name")
+    model = _obj(where, model, f"model {role}")
+    arch = _obj(where, _key(where, model, "architecture", f"model {role}"), f"model {role} architecture")
+    sizes = {name: _int(where, _key(where, arch, name, f"model {role} architecture"),
+                        f"model {role} architecture {name}", *limits) for name, limits in ARCH.items()}
+    for name, limits in ARCH_OPTIONAL.items():
+        if name in arch:
+            _int(where, arch[name], f"model {role} architecture {name}", *limits)
+    if "vocab_size" in arch and arch["vocab_size"] != vocab:
+        _fail(where, f"model {role} architecture vocab_size {shown(arch['vocab_size'], 40)} differs from the "
+                     f"export's vocab_size {vocab}")
+    return sizes
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_graph(where, what: str, entry, expected: dict, dims: dict, files: dict) -> None:
+    entry = _obj(where, entry, what)
+    _path(where, _key(where, entry, "file", what), f"{what}'s file", files)
+    for side in ("inputs", "outputs"):
+        tensors = _list(where, _key(where, entry, side, what), f"{what}'s {side}", MAX_TENSORS)
+        seen = {}
+        for i, tensor in enumerate(tensors):
+            tensor = _obj(where, tensor, f"{what}'s {side} entry {i}")
+            name = _str(where, _key(where, tensor, "name", f"{what}'s {side} entry {i}"),
+                        f"{what}'s {side} entry {i} name")
+            if name in seen:
+                _fail(where, f"{what} lists {side[:-1]} {shown(name)} twice")
+            label = f"{what}'s {side[:-1]} {shown(name)}"
+            tensor_dtype = _str(where, _key(where, tensor, "dtype", label), f"{label} dtype", 16)
+            shape = _list(where, _key(where, tensor, "shape", label), f"{label} shape", MAX_RANK)
+            for dim in shape:
+                if isinstance(dim, str):
+                    _str(where, dim, f"{label} axis name")
+                else:
+                    _int(where, dim, f"{label} axis", 0, 1 << 31)
+            seen[name] = (tensor_dtype, tuple(shape))
+        if not seen and any(key.startswith("!") for key in expected[side]):
+            _fail(where, f"{what} has no {side}")
+        for key, (want_dtype, want_shape) in expected[side].items():
+            name = key.lstrip("!")
+            if name.isdigit():                   # by position: the encoder's first input and output
+                name = list(seen)[int(name)]
+            if name not in seen:
+                if key.startswith("!"):
+                    _fail(where, f"{what} has no {side[:-1]} {shown(name)}")
+                continue
+            got_dtype, got_shape = seen[name]
+            want_dtype = dims.get(want_dtype, want_dtype)
+            if got_dtype != want_dtype:
+                _fail(where, f"{what}'s {side[:-1]} {shown(name)} is {shown(got_dtype)}, but the runtime binds "
+                             f"{want_dtype} there")
+            if want_shape is not None:
+                want = tuple(dims.get(d, d) if isinstance(d, str) else d for d in want_shape)
+                if len(got_shape) != len(want) or any(w is not None and g != w for g, w in zip(got_shape, want)):
+                    _fail(where, f"{what}'s {side[:-1]} {shown(name)} has shape {shown(list(got_shape))}, but the "
+                                 f"declared architecture gives {_shape_text(want)}")
+            if name in VOCAB_LAST and got_shape and isinstance(got_shape[-1], int) and got_shape[-1] != dims["V"]:
+                _fail(where, f"{what}'s {side[:-1]} {shown(name)} has a last axis of {got_shape[-1]}, not the "
+                             f"vocabulary's {dims['V']}")
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
