@@ -46,6 +46,6 @@ def load_tokenizer(manifest):
         raise SpecdecError(f"{what} is not a valid tokenizer ({type(err).__name__}: {shown(detail, 160)})",
                            FIX) from None
     if largest >= manifest.vocab_size:
-        raise SpecdecError(f"{what} has token id {largest}, outside the export's vocabulary 0..{manifest.vocab_size - 1}",
-                           FIX)
+        raise SpecdecError(f"{what} has token id {largest}, outside the export's vocabulary "
+                           f"0..{manifest.vocab_size - 1}", FIX)
     return tokenizer
