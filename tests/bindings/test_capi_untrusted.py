@@ -1,0 +1,140 @@
+"""Untrusted export directories through the C API (tests/bindings/capi_open.c): specdec_open returns a status and a
+one-line message for every hostile directory of tests/hostile_exports.py (HOSTILE) and for fuzzed ones (KINDS), never
+a crash or a hang, and a session opened on a good export keeps giving its reference tokens in the same process.
+
+The fuzz cases run one subprocess each (a signal or a time-out is a failure of that case): FUZZ_CASES by default, at
+most FUZZ_SECONDS of new cases; SPECDEC_FUZZ_C_CASES, SPECDEC_FUZZ_SECONDS and SPECDEC_FUZZ_SEED make a larger run,
+and SPECDEC_FUZZ_REPORT=DIR writes its summary to DIR/fuzz-c.json. The cases are the Python harness's
+(tests/runtime/test_fuzz_export.py) with the same seed and index."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from _capi_helpers import HERE, run_program
+
+from hostile_exports import HOSTILE, KINDS, FuzzSettings, copy_export, make_case, make_hostile, with_external_data
+
+FUZZ_CASES, FUZZ_SECONDS = 40, 45
+CASE_TIMEOUT = 120
+LINE = re.compile(r"case (\d+) (refused (SPECDEC_\w+) (.*)|loaded generate (SPECDEC_\w+)|good (same|differs.*))$")
+
+
+@pytest.fixture(scope="module")
+def capi_open(compile_c):
+    return compile_c(HERE / "capi_open.c", "capi_open")
+
+
+@pytest.fixture(scope="module")
+def base(tiny_export, tmp_path_factory):
+    export = copy_export(tiny_export, tmp_path_factory.mktemp("capi_untrusted") / "base")
+    with_external_data(export)
+    return export
+
+
+def parse(stdout: str) -> dict:
+    """{case index: {"refused": (status, message)} or {"loaded": status}, plus "good": "same" or the difference}."""
+    cases = collections.defaultdict(dict)
+    for line in stdout.splitlines():
+        match = LINE.match(line)
+        assert match, f"unexpected output line (a message of more than one line?): {line!r}"
+        index = int(match.group(1))
+        if match.group(3):
+            cases[index]["refused"] = (match.group(3), match.group(4))
+        elif match.group(5):
+            cases[index]["loaded"] = match.group(5)
+        else:
+            cases[index]["good"] = match.group(6)
+    return cases
+
+
+def test_every_hostile_directory_is_refused_and_the_good_session_survives(capi_open, base, tmp_path):
+    names = list(HOSTILE)
+    dirs = [make_hostile(base, tmp_path / f"h{i}", name) for i, name in enumerate(names)]
+    result = run_program([capi_open, base, *dirs], timeout=600)
+    cases = parse(result.stdout)
+    assert "Traceback" not in result.stderr, result.stderr
+    for i, name in enumerate(names):
+        assert "refused" in cases[i], f"{name}: {cases[i]}"
+        status, message = cases[i]["refused"]
+        assert status == "SPECDEC_E_EXPORT", f"{name}: {status} {message}"
+        assert message.startswith("specdec_open: ") and HOSTILE[name][1] in message, f"{name}: {message}"
+        assert "[out_session not NULL]" not in message, name
+        assert cases[i]["good"] == "same", f"after {name}: {cases[i]['good']}"
+
+
+def run_case(capi_open, base, export) -> dict:
+    """One fuzz case in its own process: {"outcome": refused / loaded / crash / hang, ...}."""
+    began = time.perf_counter()
+    try:
+        result = run_program([capi_open, base, export], timeout=CASE_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        return {"outcome": "hang", "seconds": CASE_TIMEOUT}
+    seconds = time.perf_counter() - began
+    if result.returncode < 0:
+        return {"outcome": "crash", "signal": -result.returncode, "stderr": result.stderr[-2000:]}
+    if result.returncode != 0:
+        return {"outcome": "harness", "detail": f"exit {result.returncode}: {result.stdout[-500:]}"}
+    try:
+        case = parse(result.stdout)[0]
+    except AssertionError as err:
+        return {"outcome": "not one line", "detail": str(err)}
+    out = {"outcome": "refused" if "refused" in case else "loaded", "good": case.get("good"), "seconds": seconds,
+           "traceback": "Traceback" in result.stderr}
+    if "refused" in case:
+        out["status"], out["message"] = case["refused"]
+    else:
+        out["generate"] = case.get("loaded")
+    return out
+
+
+def verdict(result: dict) -> str | None:
+    if result["outcome"] not in ("refused", "loaded"):
+        return f"{result['outcome']}: {result.get('detail') or result.get('signal') or ''}"
+    if result["good"] != "same":
+        return f"the good session broke: {result['good']}"
+    if result["traceback"]:
+        return "a traceback on stderr"
+    if result["outcome"] == "refused" and (result["status"] == "SPECDEC_OK" or not result["message"]):
+        return f"refused without a status and a message: {result['status']} {result['message']!r}"
+    if result["outcome"] == "loaded" and result["generate"] not in ("SPECDEC_OK", "SPECDEC_E_INVALID_ARGUMENT"):
+        return f"loaded, then generate {result['generate']}"
+    return None
+
+
+def test_fuzzed_exports_through_the_c_api(capi_open, base, tmp_path):
+    settings = FuzzSettings.from_env("C_", FUZZ_CASES, FUZZ_SECONDS)
+    results = []
+    began = time.perf_counter()
+    for index in range(settings.cases):
+        if time.perf_counter() - began > settings.seconds:
+            break
+        case = tmp_path / f"case{index}"
+        kind, detail = make_case(base, case, settings.seed, index)
+        result = run_case(capi_open, base, case / "export")
+        result.update(index=index, kind=kind, detail=detail)
+        results.append(result)
+        if verdict(result) is None:
+            shutil.rmtree(case, ignore_errors=True)
+    outcomes = collections.Counter(r["outcome"] for r in results)
+    summary = {"cases": len(results), "seed": settings.seed, "seconds": round(time.perf_counter() - began, 1),
+               "kinds": len({r["kind"] for r in results}), "refused": outcomes["refused"],
+               "loaded": outcomes["loaded"], "crashes": outcomes["crash"], "hangs": outcomes["hang"],
+               "failures": sum(verdict(r) is not None for r in results)}
+    print("fuzz (C API):", json.dumps(summary))
+    if os.environ.get("SPECDEC_FUZZ_REPORT"):
+        report = Path(os.environ["SPECDEC_FUZZ_REPORT"])
+        report.mkdir(parents=True, exist_ok=True)
+        (report / "fuzz-c.json").write_text(json.dumps({**summary, "results": results}, indent=1))
+    failures = [f"case {r['index']} ({r['kind']}: {r['detail']!s:.80}): {verdict(r)}" for r in results
+                if verdict(r) is not None]
+    assert not failures, f"{len(failures)} of {len(results)} cases failed:\n" + "\n".join(failures[:20])
+    assert len(results) >= min(settings.cases, len(KINDS)), "the time bound left kinds untried"

@@ -1,0 +1,96 @@
+"""Fuzzed export directories opened from Python: random mutations of a good export (tests/hostile_exports.py KINDS:
+manifest.json's types, missing keys, numbers, shapes, paths, ids and raw bytes; graph files truncated, bit-flipped,
+with hostile external-data entries or a malformed model inside well-formed protobuf; tokenizer.json truncated,
+bit-flipped or mangled; files swapped for symlinks out), every edited file's sha256 rewritten so that the loader's own
+checks are what is tested. Each case is opened by SpeculativeDecoder.load in a worker process that holds a decoder of
+the good export; a case passes when it ends in a one-line SpecdecError (or loads, for a harmless mutation, and then
+generates or refuses in one line), the worker neither dies (a crash) nor stops answering (a hang), and the good
+decoder still gives its reference tokens afterwards, in the same process.
+
+Seeded and bounded: CI-sized by default (FUZZ_CASES cases, at most FUZZ_SECONDS seconds of new cases, seed 0);
+SPECDEC_FUZZ_CASES, SPECDEC_FUZZ_SECONDS and SPECDEC_FUZZ_SEED make a larger run, and SPECDEC_FUZZ_REPORT=DIR writes
+its summary (the figures in the README's reliability notes) to DIR/fuzz-python.json. The C API side is
+tests/bindings/test_capi_untrusted.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hostile_exports import KINDS, FuzzSettings, PythonWorker, copy_export, make_case, with_external_data
+
+FUZZ_CASES, FUZZ_SECONDS = 300, 60
+CASE_TIMEOUT = 120      # seconds without an answer: a hang
+
+
+@pytest.fixture(scope="module")
+def base(tiny_export, tmp_path_factory):
+    export = copy_export(tiny_export, tmp_path_factory.mktemp("fuzz") / "base")
+    with_external_data(export)
+    return export
+
+
+def verdict(result: dict) -> str | None:
+    """None when the case ended as it must, else what went wrong."""
+    outcome = result["outcome"]
+    if outcome in ("crash", "hang", "traceback"):
+        return outcome
+    if result.get("good") is not True:
+        return f"the good decoder broke: {result.get('good')}"
+    if outcome == "refused":
+        message = result["message"]
+        if not message or "\n" in message or "\r" in message or len(message) >= 2048:
+            return f"not one line: {message!r:.300}"
+        return None
+    generated = result.get("generate", "")
+    if generated != "ok" and not (generated.startswith("refused: ") and "\n" not in generated):
+        return f"loaded, then generate {generated}"
+    return None
+
+
+def summarize(results: list, seconds: float, settings: FuzzSettings) -> dict:
+    outcomes = collections.Counter(r["outcome"] for r in results)
+    return {"cases": len(results), "seed": settings.seed, "seconds": round(seconds, 1), "kinds": len(set(
+        r["kind"] for r in results)), "per_kind": {k: dict(collections.Counter(r["outcome"] for r in results
+                                                                               if r["kind"] == k)) for k in KINDS},
+            "refused": outcomes["refused"], "loaded": outcomes["loaded"], "crashes": outcomes["crash"],
+            "hangs": outcomes["hang"], "tracebacks": outcomes["traceback"],
+            "failures": sum(verdict(r) is not None for r in results)}
+
+
+def test_fuzzed_exports_from_python(base, tmp_path):
+    settings = FuzzSettings.from_env("", FUZZ_CASES, FUZZ_SECONDS)
+    worker = PythonWorker(base, tmp_path / "worker-stderr.txt")
+    results = []
+    began = time.perf_counter()
+    try:
+        for index in range(settings.cases):
+            if time.perf_counter() - began > settings.seconds:
+                break
+            case = tmp_path / f"case{index}"
+            kind, detail = make_case(base, case, settings.seed, index)
+            result = worker.open(case / "export", CASE_TIMEOUT)
+            result.update(index=index, kind=kind, detail=detail)
+            results.append(result)
+            if verdict(result) is None:
+                shutil.rmtree(case, ignore_errors=True)      # a failing case stays for a look
+    finally:
+        worker.close()
+    summary = summarize(results, time.perf_counter() - began, settings)
+    print("fuzz (Python):", json.dumps(summary))
+    if os.environ.get("SPECDEC_FUZZ_REPORT"):
+        report = Path(os.environ["SPECDEC_FUZZ_REPORT"])
+        report.mkdir(parents=True, exist_ok=True)
+        (report / "fuzz-python.json").write_text(json.dumps({**summary, "results": results}, indent=1))
+    failures = [f"case {r['index']} ({r['kind']}: {r['detail']!s:.80}): {verdict(r)}" for r in results
+                if verdict(r) is not None]
+    assert not failures, f"{len(failures)} of {len(results)} cases failed:\n" + "\n".join(failures[:20])
+    assert len(results) >= min(settings.cases, len(KINDS)), "the time bound left kinds untried"
+    assert summary["refused"] > summary["loaded"]      # most mutations must be refused, not shrugged off

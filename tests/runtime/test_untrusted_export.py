@@ -1,0 +1,114 @@
+"""Untrusted export directories: every path stays inside the directory (`..`, absolute paths, symlinks out, external
+data pointing out: each refused), the manifest's numbers, ids, shapes and dtypes are sane and agree with the declared
+architecture and with the graph files, and a bad tokenizer is refused -- each as one SpecdecError line, before any
+graph is opened, with a decoder loaded from a good export still working afterwards. The hostile directories are
+built by tests/hostile_exports.py (HOSTILE), which the C API test (tests/bindings/test_capi_untrusted.py) shares;
+each escaping path finds a file with the right sha256, so only the loader's own checks stop it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specdec.runtime import SpecdecError, SpeculativeDecoder
+from specdec.runtime.manifest import load_manifest
+
+from hostile_exports import HOSTILE, PROMPT, copy_export, make_hostile, with_external_data
+
+
+@pytest.fixture(scope="module")
+def good(tiny_export, tmp_path_factory):
+    """The tiny export, its target encoder rewritten to keep its weights in external data (as large exports do)."""
+    export = copy_export(tiny_export, tmp_path_factory.mktemp("untrusted") / "good")
+    with_external_data(export)
+    return export
+
+
+@pytest.fixture(scope="module")
+def decoder(good):
+    return SpeculativeDecoder.load(good, provider="cpu", threads=1)
+
+
+@pytest.fixture(scope="module")
+def reference(decoder):
+    return decoder.generate(input_ids=PROMPT, max_new_tokens=6, gamma=2).token_ids
+
+
+def test_external_data_export_loads_and_matches(good, tiny_export, reference):
+    """The good base: external data inside the graph's folder, listed in the manifest, gives the same tokens."""
+    plain = SpeculativeDecoder.load(tiny_export, provider="cpu", threads=1)
+    assert plain.generate(input_ids=PROMPT, max_new_tokens=6, gamma=2).token_ids == reference
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_directory_is_refused_in_one_line(name, good, tmp_path, decoder, reference):
+    export = make_hostile(good, tmp_path, name)
+    with pytest.raises(SpecdecError) as err:
+        SpeculativeDecoder.load(export, provider="cpu", threads=1)
+    message = str(err.value)
+    assert HOSTILE[name][1] in message, message
+    assert "\n" not in message and "\r" not in message and len(message) < 1000, message
+    assert "; " in message          # problem; fix
+    # the decoder loaded from the good export before is unaffected
+    assert decoder.generate(input_ids=PROMPT, max_new_tokens=6, gamma=2).token_ids == reference
+
+
+def test_every_hostile_path_kind_is_covered():
+    """The issue's four kinds of hostile path, each with at least one case."""
+    names = " ".join(HOSTILE)
+    for kind in ("dotdot", "absolute", "symlink", "external data dotdot", "external data absolute",
+                 "external data symlink out"):
+        assert kind in names, kind
+
+
+def test_symlinks_inside_the_directory_are_fine(good, tmp_path, reference):
+    """Confinement resolves symlinks instead of refusing them: a file linked to another inside the export, and the
+    export directory itself reached through a symlink, load and give the same tokens."""
+    export = copy_export(good, tmp_path / "export")
+    real = export / "target" / "decoder-v1.onnx"
+    (export / "target" / "decoder.onnx").rename(real)
+    (export / "target" / "decoder.onnx").symlink_to("decoder-v1.onnx")
+    link = tmp_path / "current"
+    link.symlink_to(export)
+    dec = SpeculativeDecoder.load(link, provider="cpu", threads=1)
+    assert dec.generate(input_ids=PROMPT, max_new_tokens=6, gamma=2).token_ids == reference
+
+
+def test_manifest_paths_are_resolved_inside(good):
+    """Manifest.path gives the resolved file, and refuses what leads out when it is called, not only at load."""
+    manifest = load_manifest(good)
+    assert manifest.path("tokenizer.json") == (good / "tokenizer.json").resolve()
+    for bad, words in (("../x", "'..' part"), ("/etc/passwd", "absolute"), ("a//b", "not normalized")):
+        with pytest.raises(SpecdecError, match=words):
+            manifest.path(bad)
+
+
+def test_a_symlink_swapped_in_after_loading_is_caught(good, tmp_path):
+    export = copy_export(good, tmp_path / "export")
+    manifest = load_manifest(export)
+    (export / "tokenizer.json").unlink()
+    (export / "tokenizer.json").symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(SpecdecError, match="leads outside the export directory"):
+        manifest.path("tokenizer.json")
+
+
+def test_checksums_off_still_confines_and_checks(good, tmp_path):
+    """verify_checksums=False (benchmarks' cached exports) skips only the sha256s."""
+    export = make_hostile(good, tmp_path, "symlink graph out")
+    with pytest.raises(SpecdecError, match="leads outside"):
+        load_manifest(export, verify_checksums=False)
+    export = make_hostile(good, tmp_path / "b", "external data absolute")
+    with pytest.raises(SpecdecError, match="absolute"):
+        load_manifest(export, verify_checksums=False)
+
+
+def test_cli_refuses_a_hostile_directory_in_one_line(good, tmp_path):
+    export = make_hostile(good, tmp_path, "dotdot graph")
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", "--engine", str(export), "--provider", "cpu",
+                           "w5"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "'..' part" in lines[0], proc.stderr
+
