@@ -149,7 +149,7 @@ class SpeculativeDecoder:
     def _run(self, ids, params: Params, source: DraftSource | None, stats: Stats):
         """Yield the tokens each iteration adds (target-only steps without a source)."""
         ws, target = self.workspace, self.target
-        ws.reset(self.start_id, params)
+        ws.reset(self.start_id, params, Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size))
         target.encode(ids, stats)
         if source is not None:
             source.start(ids, stats)
@@ -176,9 +176,6 @@ class SpeculativeDecoder:
     def _tokens(self, prompt, input_ids, params: Params | None, overrides: dict):
         """Yield (new tokens, stop reason or "", stats so far) per iteration; the text is left to the caller."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
-        if params.min_new_tokens or params.no_repeat_ngram_size:
-            raise SpecdecError("min_new_tokens and no_repeat_ngram_size work with beam search only so far",
-                               "use num_beams > 1 with them")
         source = self.source(params)
         ids = self._source(prompt, input_ids)
         stats = Stats()

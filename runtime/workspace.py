@@ -15,6 +15,9 @@ knows where in them each graph reads and writes (allocated once at load).
     sink      [1, V] + one token  where a catch-up run (a lagging model reading tokens it missed) writes its unused head
     uniforms  r ~ U(0,1), a stream drawn from the request's seed in blocks: every run takes the next G+1
     params    temperature, top_k, top_p, lenience: device scalars, written once per request
+    mask      [gamma_max + 2, V]  with logits processors (min_new_tokens, no_repeat_ngram_size): 0 / -inf per token
+              for the rows of the run at hand, made on the host from the tokens before each row (every model's
+              head adds it, so p and q are processed alike); unbound ([0, V]) otherwise
 
 Host bookkeeping: `seq` (the final tokens, positions 0..S), `end` (the last position holding a token this round)
 and `known` (the tokens at S+1..end when the host knows them, e.g. copied by a lookup; None once a model wrote
@@ -54,6 +57,9 @@ class Workspace:
         self.point = Buffer((gamma_max + 1, vocab), np.float32, device)
         self.sink = Buffer((1, vocab), np.float32, device)
         self._ones = []       # flat indices of `point` set to 1 by the last host-made proposal
+        self.mask = Buffer((gamma_max + 2, vocab), np.float32, device)
+        self._banned = []     # flat indices of `mask` set to -inf for the last run
+        self.processors = None
         self.uniforms = Buffer((UNIFORM_BLOCK,), np.float32, device)
         self.temperature = Buffer((1,), np.float32, device)
         self.top_k = Buffer((1,), np.int64, device)
@@ -67,8 +73,10 @@ class Workspace:
         self._views = {}      # key -> (inputs, outputs) but the uniforms
 
     # -- per request and per round ----------------------------------------------------------------------------
-    def reset(self, start_token: int, params: Params) -> None:
+    def reset(self, start_token: int, params: Params, processors=None) -> None:
+        """A new request. `processors` (runtime/processors.py) when active: every run's head rows are masked."""
         self.tokens.write([start_token])
+        self.processors = processors if processors is not None and processors.active else None
         self.seq, self.end, self.known = [start_token], 0, []
         self._rng = np.random.default_rng(params.seed)
         self._refill()
@@ -115,7 +123,21 @@ class Workspace:
         if key not in self._views:
             self._views[key] = self._make(first, last, guesses, q, out, out_row, next_slot)
         inputs, outputs = self._views[key]
-        return {**inputs, "uniforms": self._take(guesses + 1)}, outputs
+        inputs = {**inputs, "uniforms": self._take(guesses + 1)}
+        if self.processors is not None:
+            inputs["logit_mask"] = self._masked(last - guesses, guesses + 1)
+        return inputs, outputs
+
+    def _masked(self, first_row: int, count: int) -> View:
+        """The logits processors' mask for head rows at positions first_row .. first_row+count-1: row j bans what
+        the processors ban after the tokens at positions 0 .. first_row+j (whichever model runs: p and q alike)."""
+        tokens = self.tokens.flat()
+        flat = []
+        for j in range(count):
+            flat += [j * self.vocab + b for b in self.processors.banned(tokens[:first_row + j + 1].tolist())]
+        self.mask.scatter(self._banned + flat, [0.0] * len(self._banned) + [-np.inf] * len(flat))
+        self._banned = flat
+        return View(self.mask, (count, self.vocab))
 
     def _make(self, first, last, guesses, q, out, out_row, next_slot):
         inputs = {"input_ids": View(self.tokens, (1, last - first + 1), first),
