@@ -126,3 +126,76 @@ def test_a_replay_on_unscored_prefixes_is_caught(pairs, monkeypatch):
     monkeypatch.setattr(BeamRun, "_rows_of", staticmethod(any_row_of_the_root))
     got = [ours(decoder, p, case, draft="draft", gamma=2)[0] for p in prompts]
     assert sum(not same(g, w) for g, w in zip(got, want)) >= 1
+
+
+BAD = {
+    "num_beams 0": (dict(num_beams=0), "num_beams must be an integer in 1..16"),
+    "num_beams 17": (dict(num_beams=17), "num_beams must be an integer in 1..16"),
+    "num_beams str": (dict(num_beams="4"), "num_beams must be an integer"),
+    "more returned than beams": (dict(num_beams=4, num_return_sequences=5), "num_return_sequences must be"),
+    "sampling with beams": (dict(num_beams=4, temperature=0.7), "beam search is deterministic"),
+    "early_stopping": (dict(num_beams=4, early_stopping="sometimes"), "early_stopping must be True, False or"),
+    "length_penalty nan": (dict(num_beams=4, length_penalty=float("nan")), "length_penalty must be a finite"),
+    "lookup with beams": (dict(num_beams=4, draft="lookup"), "beam search speculates with a draft model"),
+    "negative min_new_tokens": (dict(num_beams=2, min_new_tokens=-1), "min_new_tokens must be an integer >= 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_beam_parameters_are_one_line_errors_and_the_decoder_stays_usable(pairs, case):
+    from specdec.runtime import SpecdecError
+
+    _, decoder = pairs["v1.0-v48"]
+    prompt = random_prompts(48, 1, seed=5)[0]
+    before = decoder.generate(input_ids=prompt, max_new_tokens=8, num_beams=3, draft="draft", gamma=2)
+    kwargs, message = BAD[case]
+    with pytest.raises(SpecdecError) as err:
+        decoder.generate(input_ids=prompt, max_new_tokens=8, **kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    after = decoder.generate(input_ids=prompt, max_new_tokens=8, num_beams=3, draft="draft", gamma=2)
+    assert (after.sequences, after.scores) == (before.sequences, before.scores)
+
+
+def test_beams_do_not_stream(pairs):
+    from specdec.runtime import SpecdecError
+
+    _, decoder = pairs["v1.0-v48"]
+    with pytest.raises(SpecdecError, match="beam search cannot stream"):
+        next(decoder.stream(input_ids=[5, 6, 1], num_beams=2))
+
+
+def test_auto_beam_search_is_exact_and_learns(pairs):
+    """gamma="auto": identical to target-only beam search; it tries every gamma (0 = target-only steps) and keeps
+    an estimate of beam steps per second for each."""
+    _, decoder = pairs["v1.0-v48"]
+    decoder.beam_estimates = type(decoder.beam_estimates)()
+    case = (4, False, 1.0, 0, 0, 2)
+    for prompt in random_prompts(48, 6, seed=8):
+        want, _ = ours(decoder, prompt, case, draft="none")
+        got, _ = ours(decoder, prompt, case, draft="draft", gamma="auto")
+        assert same(got, want), (prompt, got, want)
+    assert set(decoder.beam_estimates.rates()) == {0, 1, 2, 3, 4}
+
+
+def test_auto_beam_choice_falls_back_to_target_only_where_speculation_does_not_pay():
+    """BeamEstimates on made-up measurements: the gamma with the most beam steps per second wins after the warm-up;
+    a gamma not chosen for EXPLORE rounds is tried again."""
+    from specdec.runtime.beam_decode import BeamEstimates
+
+    est = BeamEstimates()
+    cost = {0: (1, 1.0), 1: (1.6, 2.0), 2: (2.0, 2.6), 3: (2.2, 3.2), 4: (2.3, 3.8)}   # steps, seconds
+    chosen = []
+    for _ in range(200):
+        g = est.choose(4)
+        chosen.append(g)
+        est.learn(g, *cost[g])
+    after = chosen[5 * est.WARMUP:]
+    assert after.count(0) > 0.9 * len(after)
+    assert set(after) != {0}, "no exploration: a change in costs would never be seen"
+    cost[2] = (2.9, 1.4)                                  # speculation now pays
+    chosen = []
+    for _ in range(300):
+        g = est.choose(4)
+        chosen.append(g)
+        est.learn(g, *cost[g])
+    assert chosen[-100:].count(2) > 90
