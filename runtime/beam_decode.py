@@ -59,8 +59,7 @@ class BeamRun:
         W x (gamma + 1) rows: the W roots and at most W new paths per draft step)."""
         width = self.search.width
         self.target.encode(ids, width, self.stats, width * (gamma_max + 1), gamma_max + 1)
-        if self.draft is not None:
-            self.draft.encode(ids, width, self.stats)
+        self.ids, self.draft_ready = ids, False       # the draft encodes on its first round (auto may use none)
 
     # -- target only ---------------------------------------------------------------------------------------
     def target_step(self) -> int:
@@ -88,6 +87,9 @@ class BeamRun:
         gamma = min(gamma, search.max_new - search.generated - 1, self.max_length - self.target.length - 2)
         if gamma < 1:
             return self.target_step()
+        if not self.draft_ready:
+            self.draft.encode(self.ids, width, self.stats)
+            self.draft_len, self.draft_ready = 0, True
         roots = self.seqs()
         rows = self._propose(roots, gamma)                          # [(root, tokens of length gamma)]
         # score every row: the root's cache, then [root's last token, t_1 .. t_g]
@@ -166,16 +168,21 @@ class BeamRun:
 
 class BeamEstimates:
     """What gamma="auto" learned for beam search: per gamma (0 = a target-only step) the beam steps a round makes
-    and the seconds it takes, decayed so that old requests weigh less. Each round takes the gamma with the most
-    steps per second; each is tried WARMUP times first, and one not chosen for EXPLORE rounds is tried again, so
-    target-only beam search is what runs wherever speculation does not pay."""
+    and the seconds it takes, decayed so that old rounds weigh less. Each round takes the gamma with the most steps
+    per second. Each is tried WARMUP times first; after that a gamma that is not the best is tried again once its
+    wait (EXPLORE rounds at first) is over, and each try that leaves it behind doubles its wait (up to MAX_WAIT),
+    so where speculation does not pay, target-only beam search runs almost every round, and a change in costs is
+    still seen."""
 
-    WARMUP, EXPLORE, DECAY = 3, 64, 0.98
+    WARMUP, EXPLORE, MAX_WAIT, DECAY = 2, 32, 2048, 0.98
     GAMMAS = (1, 2, 3, 4)
 
     def __init__(self):
-        self.steps, self.seconds, self.seen, self.last = {}, {}, {}, {}
+        self.steps, self.seconds, self.seen, self.last, self.wait = {}, {}, {}, {}, {}
         self.rounds = 0
+
+    def best(self) -> int:
+        return max(self.steps, key=lambda g: self.steps[g] / self.seconds[g])
 
     def choose(self, gamma_max: int) -> int:
         options = [0] + [g for g in self.GAMMAS if g <= gamma_max]
@@ -183,10 +190,11 @@ class BeamEstimates:
         for g in options:
             if self.seen.get(g, 0) < self.WARMUP:
                 return g
-        stale = min(options, key=lambda g: self.last.get(g, 0))
-        if self.rounds - self.last.get(stale, 0) > self.EXPLORE:
-            return stale
-        return max(options, key=lambda g: self.steps[g] / self.seconds[g])
+        best = self.best()
+        for g in options:
+            if g != best and self.rounds - self.last[g] > self.wait.get(g, self.EXPLORE):
+                return g
+        return best
 
     def learn(self, gamma: int, steps: int, seconds: float) -> None:
         for g in self.steps:
@@ -196,6 +204,9 @@ class BeamEstimates:
         self.seconds[gamma] = self.seconds.get(gamma, 0.0) + seconds
         self.seen[gamma] = self.seen.get(gamma, 0) + 1
         self.last[gamma] = self.rounds
+        if self.seen[gamma] > self.WARMUP:
+            wait = self.wait.get(gamma, self.EXPLORE)
+            self.wait[gamma] = self.EXPLORE if self.best() == gamma else min(2 * wait, self.MAX_WAIT)
 
     def rates(self) -> dict:
         """gamma -> beam steps per second, as estimated now."""
