@@ -114,7 +114,8 @@ class HeadTimer:
         feeds = {"input_ids": ids, "logits": logits, "draft_probs": q,
                  "uniforms": rng.random(rows).astype(np.float32),
                  "temperature": np.array([temperature], np.float32), "top_k": np.array([top_k], np.int64),
-                 "top_p": np.array([top_p], np.float32), "lenience": np.array([lenience], np.float32)}
+                 "top_p": np.array([top_p], np.float32), "lenience": np.array([lenience], np.float32),
+                 "logit_mask": np.zeros((0, vocab), np.float32)}      # no logits processor: the decoding loop's case
         binding = self.session.io_binding()
         values = []                          # the bound OrtValues must outlive the binding
         for name, array in feeds.items():
