@@ -45,6 +45,8 @@ def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
 class BeamRun:
     """One request's beam search. `search` is the BeamSearch; `start` the decoder start token."""
 
+    spread = 1          # the draft keeps spread x W running beams: more rows per target run, more of them scored
+
     def __init__(self, target: BeamModel, draft: BeamModel | None, search: BeamSearch, processors: Processors,
                  start: int, max_length: int, stats: Stats):
         self.target, self.draft, self.search = target, draft, search
@@ -58,7 +60,7 @@ class BeamRun:
         """Encode the source; the buffers are sized for rounds of up to `gamma_max` guesses (a round scores at most
         W x (gamma + 1) rows: the W roots and at most W new paths per draft step)."""
         width = self.search.width
-        self.target.encode(ids, width, self.stats, width * (gamma_max + 1), gamma_max + 1)
+        self.target.encode(ids, width, self.stats, self.spread * width * (gamma_max + 1), gamma_max + 1)
         self.ids, self.draft_ready = ids, False       # the draft encodes on its first round (auto may use none)
 
     # -- target only ---------------------------------------------------------------------------------------
@@ -88,7 +90,7 @@ class BeamRun:
         if gamma < 1:
             return self.target_step()
         if not self.draft_ready:
-            self.draft.encode(self.ids, width, self.stats)
+            self.draft.encode(self.ids, width, self.stats, self.spread * width)
             self.draft_len, self.draft_ready = 0, True
         roots = self.seqs()
         rows = self._propose(roots, gamma)                          # [(root, tokens of length gamma)]
@@ -131,6 +133,7 @@ class BeamRun:
     def _propose(self, roots: list, gamma: int) -> list:
         """The draft's g steps of running-beam selection from the target's beams; the rows to score."""
         draft, search, width = self.draft, self.search, self.search.width
+        keep = self.spread * width                                  # the draft's running beams
         feed = np.array([s[self.draft_len:] for s in roots], np.int64)     # what the draft has not seen yet
         scores = search.scores.copy()
         paths = [(j, ()) for j in range(width)]                     # the draft's running beams as (root, tokens)
@@ -145,10 +148,10 @@ class BeamRun:
                 draft.pin()
             vocab = logits.shape[1]
             total = (processed(logits, seqs, self.proc) + scores[:, None]).reshape(-1)
-            cand = top(total, 2 * width)
+            cand = top(total, 2 * keep)
             parent, token = cand // vocab, cand % vocab
-            live = np.flatnonzero(~((token == search.eos) | (search.generated + s + 1 >= search.max_new)))[:width]
-            if live.size < width:
+            live = np.flatnonzero(~((token == search.eos) | (search.generated + s + 1 >= search.max_new)))[:keep]
+            if live.size < keep:
                 break
             parent, token, scores = parent[live], token[live], total[cand[live]]
             paths = [(paths[p][0], paths[p][1] + (int(x),)) for p, x in zip(parent, token)]
