@@ -11,19 +11,22 @@ created, so the check must come first. Why not load the session from bytes: ONNX
 locations against the model's folder, which a session made from bytes does not have, and protobuf cannot hold a
 model over 2 GiB in one buffer. So the loader checks the file here, then gives ONNX Runtime its (resolved) path.
 
-The file is memory-mapped; fields that lead to neither (weights' raw_data, doc strings, ...) are skipped by their
-length, so a scan touches little of a large file. Everything is bounds-checked: a truncated or mangled file raises
-GraphFileError (never an IndexError, a huge allocation or a deep recursion); fields this reader does not know are
-skipped like protobuf does.
+The file is read in windows of WINDOW bytes (os.pread), never whole: fields that lead to neither (weights' raw_data,
+doc strings, ...) are skipped by their length, so a scan reads little of a large file. (Not a memory map: a file that
+shrinks while it is mapped kills the process with SIGBUS; here it is a GraphFileError.) Everything is bounds-checked:
+a truncated or mangled file raises GraphFileError (never an IndexError, a huge allocation or a deep recursion);
+fields this reader does not know are skipped like protobuf does.
 """
 
 from __future__ import annotations
 
-import mmap
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_DEPTH = 48          # nested messages (a subgraph inside a node inside a graph is 3 levels)
+MAX_TEXT = 1 << 16      # bytes of one name, key or location
+WINDOW = 1 << 20
 MAX_TENSORS = 1 << 20   # tensors with external data, more is not a model
 ELEM_TYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
               11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}   # the names export/manifest.py writes
@@ -70,22 +73,41 @@ class GraphFile:
 
 
 class _Reader:
-    def __init__(self, buf):
-        self.buf = buf
+    def __init__(self, fd: int, size: int):
+        self.fd, self.size = fd, size
+        self.data, self.base = b"", 0          # the window: bytes [base, base + len(data)) of the file
+
+    def _load(self, pos: int, count: int = WINDOW) -> None:
+        self.data, self.base = os.pread(self.fd, count, pos), pos
+        if len(self.data) < min(count, self.size - pos):
+            raise GraphFileError(f"the file changed while it was read (byte {pos})")
 
     def varint(self, pos: int, end: int) -> tuple[int, int]:
+        i = pos - self.base
+        if i < 0 or (i + 10 > len(self.data) and self.base + len(self.data) < self.size):
+            self._load(pos)
+            i = 0
+        data = self.data                        # holds 10 bytes from pos, or everything up to the end of the file
         value, shift = 0, 0
         while True:
             if pos >= end:
                 raise GraphFileError(f"a number runs past the end of its field (byte {pos})")
-            byte = self.buf[pos]
-            pos += 1
+            byte = data[i]
+            pos, i = pos + 1, i + 1
             value |= (byte & 0x7F) << shift
             if not byte & 0x80:
                 return value, pos
             shift += 7
             if shift >= 70:
                 raise GraphFileError(f"a number longer than 10 bytes (byte {pos})")
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the file (inside the bounds the caller checked)."""
+        if end - start > MAX_TEXT:
+            raise GraphFileError(f"a name of {end - start} bytes (byte {start})")
+        if start < self.base or end > self.base + len(self.data):
+            self._load(start)
+        return self.data[start - self.base:end - self.base]
 
     def fields(self, start: int, end: int):
         """(field number, wire type, value) of one message: an int, or (start, end) of a length-delimited field."""
@@ -106,13 +128,13 @@ class _Reader:
                 width = 8 if wire == 1 else 4
                 if width > end - pos:
                     raise GraphFileError(f"a fixed-size field runs past the end (byte {pos})")
-                value, pos = int.from_bytes(self.buf[pos:pos + width], "little"), pos + width
+                value, pos = int.from_bytes(self.read(pos, pos + width), "little"), pos + width
             else:       # 3, 4 (groups: never written by ONNX) and 6, 7 (undefined)
                 raise GraphFileError(f"wire type {wire} (byte {pos})")
             yield number, wire, value
 
     def text(self, span) -> str:
-        return bytes(self.buf[span[0]:span[1]]).decode("utf-8", "replace")
+        return self.read(*span).decode("utf-8", "replace")
 
 
 def _int64(value: int) -> int:
@@ -200,11 +222,10 @@ def read_graph_file(path: Path) -> GraphFile:
     Raises GraphFileError for a file that is not a readable ONNX model, OSError if it cannot be read."""
     out = GraphFile()
     with open(path, "rb") as fh:
-        size = fh.seek(0, 2)
+        size = os.fstat(fh.fileno()).st_size
         if size == 0:
             raise GraphFileError("the file is empty")
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            _walk(_Reader(buf), "model", (0, size), out, 0, main=False)
+        _walk(_Reader(fh.fileno(), size), "model", (0, size), out, 0, main=False)
     if not out.has_graph:
         raise GraphFileError("the file holds no graph")
     return out
