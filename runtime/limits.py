@@ -12,7 +12,8 @@ runtime sizes a buffer or opens a graph from it, `check_manifest` checks:
     the head's rows) have the dtypes and the fixed dimensions that the declared architecture, dtype and vocabulary
     give them (EXPECTED);
   - paths: every path is a plain relative one (confine.lexical_problem); graphs and the tokenizer are among the
-    checksummed `files`.
+    checksummed `files`; graphs sit in a model folder (the TensorRT engine cache is made beside that folder, so a
+    graph at the top would put it outside the export).
 (manifest.json's own size, MAX_MANIFEST_BYTES, is checked when it is read.) Each problem is one SpecdecError line
 naming manifest.json, the entry and the fix. Whether the graph files agree with these entries is graphcheck.py's
 part, once their checksums are verified.
@@ -205,7 +206,10 @@ def _physical_memory() -> int | None:
 
 def _check_graph(where, what: str, entry, expected: dict, dims: dict, files: dict) -> None:
     entry = _obj(where, entry, what)
-    _path(where, _key(where, entry, "file", what), f"{what}'s file", files)
+    file = _path(where, _key(where, entry, "file", what), f"{what}'s file", files)
+    if "/" not in file:         # the TensorRT engine cache goes next to the graph's folder (runtime/device.py)
+        _fail(where, f"{what}'s file {shown(file)} is not in a model folder (NAME/FILE.onnx, as specdec-export "
+                     "writes it)")
     for side in ("inputs", "outputs"):
         tensors = _list(where, _key(where, entry, side, what), f"{what}'s {side}", MAX_TENSORS)
         seen = {}
