@@ -211,6 +211,9 @@ HOSTILE = {
                            "is an absolute path"),
     "absolute files entry": (lambda e, o: _edit(e, lambda r: r["files"].__setitem__("/etc/hostname", "0" * 64)),
                              "is an absolute path"),
+    "graph outside a model folder": (lambda e, o: (shutil.copy(e / "draft" / "decoder.onnx", e / "decoder.onnx"),
+                                                   _repoint_graph(e, "draft", "decoder", "decoder.onnx")),
+                                     "is not in a model folder"),
     "windows path": (lambda e, o: _repoint_graph(e, "draft", "encoder", "C:\\draft\\encoder.onnx"),
                      "is an absolute path"),
     # symlinks out of the directory
@@ -603,8 +606,10 @@ def make_case(base, case_dir, seed: int, index: int) -> tuple[str, str]:
 
 # -- opening case directories in a worker process --------------------------------------------------------------------
 def _worker(good: str) -> int:
-    """Read case directories from stdin; answer one JSON line per case on stdout. Loads `good` first and checks after
-    every case that it still generates its reference output."""
+    """Read case directories from stdin and open each: answer one JSON line with the load's outcome once the good
+    decoder (loaded first) has generated its reference tokens again, then, for a directory that loaded, a second
+    line with what generating from it did ("run"). A crash while generating is then told apart from one while
+    loading: the first line is out already."""
     import traceback
 
     from specdec.runtime import SpecdecError, SpeculativeDecoder
@@ -616,71 +621,91 @@ def _worker(good: str) -> int:
     out.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         case = line.rstrip("\n")
-        result = {"case": case}
+        result, bad = {"case": case}, None
         try:
             bad = SpeculativeDecoder.load(case, provider="cpu", threads=1)
+            result["outcome"] = "loaded"
         except SpecdecError as err:
             result.update(outcome="refused", message=str(err))
         except BaseException as err:  # noqa: BLE001 -- what the harness looks for
             result.update(outcome="traceback", message=f"{type(err).__name__}: {err}"[:2000],
                           traceback=traceback.format_exc()[-3000:])
-        else:
-            result["outcome"] = "loaded"
-            try:
-                bad.generate(input_ids=PROMPT, max_new_tokens=4, gamma=2)
-                result["generate"] = "ok"
-            except SpecdecError as err:
-                result["generate"] = f"refused: {err}"
-            except BaseException as err:  # noqa: BLE001
-                result["generate"] = f"raised {type(err).__name__}: {str(err)[:300]}"
-            del bad
         try:
             result["good"] = decoder.generate(input_ids=PROMPT, max_new_tokens=6, gamma=2).token_ids == reference
         except BaseException as err:  # noqa: BLE001
             result["good"] = f"{type(err).__name__}: {err}"
         out.write(json.dumps(result) + "\n")
+        if bad is not None:
+            try:
+                bad.generate(input_ids=PROMPT, max_new_tokens=4, gamma=2)
+                run = "ok"
+            except SpecdecError as err:
+                run = f"refused: {err}"
+            except BaseException as err:  # noqa: BLE001
+                run = f"raised {type(err).__name__}: {str(err)[:300]}"
+            del bad
+            out.write(json.dumps({"run": run}) + "\n")
     return 0
 
 
 class PythonWorker:
     """A worker subprocess (above), restarted after a crash or a hang. open(case, timeout) -> result dict with
-    "outcome": refused / loaded / traceback / crash (the worker died: "signal") / hang (no answer in time)."""
+    "outcome" (of the load): refused / loaded / traceback / crash (the worker died) / hang (no answer in time);
+    "good" (the good decoder's tokens unchanged afterwards); for a loaded case "run" (generating from it): ok,
+    "refused: ...", "raised ...", crash or hang."""
 
     def __init__(self, good, stderr_path):
         self.good, self.stderr_path = str(good), Path(stderr_path)
         self.proc = None
+        self.pending = b""          # read from the worker, not yet answered (lines are split here, not by a buffered
+                                    # reader, so that select() never waits for a line that is already read)
 
     def _start(self, timeout: float = 300) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen([sys.executable, __file__, "worker", self.good], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, env=env, text=True, bufsize=1)
+                                         stdout=subprocess.PIPE, stderr=err, env=env, bufsize=0)
+        self.pending = b""
         ready = self._answer(timeout)
         if not (ready and ready.get("ready")):
             raise RuntimeError(f"the fuzz worker did not start: {ready}; see {self.stderr_path}")
 
     def _answer(self, timeout: float):
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        return json.loads(line) if line else {}
+        """The next JSON line; None after `timeout` seconds without one (the worker is killed), {} if it died."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                self.close()
+                return None
+            data = os.read(fd, 1 << 16)
+            if not data:
+                self.proc.wait()
+                return {}
+            self.pending += data
+        line, _, self.pending = self.pending.partition(b"\n")
+        return json.loads(line)
+
+    def _failed(self, answer) -> str:
+        if answer is None:
+            return "hang"
+        code = self.proc.returncode if self.proc is not None else None
+        self.proc = None
+        return "crash" if code is None or code < 0 else f"crash (exit {code})"
 
     def open(self, case, timeout: float) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         began = time.perf_counter()
-        self.proc.stdin.write(f"{case}\n")
-        self.proc.stdin.flush()
+        self.proc.stdin.write(f"{case}\n".encode())
         answer = self._answer(timeout)
-        if answer is None:                       # no answer in time: a hang
-            self.close()
-            return {"case": str(case), "outcome": "hang", "seconds": timeout}
-        if not answer:                           # the worker died
-            code = self.proc.wait()
-            self.proc = None
-            return {"case": str(case), "outcome": "crash", "returncode": code}
+        if not answer:
+            return {"case": str(case), "outcome": self._failed(answer)}
         answer["seconds"] = time.perf_counter() - began
+        if answer["outcome"] == "loaded":
+            run = self._answer(timeout)
+            answer["run"] = run["run"] if run else self._failed(run)
         return answer
 
     def close(self) -> None:

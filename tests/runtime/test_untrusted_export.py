@@ -112,3 +112,68 @@ def test_cli_refuses_a_hostile_directory_in_one_line(good, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'..' part" in lines[0], proc.stderr
 
+
+
+def test_graph_reader_agrees_with_onnx(good):
+    """runtime/onnxfile.py (no onnx dependency) reads the inputs, outputs and external data that onnx reads."""
+    import onnx
+
+    from specdec.runtime.onnxfile import read_graph_file
+
+    manifest = load_manifest(good)
+    for info in manifest.models.values():
+        for graph in (info.encoder, info.decoder):
+            path = manifest.path(graph.file)
+            model = onnx.load(str(path), load_external_data=False)
+            scan = read_graph_file(path)
+
+            def described(values):
+                return [(v.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                                       for d in v.type.tensor_type.shape.dim)) for v in values]
+
+            assert [(v.name, v.shape) for v in scan.inputs] == described(model.graph.input)
+            assert [(v.name, v.shape) for v in scan.outputs] == described(model.graph.output)
+            external = {t.name: {e.key: e.value for e in t.external_data} for t in model.graph.initializer
+                        if t.data_location == onnx.TensorProto.EXTERNAL}
+            assert {e.tensor: (e.location, e.offset, e.length) for e in scan.external} == {
+                name: (e["location"], int(e.get("offset", 0)), int(e["length"])) for name, e in external.items()}
+    assert any(read_graph_file(manifest.path(i.encoder.file)).external for i in manifest.models.values())
+
+
+def test_graph_reader_refuses_what_is_not_a_graph(tmp_path):
+    """Truncated, empty, deeply nested or shrinking files are a GraphFileError, never a crash or a deep recursion."""
+    import os
+
+    from specdec.runtime import onnxfile
+
+    def scan(data: bytes):
+        path = tmp_path / "g.onnx"
+        path.write_bytes(data)
+        return onnxfile.read_graph_file(path)
+
+    for data, words in ((b"", "empty"), (b"\x08\x07", "no graph"), (b"\x3a\x05ab", "runs past the end"),
+                        (b"\x3a" + b"\xff" * 11, "longer than 10 bytes"), (b"\x3b", "wire type 3"),
+                        (b"\x3a\x02\x0a\x00" * 1 + b"\x3a\x7f", "runs past the end")):
+        with pytest.raises(onnxfile.GraphFileError, match=words):
+            scan(data)
+    deep = b"\x0a\x00"     # graph > node > attribute > graph (a subgraph) > ..., 120 levels, built inside out
+    for tag in [b"\x32", b"\x2a", b"\x0a"] * 40:            # attribute.g, node.attribute, graph.node
+        deep = tag + _varint(len(deep)) + deep
+    with pytest.raises(onnxfile.GraphFileError, match="nested more than"):
+        scan(b"\x3a" + _varint(len(deep)) + deep)
+    # a file that shrinks while it is read: an error from the bounds check, not SIGBUS
+    path = tmp_path / "shrinks.onnx"
+    path.write_bytes(b"\x3a\x02\x0a\x00")
+    with open(path, "rb") as fh:
+        reader = onnxfile._Reader(fh.fileno(), os.fstat(fh.fileno()).st_size + 100)
+        with pytest.raises(onnxfile.GraphFileError, match="changed while it was read"):
+            onnxfile._walk(reader, "model", (0, reader.size), onnxfile.GraphFile(), 0, main=False)
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        out += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            return out
