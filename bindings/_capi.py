@@ -1,6 +1,6 @@
 """The Python side of libspecdec (include/specdec.h): cffi `extern "Python"` functions that convert C arguments to
 Python, call specdec.runtime's public API (SpeculativeDecoder.generate and .stream, given one Params built from
-the C struct), and convert results and exceptions back to C. No decoding logic lives here.
+the C struct, and .decode), and convert results and exceptions back to C. No decoding logic lives here.
 
 Loaded by the embedded interpreter's init code (bindings/build.py), which calls install(ffi, lib) with the
 libspecdec module's own ffi and lib. Every function runs on the C caller's thread.
@@ -32,6 +32,8 @@ EXTERNS = {
     "specdec_generate_ids": "_specdec_py_generate_ids",
     "specdec_generate_text": "_specdec_py_generate_text",
     "specdec_stream": "_specdec_py_stream",
+    "specdec_generate_sequences": "_specdec_py_generate_sequences",
+    "specdec_decode": "_specdec_py_decode",
 }
 
 OPTION_TYPES = {"provider": str, "threads": int, "draft": str}
@@ -94,6 +96,8 @@ class CApi:
         self.stop_reasons = {"": lib.SPECDEC_STOP_NONE, "eos": lib.SPECDEC_STOP_EOS,
                              "max_new_tokens": lib.SPECDEC_STOP_MAX_NEW_TOKENS,
                              "max_length": lib.SPECDEC_STOP_MAX_LENGTH, "callback": lib.SPECDEC_STOP_CALLBACK}
+        self.early_stopping = {lib.SPECDEC_EARLY_STOPPING_FALSE: False, lib.SPECDEC_EARLY_STOPPING_TRUE: True,
+                               lib.SPECDEC_EARLY_STOPPING_NEVER: "never"}
         self.params_fields = self._field_ends("specdec_params")
         self.stats_fields = self._field_ends("specdec_stats")
 
@@ -187,7 +191,14 @@ class CApi:
                                   "export's gamma_max (specdec_get_info)")
             elif name == "draft":
                 value = "auto" if value == self.ffi.NULL else self._text(value, "params.draft")
-            elif name in ("temperature", "top_p", "lenience"):
+            elif name == "early_stopping":
+                value = int(value)
+                if value not in self.early_stopping:
+                    raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"early_stopping must be "
+                                  f"SPECDEC_EARLY_STOPPING_FALSE (0), _TRUE (1) or _NEVER (2) (got {value})",
+                                  "use a specdec_early_stopping value")
+                value = self.early_stopping[value]
+            elif name in ("temperature", "top_p", "lenience", "length_penalty"):
                 value = float(value)
             else:
                 value = int(value)
@@ -346,6 +357,11 @@ class CApi:
         ids = self._input_ids(input_ids, n_input)
         request = self._params(params)
         with self._hold(session) as dec:
+            if request.num_beams != 1:
+                request.checked(dec.gamma_max)          # an invalid num_beams is refused as Python refuses it
+                raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "beam search cannot stream: every beam may still "
+                              "lose until the search ends", "use specdec_generate_sequences (or _ids, _text) with "
+                              "num_beams > 1, or stream with num_beams 1")
             # The public SpeculativeDecoder.stream(): each Piece carries its ids, its text, the request's stats so
             # far and (on the last one) the stop reason. A callback's stop closes the generator.
             pieces = dec.stream(text, input_ids=ids, params=request)
@@ -361,6 +377,55 @@ class CApi:
             finally:
                 pieces.close()
         self._fill_stats(out_stats, stats if stats is not None else Stats(), reason)
+
+    def generate_sequences(self, ptr, prompt, input_ids, n_input, params, out_ids, out_capacity, out_len,
+                           out_lengths, out_scores, max_sequences, out_count, out_stats) -> None:
+        ffi, bad = self.ffi, self.lib.SPECDEC_E_INVALID_ARGUMENT
+        session = self._session(ptr)
+        self._out_buffer(out_ids, out_capacity, out_len, "out_ids")
+        if out_count == ffi.NULL:
+            raise Failure(bad, "out_count is NULL", "pass the address of a size_t to receive the number of sequences")
+        if out_lengths == ffi.NULL and max_sequences:
+            raise Failure(bad, f"out_lengths is NULL but max_sequences is {max_sequences}",
+                          "pass arrays of max_sequences elements, or max_sequences 0 to measure only")
+        text = None if prompt == ffi.NULL else self._text(prompt, "prompt")
+        ids = self._input_ids(input_ids, n_input)
+        request = self._params(params)
+        with self._hold(session) as dec:
+            res = dec.generate(text, input_ids=ids, params=request)
+        sequences = [[int(t) for t in seq] for seq in res.sequences]
+        scores = [float(x) for x in res.scores] if res.scores else [float("nan")] * len(sequences)
+        total = sum(map(len, sequences))
+        out_len[0], out_count[0] = total, len(sequences)
+        self._fill_stats(out_stats, res.stats, res.stop_reason)
+        if len(sequences) > max_sequences:
+            raise Failure(self.lib.SPECDEC_E_BUFFER_TOO_SMALL, f"the output has {len(sequences)} sequences but "
+                          f"max_sequences is {max_sequences}", f"call again with max_sequences >= {len(sequences)} "
+                          "(same params give the same sequences)")
+        if total > out_capacity:
+            raise self._too_small(out_capacity, total, "ids")
+        out_ids[0:total] = [t for seq in sequences for t in seq]
+        out_lengths[0:len(sequences)] = [len(seq) for seq in sequences]
+        if out_scores != ffi.NULL:
+            out_scores[0:len(sequences)] = scores
+
+    def decode(self, ptr, ids, n_ids, out_text, out_capacity, out_len) -> None:
+        session = self._session(ptr)
+        self._out_buffer(out_text, out_capacity, out_len, "out_text")
+        if ids == self.ffi.NULL and n_ids:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"ids is NULL but n_ids is {n_ids}",
+                          "pass the token ids, or n_ids 0 for the empty text")
+        tokens = self.ffi.unpack(ids, n_ids) if n_ids else []
+        with self._hold(session) as dec:
+            bad = [t for t in tokens if not 0 <= t < dec.vocab_size]
+            if bad:
+                raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"ids contains {bad[0]}, outside the vocabulary "
+                              f"0..{dec.vocab_size - 1}", "pass ids from this session's export")
+            data = dec.decode(tokens).encode("utf-8")
+        out_len[0] = len(data)
+        if len(data) + 1 > out_capacity:
+            raise self._too_small(out_capacity, len(data) + 1, "bytes (with the NUL)")
+        self.ffi.memmove(out_text, data + b"\0", len(data) + 1)
 
 
 def classify(err: BaseException, lib) -> tuple[int, str]:

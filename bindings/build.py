@@ -52,6 +52,10 @@ extern "Python" int _specdec_py_generate_text(specdec_session *, const char *, c
                                               size_t, size_t *, specdec_stats *);
 extern "Python" int _specdec_py_stream(specdec_session *, const char *, const int32_t *, size_t,
                                        const specdec_params *, specdec_piece_callback, void *, specdec_stats *);
+extern "Python" int _specdec_py_generate_sequences(specdec_session *, const char *, const int32_t *, size_t,
+                                                   const specdec_params *, int32_t *, size_t, size_t *, size_t *,
+                                                   double *, size_t, size_t *, specdec_stats *);
+extern "Python" int _specdec_py_decode(specdec_session *, const int32_t *, size_t, char *, size_t, size_t *);
 void _specdec_set_error(const char *message);
 """
 

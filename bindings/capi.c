@@ -34,6 +34,13 @@ static int _specdec_py_generate_text(specdec_session *session, const char *promp
 static int _specdec_py_stream(specdec_session *session, const char *prompt, const int32_t *input_ids,
                               size_t n_input, const specdec_params *params, specdec_piece_callback on_piece,
                               void *user_data, specdec_stats *out_stats);
+static int _specdec_py_generate_sequences(specdec_session *session, const char *prompt, const int32_t *input_ids,
+                                          size_t n_input, const specdec_params *params, int32_t *out_ids,
+                                          size_t out_capacity, size_t *out_len, size_t *out_lengths,
+                                          double *out_scores, size_t max_sequences, size_t *out_count,
+                                          specdec_stats *out_stats);
+static int _specdec_py_decode(specdec_session *session, const int32_t *ids, size_t n_ids, char *out_text,
+                              size_t out_capacity, size_t *out_len);
 
 /* ---- the calling thread's last error ----------------------------------------------------------------- */
 
@@ -122,6 +129,12 @@ SPECDEC_API specdec_status specdec_params_init(specdec_params *params, size_t st
     d.lenience = 1.0;
     d.seed = 0;
     d.draft = NULL;                 /* "auto" */
+    d.num_beams = 1;                /* API version 4: beam search off */
+    d.length_penalty = 1.0;
+    d.early_stopping = SPECDEC_EARLY_STOPPING_FALSE;
+    d.num_return_sequences = 1;
+    d.min_new_tokens = 0;
+    d.no_repeat_ngram_size = 0;
     memcpy(params, &d, known);      /* an older host's struct: only what it has */
     if (struct_size > known)        /* a newer host's struct: its fields this library does not know */
         memset((char *)params + known, 0, struct_size - known);
@@ -277,4 +290,31 @@ SPECDEC_API specdec_status specdec_stream(specdec_session *session, const char *
         return SPECDEC_E_PYTHON;
     return (specdec_status)_specdec_py_stream(session, prompt, input_ids, n_input, params, on_piece, user_data,
                                               out_stats);
+}
+
+/* ---- API version 4: beam search's sequences, and ids to text ------------------------------------------- */
+
+SPECDEC_API specdec_status specdec_generate_sequences(specdec_session *session, const char *prompt,
+                                                      const int32_t *input_ids, size_t n_input,
+                                                      const specdec_params *params, int32_t *out_ids,
+                                                      size_t out_capacity, size_t *out_len, size_t *out_lengths,
+                                                      double *out_scores, size_t max_sequences,
+                                                      size_t *out_count, specdec_stats *out_stats)
+{
+    specdec_status st = specdec_prepare("specdec_generate_sequences", params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
+    if (specdec_enter("specdec_generate_sequences"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_generate_sequences(session, prompt, input_ids, n_input, params, out_ids,
+                                                          out_capacity, out_len, out_lengths, out_scores,
+                                                          max_sequences, out_count, out_stats);
+}
+
+SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_t *ids, size_t n_ids,
+                                          char *out_text, size_t out_capacity, size_t *out_len)
+{
+    if (specdec_enter("specdec_decode"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_decode(session, ids, n_ids, out_text, out_capacity, out_len);
 }

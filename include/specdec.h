@@ -75,8 +75,14 @@ extern "C" {
         "lookup,draft"). specdec_stats: new per-source counters (target_only_rounds, lookup_*, model_*,
         chain_*). specdec_params_default() is now an inline function over the new specdec_params_init()
         (so no struct is returned by value across the library boundary), and specdec_stats_empty() is new.
-        Recompile hosts built against version 1 or 2. */
-#define SPECDEC_API_VERSION 3
+        Recompile hosts built against version 1 or 2.
+     4: beam search and logits processors. specdec_params appends num_beams, length_penalty, early_stopping (a
+        specdec_early_stopping), num_return_sequences, min_new_tokens and no_repeat_ngram_size (hosts built
+        against version 3 need no recompiling: their struct_size leaves these out, so they take their defaults,
+        which are version 3's behaviour). New functions: specdec_generate_sequences (the num_return_sequences
+        best sequences of a beam search, best first, with their scores) and specdec_decode (token ids to text).
+        specdec_stream with num_beams > 1 is SPECDEC_E_INVALID_ARGUMENT (a beam search cannot stream). */
+#define SPECDEC_API_VERSION 4
 
 /* params.gamma: let the runtime choose the number of guesses each round (0 .. the export's gamma_max) from the
    acceptance and the costs it measures. The default. */
@@ -102,8 +108,9 @@ typedef enum specdec_status {
        open. Nothing was generated. */
     SPECDEC_E_INVALID_ARGUMENT = 1,
     /* The caller's output buffer is too small. The generation did run: *out_len holds the length that is
-       needed (token count; or text bytes without the NUL, so out_capacity must be at least *out_len + 1) and
-       *out_stats (if given) is filled, but nothing was written to the output buffer. Calling again with a
+       needed (token count; or text bytes without the NUL, so out_capacity must be at least *out_len + 1;
+       specdec_generate_sequences also sets *out_count, the number of sequences) and *out_stats (if given) is
+       filled, but nothing was written to the output buffer. Calling again with a
        large enough buffer and the same arguments (same seed) gives the same output. */
     SPECDEC_E_BUFFER_TOO_SMALL = 2,
     /* The export directory is missing, incomplete, corrupt (a checksum differs), of another format
@@ -131,6 +138,18 @@ typedef enum specdec_stop_reason {
     SPECDEC_STOP_MAX_LENGTH = 3,      /* the export's max_length was reached */
     SPECDEC_STOP_CALLBACK = 4         /* the stream callback returned nonzero */
 } specdec_stop_reason;
+
+/* specdec_params.early_stopping: when a beam search ends (transformers' `early_stopping`). Stored in an
+   int32_t field, so the struct's layout does not depend on the size of an enum. */
+typedef enum specdec_early_stopping {
+    SPECDEC_EARLY_STOPPING_FALSE = 0,   /* the default (transformers' False): once num_beams beams have
+                                           finished, stop when the best running beam, scored at its current
+                                           length, cannot beat the worst of them (a heuristic)                */
+    SPECDEC_EARLY_STOPPING_TRUE = 1,    /* stop as soon as num_beams beams have finished                      */
+    SPECDEC_EARLY_STOPPING_NEVER = 2    /* transformers' "never": as FALSE, but with length_penalty > 0 the
+                                           running beam is scored at max_new_tokens (the longest it could get),
+                                           so the search stops only when no beam can still win                */
+} specdec_early_stopping;
 
 /* Opaque session: one loaded export directory (the target's and the draft's ONNX Runtime sessions, with the
    sampling heads fused into their decoder graphs; KV caches; device buffers). Created by specdec_open,
@@ -182,6 +201,34 @@ typedef struct specdec_params {
                                 verifies the one below; "lookup" only first). An unknown name or a
                                 malformed chain is SPECDEC_E_INVALID_ARGUMENT with a one-line message
                                 naming the choices; the session stays usable.                              */
+    /* ---- appended in API version 4: beam search (transformers' semantics; greedy only) and the logits
+       processors min_new_tokens and no_repeat_ngram_size. A value this library refuses is
+       SPECDEC_E_INVALID_ARGUMENT with a one-line message; the session stays usable. ---- */
+    int32_t num_beams;       /* 1..16. Default 1: no beam search (greedy or sampled speculative decoding as
+                                above). > 1: beam search over num_beams beams, deterministic: temperature
+                                must be 0 (top_k, top_p, lenience and seed are not used), draft must be
+                                NULL/"auto", "none" or a draft model's name (no lookup, no chain), gamma
+                                SPECDEC_GAMMA_AUTO (speculate only where it pays) or fixed (0: target
+                                only). The sequences do not depend on draft and gamma (their scores only
+                                to float32 rounding). specdec_generate_ids
+                                and _text return the best sequence; specdec_generate_sequences returns
+                                num_return_sequences of them with their scores; specdec_stream refuses
+                                num_beams > 1.                                                             */
+    double length_penalty;   /* finite. Default 1. A finished sequence's score is its sum of log-probabilities
+                                divided by length ** length_penalty (length: generated tokens, the EOS
+                                included); > 0 favours longer sequences, < 0 shorter ones. Beam search only. */
+    int32_t early_stopping;  /* a specdec_early_stopping: SPECDEC_EARLY_STOPPING_FALSE (0, the default),
+                                _TRUE (1) or _NEVER (2); any other value is refused. Beam search only.      */
+    int32_t num_return_sequences; /* 1..num_beams. Default 1. How many of the best finished sequences
+                                specdec_generate_sequences returns (specdec_generate_ids and _text return
+                                the best one whatever this is).                                            */
+    int32_t min_new_tokens;  /* >= 0. Default 0. The EOS id is banned until this many tokens were generated
+                                (transformers' min_new_tokens). Applies to every decoding: beam search,
+                                greedy and sampled (where the target's and the draft's distributions are
+                                processed alike, so sampling stays exact for the processed target).        */
+    int32_t no_repeat_ngram_size; /* >= 0. Default 0 (off). > 0: no n-gram of this many tokens occurs twice
+                                in the output (a token that would repeat one is banned; transformers'
+                                no_repeat_ngram_size). Applies to every decoding, as min_new_tokens.       */
 } specdec_params;
 
 /* What one generation did and where its time went (seconds, wall clock). A versioned struct (see "Versioned
@@ -316,7 +363,8 @@ SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_se
 /* Write the default parameters into the first struct_size bytes of *params and set params->struct_size to
    struct_size (pass sizeof(specdec_params); specdec_params_default() does). The defaults are the Python
    API's: max_new_tokens 64, gamma SPECDEC_GAMMA_AUTO, draft NULL ("auto"), temperature 0 (greedy), top_k 0,
-   top_p 1, lenience 1, seed 0. Bytes past the fields this library knows (a newer header's fields) are zeroed.
+   top_p 1, lenience 1, seed 0; num_beams 1 (no beam search), length_penalty 1, early_stopping
+   SPECDEC_EARLY_STOPPING_FALSE, num_return_sequences 1, min_new_tokens 0, no_repeat_ngram_size 0. Bytes past the fields this library knows (a newer header's fields) are zeroed.
    Returns SPECDEC_OK, or SPECDEC_E_INVALID_ARGUMENT (params NULL, or struct_size below
    SPECDEC_PARAMS_SIZE_MIN or above SPECDEC_STRUCT_SIZE_MAX; *params untouched). Does not start Python;
    thread-safe; leaves the last error alone when it succeeds. */
@@ -386,11 +434,59 @@ SPECDEC_API specdec_status specdec_generate_text(specdec_session *session, const
    params and seed. Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY, SPECDEC_E_RUNTIME,
    SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL. On a failure after some pieces were delivered, those pieces stand
    but the output is incomplete. Thread-safe (serialized per session: the session is held until the last
-   callback has returned). */
+   callback has returned). params.num_beams > 1 is SPECDEC_E_INVALID_ARGUMENT (a beam search cannot stream:
+   every beam may still lose until the search ends); use specdec_generate_sequences. */
 SPECDEC_API specdec_status specdec_stream(specdec_session *session, const char *prompt,
                                           const int32_t *input_ids, size_t n_input,
                                           const specdec_params *params, specdec_piece_callback on_piece,
                                           void *user_data, specdec_stats *out_stats);
+
+/* ---- beam search: several sequences, with scores (API version 4) --------------------------------------- */
+
+/* Generate and return the params->num_return_sequences best sequences, best first, with their scores. Meant for
+   beam search (params->num_beams > 1); with num_beams 1 it returns the one sequence specdec_generate_ids
+   returns, with a NaN score (there is no beam score).
+   Give exactly one input, as for specdec_stream: a prompt (text; input_ids NULL and n_input 0) or input_ids
+   (prompt NULL).
+     params:         as for specdec_generate_ids (NULL: the defaults, i.e. num_beams 1).
+     out_ids, out_capacity:  caller buffer of out_capacity int32_t; receives every sequence's ids, concatenated,
+                     best first (sequence i starts after the out_lengths[0..i-1] ids of the ones before it;
+                     like specdec_generate_ids' output each excludes the decoder start token and ends after
+                     the EOS id if it has one). A buffer of num_return_sequences * max_new_tokens ids is always
+                     large enough. out_ids may be NULL only when out_capacity is 0.
+     out_len:        required; receives the total number of ids of all sequences (also on BUFFER_TOO_SMALL).
+     out_lengths, out_scores, max_sequences:  caller arrays of max_sequences elements; out_lengths[i] receives
+                     sequence i's length in ids, out_scores[i] its score: its sum of log-probabilities divided by
+                     length ** params->length_penalty (transformers' sequences_scores); out_scores may be NULL
+                     (scores not wanted). max_sequences >= params->num_return_sequences is always enough.
+                     out_lengths may be NULL only when max_sequences is 0 (measure only).
+     out_count:      required; receives the number of sequences (num_return_sequences; 1 when num_beams is 1),
+                     also on BUFFER_TOO_SMALL.
+     out_stats:      optional, as for specdec_generate_ids (stats of the whole search; new_tokens is the best
+                     sequence's length).
+   The best sequence (index 0) is exactly what specdec_generate_ids returns for the same input and params;
+   specdec_decode gives any sequence's text. When *out_count > max_sequences or *out_len > out_capacity the
+   call returns SPECDEC_E_BUFFER_TOO_SMALL with *out_len, *out_count and out_stats filled and nothing else
+   written; calling again with large enough buffers gives the same sequences (beam search is deterministic).
+   Returns SPECDEC_OK, SPECDEC_E_BUFFER_TOO_SMALL, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY,
+   SPECDEC_E_RUNTIME, SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL; on any other failure nothing is written to
+   out_ids, out_lengths or out_scores. Ownership and threading as specdec_generate_ids. */
+SPECDEC_API specdec_status specdec_generate_sequences(specdec_session *session, const char *prompt,
+                                                      const int32_t *input_ids, size_t n_input,
+                                                      const specdec_params *params, int32_t *out_ids,
+                                                      size_t out_capacity, size_t *out_len, size_t *out_lengths,
+                                                      double *out_scores, size_t max_sequences,
+                                                      size_t *out_count, specdec_stats *out_stats);
+
+/* Token ids to text through the export's tokenizer, special tokens dropped: the text specdec_generate_text
+   would return for these ids (e.g. one sequence of specdec_generate_sequences).
+     ids, n_ids:     the ids (each 0 .. vocab_size - 1); ids may be NULL only when n_ids is 0 (gives "").
+     out_text, out_capacity, out_len:  as for specdec_generate_text (NUL-terminated; out_capacity 0 measures).
+   Returns SPECDEC_OK, SPECDEC_E_BUFFER_TOO_SMALL, SPECDEC_E_INVALID_ARGUMENT (NULL session or out_len, an id
+   outside the vocabulary), SPECDEC_E_BUSY, SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL. Thread-safe (serialized
+   per session). */
+SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_t *ids, size_t n_ids,
+                                          char *out_text, size_t out_capacity, size_t *out_len);
 
 #ifdef __cplusplus
 } /* extern "C" */

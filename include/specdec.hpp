@@ -9,6 +9,9 @@
  *   std::vector<int32_t> ids = s.generate_ids({5, 6, 7, 1}, p);
  *   std::string text = s.generate_text("translate English to German: Hello", p);
  *   s.stream_text("...", p, [](const specdec::Piece &piece) { std::cout << piece.text; return true; });
+ *   specdec::Params b; b.num_beams = 4; b.num_return_sequences = 2;    // beam search (API version 4)
+ *   for (const specdec::Sequence &seq : s.generate_sequences_text("...", b))   // best first
+ *       std::cout << seq.score << " " << seq.text << "\n";
  *
  * Errors: every failure throws specdec::Error (status() and what() = specdec_last_error()); the session stays
  * usable after a throw. Ownership: Session owns its handle (move-only; moved-from sessions are empty and safe to
@@ -66,6 +69,14 @@ typedef specdec_session_info Info;
 struct Piece {
     std::vector<int32_t> token_ids;
     std::string text;
+};
+
+/* One sequence of a beam search (generate_sequences_*), best first: its ids, its text and its score (sum of
+   log-probabilities / length ** length_penalty; NaN when num_beams is 1). */
+struct Sequence {
+    std::vector<int32_t> token_ids;
+    std::string text;
+    double score;
 };
 
 class Session {
@@ -132,6 +143,34 @@ public:
         return std::string(out.data(), len);
     }
 
+    /* The params.num_return_sequences best sequences of a beam search (params.num_beams > 1), best first, each
+       with its text (specdec_generate_sequences, then specdec_decode). */
+    std::vector<Sequence> generate_sequences_ids(const std::vector<int32_t> &input_ids, const Params &params,
+                                                 Stats *stats = nullptr) const
+    {
+        return sequences(nullptr, input_ids.data(), input_ids.size(), params, stats);
+    }
+
+    std::vector<Sequence> generate_sequences_text(const std::string &prompt, const Params &params,
+                                                  Stats *stats = nullptr) const
+    {
+        return sequences(prompt.c_str(), nullptr, 0, params, stats);
+    }
+
+    /* Token ids to text (the export's tokenizer, special tokens dropped). */
+    std::string decode(const std::vector<int32_t> &ids) const
+    {
+        std::vector<char> out(256);
+        size_t len = 0;
+        specdec_status status = specdec_decode(handle_, ids.data(), ids.size(), out.data(), out.size(), &len);
+        if (status == SPECDEC_E_BUFFER_TOO_SMALL) {
+            out.resize(len + 1);
+            status = specdec_decode(handle_, ids.data(), ids.size(), out.data(), out.size(), &len);
+        }
+        check(status);
+        return std::string(out.data(), len);
+    }
+
     /* on_piece(const Piece &) -> bool: return false to stop early. */
     template <class F>
     void stream_ids(const std::vector<int32_t> &input_ids, const Params &params, F &&on_piece,
@@ -177,6 +216,38 @@ private:
         if (t.error)
             std::rethrow_exception(t.error);
         check(status);
+    }
+
+    std::vector<Sequence> sequences(const char *prompt, const int32_t *ids, size_t n, const Params &params,
+                                    Stats *stats) const
+    {
+        size_t count = params.num_return_sequences > 0 ? static_cast<size_t>(params.num_return_sequences) : 1;
+        size_t tokens = params.max_new_tokens > 0 ? static_cast<size_t>(params.max_new_tokens) : 1;
+        std::vector<int32_t> out(count * tokens);
+        std::vector<size_t> lengths(count);
+        std::vector<double> scores(count);
+        size_t len = 0, got = 0;
+        specdec_status status = specdec_generate_sequences(handle_, prompt, ids, n, &params, out.data(), out.size(),
+                                                           &len, lengths.data(), scores.data(), lengths.size(),
+                                                           &got, stats);
+        if (status == SPECDEC_E_BUFFER_TOO_SMALL) {      /* the library said how much it needs: once more */
+            out.resize(len > 0 ? len : 1);
+            lengths.resize(got > 0 ? got : 1);
+            scores.resize(lengths.size());
+            status = specdec_generate_sequences(handle_, prompt, ids, n, &params, out.data(), out.size(), &len,
+                                                lengths.data(), scores.data(), lengths.size(), &got, stats);
+        }
+        check(status);
+        std::vector<Sequence> result(got);
+        size_t at = 0;
+        for (size_t i = 0; i < got; i++) {
+            result[i].token_ids.assign(out.begin() + static_cast<std::ptrdiff_t>(at),
+                                       out.begin() + static_cast<std::ptrdiff_t>(at + lengths[i]));
+            result[i].text = decode(result[i].token_ids);
+            result[i].score = scores[i];
+            at += lengths[i];
+        }
+        return result;
     }
 
     specdec_session *handle_;

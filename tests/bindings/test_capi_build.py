@@ -32,7 +32,7 @@ def test_exports_exactly_the_header_functions(capi_build):
                            text=True, check=True).stdout.split()
     exported = {n for n in names if n.startswith("specdec_")}
     assert exported == header_functions()
-    assert len(exported) == 10
+    assert len(exported) == 12
     assert "specdec_params_init" in exported and "specdec_params_default" not in exported    # an inline function
     assert not [n for n in names if n.startswith("_specdec")]      # the Python-side entry points stay private
 
@@ -55,7 +55,9 @@ def struct_fields(name: str) -> list:
 # Fields appended to the versioned structs after the API version 2 layout, in order, by the version that added them.
 # A new field goes at the end of its struct and here; nothing is ever removed, reordered or retyped.
 APPENDED = {
-    "specdec_params": [("draft", 3)],
+    "specdec_params": [("draft", 3)] + [(name, 4) for name in ("num_beams", "length_penalty", "early_stopping",
+                                                                "num_return_sequences", "min_new_tokens",
+                                                                "no_repeat_ngram_size")],
     "specdec_stats": [(name, 3) for name in ("target_only_rounds", "lookup_rounds", "lookup_proposed",
                                              "lookup_accepted", "model_rounds", "model_proposed", "model_accepted",
                                              "chain_proposed", "chain_accepted")],
@@ -86,10 +88,12 @@ def test_header_structs_match_the_python_api():
     assert "target_s" in stats and "verify_s" not in stats and "sampling_s" not in stats
     text = HEADER.read_text()
     version = int(re.search(r"#define SPECDEC_API_VERSION (\d+)", text).group(1))
-    assert version == max(v for fields_ in APPENDED.values() for _, v in fields_) == 3
+    assert version == max(v for fields_ in APPENDED.values() for _, v in fields_) == 4
     # the version comment describes every version, and the struct comments mark where the appended fields begin
     assert re.search(r"^\s+3: specdec_params and specdec_stats are versioned", text, re.M)
+    assert re.search(r"^\s+4: beam search", text, re.M)
     assert text.count("---- appended in API version 3") == 2
+    assert text.count("---- appended in API version 4") == 1
     assert "gamma 4" not in text and "Default 4" not in text
 
 
