@@ -5,12 +5,16 @@
                   [--max-new-tokens N] [--repeat R] [--json OUT.json] [--plot OUT.png] [--peers]
     specdec-bench --engine DIR --draft none,draft,lookup,lookup+draft,auto [--temperature 0,1] [--num-prompts N]
                   [--max-new-tokens N] [--repeat R] [--json OUT.json] [--markdown OUT.md]
+    specdec-bench --engine DIR --num-beams W [--gamma 1,2,4] [--early-stopping true|false|never]
+                  [--length-penalty L] [--num-prompts N] [--max-new-tokens N] [--repeat R] [--json OUT.json]
+                  [--markdown OUT.md]
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -73,6 +77,21 @@ def parser() -> argparse.ArgumentParser:
                         "for the dominant source with measured costs. Each temperature starts from fresh auto "
                         "estimates, learned on one untimed warm-up pass over the prompts. One filter; no --gamma, "
                         "--filters with several, --plot, --peers, --profile")
+    p.add_argument("--num-beams", type=int, default=1, metavar="W",
+                   help="W > 1: beam search instead of a gamma sweep: per task, target-only beam search (none), "
+                        "exact speculative beam search at each --gamma (default 1,2,4), gamma=auto and "
+                        "transformers' generate(num_beams=W) on the same checkpoint, interleaved in one run; ms per "
+                        "token and request, speedups over none and transformers, beam steps per target call, where "
+                        "the time goes, outputs equal to none's, and the per-call costs of W x 1 and R x (g+1) "
+                        "target runs. Temperature 0 only; no --draft, --filters, --plot, --peers, --profile")
+    p.add_argument("--early-stopping", choices=("true", "false", "never"), default="false",
+                   help="--num-beams: transformers' early_stopping (default false: its heuristic)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="--num-beams: length_penalty (default 1.0)")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                   help="--num-beams: no_repeat_ngram_size (default 0: off)")
+    p.add_argument("--min-new-tokens", type=int, default=0, help="--num-beams: min_new_tokens (default 0)")
+    p.add_argument("--no-transformers", action="store_true",
+                   help="--num-beams: leave transformers' beam search out (no torch needed)")
     p.add_argument("--temperature", type=_float_list, default=None,
                    help="temperatures (default 0,1; --shapes: 0)")
     p.add_argument("--top-k", type=int, default=None,
@@ -593,8 +612,150 @@ def verify_text(verdict: dict) -> str:
             + (f" (in the real loop: {loop:.2f}x)" if loop is not None else ""))
 
 
+def _beam_conflicts(args) -> None:
+    """--num-beams replaces the gamma sweep: the options that do not apply are one-line errors."""
+    if args.num_beams < 2:
+        raise SpecdecError(f"--num-beams must be at least 2 for beam search (got {args.num_beams})",
+                           "leave --num-beams out for greedy and sampling")
+    if args.shapes:
+        raise SpecdecError("--num-beams measures an --engine export", "drop --shapes")
+    for flag, given in (("--draft", args.draft), ("--plot", args.plot), ("--peers", args.peers),
+                        ("--profile", args.profile), ("--peer-gamma", args.peer_gamma is not None),
+                        ("--filters", args.filters), ("--top-k", args.top_k is not None),
+                        ("--top-p", args.top_p is not None), ("--lenience", args.lenience != 1.0)):
+        if given:
+            raise SpecdecError(f"{flag} does not apply to --num-beams", f"run it without {flag}")
+    if args.temperature is not None and any(t > 0 for t in args.temperature):
+        raise SpecdecError("beam search is deterministic: --num-beams takes temperature 0 only",
+                           "drop --temperature")
+
+
+def _main_beams(args) -> int:
+    from . import beams, prompts as prompts_mod
+
+    _beam_conflicts(args)
+    gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
+    args.max_new_tokens = 64 if args.max_new_tokens is None else args.max_new_tokens
+    args.repeat = 5 if args.repeat is None else args.repeat
+    if args.max_new_tokens < 1 or args.repeat < 1:
+        raise SpecdecError("--max-new-tokens and --repeat must be at least 1")
+    past = max(1, args.max_new_tokens // 2) if args.past is None else args.past
+    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
+    settings = beams.BeamSettings(args.num_beams, args.max_new_tokens, early, args.length_penalty,
+                                  args.no_repeat_ngram_size, args.min_new_tokens)
+    dec = _load(args.engine, args.provider, args.threads)
+    has_draft = "draft" in dec.manifest.models
+    if gammas and not has_draft:
+        print("note: the export has no draft model 'draft': target-only beam search and transformers only",
+              file=sys.stderr)
+    configs = beams.configs(gammas if has_draft else [], auto=has_draft, transformers=not args.no_transformers)
+    beams.check(dec, configs, settings)
+    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True)
+    tasks = beams.tasks_of(prompts)
+    started = time.perf_counter()
+    hf, hf_status, checkpoint = None, "left out (--no-transformers)", None
+    hf_threads = args.threads or os.cpu_count() or 1
+    if not args.no_transformers:
+        hf, hf_status, checkpoint = beams.load_transformers(dec, settings, args.target_checkpoint, hf_threads)
+        if hf is None:
+            print(f"transformers: {hf_status}", file=sys.stderr)
+            configs = [c for c in configs if c.specdec]
+    mach = machine.describe(dec.provider, args.threads)
+    print(f"specdec-bench --num-beams {args.num_beams}: {args.engine}")
+    _print_machine(mach)
+    print(f"prompts: {len(prompts)} from {origin} ({', '.join(f'{t} {n}' for t, n in tasks.items())}); "
+          f"max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, configurations "
+          f"{', '.join(c.label for c in configs)}; early_stopping {early}, length_penalty {args.length_penalty:g}, "
+          f"no_repeat_ngram_size {args.no_repeat_ngram_size}, min_new_tokens {args.min_new_tokens}")
+
+    spec = [c for c in configs if c.specdec]
+    per_pass = len(prompts) * len(spec) + (len(prompts) if hf else 0)
+    bar = _bar_factory(args.no_progress)(per_pass * (1 + args.repeat) + (args.repeat if hf else 0),
+                                         "specdec-bench --num-beams")
+    try:
+        cells, equality, shapes, learned = beams.run_beams(dec, prompts, configs, settings, args.repeat, hf, bar)
+    finally:
+        bar.close()
+    costs = beams.probe(dec, prompts[0].ids, args.num_beams, gammas if has_draft else [], shapes, past,
+                        args.probe_repeats)
+    rows = beams.summarize(cells, configs, equality, costs)
+    exact = beams.equality_summary(rows)
+    auto_end = beams.estimates_snapshot(dec.beam_estimates)
+
+    print()
+    print(report.beam_costs_text(costs))
+    print()
+    print("beam search per task (ms/tok: wall time per output token of the best sequence, median over repeats, +-: "
+          "half the min-max range; ms/req: per request; vs none / vs transformers: their wall time over this "
+          "configuration's on the same prompts, median of per-repeat ratios (min-max); steps/call: beam steps per "
+          "target run; spec: share of the rounds that were speculative, and beam steps per speculative round; "
+          "time shares of target runs, draft runs (with the proposal's host work), encoders, host; = none: outputs "
+          "equal to target-only beam search / compared)")
+    print(report.beam_table(rows))
+    predicted = [r for r in rows if r.get("prediction")]
+    if predicted:
+        print()
+        print("what the runs predict for draft:G (s: beam steps per speculative round, measured; R: rows of its "
+              "scoring run, median seen; c: draft W x 1 step / target W x 1 step; T(R,g+1)/T(W,1) from the probe; "
+              "pred = s/(g c + T(R,g+1)/T(W,1)), host time left out; ceiling = s/(g c + 1): the same if the "
+              "scoring run cost one W x 1 step; pays when g c + T(R,g+1)/T(W,1) < s: "
+              "T-ratio b-e = s - g c is the largest scoring-run ratio, c b-e = (s - T-ratio)/g the largest c at "
+              "which it would; c loop, T-ratio loop: the same costs as the loop paid them (Stats: draft ms per "
+              "call, the proposal's host work included, and target ms per call, over none's target ms per call), "
+              "pred loop = s/(draft runs per round x c loop + T-ratio loop); speedup: measured, vs none)")
+        print(report.beam_prediction_table(predicted))
+    print()
+    print(beams.ESTIMATES_NOTE)
+    for line in report.beam_estimates_lines({"after warm-up": learned, "at the end": auto_end}):
+        print(f"  {line}")
+    print()
+    bad = [f"{task}/{label} {e['mismatches']} of {e['compared']}" for task, by in exact.items()
+           for label, e in by.items() if label != beams.TRANSFORMERS and e["mismatches"]]
+    if bad:
+        print(f"beam exactness: MISMATCH with none for {', '.join(bad)}")
+    else:
+        compared = sum(e["compared"] for by in exact.values() for label, e in by.items()
+                       if label != beams.TRANSFORMERS)
+        print(f"beam exactness: every specdec configuration gave none's sequences on every prompt of every pass "
+              f"({compared} compared)")
+    hf_agree = [f"{task} {by[beams.TRANSFORMERS]['equal']}/{by[beams.TRANSFORMERS]['compared']}"
+                for task, by in exact.items() if beams.TRANSFORMERS in by]
+    if hf_agree:
+        print(f"transformers' beam search equals none's best sequence: {', '.join(hf_agree)}")
+
+    mach["load_average_at_end"] = machine.load_average()
+    out = {"mode": "beams", "machine": mach, "engine": _engine_info(dec),
+           "settings": {**settings.as_dict(), "gammas": gammas if has_draft else [],
+                        "configs": [c.as_dict() for c in configs], "repeats": args.repeat,
+                        "prompts": len(prompts), "prompts_per_task": tasks, "prompts_origin": origin,
+                        "probe_past": costs["past_length"], "threads": args.threads,
+                        "transformers": {"status": hf_status, "checkpoint": checkpoint, "torch_threads": hf_threads}},
+           "notes": report.BEAM_NOTES, "beam_costs": costs, "beam_results": rows, "beam_outputs_equal": exact,
+           "auto_estimates": {"after_warmup": learned, "at_end": auto_end},
+           "auto_estimates_note": beams.ESTIMATES_NOTE,
+           "target_run_shapes_seen": _shape_counts(shapes.get("target", [])),
+           "elapsed_s": time.perf_counter() - started}
+    _write(out, args)
+    return 0
+
+
+def _shape_counts(shapes) -> list:
+    """[{rows, tokens, runs}] of a shape census, most frequent first."""
+    counts: dict = {}
+    for shape in shapes:
+        counts[shape] = counts.get(shape, 0) + 1
+    return [{"rows": r, "tokens": n, "runs": k} for (r, n), k in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
 def _main(argv) -> int:
     args = parser().parse_args(argv)
+    if args.num_beams != 1:
+        return _main_beams(args)
+    for flag, given in (("--early-stopping", args.early_stopping != "false"), ("--length-penalty",
+                        args.length_penalty != 1.0), ("--no-repeat-ngram-size", args.no_repeat_ngram_size != 0),
+                        ("--min-new-tokens", args.min_new_tokens != 0), ("--no-transformers", args.no_transformers)):
+        if given:
+            raise SpecdecError(f"{flag} belongs to beam search", "add --num-beams W (W >= 2)")
     if args.draft and args.shapes:
         raise SpecdecError("--draft compares draft sources on an --engine export", "drop --shapes or --draft")
     if args.draft:

@@ -109,7 +109,7 @@ class CT2Engine(Engine):
         return normalize([self.tokenizer.token_to_id(t) for t in res[0].hypotheses[0]], self.eos_id)
 
 
-def _load_hf(path: str):
+def load_hf(path: str):
     import torch
     import transformers
     from transformers import T5ForConditionalGeneration
@@ -157,7 +157,7 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
         import torch
 
         torch.set_num_threads(threads)
-        hf_target, hf_draft = _load_hf(target), _load_hf(draft)
+        hf_target, hf_draft = load_hf(target), load_hf(draft)
         engines.append(HFEngine(hf_target, eos_id))
         engines.append(HFEngine(hf_target, eos_id, assistant=hf_draft, gamma=gamma))
     except ImportError:

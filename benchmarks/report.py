@@ -281,6 +281,119 @@ def estimates_lines(learned: dict) -> list[str]:
     return out
 
 
+BEAM_NOTES = {
+    "beam_results": "one row per (task, configuration); config: none (specdec target-only beam search, draft='none'), "
+                    "draft:G (exact speculative beam search, draft='draft', gamma=G), auto (gamma='auto'), "
+                    "transformers (PyTorch generate(num_beams=W) on the target checkpoint)",
+    "ms_per_token": "per repeat: wall time over the task's prompts / tokens of the best sequences (Stats.new_tokens; "
+                    "for transformers its output up to EOS); spread over repeats. ms_per_request likewise per request",
+    "speedup_vs_none": "per repeat: none's wall time over the task's prompts / this configuration's (the same "
+                       "prompts, equal outputs); spread over repeats. speedup_vs_transformers likewise with "
+                       "transformers' wall time",
+    "beam_steps_per_target_call": "beam steps (a target-only round makes 1, a speculative round 1 .. g+1: "
+                                  "Stats.sources tokens) / target runs",
+    "speculative": "Stats.sources summed over the timed runs: rounds, proposed, accepted and steps of the "
+                   "speculative rounds (source 'draft'), target_only_rounds (source 'none'), round_share = "
+                   "speculative rounds / target runs, steps_per_round, accepted_per_guess = accepted / proposed",
+    "time_share": "Stats target_s, draft_s (the draft runs and the proposal's host work between them), encoder_s, "
+                  "host_s over total_s, pooled over the timed runs",
+    "outputs_equal_none": "sequences equal to none's (the reference: not on its own rows) on the same prompt in the "
+                          "same pass (the warm-up pass and every repeat); for transformers its best sequence against "
+                          "none's best (agreement, not required: PyTorch and ONNX Runtime logits differ by round-off)",
+    "beam_costs": "the batched sessions' run times at past_length, median over repeats: target W x 1 "
+                  "(target_step_ms), target R x (g+1) for R = W, W (g+1) and the median rows seen in the warm-up "
+                  "pass (scoring[g]), the draft's W x 1 step; c = draft step / target step. Each target shape runs "
+                  "twice in a row: ms is the second run, after_switch_ms the first (right after another shape)",
+    "prediction": "for draft:G: s / (g c + T(R, g+1)/T(W, 1)), s = measured beam steps per speculative round; "
+                  "host time left out; ceiling = s / (g c + 1) (a scoring run as cheap as a W x 1 step); "
+                  "c_in_loop = draft ms per call (Stats, the proposal's host work included) / none's target ms per "
+                  "call, verify_ratio_in_loop = target ms per call / none's, predicted_in_loop = s / (draft runs per "
+                  "round x c_in_loop + verify_ratio_in_loop); "
+                  "verify_break_even = s - g c, c_break_even = (s - T(R, g+1)/T(W, 1)) / g",
+}
+
+
+def beam_costs_lines(costs: dict) -> tuple[list[str], list[list[str]]]:
+    seen = {int(g) + 1: e["rows_seen"] for g, e in costs["scoring"].items()}
+    headers = ["target run", "rows", "tokens", "ms", "x W x 1", "after a switch ms", "x", "rows seen (median, min-max)"]
+    lines = []
+    for t in costs["target_runs"]:
+        rs = seen.get(t["tokens"])
+        lines.append(["W x 1" if t["tokens"] == 1 else f"R x {t['tokens']}", str(t["rows"]), str(t["tokens"]),
+                      _f(t["ms"], ".3f"), _f(t["over_step"]), _f(t.get("after_switch_ms"), ".3f"),
+                      _f(t.get("after_switch_over_step")),
+                      f"{rs['median']:g} ({rs['min']}-{rs['max']}, {rs['runs']} runs)" if rs else "-"])
+    return headers, lines
+
+
+def beam_costs_text(costs: dict) -> str:
+    head = (f"per-call costs (batched sessions, past length {costs['past_length']}, W = {costs['num_beams']}, median "
+            f"of {costs['repeats']}): target W x 1 step {costs['target_step_ms']:.3f} ms "
+            f"({_f(costs.get('target_step_after_switch_ms'), '.3f')} ms right after a run of another shape)")
+    if costs.get("draft_step_ms") is not None:
+        head += (f"; draft W x 1 step {costs['draft_step_ms']:.3f} ms, c = {costs['c']:.3f}; the draft's first step "
+                 f"of a round reads {_f(costs.get('draft_first_step_tokens_mean'))} tokens on average")
+    return head + "\n" + table(*beam_costs_lines(costs))
+
+
+def _pct(share: dict | None, part: str) -> str:
+    return "-" if not share else f"{100 * share[part]:.0f}"
+
+
+def beam_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["task", "config", "ms/tok", "+-", "ms/req", "vs none", "min-max", "vs transformers", "steps/call",
+               "spec rounds", "steps/round", "target %", "draft %", "enc %", "host %", "= none"]
+    lines = []
+    for r in rows:
+        ms, sn, st = r["ms_per_token"], r.get("speedup_vs_none"), r.get("speedup_vs_transformers")
+        spec = r.get("speculative") or {}
+        eq = r.get("outputs_equal_none")
+        share = r.get("time_share")
+        lines.append([r["task"], r["config"], _f(ms["median"], ".3f"), _f((ms["max"] - ms["min"]) / 2, ".3f"),
+                      _f(r["ms_per_request"]["median"], ".1f"), _f(sn and sn["median"]),
+                      f"{sn['min']:.2f}-{sn['max']:.2f}" if sn else "-", _f(st and st["median"]),
+                      _f(r.get("beam_steps_per_target_call")),
+                      "-" if not spec else f"{100 * spec['round_share']:.0f}%",
+                      _f(spec.get("steps_per_round")), _pct(share, "target"), _pct(share, "draft"),
+                      _pct(share, "encoder"), _pct(share, "host"),
+                      f"{eq['equal']}/{eq['compared']}" if eq else "-"])
+    return headers, lines
+
+
+def beam_prediction_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    headers = ["task", "config", "s", "R", "c", "T(R,g+1)/T(W,1)", "pred", "ceiling", "T-ratio b-e", "c b-e",
+               "c loop", "T-ratio loop", "pred loop", "speedup", "meas/pred"]
+    lines = []
+    for r in rows:
+        p = r["prediction"]
+        lines.append([r["task"], r["config"], _f(p["steps_per_round"]), _f(p["rows"], "d"), _f(p["c"], ".3f"),
+                      _f(p["verify_ratio"]), _f(p["predicted_speedup"]), _f(p["ceiling"]),
+                      _f(p["verify_break_even"]), _f(p["c_break_even"], ".3f"), _f(p["c_in_loop"], ".3f"),
+                      _f(p["verify_ratio_in_loop"]), _f(p["predicted_in_loop"]),
+                      _f(r.get("speedup_vs_none", {}).get("median")), _f(p["measured_over_predicted"])])
+    return headers, lines
+
+
+def beam_table(rows: list[dict]) -> str:
+    return table(*beam_lines(rows))
+
+
+def beam_prediction_table(rows: list[dict]) -> str:
+    return table(*beam_prediction_lines(rows))
+
+
+def beam_estimates_lines(snapshots: dict) -> list[str]:
+    out = []
+    for when, e in snapshots.items():
+        if "unavailable" in e:
+            out.append(f"{when}: {e['unavailable']}")
+            continue
+        rates = ", ".join(f"gamma {g}: {r:.0f}" for g, r in e["steps_per_s"].items()) or "-"
+        seen = ", ".join(f"{g}: {n}" for g, n in e["rounds_seen"].items()) or "-"
+        out.append(f"{when}: beam steps/s {rates} (best: gamma {e['best']}); rounds by gamma {seen}")
+    return out
+
+
 def write_json(report: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -384,8 +497,10 @@ def markdown(report: dict) -> str:
             f"{100 * (m.get('cpu_busy_before_run') or 0):.0f}% busy just before the run"
             + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
     parts = [head]
-    probe = report["cost_probe"]
-    if report["mode"] == "drafts":
+    probe = report.get("cost_probe")
+    if report["mode"] == "beams":
+        parts += _beam_markdown(report)
+    elif report["mode"] == "drafts":
         parts += _draft_markdown(report)
     elif report["mode"] == "engine":
         s = report["settings"]
@@ -507,4 +622,40 @@ def _draft_markdown(report: dict) -> list[str]:
     if learned:
         parts.append("What auto had learned at the end of each warm-up pass:\n\n"
                      + "\n".join(f"- {line}" for line in learned))
+    return parts
+
+
+def _beam_markdown(report: dict) -> list[str]:
+    s, costs = report["settings"], report["beam_costs"]
+    tasks = ", ".join(f"{task} {n}" for task, n in s["prompts_per_task"].items())
+    hf = s["transformers"]
+    parts = [f"{s['prompts']} prompts ({tasks}; {s['prompts_origin']}), W = {s['num_beams']}, max_new_tokens "
+             f"{s['max_new_tokens']}, early_stopping {s['early_stopping']}, length_penalty {s['length_penalty']:g}, "
+             f"no_repeat_ngram_size {s['no_repeat_ngram_size']}, min_new_tokens {s['min_new_tokens']}, "
+             f"{s['repeats']} repeats; configurations {', '.join(c['label'] for c in s['configs'])} (transformers: "
+             f"{hf['status']}, torch threads {hf['torch_threads']}). {report['auto_estimates_note']}"]
+    parts.append("Per task and configuration: ms per output token (median over repeats, ± half the min-max range) "
+                 "and per request; speedup = the other's wall time ÷ this configuration's on the same prompts "
+                 "(median of per-repeat ratios, min-max for none); beam steps per target run; share of the rounds "
+                 "that were speculative and beam steps per speculative round; time shares (target runs, draft runs "
+                 "with the proposal's host work, encoders, host); outputs equal to none's / compared:\n\n"
+                 + _md(*beam_lines(report["beam_results"])))
+    predicted = [r for r in report["beam_results"] if r.get("prediction")]
+    if predicted:
+        parts.append("What the runs predict for draft:G: pred = s / (g c + T(R, g+1)/T(W, 1)) (s: measured beam "
+                     "steps per speculative round; R: median rows of its scoring run; host time left out); "
+                     "ceiling = s / (g c + 1), the same if the scoring run cost one W × 1 step; it pays when "
+                     "g c + T(R, g+1)/T(W, 1) < s: T-ratio b-e = s − g c, c b-e = (s − T(R, g+1)/T(W, 1)) / g; "
+                     "c loop and T-ratio loop: the same costs as the loop paid them (Stats: draft ms per call with the "
+                     "proposal's host work, target ms per call, over none's target ms per call), pred loop = s / "
+                     "(draft runs per round × c loop + T-ratio loop):\n\n"
+                     + _md(*beam_prediction_lines(predicted)))
+    draft = (f"; draft W × 1 step {costs['draft_step_ms']:.3f} ms, c = {costs['c']:.3f}"
+             if costs.get("draft_step_ms") is not None else "")
+    parts.append(f"Per-call costs (batched sessions, past length {costs['past_length']}, median of "
+                 f"{costs['repeats']}): target W × 1 step {costs['target_step_ms']:.3f} ms{draft}:\n\n"
+                 + _md(*beam_costs_lines(costs)))
+    learned = beam_estimates_lines({"after the warm-up pass": report["auto_estimates"]["after_warmup"],
+                                    "at the end": report["auto_estimates"]["at_end"]})
+    parts.append("What auto had learned:\n\n" + "\n".join(f"- {line}" for line in learned))
     return parts

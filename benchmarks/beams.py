@@ -1,0 +1,518 @@
+"""Beam search (`specdec-bench --num-beams W`): target-only beam search, exact speculative beam search at fixed
+gammas, gamma="auto", and transformers' own beam search on the same weights, per task, in one run.
+
+Configurations (labels as the report spells them):
+
+    none           specdec, draft="none": target-only beam search, the baseline every speedup is taken against
+    draft:G        specdec, draft="draft", gamma=G: exact speculative beam search (runtime/beam_decode.py); its
+                   outputs must equal none's, and every one is compared
+    auto           specdec, draft="draft", gamma="auto": a speculative round of some gamma, or a target-only step,
+                   chosen per round by measured beam steps per second (BeamEstimates)
+    transformers   T5ForConditionalGeneration.generate(num_beams=W, do_sample=False, ...) on the checkpoint the
+                   export was made from (PyTorch, fp32), the same prompts and beam settings
+
+Order: `dec.beam_estimates` is reset (a cold start), then one untimed warm-up pass runs every prompt with every
+configuration (ONNX Runtime's arenas, PyTorch's first calls; auto learns its estimates here, and the target's and
+the draft's run shapes are recorded for the cost probe). Then the repeats: the specdec configurations interleaved
+per prompt (for each prompt, every configuration back to back, the list rotated by one position per prompt and per
+repeat), and transformers as one block over all prompts after one unmeasured call (as --peers does: PyTorch's and
+ONNX Runtime's worker threads keep spinning for a while after a call, so alternating engines prompt by prompt would
+slow whichever runs next); the block comes before the specdec configurations in even repeats and after them in odd
+ones. auto keeps learning during the timed repeats, as it would serving.
+
+Per (task, configuration): ms per output token (wall time over the best sequence's tokens) and per request, the
+speedup over none and over transformers (per repeat: their wall time over this configuration's on the same prompts,
+median and min-max over repeats), beam steps per target call, speculative rounds and what they made, where the time
+went (Stats: target_s, draft_s, encoder_s, host_s over total_s), and how many outputs equal none's (every prompt of
+every repeat and of the warm-up pass).
+
+Per-call costs (`probe`): on the batched sessions (`dec.beam_model`), at one past length, the target's run over W
+rows x 1 token (a target-only step) and over R rows x (g+1) tokens (a speculative round's scoring run) for the rows
+R seen in the warm-up pass (median), R = W (one path per beam) and R = W (g+1) (the most a round scores), and the
+draft's W x 1 step. Each shape is run twice in a row: the second run is its cost (`ms`), the first, right after a
+run of another shape, is `after_switch_ms` (ONNX Runtime's per-shape work on a change of shape, which the
+speculative loop pays on most target runs: its scoring runs change rows from round to round). The prediction uses
+the steady costs (what grows with the model), and beside them the costs measured in the loop: the draft's and the
+target's mean time per call in Stats, as c_in_loop = draft ms per call / none's target ms per call and
+verify_ratio_in_loop = this configuration's target ms per call / none's (the draft's time includes the proposal's
+host work between its runs). A speculative round of g guesses that makes s beam steps pays, run time alone, when
+g c + T(R, g+1) / T(W, 1) < s (c = the draft step / the target's W x 1 step): `verify_break_even` = s - g c is the
+largest scoring-run ratio at which it would, `c_break_even` = (s - T(R, g+1)/T(W, 1)) / g the largest c; `ceiling`
+= s / (g c + 1) is the speedup if the scoring run cost no more than a W x 1 step (hardware where a run's cost does
+not grow with its rows and tokens: the limit for large models on a GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specdec.runtime import Params, SpecdecError, Stats
+
+from .drafts import rotated, task_of, tasks_of
+from .sweep import spread
+
+PARTS = ("target", "draft", "encoder", "host")
+SUMMED = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
+          "host_s", "steps")
+SOURCE_KEYS = ("rounds", "proposed", "accepted", "tokens")
+TRANSFORMERS = "transformers"
+DEFAULT_GAMMAS = (1, 2, 4)
+ESTIMATES_NOTE = ("auto's estimates (dec.beam_estimates: beam steps per second by gamma, 0 = a target-only step) were "
+                  "reset before the warm-up pass and learned on it; they keep learning during the timed repeats.")
+
+
+@dataclass(frozen=True)
+class BeamSettings:
+    """What every configuration shares: transformers' generate arguments of the same names."""
+    num_beams: int
+    max_new_tokens: int
+    early_stopping: object = False
+    length_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    min_new_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens,
+                "early_stopping": self.early_stopping, "length_penalty": self.length_penalty,
+                "no_repeat_ngram_size": self.no_repeat_ngram_size, "min_new_tokens": self.min_new_tokens}
+
+
+@dataclass(frozen=True)
+class BeamConfig:
+    label: str           # "none", "draft:2", "auto", "transformers"
+    draft: str           # the runtime's draft name ("none", "draft"); "" for transformers
+    gamma: object        # an int, "auto", or None for transformers
+
+    @property
+    def specdec(self) -> bool:
+        return self.label != TRANSFORMERS
+
+    def params(self, settings: BeamSettings) -> Params:
+        return Params.of(draft=self.draft, gamma=self.gamma, **settings.as_dict())
+
+    def as_dict(self) -> dict:
+        return {"label": self.label, "engine": "specdec" if self.specdec else TRANSFORMERS, "draft": self.draft,
+                "gamma": self.gamma}
+
+
+NONE = BeamConfig("none", "none", 0)
+AUTO = BeamConfig("auto", "draft", "auto")
+HF = BeamConfig(TRANSFORMERS, "", None)
+
+
+def configs(gammas, auto: bool = True, transformers: bool = True) -> list[BeamConfig]:
+    """none, draft:G for every gamma > 0 (in order, once), auto, transformers."""
+    out = [NONE] + [BeamConfig(f"draft:{g}", "draft", g) for g in dict.fromkeys(int(g) for g in gammas) if g > 0]
+    return out + ([AUTO] if auto else []) + ([HF] if transformers else [])
+
+
+def check(dec, cfgs, settings: BeamSettings) -> None:
+    """Every specdec configuration's parameters are valid for this export (one-line errors)."""
+    if any(c.specdec and c.draft == "draft" for c in cfgs) and "draft" not in dec.manifest.models:
+        raise SpecdecError("speculative beam search needs the export's draft model 'draft'",
+                           "export a pair, or run --num-beams with --gamma 0 (target-only beam search)")
+    for c in cfgs:
+        if c.specdec:
+            try:
+                c.params(settings).checked(dec.gamma_max)
+            except SpecdecError as err:
+                raise SpecdecError(f"--num-beams {settings.num_beams}, {c.label}: {err.problem}", err.fix) from None
+
+
+# -- transformers -----------------------------------------------------------------------------------------------
+
+class TransformersBeam:
+    """transformers' beam search on the target checkpoint, with the benchmark's beam settings."""
+
+    def __init__(self, model, eos_id: int, settings: BeamSettings):
+        import torch
+
+        self.torch, self.model, self.eos_id, self.settings = torch, model, eos_id, settings
+
+    def run(self, ids: list) -> list:
+        from .peers import normalize
+
+        torch, s = self.torch, self.settings
+        x = torch.tensor([ids], dtype=torch.long)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                                      num_beams=s.num_beams, num_return_sequences=1,
+                                      max_new_tokens=s.max_new_tokens, early_stopping=s.early_stopping,
+                                      length_penalty=s.length_penalty, no_repeat_ngram_size=s.no_repeat_ngram_size,
+                                      min_new_tokens=s.min_new_tokens)
+        return normalize(out[0].tolist(), self.eos_id, drop_first=True)
+
+
+def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threads: int):
+    """(TransformersBeam or None, status, checkpoint path): the target checkpoint of the export's manifest unless
+    given; "not installed" / the error when it cannot run."""
+    from pathlib import Path
+
+    from .peers import load_hf
+    from .prompts import special_id
+
+    path = checkpoint or dec.manifest.models["target"].source
+    if not Path(path).is_dir():
+        raise SpecdecError(f"the target checkpoint '{path}' (from the export's manifest) is not a local directory",
+                           "pass --target-checkpoint DIR with the checkpoint the export was made from, or "
+                           "--no-transformers")
+    try:
+        import torch
+
+        torch.set_num_threads(threads)
+        model = load_hf(path)
+    except ImportError:
+        return None, "not installed (pip install 'specdec[export]')", path
+    return TransformersBeam(model, special_id(dec, "eos_token_id"), settings), "ok", path
+
+
+# -- the run ----------------------------------------------------------------------------------------------------
+
+class ShapeCensus:
+    """Records the (rows, tokens) of every run of a BeamModel while active (untimed passes only): the instance's
+    `run` is wrapped and put back on exit."""
+
+    def __init__(self, model):
+        self.model, self.shapes = model, []
+
+    def __enter__(self):
+        run = self.model.run
+
+        def recording(tokens, stats=None):
+            self.shapes.append(tuple(int(n) for n in tokens.shape))
+            return run(tokens, stats)
+
+        self.model.run = recording
+        return self
+
+    def __exit__(self, *exc):
+        del self.model.run                  # the class's method again
+        return False
+
+
+@dataclass
+class BeamCell:
+    """One (task, configuration): sums over the task's prompts, one entry per repeat, and Stats.sources pooled."""
+    per_repeat: list = field(default_factory=list)
+    sources: dict = field(default_factory=dict)
+
+    def repeat_sums(self, repeat: int) -> dict:
+        while len(self.per_repeat) <= repeat:
+            self.per_repeat.append({k: 0 for k in SUMMED})
+        return self.per_repeat[repeat]
+
+    def add(self, repeat: int, stats: Stats) -> None:
+        r = self.repeat_sums(repeat)
+        for k in SUMMED:
+            if k == "requests":
+                r[k] += 1
+            elif k == "steps":
+                r[k] += sum(s.tokens for s in stats.sources.values())
+            else:
+                r[k] += getattr(stats, k)
+        for name, s in stats.sources.items():
+            sums = self.sources.setdefault(name, {k: 0 for k in SOURCE_KEYS})
+            for k in SOURCE_KEYS:
+                sums[k] += getattr(s, k)
+
+    def add_wall(self, repeat: int, seconds: float, new_tokens: int) -> None:
+        """A request timed from outside (transformers): wall time and output length only."""
+        r = self.repeat_sums(repeat)
+        r["total_s"] += seconds
+        r["requests"] += 1
+        r["new_tokens"] += new_tokens
+
+    def pooled(self) -> dict:
+        return {k: sum(r[k] for r in self.per_repeat) for k in SUMMED}
+
+    def seconds(self) -> list:
+        return [r["total_s"] for r in self.per_repeat]
+
+
+def estimates_snapshot(est) -> dict:
+    """What gamma="auto" learned (BeamEstimates): beam steps per second by gamma (0 = a target-only step; decayed
+    sums of steps over decayed seconds), the rounds each gamma ran, and the gamma with the best rate."""
+    try:
+        rates = est.rates()
+        return {"steps_per_s": {str(g): r for g, r in rates.items()},
+                "rounds_seen": {str(g): n for g, n in sorted(est.seen.items())},
+                "best": max(rates, key=rates.get) if rates else None}
+    except (AttributeError, TypeError, ValueError) as err:      # the runtime changed what it keeps: report it
+        return {"unavailable": f"{type(err).__name__}: {err}"}
+
+
+def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None, progress=None):
+    """Run everything (module docstring). Returns (cells {(task, label): BeamCell}, equality {(task, label):
+    {equal, compared, first_mismatch}} against none, agreement of none with transformers likewise under
+    (task, "transformers"), shapes {"target"|"draft": [(rows, tokens)]} of the warm-up pass, estimates snapshot
+    after the warm-up pass, statuses {label: why not run})."""
+    tasks = list(tasks_of(prompts))
+    spec = [c for c in cfgs if c.specdec]
+    use_hf = hf is not None and any(not c.specdec for c in cfgs)
+    labels = [c.label for c in spec] + ([TRANSFORMERS] if use_hf else [])
+    cells = {(task, label): BeamCell() for task in tasks for label in labels}
+    equality = {(task, label): {"equal": 0, "compared": 0, "first_mismatch": None}
+                for task in tasks for label in labels if label != NONE.label}
+    params = {c.label: c.params(settings) for c in spec}
+    reference: dict = {}                      # (pass, prompt index) -> none's sequences
+    hf_outputs: dict = {}                     # (pass, prompt index) -> [transformers' tokens]
+
+    def tick():
+        if progress:
+            progress.update(1)
+
+    def compare(key, pass_id, i, seqs):
+        ref = reference.get((pass_id, i))
+        if ref is None or key not in equality:
+            return
+        e = equality[key]
+        e["compared"] += 1
+        if seqs == ref:
+            e["equal"] += 1
+        elif e["first_mismatch"] is None:
+            e["first_mismatch"] = {"pass": pass_id, "prompt": i}
+
+    def run_spec(pass_id, i, p, config, repeat=None):
+        res = dec.generate(input_ids=p.ids, params=params[config.label])
+        seqs = [list(s) for s in res.sequences]
+        if config.label == NONE.label:
+            reference[(pass_id, i)] = seqs
+        if repeat is not None:
+            cells[(task_of(p), config.label)].add(repeat, res.stats)
+        return seqs
+
+    def spec_pass(pass_id, shift, repeat=None):
+        for i, p in enumerate(prompts):
+            order = rotated(spec, shift + i)
+            got = {}
+            for c in order:
+                got[c.label] = run_spec(pass_id, i, p, c, repeat)
+                tick()
+            for label, seqs in got.items():       # none ran somewhere in the order: compare once all are in
+                compare((task_of(p), label), pass_id, i, seqs)
+
+    def hf_pass(pass_id, repeat=None):
+        if not use_hf:
+            return
+        if repeat is not None:
+            hf.run(prompts[0].ids)                # unmeasured: PyTorch's threads spin up
+            tick()
+        for i, p in enumerate(prompts):
+            t = time.perf_counter()
+            out = hf.run(p.ids)
+            seconds = time.perf_counter() - t
+            if repeat is not None:
+                cells[(task_of(p), TRANSFORMERS)].add_wall(repeat, seconds, len(out))
+            hf_outputs[(pass_id, i)] = [out]
+            tick()
+
+    dec.beam_estimates = type(dec.beam_estimates)()        # a cold start for auto
+    target_model = dec.beam_model("target")
+    models = {"target": target_model}
+    if any(c.draft == "draft" for c in spec):
+        models["draft"] = dec.beam_model("draft")
+    censuses = {name: ShapeCensus(m) for name, m in models.items()}
+    with contextlib.ExitStack() as stack:
+        for census in censuses.values():
+            stack.enter_context(census)
+        spec_pass("warmup", 0)
+    hf_pass("warmup")
+    learned = estimates_snapshot(dec.beam_estimates)
+    for r in range(repeats):
+        blocks = [lambda r=r: spec_pass(r, r, r), lambda r=r: hf_pass(r, r)]
+        for block in (blocks if r % 2 else blocks[::-1]):
+            block()
+    if use_hf:
+        for (pass_id, i), out in hf_outputs.items():
+            compare((task_of(prompts[i]), TRANSFORMERS), pass_id, i, out)
+    shapes = {name: census.shapes for name, census in censuses.items()}
+    return cells, equality, shapes, learned
+
+
+# -- per-call costs ---------------------------------------------------------------------------------------------
+
+def rows_seen(shapes: list, guesses: int) -> dict | None:
+    """The rows of the target's scoring runs over guesses+1 tokens in a shape census: {min, median, mean, max,
+    runs}; None when there was none."""
+    rows = [r for r, n in shapes if n == guesses + 1]
+    if not rows:
+        return None
+    return {"min": min(rows), "median": statistics.median(rows), "mean": statistics.fmean(rows), "max": max(rows),
+            "runs": len(rows)}
+
+
+def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int) -> dict:
+    """Per-call run times (module docstring), ms, median over `repeats`, the order of the shapes rotated between
+    repeats. Each run is rolled back (`length` set back to `past`), so every one sees the same past."""
+    stats = Stats()
+    gammas = sorted({int(g) for g in gammas if g > 0})
+    g_max = max(gammas, default=0)
+    past = max(1, min(past, dec.max_length - g_max - 2))
+    src = np.asarray(ids, np.int64)
+    wanted = [(width, 1)]
+    seen = {}
+    for g in gammas:
+        seen[g] = rows_seen(shapes.get("target", []), g)
+        candidates = [width, width * (g + 1)] + ([int(round(seen[g]["median"]))] if seen[g] else [])
+        wanted += [(r, g + 1) for r in sorted(set(candidates))]
+    wanted = list(dict.fromkeys(wanted))
+    target = dec.beam_model("target")
+    target.encode(src, width, stats, max(r for r, _ in wanted), g_max + 1)
+    for k in range(past):
+        target.run(np.full((width, 1), src[k % src.size], np.int64))
+    times = {shape: [] for shape in wanted}
+    switched = {shape: [] for shape in wanted}
+    for rep in range(repeats):
+        for rows, count in rotated(wanted, rep):
+            if target.rows != rows:
+                target.gather([i % width for i in range(rows)])
+            for into in (switched, times):              # the first run after a change of shape, then another
+                target.run(np.resize(src, (rows, count)))
+                into[(rows, count)].append(target.elapsed)
+                target.length = past
+    ms = {shape: 1000.0 * statistics.median(ts) for shape, ts in times.items()}
+    ms_switched = {shape: 1000.0 * statistics.median(ts) for shape, ts in switched.items()}
+    step, step_switched = ms[(width, 1)], ms_switched[(width, 1)]
+    out = {"past_length": past, "num_beams": width, "repeats": repeats, "target_step_ms": step,
+           "target_step_after_switch_ms": step_switched,
+           "target_runs": [{"rows": r, "tokens": n, "ms": v, "over_step": v / step,
+                            "after_switch_ms": ms_switched[(r, n)],
+                            "after_switch_over_step": ms_switched[(r, n)] / step_switched}
+                           for (r, n), v in ms.items()],
+           "scoring": {}}
+    for g in gammas:
+        entry = {"rows_seen": seen[g], "rows_min_ms": ms[(width, g + 1)], "rows_max_ms": ms[(width * (g + 1), g + 1)]}
+        if seen[g]:
+            r = int(round(seen[g]["median"]))
+            entry.update({"rows": r, "ms": ms[(r, g + 1)], "over_step": ms[(r, g + 1)] / step})
+        else:
+            entry.update({"rows": None, "ms": None, "over_step": None})
+        out["scoring"][str(g)] = entry
+    out["draft_step_ms"] = out["c"] = None
+    if "draft" in dec.manifest.models:
+        draft = dec.beam_model("draft")
+        draft.encode(src, width, stats)
+        for k in range(past):
+            draft.run(np.full((width, 1), src[k % src.size], np.int64))
+        ts = []
+        for _ in range(repeats):                            # one shape throughout: no switch to absorb
+            draft.run(np.resize(src, (width, 1)))
+            ts.append(draft.elapsed)
+            draft.length = past
+        out["draft_step_ms"] = 1000.0 * statistics.median(ts)
+        out["c"] = out["draft_step_ms"] / step
+        first = [n for r, n in shapes.get("draft", []) if n > 1]
+        out["draft_first_step_tokens_mean"] = statistics.fmean(first) if first else None
+    return out
+
+
+# -- summaries --------------------------------------------------------------------------------------------------
+
+def _ratios(num: list, den: list) -> list:
+    return [a / b for a, b in zip(num, den) if b > 0]
+
+
+def summarize(cells: dict, cfgs, equality: dict, costs: dict | None) -> list[dict]:
+    """One row per (task, configuration), tasks in order of appearance, configurations in the run's order."""
+    by_label = {c.label: c for c in cfgs}
+    rows = []
+    for (task, label), cell in cells.items():
+        config = by_label[label]
+        pooled = cell.pooled()
+        requests = max(pooled["requests"], 1)
+        ms_tok = [1000.0 * r["total_s"] / max(r["new_tokens"], 1) for r in cell.per_repeat]
+        ms_req = [1000.0 * r["total_s"] / max(r["requests"], 1) for r in cell.per_repeat]
+        row = {"task": task, "config": label, "engine": "specdec" if config.specdec else TRANSFORMERS,
+               "draft": config.draft, "gamma": config.gamma, "repeats": len(cell.per_repeat),
+               "requests": pooled["requests"], "new_tokens": pooled["new_tokens"],
+               "ms_per_token": spread(ms_tok), "ms_per_request": spread(ms_req),
+               "tokens_per_s": 1000.0 / statistics.median(ms_tok)}
+        none = cells.get((task, NONE.label))
+        if none is not None:
+            row["speedup_vs_none"] = spread(_ratios(none.seconds(), cell.seconds()))
+        hf = cells.get((task, TRANSFORMERS))
+        if hf is not None:
+            row["speedup_vs_transformers"] = spread(_ratios(hf.seconds(), cell.seconds()))
+        eq = equality.get((task, label))
+        if eq is not None:
+            row["outputs_equal_none"] = {**eq, "mismatches": eq["compared"] - eq["equal"]}
+        if config.specdec:
+            row.update(_specdec_parts(pooled, cell.sources, requests))
+        rows.append(row)
+    by_key = {(r["task"], r["config"]): r for r in rows}
+    for r in rows:
+        if r["engine"] == "specdec":
+            r["prediction"] = prediction(r, by_label[r["config"]], costs, by_key.get((r["task"], NONE.label)))
+    return rows
+
+
+def _specdec_parts(pooled: dict, sources: dict, requests: int) -> dict:
+    total = pooled["total_s"] or 1e-12
+    calls = max(pooled["target_calls"], 1)
+    draft = sources.get("draft", {k: 0 for k in SOURCE_KEYS})
+    none = sources.get("none", {k: 0 for k in SOURCE_KEYS})
+    rounds = draft["rounds"]
+    return {
+        "target_calls": pooled["target_calls"], "draft_calls": pooled["draft_calls"], "beam_steps": pooled["steps"],
+        "beam_steps_per_target_call": pooled["steps"] / calls,
+        "time_share": {p: pooled[f"{p}_s"] / total for p in PARTS},
+        "ms_per_request_by_part": {p: 1000.0 * pooled[f"{p}_s"] / requests for p in PARTS},
+        "target_ms_per_call": 1000.0 * pooled["target_s"] / calls,
+        "draft_ms_per_call": 1000.0 * pooled["draft_s"] / pooled["draft_calls"] if pooled["draft_calls"] else None,
+        "host_ms_per_target_call": 1000.0 * pooled["host_s"] / calls,
+        "speculative": {"rounds": rounds, "proposed": draft["proposed"], "accepted": draft["accepted"],
+                        "steps": draft["tokens"], "target_only_rounds": none["rounds"],
+                        "round_share": rounds / calls,
+                        "mean_gamma": draft["proposed"] / rounds if rounds else None,
+                        "steps_per_round": draft["tokens"] / rounds if rounds else None,
+                        "accepted_per_guess": draft["accepted"] / draft["proposed"] if draft["proposed"] else None},
+    }
+
+
+def prediction(row: dict, config: BeamConfig, costs: dict | None, none: dict | None = None) -> dict | None:
+    """For draft:G: the speedup the runs alone predict, s / (g c + T(R, g+1)/T(W, 1)), with the probe's costs and
+    the measured beam steps per speculative round s, the ceiling s / (g c + 1) and the break-even values; and the
+    same with the costs in the loop (`none`: none's row of the same task) (module docstring)."""
+    if not costs or not isinstance(config.gamma, int) or config.gamma < 1:
+        return None
+    spec = row["speculative"]
+    g, s, c = config.gamma, spec["steps_per_round"], costs.get("c")
+    scoring = costs["scoring"].get(str(g)) or {}
+    v = scoring.get("over_step")
+    out = {"gamma": g, "steps_per_round": s, "rows": scoring.get("rows"), "c": c, "verify_ratio": v,
+           "predicted_speedup": None, "measured_over_predicted": None, "ceiling": None, "verify_break_even": None,
+           "c_break_even": None, "c_in_loop": None, "verify_ratio_in_loop": None, "predicted_in_loop": None}
+    base = none and none.get("target_ms_per_call")
+    if base and row.get("draft_ms_per_call") is not None:
+        out["c_in_loop"] = row["draft_ms_per_call"] / base
+        out["verify_ratio_in_loop"] = row["target_ms_per_call"] / base
+        if s is not None:                                  # draft runs per round: g, fewer when the proposal stops
+            runs = row["draft_calls"] / spec["rounds"]
+            out["predicted_in_loop"] = s / (runs * out["c_in_loop"] + out["verify_ratio_in_loop"])
+    if s is None or c is None:
+        return out
+    out["ceiling"] = s / (g * c + 1.0)
+    out["verify_break_even"] = s - g * c
+    if v is not None:
+        out["predicted_speedup"] = s / (g * c + v)
+        out["c_break_even"] = (s - v) / g
+        measured = row.get("speedup_vs_none", {}).get("median")
+        out["measured_over_predicted"] = measured / out["predicted_speedup"] if measured else None
+    return out
+
+
+def equality_summary(rows: list[dict]) -> dict:
+    """task -> label -> {equal, compared, mismatches} for the specdec configurations (must all be equal) and
+    transformers (agreement, informative: PyTorch and ONNX Runtime logits differ by round-off)."""
+    out: dict = {}
+    for r in rows:
+        if "outputs_equal_none" in r:
+            e = r["outputs_equal_none"]
+            out.setdefault(r["task"], {})[r["config"]] = {k: e[k] for k in ("equal", "compared", "mismatches",
+                                                                           "first_mismatch")}
+    return out
