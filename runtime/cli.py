@@ -1,4 +1,5 @@
-"""`specdec-generate`: run an export directory on a prompt and print the output and one stats line."""
+"""`specdec-generate`: run an export directory on a prompt and print the output and one stats line (with
+--num-return-sequences N > 1: the N best beams, numbered, each with its score)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import argparse
 import json
 import sys
 
-from .errors import run_cli
+from .errors import SpecdecError, run_cli
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """A bad command line is one line on stderr and exit status 2, like every other error (no usage block)."""
+        self.exit(2, f"error: {message}; see {self.prog} --help.\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specdec-generate",
-                                description="Exact speculative decoding with an export from specdec-export.")
+    p = _Parser(prog="specdec-generate",
+                description="Exact speculative decoding with an export from specdec-export.")
     p.add_argument("text", help="the prompt, e.g. 'translate English to German: The house is small.'")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
@@ -31,9 +38,35 @@ def parser() -> argparse.ArgumentParser:
                         "is multiplied by l; at temperature 0 a guess x is kept iff p(x) >= l * max p")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--stream", action="store_true", help="print text as soon as it is accepted")
+    p.add_argument("--min-new-tokens", type=int, default=0, help="no EOS before this many tokens (default 0)")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                   help="> 0: no n-gram of this size occurs twice in the output (default 0: off)")
+    beams = p.add_argument_group("beam search (greedy only; transformers' semantics)")
+    beams.add_argument("--num-beams", type=int, default=1,
+                       help="1 (default): no beam search; 2..16: beam search over that many beams. Speculates with a "
+                            "draft model (--draft auto, none or a model name; --gamma auto or fixed); the result is "
+                            "target-only beam search's")
+    beams.add_argument("--length-penalty", type=float, default=1.0,
+                       help="a finished beam scores sum log p / length ** this (default 1; > 0 favours longer "
+                            "outputs, < 0 shorter)")
+    beams.add_argument("--early-stopping", default="false", metavar="{true,false,never}",
+                       help="true: stop once num_beams beams have finished; false (default): also stop when no "
+                            "running beam can beat them (a heuristic); never: only when none can at any length")
+    beams.add_argument("--num-return-sequences", type=int, default=1,
+                       help="print the best N beams (1..num_beams), best first, each with its score (default 1)")
+    p.add_argument("--stream", action="store_true", help="print text as soon as it is accepted (not with beams)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and a stats line")
     return p
+
+
+EARLY_STOPPING = {"true": True, "false": False, "never": "never"}
+
+
+def _early_stopping(text: str):
+    try:
+        return EARLY_STOPPING[text.lower()]
+    except KeyError:
+        raise SpecdecError(f"--early-stopping must be true, false or never (got {text!r})") from None
 
 
 def _gamma(text: str):
@@ -71,7 +104,14 @@ def _main(argv) -> int:
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
     params = Params(max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft=args.draft,
                     temperature=args.temperature,
-                    top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed)
+                    top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed,
+                    num_beams=args.num_beams, length_penalty=args.length_penalty,
+                    early_stopping=_early_stopping(args.early_stopping),
+                    num_return_sequences=args.num_return_sequences, min_new_tokens=args.min_new_tokens,
+                    no_repeat_ngram_size=args.no_repeat_ngram_size)
+    if args.stream and params.num_beams > 1:
+        raise SpecdecError("--stream cannot show a beam search: every beam may still lose until the search ends",
+                           "leave out --stream with --num-beams > 1")
     if args.stream and not args.json:
         piece = None
         for piece in dec.stream(args.text, params=params):
@@ -80,9 +120,16 @@ def _main(argv) -> int:
         print(stats_line(piece.stats, dec.provider), file=sys.stderr)   # the last piece holds the request's stats
         return 0
     res = dec.generate(args.text, params=params)
+    scores = res.scores or [None] * len(res.sequences)      # no beam score without beams
     if args.json:
         print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,
+                          "sequences": [{"text": dec.decode(seq), "token_ids": seq, "score": score}
+                                        for seq, score in zip(res.sequences, scores)],
                           "provider": dec.provider, "stats": res.stats.as_dict()}))
+    elif len(res.sequences) > 1:
+        for i, (seq, score) in enumerate(zip(res.sequences, scores), 1):
+            print(f"{i}. [{score:.4f}] {dec.decode(seq)}")
+        print(stats_line(res.stats, dec.provider), file=sys.stderr)
     else:
         print(res.text)
         print(stats_line(res.stats, dec.provider), file=sys.stderr)
