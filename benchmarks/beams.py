@@ -346,7 +346,7 @@ def rows_seen(shapes: list, guesses: int) -> dict | None:
             "runs": len(rows)}
 
 
-def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int) -> dict:
+def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int, extra_rows=()) -> dict:
     """Per-call run times (module docstring), ms, median over `repeats`, the order of the shapes rotated between
     repeats. Each run is rolled back (`length` set back to `past`), so every one sees the same past."""
     stats = Stats()
@@ -358,7 +358,7 @@ def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int) -
     seen = {}
     for g in gammas:
         seen[g] = rows_seen(shapes.get("target", []), g)
-        candidates = [width, width * (g + 1)] + ([int(round(seen[g]["median"]))] if seen[g] else [])
+        candidates = [width, width * (g + 1), *extra_rows] + ([int(round(seen[g]["median"]))] if seen[g] else [])
         wanted += [(r, g + 1) for r in sorted(set(candidates))]
     wanted = list(dict.fromkeys(wanted))
     target = dec.beam_model("target")

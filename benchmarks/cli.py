@@ -9,6 +9,8 @@
                   [--length-penalty L] [--num-prompts N] [--max-new-tokens N] [--repeat R] [--json OUT.json]
                   [--markdown OUT.md]
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
+    specdec-bench --shapes t5-large:t5-small --num-beams W [--gamma 1,2,4] [--beam-rows 4,8,12,16]
+                  (beam search's per-call costs at real shapes)
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per model (0: onnxruntime's default)")
     p.add_argument("--probe-repeats", type=int, default=30, help="repeats of each per-call cost measurement")
+    p.add_argument("--beam-rows", type=_int_list, default=None,
+                   help="--shapes with --num-beams W: the rows R of the scoring runs to time (default W,2W,3W,4W)")
     p.add_argument("--past", type=int, default=None,
                    help="decoder past length for the per-call costs (default max_new_tokens/2; --shapes: 64)")
     p.add_argument("--json", metavar="OUT.json", help="write the full report as JSON")
@@ -617,8 +621,6 @@ def _beam_conflicts(args) -> None:
     if args.num_beams < 2:
         raise SpecdecError(f"--num-beams must be at least 2 for beam search (got {args.num_beams})",
                            "leave --num-beams out for greedy and sampling")
-    if args.shapes:
-        raise SpecdecError("--num-beams measures an --engine export", "drop --shapes")
     for flag, given in (("--draft", args.draft), ("--plot", args.plot), ("--peers", args.peers),
                         ("--profile", args.profile), ("--peer-gamma", args.peer_gamma is not None),
                         ("--filters", args.filters), ("--top-k", args.top_k is not None),
@@ -630,10 +632,40 @@ def _beam_conflicts(args) -> None:
                            "drop --temperature")
 
 
+def _main_beam_shapes(args) -> int:
+    """--shapes T:D --num-beams W: the per-call costs of beam search at real shapes (random weights, so no
+    generation): the target's W x 1 step against R x (g+1) scoring runs for the --beam-rows R, and the draft's
+    W x 1 step, as beams.probe measures them on an --engine export."""
+    import numpy as np
+
+    from . import beams, shapes
+
+    target, draft = shapes.parse_pair(args.shapes)
+    gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
+    export_dir, _ = shapes.ensure_export(target, draft, Path(args.workdir), max(gammas), args.max_length,
+                                         args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
+    dec = _load(export_dir, args.provider, args.threads)
+    mach = machine.describe(dec.provider, args.threads)
+    print(f"specdec-bench --shapes {target}:{draft} --num-beams {args.num_beams}: per-call costs only (random "
+          f"weights, official configurations; export {export_dir})")
+    _print_machine(mach)
+    rows = args.beam_rows or [args.num_beams * k for k in (1, 2, 3, 4)]
+    census = {"target": [(r, g + 1) for g in gammas for r in rows]}
+    ids = np.random.default_rng(0).integers(3, dec.vocab_size, size=args.source_length)
+    past = 32 if args.past is None else args.past
+    costs = beams.probe(dec, ids, args.num_beams, gammas, census, past, args.probe_repeats, extra_rows=rows)
+    print()
+    print(report.beam_costs_text(costs))
+    _write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args)
+    return 0
+
+
 def _main_beams(args) -> int:
     from . import beams, prompts as prompts_mod
 
     _beam_conflicts(args)
+    if args.shapes:
+        return _main_beam_shapes(args)
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
     args.max_new_tokens = 64 if args.max_new_tokens is None else args.max_new_tokens
     args.repeat = 5 if args.repeat is None else args.repeat
