@@ -57,10 +57,10 @@ class BeamRun:
         return [[self.start] + b for b in self.search.beams]
 
     def begin(self, ids: np.ndarray, gamma_max: int = 0) -> None:
-        """Encode the source; the buffers are sized for rounds of up to `gamma_max` guesses (a round scores at most
-        W x (gamma + 1) rows: the W roots and at most W new paths per draft step)."""
+        """Encode the source (the draft's waits for its first round); the target's buffers take runs of up to
+        gamma_max + 1 tokens, and grow to the rows the rounds score."""
         width = self.search.width
-        self.target.encode(ids, width, self.stats, self.spread * width * (gamma_max + 1), gamma_max + 1)
+        self.target.encode(ids, width, self.stats, width, gamma_max + 1)
         self.ids, self.draft_ready = ids, False       # the draft encodes on its first round (auto may use none)
 
     # -- target only ---------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ class BeamRun:
         if gamma < 1:
             return self.target_step()
         if not self.draft_ready:
-            self.draft.encode(self.ids, width, self.stats, self.spread * width)
+            self.draft.encode(self.ids, width, self.stats)
             self.draft_len, self.draft_ready = 0, True
         roots = self.seqs()
         rows = self._propose(roots, gamma)                          # [(root, tokens of length gamma)]

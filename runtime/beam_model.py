@@ -27,7 +27,8 @@ class BeamModel:
         self.device = model.device
         self.decoder = Binder(create_session(model.decoder_path, model.provider, model.threads, batch=None),
                               self.device)
-        self.capacity = 0
+        self.capacity = self.tokens_cap = 0
+        self.live, self.pinned = 0, None
         self.buffers = buffers    # 3 for a draft, whose round-start cache stays pinned while it proposes
         self.rows = 1
         self.length = 0
@@ -53,18 +54,24 @@ class BeamModel:
         self.decoder.output("next_token", self.scalars["next_token"], (1,))
 
     def reserve(self, rows: int, tokens: int) -> None:
-        """Buffers for `rows` sequences and runs of up to `tokens` tokens (grown, never shrunk)."""
+        """Buffers for `rows` sequences and runs of up to `tokens` tokens: grown (keeping what the caches and the
+        cross K/V hold) when a request or a round needs more, never shrunk. A speculative round may score up to
+        W x (gamma + 1) rows; buffers grow to what the rounds actually use."""
         m = self.model
         if rows > self.capacity:
-            assert self.length == 0, "beam buffers grow between requests only"
+            rows = max(rows, 2 * self.capacity)           # grow geometrically: few copies per request
             per = m.max_length * m.layers * 2 * rows * m.heads * m.d_kv
             dtype = m.cache.dtype
+            old = getattr(self, "caches", [])
             self.caches = [Buffer((per,), dtype, self.device) for _ in range(self.buffers)]
-            self.live, self.pinned = 0, None
+            for new, buf in zip(self.caches, old):       # the layouts depend on the rows in use, not on capacity
+                new.write(buf.flat())
+            cross = getattr(self, "cross", None)
             self.cross = Buffer((m.layers * 2 * rows * m.heads * m.max_length * m.d_kv,), dtype, self.device)
+            if cross is not None:
+                self.cross.write(cross.flat())
             self.capacity = rows
-            self.tokens_cap = 0
-        if rows * tokens > getattr(self, "tokens_cap", 0):
+        if rows * tokens > self.tokens_cap:
             self.logits = Buffer((rows * tokens * self.vocab,), np.float32, self.device)
             self.input_ids = Buffer((rows * tokens,), np.int64, self.device)
             self.tokens_cap = rows * tokens
@@ -97,13 +104,17 @@ class BeamModel:
         self.reserve(rows, 1)
         one = m.cross.flat()[:m.layers * 2 * m.heads * self.src * m.d_kv].reshape(m.layers, 2, 1, m.heads, self.src,
                                                                                    m.d_kv)
-        shape = (m.layers, 2, rows, m.heads, self.src, m.d_kv)
+        shape = self._cross_shape(rows)
         if self.device == "cpu":
             np.copyto(self.cross.host[:int(np.prod(shape))].reshape(shape), one)
         else:
             self.cross.write(np.broadcast_to(one, shape))
         self.decoder.input("cross_kv", self.cross, shape)
         self.rows = rows
+
+    def _cross_shape(self, rows: int) -> tuple:
+        m = self.model
+        return m.layers, 2, rows, m.heads, self.src, m.d_kv
 
     def run(self, tokens: np.ndarray, stats: Stats | None = None) -> np.ndarray:
         """Append tokens [rows, N] to every row's sequence; the logits [rows, N, V] (a host view on the CPU)."""
@@ -138,6 +149,9 @@ class BeamModel:
         released), positions 0 .. length-1 (default all)."""
         order = np.asarray(order, np.int64)
         length = self.length if length is None else length
+        if len(order) > self.capacity:
+            self.reserve(len(order), 1)
+            self.decoder.input("cross_kv", self.cross, self._cross_shape(self.rows))
         if from_pinned:
             (source, rows), self.pinned = self.pinned, None
         else:
