@@ -34,10 +34,11 @@ SETTINGS = {"temperature": dict(temperature=1.0, top_k=0, top_p=1.0),
             "top_p": dict(temperature=1.2, top_k=0, top_p=0.8)}
 
 
-def exact_distribution(model_dir, temperature, top_k, top_p, prompt=None) -> dict:
-    """P(first generated tokens = outcome) for every outcome (tuples of <= TOKENS ids, EOS-terminated)."""
+def exact_distribution(model_dir, temperature, top_k, top_p, prompt=None, processors=()) -> dict:
+    """P(first generated tokens = outcome) for every outcome (tuples of <= TOKENS ids, EOS-terminated).
+    `processors`: transformers logits processors applied before the warpers (tests/runtime/test_processors.py)."""
     model = T5ForConditionalGeneration.from_pretrained(str(model_dir)).eval()
-    warpers = LogitsProcessorList([TemperatureLogitsWarper(temperature)] +
+    warpers = LogitsProcessorList([*processors, TemperatureLogitsWarper(temperature)] +
                                   ([TopKLogitsWarper(top_k)] if top_k else []) +
                                   ([TopPLogitsWarper(top_p)] if top_p < 1 else []))
     source = torch.tensor([prompt or PROMPT])

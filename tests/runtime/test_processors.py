@@ -58,30 +58,13 @@ def test_greedy_with_processors_equals_transformers(related_pair, related_decode
 
 
 def processed_distribution(model_dir, prompt, settings) -> dict:
-    """The processed target distribution over the first td.TOKENS tokens, enumerated with transformers'
-    processors (as td.exact_distribution, plus no-repeat n-grams and min new tokens)."""
-    from transformers import T5ForConditionalGeneration
-    from transformers.generation.logits_process import (LogitsProcessorList, MinNewTokensLengthLogitsProcessor,
-                                                        NoRepeatNGramLogitsProcessor, TemperatureLogitsWarper)
+    """The processed target distribution over the first td.TOKENS tokens, enumerated with transformers' own
+    processors (no-repeat n-grams, min new tokens) before the temperature."""
+    from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor, NoRepeatNGramLogitsProcessor
 
-    model = T5ForConditionalGeneration.from_pretrained(str(model_dir)).eval()
-    procs = LogitsProcessorList([NoRepeatNGramLogitsProcessor(settings["no_repeat_ngram_size"]),
-                                 MinNewTokensLengthLogitsProcessor(1, settings["min_new_tokens"], td.EOS),
-                                 TemperatureLogitsWarper(settings["temperature"])])
-    source = torch.tensor([prompt])
-    dist, frontier = {}, {(): 1.0}
-    for _ in range(td.TOKENS):
-        nxt = {}
-        for prefix, mass in frontier.items():
-            dec = torch.tensor([[model.config.decoder_start_token_id, *prefix]])
-            with torch.no_grad():
-                logits = model(input_ids=source, decoder_input_ids=dec).logits[:, -1, :]
-            probs = torch.softmax(procs(dec, logits), dim=-1)[0].double().numpy()
-            for tok, p in enumerate(probs):
-                if p > 0:
-                    (dist if tok == td.EOS or len(prefix) + 1 == td.TOKENS else nxt)[(*prefix, tok)] = mass * p
-        frontier = nxt
-    return dist
+    procs = [NoRepeatNGramLogitsProcessor(settings["no_repeat_ngram_size"]),
+             MinNewTokensLengthLogitsProcessor(1, settings["min_new_tokens"], td.EOS)]
+    return td.exact_distribution(model_dir, settings["temperature"], 0, 1.0, prompt, processors=procs)
 
 
 SAMPLED = dict(temperature=1.0, min_new_tokens=2, no_repeat_ngram_size=2)
