@@ -244,11 +244,11 @@ def add_head(graph, residual: bool = True) -> None:
 
 
 def head_only_model(opset: int = 17, residual: bool = True):
-    """The head as a graph of its own (inputs logits [1, N, V] and input_ids [1, N]): for tests and for timing the
-    sampling work apart from the decoder."""
+    """The head as a graph of its own (inputs logits [B, N, V] and input_ids [B, N]; it reads batch row 0): for
+    tests and for timing the sampling work apart from the decoder."""
     graph = helper.make_graph([], "speculative_head",
-                              [helper.make_tensor_value_info("input_ids", _I, [1, "new"]),
-                               helper.make_tensor_value_info("logits", _F, [1, "new", "vocab"])], [])
+                              [helper.make_tensor_value_info("input_ids", _I, ["batch", "new"]),
+                               helper.make_tensor_value_info("logits", _F, ["batch", "new", "vocab"])], [])
     add_head(graph, residual)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 

@@ -44,13 +44,18 @@ def scalars(temperature, top_k, top_p, lenience=1.0):
             "top_p": np.array([top_p], np.float32), "lenience": np.array([lenience], np.float32)}
 
 
-def run_head(session, logits, input_ids, draft_probs, uniforms, temperature, top_k=0, top_p=1.0, lenience=1.0):
-    """-> (probs [G+1, V], n, next token)."""
+def run_head(session, logits, input_ids, draft_probs, uniforms, temperature, top_k=0, top_p=1.0, lenience=1.0,
+             mask=None, batch_logits=None, batch_ids=None):
+    """-> (probs [G+1, V], n, next token). `mask`: the logit_mask rows (none: [0, V]); batch_logits/batch_ids: whole
+    batches [B, N, ...] to feed instead of batch 1 (the head reads row 0)."""
     logits = np.asarray(logits, np.float32)
+    vocab = logits.shape[-1]
     probs, accepted, next_token = session.run(list(OUTPUTS), {
-        "logits": logits[None], "input_ids": np.asarray(input_ids, np.int64)[None],
-        "draft_probs": np.asarray(draft_probs, np.float32).reshape(-1, logits.shape[-1]),
-        "uniforms": np.asarray(uniforms, np.float32), **scalars(temperature, top_k, top_p, lenience)})
+        "logits": logits[None] if batch_logits is None else batch_logits,
+        "input_ids": np.asarray(input_ids, np.int64)[None] if batch_ids is None else batch_ids,
+        "draft_probs": np.asarray(draft_probs, np.float32).reshape(-1, vocab),
+        "uniforms": np.asarray(uniforms, np.float32), **scalars(temperature, top_k, top_p, lenience),
+        "logit_mask": np.zeros((0, vocab), np.float32) if mask is None else np.asarray(mask, np.float32)})
     assert accepted.shape == (1,) and next_token.shape == (1,)
     return probs, int(accepted[0]), int(next_token[0])
 
@@ -311,3 +316,37 @@ def test_greedy_lenience_keeps_a_guess_within_l_of_the_best():
         assert n == kept, lenience
         assert token == 0
         assert (n, token) == ref.verify(logits, np.eye(4)[[1]], [1], [0.5, 0.5], 0.0, lenience=lenience)[:2]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_logit_mask_bans_its_tokens_before_everything_else(head, temperature):
+    """A -inf in logit_mask row i removes that token from p_i: zero probability, never the argmax, never drawn;
+    the rest of the row is the reference on the masked logits. Verification with a banned guess rejects it."""
+    rng = np.random.default_rng(31)
+    logits = random_logits(rng, 3)
+    mask = np.zeros_like(logits)
+    banned = [int(np.argmax(row)) for row in logits]                  # the best token of every row
+    mask[np.arange(3), banned] = -np.inf
+    q = rng.dirichlet(np.ones(VOCAB), size=2).astype(np.float32)
+    guesses = [banned[0], int(np.argsort(logits[1])[-2])]
+    uniforms = np.array([0.0, 0.0, 0.5], np.float32)                # every guess the target allows is kept
+    probs, n, token = run_head(head, logits, [3, *guesses], q, uniforms, temperature, mask=mask)
+    want_n, want_token, detail = ref.verify(logits + mask, q, np.array(guesses), uniforms, temperature)
+    np.testing.assert_allclose(probs, detail["p"], rtol=0, atol=1e-6)
+    assert (n, token) == (want_n, want_token) and n == 0              # the banned first guess is rejected
+    assert probs[np.arange(3), banned].max() == 0.0 and token != banned[0]
+
+
+def test_the_head_reads_batch_row_0(head):
+    """Beam search binds many rows: the head's verdict is the one for row 0 alone, whatever the other rows hold."""
+    rng = np.random.default_rng(32)
+    logits = random_logits(rng, 3)
+    q = rng.dirichlet(np.ones(VOCAB), size=2).astype(np.float32)
+    ids = [3, 5, 9]
+    uniforms = rng.random(3).astype(np.float32)
+    alone = run_head(head, logits, ids, q, uniforms, 1.0)
+    batch = np.stack([logits, random_logits(rng, 3), random_logits(rng, 3)])
+    many = run_head(head, logits, ids, q, uniforms, 1.0, batch_logits=batch,
+                    batch_ids=np.array([ids, [4, 4, 4], [8, 1, 2]], np.int64))
+    np.testing.assert_array_equal(alone[0], many[0])
+    assert alone[1:] == many[1:]
