@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specdec.runtime.errors import SpecdecError, run_cli
 
-from .pair import DTYPES, ExportOptions, bundled_pair, export_pair
+from .pair import ExportOptions, bundled_pair, export_pair
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,7 +27,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=256,
                    help="longest prompt and longest decoder sequence, in tokens (default 256)")
-    p.add_argument("--dtype", choices=DTYPES, default="fp32", help="weights and KV cache precision (default fp32)")
+    p.add_argument("--dtype", default="fp32",
+                   help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
+                        "products, fp32 activations and KV cache)")
+    p.add_argument("--draft-dtype", default=None,
+                   help="the draft models' weights when they differ from --dtype: int8 with an fp32 target keeps "
+                        "the output exactly the fp32 target's (only the target's p decides)")
     p.add_argument("--force", action="store_true", help="replace an existing export directory")
     p.add_argument("--opset", type=int, default=17, help=argparse.SUPPRESS)
     return p
@@ -43,7 +48,7 @@ def _main(argv) -> int:
         draft, more = _drafts(args.draft)
     warnings.filterwarnings("ignore")          # the ONNX tracer's warnings say nothing actionable to users
     reports = export_pair(ExportOptions(target, draft, args.out, args.gamma_max, args.max_length, args.dtype,
-                                        args.force, args.opset, more))
+                                        args.force, args.opset, more, args.draft_dtype))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
     if failed:
         print(f"error: parity check failed for {', '.join(failed)}; the export in {args.out} is not trustworthy",

@@ -13,7 +13,7 @@ from specdec.runtime.errors import SpecdecError
 from specdec.runtime.manifest import MANIFEST
 
 MARKER = ".specdec-export"      # written first, so --force knows the directory is ours to replace
-DTYPES = ("fp32", "fp16")
+DTYPES = ("fp32", "fp16", "int8")      # int8: int8 weights, float32 activations and KV cache (export/quantize.py)
 SINGLE_FILE_LIMIT = 1_800_000_000   # protobuf's 2 GB cap: larger graphs keep weights in one .data file
 
 
@@ -28,9 +28,19 @@ class ExportOptions:
     force: bool = False
     opset: int = 17
     more_drafts: dict = None      # name -> checkpoint: further draft models (chain levels), e.g. {"mid": "t5-base"}
+    draft_dtype: str | None = None    # the draft models' weights (None: as dtype), e.g. int8 drafts for an fp32 target
 
     def roles(self) -> dict:
         return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
+
+    def weights(self, role: str) -> str:
+        """fp32, fp16 or int8: the weights of a role's graphs."""
+        return self.dtype if role == "target" or self.draft_dtype is None else self.draft_dtype
+
+    @property
+    def activations(self) -> str:
+        """The pair's activation and KV-cache dtype (the manifest's `dtype`): int8 weights run in fp32."""
+        return "fp16" if self.dtype == "fp16" else "fp32"
 
 
 def bundled_pair() -> tuple[str, str]:
@@ -61,8 +71,14 @@ def validate_options(opts: ExportOptions) -> None:
     if opts.max_length < opts.gamma_max + 2:
         raise SpecdecError(f"--max-length {opts.max_length} leaves no room for gamma_max {opts.gamma_max} + 1 "
                            "verify tokens", "use --max-length 256 or more")
-    if opts.dtype not in DTYPES:
-        raise SpecdecError(f"--dtype must be one of {', '.join(DTYPES)} (got {opts.dtype})")
+    for flag, value in (("--dtype", opts.dtype), ("--draft-dtype", opts.draft_dtype)):
+        if value is not None and value not in DTYPES:
+            raise SpecdecError(f"{flag} must be one of {', '.join(DTYPES)} (got {value})")
+    draft = opts.weights("draft")
+    if ("fp16" in (opts.dtype, draft)) and opts.dtype != draft:
+        raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "
+                           "fp16 for fp16 models and fp32 for fp32 and int8 ones",
+                           "use --dtype fp16 for both, or mix only fp32 and int8 (e.g. --draft-dtype int8)")
 
 
 def prepare_out_dir(out: Path, force: bool) -> None:
@@ -132,6 +148,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from . import check, decoder, encoder, head
     from .attention import cast_for_export
     from .manifest import write_manifest
+    from .quantize import quantize_int8
     from .source import load_config, load_source
 
     validate_options(opts)
@@ -145,7 +162,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
 
     import torch
 
-    dtype = torch.float16 if opts.dtype == "fp16" else torch.float32
+    torch_dtype = {role: torch.float16 if opts.weights(role) == "fp16" else torch.float32 for role in names}
     stages = [(role, "load") for role in names] + \
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
         [("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
@@ -163,30 +180,35 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     check_tokenizers(sources["target"].tokenizer, sources[role].tokenizer,
                                      opts.target, names[role])
             elif stage in ("encoder", "decoder"):
+                dtype = torch_dtype[role]
                 model = cast_for_export(sources[role].model, dtype)
                 rel = f"{role}/{stage}.onnx"
                 if stage == "encoder":
                     write_graph(lambda p: encoder.export_encoder(model, p, opts.opset), out / rel)
                 else:
                     write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset), out / rel)
+                if opts.weights(role) == "int8":
+                    quantize_int8(out / rel, f"{role} {stage}")
                 graphs.setdefault(role, {})[stage] = rel
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
             elif stage == "check":
                 rep = check.check_parity(sources[role].model, out / graphs[role]["encoder"],
-                                         out / graphs[role]["decoder"], opts.gamma_max, opts.dtype)
+                                         out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role))
                 reports[role] = rep
-                bar.write(f"  {role} parity vs PyTorch ({opts.dtype}): 1-token step at past {rep['past_length']}: "
-                          f"max|dlogit| = {rep['step_max_abs_diff']:.2e}; {rep['verify_tokens']}-token verify: "
-                          f"max|dlogit| = {rep['verify_max_abs_diff']:.2e}; tolerance {rep['tolerance']:.1e} "
-                          f"-> {'OK' if rep['passed'] else 'FAILED'}")
+                bar.write(f"  {role} parity vs PyTorch fp32 ({opts.weights(role)}): 1-token step at past "
+                          f"{rep['past_length']}: max|dlogit| = {rep['step_max_abs_diff']:.2e}; "
+                          f"{rep['verify_tokens']}-token verify: max|dlogit| = {rep['verify_max_abs_diff']:.2e}; "
+                          f"tolerance {rep['tolerance']:.1e}; argmax agrees on {rep['argmax_agree']}/"
+                          f"{rep['argmax_positions']} positions -> {'OK' if rep['passed'] else 'FAILED'}")
             elif stage == "manifest":
                 cfg = sources["target"].config
                 tok = sources["target"].tokenizer
                 write_manifest(
                     out,
                     models={role: {"source": sources[role].name, "revision": sources[role].revision,
-                                   "config": sources[role].config, "graphs": graphs[role]} for role in names},
+                                   "config": sources[role].config, "graphs": graphs[role],
+                                   "weights": opts.weights(role)} for role in names},
                     head={"candidates": head.CANDIDATES, "inputs": list(head.INPUTS),
                           "outputs": list(head.OUTPUTS)},
                     tokenizer_file="tokenizer.json",
@@ -194,11 +216,12 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                                  "unk_token_id": tok.unk_token_id,
                                  "decoder_start_token_id": cfg.decoder_start_token_id},
                     vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
-                    dtype=opts.dtype, checks=reports)
+                    dtype=opts.activations, checks=reports)
             bar.write(f"  {role:6s} {stage:9s} {time.perf_counter() - started:7.2f} s")
             bar.update(1)
     except BaseException:
         bar.leave = False
+        shutil.rmtree(out, ignore_errors=True)        # no partial export: the directory was made (empty) above
         raise
     finally:
         bar.close()

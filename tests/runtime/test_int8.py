@@ -1,0 +1,181 @@
+"""int8 exports (export/quantize.py): an int8 draft leaves the output exactly the fp32 target's; an int8 target is
+exact with respect to itself. Greedy equality and chi-square against enumerated distributions, with a broken
+control; the export's own checks and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from specdec.runtime import SpeculativeDecoder
+from tinymodels import read_manifest, run_export_cli
+
+import test_distribution as td
+
+
+def export_int8(target_dir, out, *flags, gamma_max="4", max_length="16"):
+    draft = Path(target_dir).parent / "draft"
+    code, stdout, stderr = run_export_cli(["--target", target_dir, "--draft", draft, "--out", out, *flags,
+                                           "--gamma-max", gamma_max, "--max-length", max_length])
+    assert code == 0, stderr
+    return out, stdout
+
+
+@pytest.fixture(scope="module")
+def int8_draft(small_vocab_pair, tmp_path_factory):
+    return export_int8(small_vocab_pair[0], tmp_path_factory.mktemp("i8d") / "export", "--draft-dtype", "int8")
+
+
+@pytest.fixture(scope="module")
+def int8_both(small_vocab_pair, tmp_path_factory):
+    return export_int8(small_vocab_pair[0], tmp_path_factory.mktemp("i8b") / "export", "--dtype", "int8")
+
+
+def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_both):
+    import onnx
+
+    for (out, stdout), weights in ((int8_draft, {"target": "fp32", "draft": "int8"}),
+                                   (int8_both, {"target": "int8", "draft": "int8"})):
+        manifest = read_manifest(out)
+        assert manifest["dtype"] == "fp32"                       # activations and KV cache
+        assert {role: m["weights"] for role, m in manifest["models"].items()} == weights
+        for role, w in weights.items():
+            ops = {n.op_type for n in onnx.load(str(out / role / "decoder.onnx")).graph.node}
+            assert ("MatMulInteger" in ops) == (w == "int8"), (role, w)
+            assert manifest["parity_check"][role]["weights"] == w
+        assert "parity vs PyTorch fp32 (int8)" in stdout and "argmax agrees on" in stdout
+
+
+def test_int8_draft_greedy_equals_the_fp32_target(tmp_path):
+    """The bundled pair with an int8 draft: greedy output equals gamma = 0 of the fp32 target and PyTorch's greedy
+    generate on 20 test prompts (both tasks), at gamma 2 and 4, with guesses kept and rejected. (Tiny random models
+    quantize too poorly for the export's parity check: tiny d_model, peaky activations.)"""
+    import specdec.models
+    from transformers import AutoTokenizer, T5ForConditionalGeneration
+
+    models = Path(specdec.models.__file__).parent
+    rows = [json.loads(line) for line in (models / "prompts" / "test.jsonl").read_text().splitlines()]
+    prompts = [r["source"] for r in rows if r["task"] == "summarize"][:10] + \
+        [r["source"] for r in rows if r["task"] == "translate"][:10]
+    code, stdout, stderr = run_export_cli(["--out", tmp_path / "export", "--draft-dtype", "int8",
+                                           "--max-length", "256"])
+    assert code == 0, stderr
+    dec = SpeculativeDecoder.load(tmp_path / "export", provider="cpu")
+    tok = AutoTokenizer.from_pretrained(str(models / "target"))
+    model = T5ForConditionalGeneration.from_pretrained(str(models / "target")).eval()
+    kept = rejected = 0
+    for text in prompts:
+        ids = tok(text).input_ids[:256]
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)[0, 1:].tolist()
+        while ref and ref[-1] == 0:
+            ref.pop()
+        want = dec.generate(input_ids=ids, max_new_tokens=32, gamma=0).token_ids
+        assert want == ref, text
+        for gamma in (2, 4):
+            res = dec.generate(input_ids=ids, max_new_tokens=32, gamma=gamma, draft="draft")
+            assert res.token_ids == want, (text, gamma)
+            kept += res.stats.accepted
+            rejected += res.stats.proposed - res.stats.accepted
+    assert kept > 0 and rejected > 0
+
+
+def int8_target_distribution(export_dir, temperature) -> dict:
+    """The int8 target's own distribution over the first td.TOKENS tokens, enumerated from its ONNX graphs with
+    plain onnxruntime sessions (no specdec runtime): the reference for an int8 target."""
+    import onnxruntime as ort
+
+    from specdec.export.head import plain_step_feed
+
+    enc = ort.InferenceSession(str(export_dir / "target" / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(export_dir / "target" / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    cross = enc.run(None, {"input_ids": np.array([td.PROMPT], np.int64)})[0]
+    layers, _, _, heads, _, d_kv = cross.shape
+    vocab = dec.get_outputs()[0].shape[-1]
+    dist, frontier = {}, {(): 1.0}
+    for _ in range(td.TOKENS):
+        nxt = {}
+        for prefix, mass in frontier.items():
+            ids = np.array([[0, *prefix]], np.int64)
+            logits = dec.run(["logits"], {"input_ids": ids, "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv),
+                                                                                np.float32),
+                                          "cross_kv": cross, **plain_step_feed(vocab)})[0][0, -1].astype(np.float64)
+            z = logits / temperature
+            p = np.exp(z - z.max())
+            p /= p.sum()
+            for tok, q in enumerate(p):
+                (dist if tok == td.EOS or len(prefix) + 1 == td.TOKENS else nxt)[(*prefix, tok)] = mass * q
+        frontier = nxt
+    return dist
+
+
+def test_int8_draft_sampling_follows_the_fp32_target(small_vocab_pair, int8_draft):
+    """N = 20,000, gamma 2, temperature 1: chi-square p >= 1e-3 against the fp32 target's enumerated (PyTorch)
+    distribution, with the int8 draft proposing."""
+    dec = SpeculativeDecoder.load(int8_draft[0], provider="cpu")
+    settings = td.SETTINGS["temperature"]
+    p = td.chi_square_p(td.empirical(dec, settings), td.exact_distribution(small_vocab_pair[0], **settings))
+    assert p >= td.P_PASS, p
+
+
+def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_caught(small_vocab_pair, int8_both,
+                                                                                       tmp_path):
+    """N = 20,000, gamma 2, temperature 1: an int8 target (int8 draft) against the int8 target's own enumerated
+    distribution, p >= 1e-3; the same export with the target's residual draw replaced by a draw from p (then
+    quantized the same way) is caught, p < 1e-6."""
+    from transformers import T5ForConditionalGeneration
+
+    from specdec.export.decoder import export_decoder
+    from specdec.export.quantize import quantize_int8
+    from specdec.runtime.manifest import sha256_file
+
+    settings = td.SETTINGS["temperature"]
+    dist = int8_target_distribution(int8_both[0], 1.0)
+    dec = SpeculativeDecoder.load(int8_both[0], provider="cpu")
+    assert td.chi_square_p(td.empirical(dec, settings), dist) >= td.P_PASS
+
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(int8_both[0], broken)
+    model = T5ForConditionalGeneration.from_pretrained(str(small_vocab_pair[0])).eval()
+    export_decoder(model, broken / "target/decoder.onnx", residual=False)
+    quantize_int8(broken / "target/decoder.onnx", "target decoder")
+    manifest = json.loads((broken / "manifest.json").read_text())
+    for rel in manifest["files"]:
+        manifest["files"][rel] = sha256_file(broken / rel)
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    wrong = SpeculativeDecoder.load(broken, provider="cpu")
+    assert td.chi_square_p(td.empirical(wrong, settings), dist) < td.P_TEETH
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--dtype", "int4"], "--dtype must be one of fp32, fp16, int8 (got int4)"),
+    (["--draft-dtype", "bf16"], "--draft-dtype must be one of fp32, fp16, int8 (got bf16)"),
+    (["--dtype", "fp16", "--draft-dtype", "int8"], "the pair shares one KV-cache dtype"),
+])
+def test_bad_dtypes_are_one_line_errors_and_leave_no_directory(small_vocab_pair, tmp_path, flags, message):
+    out = tmp_path / "export"
+    code, _, stderr = run_export_cli(["--target", small_vocab_pair[0], "--draft",
+                                      Path(small_vocab_pair[0]).parent / "draft", "--out", out, *flags])
+    assert code != 0 and message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not out.exists()
+
+
+def test_a_failed_export_leaves_no_partial_directory(small_vocab_pair, tmp_path):
+    """A draft of the same vocabulary size whose tokenizer has other words fails after the export directory was
+    made (the tokenizers are compared once both checkpoints are loaded): the directory is removed."""
+    from tinymodels import make_tiny_t5, tiny_vocab
+
+    words = {("x" + w[1:] if w.startswith("w") else w): i for w, i in tiny_vocab(8).items()}
+    other = make_tiny_t5(tmp_path / "other", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
+                         tokenizer_words=words)
+    out = tmp_path / "export"
+    code, _, stderr = run_export_cli(["--target", small_vocab_pair[0], "--draft", other, "--out", out,
+                                      "--draft-dtype", "int8"])
+    assert code != 0 and "tokenizers" in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not out.exists()
