@@ -168,4 +168,10 @@ class Binder:
         self.bound[name] = key
 
     def run(self) -> None:
-        self._run()
+        try:
+            self._run()
+        except Exception as err:  # onnxruntime's own exception types: a graph that loads but cannot run
+            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+            raise SpecdecError(f"onnxruntime failed running a graph of this export: {first}",
+                               "the export may be corrupt: re-export it, or compare its files with a trusted "
+                               "manifest") from None
