@@ -4,7 +4,9 @@
     transformers assisted      the same with assistant_model = the draft, a constant gamma draft tokens per call
                                (num_assistant_tokens_schedule "constant", no confidence early-exit): Algorithm 1's
                                setting, so it is compared like for like with specdec's speculative path
-    ctranslate2 greedy         the target converted to CTranslate2 (fp32, no quantization), when installed
+    ctranslate2 greedy         the target converted to CTranslate2, run at compute_type float32 (no
+                               quantization), when installed
+    ctranslate2 int8 greedy    the same conversion at compute_type int8 (weights quantized when loaded)
 
 Each is reported as a latency ratio (its time / specdec's time, the same tokens being generated, so > 1 means
 specdec is faster) to specdec's speculative path and to its own autoregressive path, and its greedy tokens are
@@ -20,6 +22,8 @@ import time
 from pathlib import Path
 
 from specdec.runtime.errors import SpecdecError
+
+CT2_COMPUTE_TYPES = ("float32", "int8")
 
 
 def normalize(tokens, eos_id: int, drop_first: bool = False) -> list:
@@ -96,11 +100,14 @@ class HFEngine(Engine):
 
 
 class CT2Engine(Engine):
-    def __init__(self, translator, tokenizer, eos_id: int, threads: int):
+    def __init__(self, translator, tokenizer, eos_id: int, threads: int, compute_type: str = "float32"):
         self.translator, self.tokenizer, self.eos_id = translator, tokenizer, eos_id
-        self.name = "ctranslate2 greedy"
-        self.note = f"fp32 (no quantization), intra_threads {threads}"
-        self.own_ar = "ctranslate2 greedy"
+        self.compute_type = compute_type
+        self.name = ct2_name(compute_type)
+        self.note = (f"compute_type {compute_type}" + (" (no quantization)" if compute_type == "float32" else
+                                                       " (weights quantized when loaded)")
+                     + f", intra_threads {threads}")
+        self.own_ar = self.name
 
     def run(self, ids, max_new_tokens):
         tokens = [self.tokenizer.id_to_token(i) for i in ids]
@@ -119,28 +126,53 @@ def load_hf(path: str):
     return T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
 
 
-def _ct2(target: str, workdir: Path, threads: int, tokenizer, eos_id: int, log):
+def ct2_name(compute_type: str) -> str:
+    return "ctranslate2 greedy" if compute_type == "float32" else f"ctranslate2 {compute_type} greedy"
+
+
+def _ct2(target: str, workdir: Path, threads: int, tokenizer, eos_id: int, log, compute_type: str = "float32"):
     """A CTranslate2 translator converted (once, cached under workdir) from the target checkpoint."""
+    engines, status = ct2_engines(target, workdir, threads, tokenizer, eos_id, log, (compute_type,))
+    return engines.get(compute_type), status[compute_type]
+
+
+def ct2_engines(target: str, workdir: Path, threads: int, tokenizer, eos_id: int, log,
+                compute_types=("float32", "int8")) -> tuple[dict, dict]:
+    """({compute_type: CT2Engine}, {compute_type: "ok" or why not}): the target checkpoint converted once (fp32,
+    cached under workdir/ct2) and loaded at each compute_type (int8: CTranslate2 quantizes the weights when it
+    loads them, the same as converting with quantization="int8")."""
     try:
         import ctranslate2
     except ImportError:
-        return None, "not installed (pip install ctranslate2)"
+        return {}, {t: "not installed (pip install ctranslate2)" for t in compute_types}
     key = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:12]
     files = sorted(p for p in Path(target).iterdir() if p.is_file())
     stamp = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
                            .encode()).hexdigest()[:12]
     out = Path(workdir) / "ct2" / f"{Path(target).name}-{key}-{stamp}"
+
+    def error(err):
+        return f"error: {type(err).__name__}: {str(err).strip().splitlines()[0][:160] if str(err).strip() else ''}"
+
     try:
         if not (out / "model.bin").is_file():
             log(f"converting {target} to CTranslate2 (fp32) in {out}")
             from ctranslate2.converters import TransformersConverter
 
             TransformersConverter(target).convert(str(out), quantization=None, force=True)
-        translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32", inter_threads=1,
-                                            intra_threads=threads)
     except Exception as err:     # a converter that does not know this transformers/T5 variant: say so, go on
-        return None, f"error: {type(err).__name__}: {str(err).strip().splitlines()[0][:160] if str(err).strip() else ''}"
-    return CT2Engine(translator, tokenizer, eos_id, threads), "ok"
+        return {}, {t: error(err) for t in compute_types}
+    engines, status = {}, {}
+    for compute_type in compute_types:
+        try:
+            translator = ctranslate2.Translator(str(out), device="cpu", compute_type=compute_type, inter_threads=1,
+                                                intra_threads=threads)
+        except Exception as err:     # e.g. a compute type this CPU build does not support
+            status[compute_type] = error(err)
+            continue
+        engines[compute_type] = CT2Engine(translator, tokenizer, eos_id, threads, compute_type)
+        status[compute_type] = "ok"
+    return engines, status
 
 
 def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workdir: Path, threads: int = 0,
@@ -163,11 +195,12 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
     except ImportError:
         status["transformers greedy"] = status[f"transformers assisted gamma={gamma}"] = \
             "not installed (pip install 'specdec[export]')"
-    ct2, why = _ct2(target, workdir, threads, dec.tokenizer, eos_id, log)
-    if ct2 is not None:
-        engines.append(ct2)
-    else:
-        status["ctranslate2 greedy"] = why
+    ct2, why = ct2_engines(target, workdir, threads, dec.tokenizer, eos_id, log, CT2_COMPUTE_TYPES)
+    for compute_type in CT2_COMPUTE_TYPES:
+        if compute_type in ct2:
+            engines.append(ct2[compute_type])
+        else:
+            status[ct2_name(compute_type)] = why[compute_type]
 
     reference = [SpecdecEngine(dec, 0).run(p.ids, max_new_tokens) for p in prompts]
     outputs, working = {}, []
