@@ -11,6 +11,8 @@
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
     specdec-bench --shapes t5-large:t5-small --num-beams W [--gamma 1,2,4] [--beam-rows 4,8,12,16]
                   (beam search's per-call costs at real shapes)
+    specdec-bench --shapes t5-large:t5-small --dtypes fp32,int8-draft,int8[,int8-wo] [--gamma 0,4] [--repeat R]
+                  (weight variants of the same random weights and CTranslate2 int8/float32, one interleaved run)
 """
 
 from __future__ import annotations
@@ -137,6 +139,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source-length", type=int, default=48, help="--shapes: random prompt length (default 48)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="--shapes: keep the random PyTorch checkpoints next to the export")
+    p.add_argument("--dtypes", metavar="fp32,int8-draft,int8,int8-wo",
+                   help="--shapes: compare weight variants of the same random checkpoints (kept in the workdir) in "
+                        "one interleaved run: fp32 (always measured, the reference), int8-draft (specdec-export "
+                        "--draft-dtype int8), int8 (--dtype int8: dynamic int8, both models), int8-wo (weight-only "
+                        "int8 through onnxruntime's MatMulNBitsQuantizer, made by the benchmark from the fp32 export; "
+                        "needs onnx-ir); per variant target step, draft step, c, verify ratio, target-only and "
+                        "speculative ms/token (the largest --gamma), with CTranslate2 greedy at compute_type int8 "
+                        "and float32 on the same target checkpoint when ctranslate2 is installed. T=0, one filter; "
+                        "--repeat: rounds (default 3)")
     p.add_argument("--profile", metavar="OUT.txt",
                    help="cProfile one pass over the prompts at the best measured gamma (T=0) and write the "
                         "functions where the host time goes")
@@ -593,6 +604,111 @@ def _main_shapes(args) -> int:
     return 0
 
 
+def _dtypes_conflicts(args) -> None:
+    if not args.shapes:
+        raise SpecdecError("--dtypes compares the weight variants of --shapes models",
+                           "use --shapes TARGET:DRAFT --dtypes ...; for an --engine export, --peers times CTranslate2 "
+                           "int8 and float32, and an int8 export is measured by passing it as --engine")
+    for flag, given in (("--draft", args.draft), ("--plot", args.plot), ("--peers", args.peers),
+                        ("--profile", args.profile), ("--peer-gamma", args.peer_gamma is not None)):
+        if given:
+            raise SpecdecError(f"{flag} does not apply to --dtypes", f"run it without {flag}")
+    if args.temperature is not None and any(t > 0 for t in args.temperature):
+        raise SpecdecError("--dtypes compares greedy decoding: temperature 0 only", "drop --temperature")
+    if args.filters or args.top_k is not None or args.top_p is not None or args.lenience != 1.0:
+        raise SpecdecError("--dtypes compares plain greedy decoding", "drop --filters/--top-k/--top-p/--lenience")
+    if args.gamma is not None and len([g for g in args.gamma if g > 0]) > 1:
+        raise SpecdecError(f"--dtypes measures one speculative gamma (got --gamma {','.join(map(str, args.gamma))})",
+                           "e.g. --gamma 0,4")
+
+
+def _main_dtypes(args) -> int:
+    """--shapes T:D --dtypes ...: the weight variants of one pair of random checkpoints and CTranslate2, one run."""
+    from . import peers, prompts as prompts_mod, shapes, variants
+
+    _dtypes_conflicts(args)
+    names = variants.parse(args.dtypes)
+    if args.repeat is None:
+        args.repeat = 3
+    _defaults(args, shapes=True)
+    target, draft = shapes.parse_pair(args.shapes)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        raise SpecdecError("--shapes builds and exports PyTorch models: torch and transformers are not installed",
+                           "pip install 'specdec[bench]'") from None
+    log = variants.log_stderr
+    dirs, infos, ckpts = variants.ensure_variants(target, draft, Path(args.workdir), args.gamma_max,
+                                                   args.max_length, names, log=log)
+    decs = {n: _load(d, args.provider, args.threads) for n, d in dirs.items()}
+    gamma_max = min(d.gamma_max for d in decs.values())
+    gamma = max(g for g in args.gamma if g <= gamma_max)
+    first = decs["fp32"]
+    threads = args.threads or os.cpu_count() or 1
+    ct2, ct2_status = peers.ct2_engines(ckpts["target"]["path"], Path(args.workdir), threads, first.tokenizer,
+                                        prompts_mod.special_id(first, "eos_token_id"), log, variants.CT2_TYPES)
+    mach = machine.describe(first.provider, args.threads)
+    print(f"specdec-bench --shapes {target}:{draft} --dtypes {','.join(names)} (random weights, official "
+          f"configurations, the same checkpoints for every variant: target sha256 {ckpts['target']['sha256'][:12]}, "
+          f"draft {ckpts['draft']['sha256'][:12]})")
+    _print_machine(mach)
+    for n, d in dirs.items():
+        print(f"  {n}: {d}")
+    for t, why in ct2_status.items():
+        if why != "ok":
+            print(f"  ctranslate2 {t}: {why}")
+    eos = prompts_mod.special_id(first, "eos_token_id")
+    prompts = prompts_mod.random_prompts(first.vocab_size, args.num_prompts if args.num_prompts > 0 else 4,
+                                         length=args.source_length, eos_id=eos)
+    prompts = prompts_mod.tokenize(prompts, first.tokenizer, first.max_length)
+    print(f"{len(prompts)} random prompts of {args.source_length} tokens, {args.max_new_tokens} new tokens, T=0, "
+          f"{args.repeat} rounds, speculative gamma {gamma}, probe at past {args.past} with {args.probe_repeats} "
+          f"repeats over the rounds; target threads {args.threads or 'default'}, draft 1, CTranslate2 intra_threads "
+          f"{threads}")
+    started = time.perf_counter()
+    bar = _bar_factory(args.no_progress)(1 + args.repeat * (len(decs) + len(decs) * (2 if gamma else 1) + len(ct2)),
+                                         "specdec-bench --dtypes")
+    try:
+        raw = variants.measure(decs, ct2, prompts, gamma, args.max_new_tokens, args.repeat, args.probe_repeats,
+                               args.past, args.threads, bar)
+    finally:
+        bar.close()
+    weights = {n: variants.export_weights(d) for n, d in dirs.items()}
+    result = variants.summarize(raw, weights)
+    print()
+    print(f"variants (median over {result['rounds']} rounds, (min-max); steps at past {args.past}, fused runs with "
+          f"their heads; vs fp32: fp32 target step / this one's, per round; c: draft step / this variant's target "
+          f"step; verify 5 ×: 5-token target pass / one-token step; ms/tok: wall time per generated token incl. "
+          f"encoders; spec: gamma {gamma} with random weights, so about one token per iteration (alpha ~ 0); "
+          f"Thm3.8: predicted speedup over its own target-only at alpha {variants.ALPHA} from this c, best gamma; "
+          f"same tokens: prompts whose greedy output at gamma 0 (g0) and at gamma {gamma} (spec) equals fp32 "
+          f"target-only's, and spec=own g0: the speculative output equals this variant's own target-only output)")
+    print(report.table(*variants.table_lines(result, gamma)))
+    print()
+    for line in variants.verdict_lines(result):
+        print(line)
+    mach["load_average_at_end"] = machine.load_average()
+    out = {"mode": "dtypes", "machine": mach,
+           "shapes": {"target": target, "draft": draft, "configs": {n: shapes.CONFIGS[n] for n in (target, draft)}},
+           "checkpoints": ckpts, "exports": {n: str(d) for n, d in dirs.items()}, "export_info": infos,
+           "ct2_status": ct2_status,
+           "settings": {"dtypes": names, "gamma": gamma, "max_new_tokens": args.max_new_tokens,
+                        "rounds": args.repeat, "prompts": len(prompts), "source_length": args.source_length,
+                        "probe_past": args.past, "probe_repeats": args.probe_repeats,
+                        "probe_repeats_per_round": raw["probe_repeats_per_round"], "threads": args.threads,
+                        "ct2_intra_threads": threads,
+                        "weight_only": {"bits": variants.WO_BITS, "block_size": variants.WO_BLOCK,
+                                        "accuracy_level": variants.WO_ACCURACY}},
+           "notes": {"method": variants.__doc__.strip()},
+           **result, "per_round": {"probes": raw["probes"],
+                                   "ms_per_token": {k: [1000.0 * s / max(n, 1) for s, n in v]
+                                                    for k, v in raw["times"].items()}},
+           "elapsed_s": time.perf_counter() - started}
+    _write(out, args)
+    return 0
+
+
 def _fmt(value, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -781,6 +897,8 @@ def _shape_counts(shapes) -> list:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
+    if args.dtypes is not None and args.num_beams != 1:
+        raise SpecdecError("--dtypes does not apply to --num-beams", "run it without --num-beams")
     if args.num_beams != 1:
         return _main_beams(args)
     for flag, given in (("--early-stopping", args.early_stopping != "false"), ("--length-penalty",
@@ -790,6 +908,8 @@ def _main(argv) -> int:
             raise SpecdecError(f"{flag} belongs to beam search", "add --num-beams W (W >= 2)")
     if args.draft and args.shapes:
         raise SpecdecError("--draft compares draft sources on an --engine export", "drop --shapes or --draft")
+    if args.dtypes is not None:
+        return _main_dtypes(args)
     if args.draft:
         return _main_drafts(args)
     return _main_shapes(args) if args.shapes else _main_engine(args)

@@ -500,6 +500,8 @@ def markdown(report: dict) -> str:
     probe = report.get("cost_probe")
     if report["mode"] == "beams":
         parts += _beam_markdown(report)
+    elif report["mode"] == "dtypes":
+        parts += _dtypes_markdown(report)
     elif report["mode"] == "drafts":
         parts += _draft_markdown(report)
     elif report["mode"] == "engine":
@@ -594,6 +596,22 @@ def markdown(report: dict) -> str:
                      + (f" ({loop:.2f}× in the real loop, γ = 4 vs γ = 0)" if loop is not None else "") + "; host "
                      f"overhead at most {100 * acc['host_fraction_worst']:.2f}% of an iteration.")
     return "\n\n".join(parts) + "\n"
+
+
+def _dtypes_markdown(report: dict) -> list[str]:
+    from .variants import table_lines, verdict_lines
+
+    s = report["settings"]
+    ck = report["checkpoints"]
+    parts = [f"{s['prompts']} random prompts of {s['source_length']} tokens, {s['max_new_tokens']} new tokens, "
+             f"T = 0, {s['rounds']} rounds (interleaved); per-call costs at past {s['probe_past']} "
+             f"({s['probe_repeats_per_round']} repeats per round, median per round, then median (min-max) over "
+             f"rounds); speculative γ = {s['gamma']}; CTranslate2 intra_threads {s['ct2_intra_threads']}. Same "
+             f"checkpoints for every variant (target sha256 {ck['target']['sha256'][:12]}, draft "
+             f"{ck['draft']['sha256'][:12]})."]
+    parts.append(_md(*table_lines(report, s["gamma"])))
+    parts.append("\n".join(f"* {line}" for line in verdict_lines(report)))
+    return parts
 
 
 def _draft_markdown(report: dict) -> list[str]:

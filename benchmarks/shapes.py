@@ -77,12 +77,17 @@ def build_checkpoint(name: str, path: Path, seed: int) -> Path:
     return path
 
 
+def pair_root(workdir: Path, target: str, draft: str, gamma_max: int, max_length: int) -> Path:
+    """workdir/shapes/TARGET_DRAFT-gG-lL: the pair's cache (export/, checkpoints/, the --dtypes variants)."""
+    return Path(workdir) / "shapes" / f"{target}_{draft}-g{gamma_max}-l{max_length}"
+
+
 def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int,
                   keep_checkpoints: bool = False, log=print) -> tuple[Path, dict | None]:
     """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export."""
     from specdec.runtime.manifest import load_manifest
 
-    root = Path(workdir) / "shapes" / f"{target}_{draft}-g{gamma_max}-l{max_length}"
+    root = pair_root(workdir, target, draft, gamma_max, max_length)
     out = root / "export"
     info_file = root / "export-info.json"
     if (out / "manifest.json").is_file():
