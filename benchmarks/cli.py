@@ -11,7 +11,8 @@
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
     specdec-bench --shapes t5-large:t5-small --num-beams W [--gamma 1,2,4] [--beam-rows 4,8,12,16]
                   (beam search's per-call costs at real shapes)
-    specdec-bench --shapes t5-large:t5-small --dtypes fp32,int8-draft,int8[,int8-wo] [--gamma 0,4] [--repeat R]
+    specdec-bench --shapes t5-large:t5-small --dtypes fp32,int8-draft,int8[,int8-wo,int8-wo-fp32] [--gamma 0,4]
+                  [--repeat R]
                   (weight variants of the same random weights and CTranslate2 int8/float32, one interleaved run)
 """
 
@@ -139,14 +140,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source-length", type=int, default=48, help="--shapes: random prompt length (default 48)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="--shapes: keep the random PyTorch checkpoints next to the export")
-    p.add_argument("--dtypes", metavar="fp32,int8-draft,int8,int8-wo",
+    p.add_argument("--dtypes", metavar="fp32,int8-draft,int8,int8-wo,int8-wo-fp32",
                    help="--shapes: compare weight variants of the same random checkpoints (kept in the workdir) in "
                         "one interleaved run: fp32 (always measured, the reference), int8-draft (specdec-export "
-                        "--draft-dtype int8), int8 (--dtype int8: dynamic int8, both models), int8-wo (weight-only "
-                        "int8 through onnxruntime's MatMulNBitsQuantizer, made by the benchmark from the fp32 export; "
-                        "needs onnx-ir); per variant target step, draft step, c, verify ratio, target-only and "
-                        "speculative ms/token (the largest --gamma), with CTranslate2 greedy at compute_type int8 "
-                        "and float32 on the same target checkpoint when ctranslate2 is installed. T=0, one filter; "
+                        "--draft-dtype int8), int8 (--dtype int8: dynamic int8, both models), int8-wo and int8-wo-fp32 "
+                        "(weight-only int8 through onnxruntime's MatMulNBitsQuantizer, accuracy_level 4: int8 compute, "
+                        "and 0: fp32 compute; made by the benchmark from the fp32 export; need onnx-ir); per variant "
+                        "target step, draft step, c, verify ratio, target-only and speculative ms/token (the "
+                        "largest --gamma), with CTranslate2 greedy at compute_type int8 and float32 on the same "
+                        "target checkpoint when ctranslate2 is installed. T=0, one filter; "
                         "--repeat: rounds (default 3)")
     p.add_argument("--profile", metavar="OUT.txt",
                    help="cProfile one pass over the prompts at the best measured gamma (T=0) and write the "
@@ -699,7 +701,8 @@ def _main_dtypes(args) -> int:
                         "probe_repeats_per_round": raw["probe_repeats_per_round"], "threads": args.threads,
                         "ct2_intra_threads": threads,
                         "weight_only": {"bits": variants.WO_BITS, "block_size": variants.WO_BLOCK,
-                                        "accuracy_level": variants.WO_ACCURACY}},
+                                        "accuracy_level": {n: variants.WO_ACCURACY[n] for n in names
+                                                           if n in variants.WO_ACCURACY}}},
            "notes": {"method": variants.__doc__.strip()},
            **result, "per_round": {"probes": raw["probes"],
                                    "ms_per_token": {k: [1000.0 * s / max(n, 1) for s, n in v]

@@ -10,8 +10,9 @@ Variants (each its own export directory next to the fp32 one, under workdir/shap
                                       quantization, export/quantize.py)
     int8-wo      export-int8-wo/      benchmark-made, not a specdec-export option: the fp32 export's graphs through
                                       onnxruntime's weight-only MatMulNBitsQuantizer (bits 8, symmetric, blocks of
-                                      WO_BLOCK along K, accuracy_level WO_ACCURACY), the manifest's checksums
+                                      WO_BLOCK along K, accuracy_level 4: int8 compute), the manifest's checksums
                                       rewritten; for comparing weight-only with dynamic int8 on the same weights
+    int8-wo-fp32 export-int8-wo-fp32/ the same with accuracy_level 0 (fp32 compute on dequantized weights)
 
 The same weights everywhere: the checkpoints are built once (build_checkpoint, seeds 1 and 2, deterministic) and
 kept in checkpoints/ with their sha256 (fingerprint.json); every variant records the fingerprint it was exported
@@ -48,11 +49,13 @@ VARIANTS = {
     "int8-draft": ("export-int8-draft", {"dtype": "fp32", "draft_dtype": "int8"}),
     "int8": ("export-int8", {"dtype": "int8"}),
     "int8-wo": ("export-int8-wo", None),
+    "int8-wo-fp32": ("export-int8-wo-fp32", None),
 }
-WEIGHTS = {"fp32": ("fp32", "fp32"), "int8-draft": ("fp32", "int8"), "int8": ("int8", "int8"),
-           "int8-wo": ("int8-wo", "int8-wo")}       # (target, draft)
 DEFAULT = ("fp32", "int8-draft", "int8")
-WO_BITS, WO_BLOCK, WO_ACCURACY = 8, 128, 4     # accuracy_level 4: int8 compute (activations quantized per block)
+WO_BITS, WO_BLOCK = 8, 128
+# the weight-only variants' MatMulNBits accuracy_level: 4 computes in int8 (activations quantized per block of K
+# at run time), 0 in fp32 (weights dequantized)
+WO_ACCURACY = {"int8-wo": 4, "int8-wo-fp32": 0}
 CT2_TYPES = ("int8", "float32")
 GOALS = {"int8_target_step_speedup": 1.5, "int8_draft_c": 0.08, "specdec_int8_over_ct2_int8": 1.0}
 ALPHA = 0.7                                   # the middle of the paper's 0.6-0.8, for the Theorem 3.8 column
@@ -160,7 +163,7 @@ def _export(name: str, out: Path, ckpts: dict, gamma_max: int, max_length: int, 
 
 
 def weight_only_export(src: Path, dst: Path, log=print, bits: int = WO_BITS, block_size: int = WO_BLOCK,
-                       accuracy_level: int = WO_ACCURACY) -> dict:
+                       accuracy_level: int = 4) -> dict:
     """A copy of the export `src` whose graphs have weight-only int8 MatMuls (onnxruntime's MatMulNBitsQuantizer),
     its manifest's `weights` and checksums updated. Same graph inputs and outputs, so the runtime loads it as is."""
     import logging
@@ -228,7 +231,7 @@ def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_
         info_file = _info_file(root, name)
         info = json.loads(info_file.read_text()) if info_file.is_file() else {}
         same = info.get("checkpoints") == fingerprint and info.get("code", {}) == _code(name)
-        if name == "int8-wo":
+        if name in WO_ACCURACY:
             same = same and info.get("from_fp32_created") == _created(dirs["fp32"])
         if _usable(out) and not same and name == "fp32" and "checkpoints" not in info:
             same = _parity_matches(out, ckpts, gamma_max, log)
@@ -236,8 +239,8 @@ def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_
             log(f"using the cached {name} export in {out}")
         else:
             log(f"exporting the {name} variant into {out}")
-            if name == "int8-wo":
-                info = {**weight_only_export(dirs["fp32"], out, log),
+            if name in WO_ACCURACY:
+                info = {**weight_only_export(dirs["fp32"], out, log, accuracy_level=WO_ACCURACY[name]),
                         "from_fp32_created": _created(dirs["fp32"])}
             else:
                 info = _export(name, out, ckpts, gamma_max, max_length, log)
@@ -255,8 +258,8 @@ def _code(name: str) -> dict:
         import specdec.export.quantize as quantize
 
         return {"export/quantize.py": hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()}
-    if name == "int8-wo":
-        return {"weight_only": {"bits": WO_BITS, "block_size": WO_BLOCK, "accuracy_level": WO_ACCURACY}}
+    if name in WO_ACCURACY:
+        return {"weight_only": {"bits": WO_BITS, "block_size": WO_BLOCK, "accuracy_level": WO_ACCURACY[name]}}
     return {}
 
 
@@ -424,12 +427,13 @@ def verdicts(variants: dict, ct2: dict) -> dict:
                                              "met": r <= GOALS["specdec_int8_over_ct2_int8"],
                                              "specdec_ms_per_token": variants["int8"]["target_only_ms_per_token"]
                                              ["median"], "ct2_ms_per_token": ct2["int8"]["ms_per_token"]["median"]}
-    if "int8-wo" in variants and "int8" in variants:
-        wo = variants["int8-wo"]["target_step_ms"]["median"]
-        dyn = variants["int8"]["target_step_ms"]["median"]
-        out["weight_only_vs_dynamic_target_step"] = {"dynamic_ms": dyn, "weight_only_ms": wo,
-                                                     "faster": "dynamic" if dyn <= wo else "weight-only",
-                                                     "weight_only_over_dynamic": wo / dyn}
+    for name in WO_ACCURACY:
+        if name in variants and "int8" in variants:
+            wo = variants[name]["target_step_ms"]["median"]
+            dyn = variants["int8"]["target_step_ms"]["median"]
+            out[f"{name}_vs_dynamic_target_step"] = {
+                "variant": name, "accuracy_level": WO_ACCURACY[name], "dynamic_ms": dyn, "weight_only_ms": wo,
+                "faster": "dynamic" if dyn <= wo else "weight-only", "weight_only_over_dynamic": wo / dyn}
     return out
 
 
@@ -480,10 +484,12 @@ def verdict_lines(result: dict) -> list[str]:
                    f"{'met' if e['met'] else 'MISSED'}")
     elif "int8" in result["variants"]:
         out.append("specdec int8 vs CTranslate2 int8: not measured (CTranslate2 missing or failed)")
-    if "weight_only_vs_dynamic_target_step" in v:
-        e = v["weight_only_vs_dynamic_target_step"]
-        out.append(f"weight-only vs dynamic int8 target step: {e['weight_only_ms']:.2f} vs {e['dynamic_ms']:.2f} ms "
-                   f"({e['weight_only_over_dynamic']:.2f}×): {e['faster']} is faster")
+    for name in WO_ACCURACY:
+        e = v.get(f"{name}_vs_dynamic_target_step")
+        if e:
+            out.append(f"weight-only ({name}, accuracy_level {e['accuracy_level']}) vs dynamic int8 target step: "
+                       f"{e['weight_only_ms']:.2f} vs {e['dynamic_ms']:.2f} ms "
+                       f"({e['weight_only_over_dynamic']:.2f}×): {e['faster']} is faster")
     return out
 
 
