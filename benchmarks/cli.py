@@ -682,7 +682,8 @@ def _main_dtypes(args) -> int:
     print(f"variants (median over {result['rounds']} rounds, (min-max); steps at past {args.past}, fused runs with "
           f"their heads; vs fp32: fp32 target step / this one's, per round; c: draft step / this variant's target "
           f"step; verify 5 ×: 5-token target pass / one-token step; ms/tok: wall time per generated token incl. "
-          f"encoders; spec: gamma {gamma} with random weights, so about one token per iteration (alpha ~ 0); "
+          f"encoders; spec: gamma {gamma}; tok/call: tokens per target call of the speculative runs (random weights: "
+          f"what two random models happen to agree on, not a trained pair's alpha); "
           f"Thm3.8: predicted speedup over its own target-only at alpha {variants.ALPHA} from this c, best gamma; "
           f"same tokens: prompts whose greedy output at gamma 0 (g0) and at gamma {gamma} (spec) equals fp32 "
           f"target-only's, and spec=own g0: the speculative output equals this variant's own target-only output)")

@@ -25,9 +25,9 @@ One run, interleaved by rounds: every round runs each variant's cost probe (targ
 1..gamma_max+1 tokens; the variant order rotates), then every engine's block of greedy generations (each variant at
 gamma 0 and at the speculative gamma, CTranslate2 int8 and float32; one unmeasured call first, the block order
 rotating). Per-call costs are the median over rounds of each round's median; ratios between variants are per
-round, then the median. Random weights make alpha meaningless (about 0 at temperature 0), so the speculative
-ms/token is the cost of an iteration that keeps one token; the speedup a trained pair would see is Theorem 3.8's
-from the measured c.
+round, then the median. With random weights alpha is whatever two random models happen to agree on (reported as
+tokens per target call), not a trained pair's: the speculative ms/token is this run's, and the speedup a trained
+pair would see is Theorem 3.8's from the measured c.
 """
 
 from __future__ import annotations
@@ -277,13 +277,27 @@ def export_weights(export_dir: Path) -> dict:
 
 
 # -- the interleaved measurement -----------------------------------------------------------------------------------
+LOOP_STATS = ("target_s", "draft_s", "encoder_s", "target_calls", "draft_calls", "proposed", "accepted",
+              "new_tokens")
+
+
+def loop_summary(parts: dict) -> dict:
+    """The timed runs' Stats summed: tokens per target call, accepted/proposed, ms per target and draft call."""
+    calls = max(parts["target_calls"], 1)
+    return {"tokens_per_target_call": parts["new_tokens"] / calls,
+            "accepted_over_proposed": parts["accepted"] / parts["proposed"] if parts["proposed"] else None,
+            "target_ms_per_call": 1000.0 * parts["target_s"] / calls,
+            "draft_ms_per_call": 1000.0 * parts["draft_s"] / parts["draft_calls"] if parts["draft_calls"] else None,
+            **{k: parts[k] for k in LOOP_STATS}}
+
+
 class _Spec:
     """specdec greedy at one gamma on one variant's decoder; collects Stats for the loop's own split."""
 
     def __init__(self, variant: str, dec, gamma: int):
         self.variant, self.dec, self.gamma = variant, dec, gamma
         self.name = f"{variant} g={gamma}"
-        self.parts = {"target_s": 0.0, "draft_s": 0.0, "target_calls": 0, "draft_calls": 0}
+        self.parts = {k: 0 for k in LOOP_STATS}
 
     def run(self, ids, max_new_tokens, record: bool = False):
         res = self.dec.generate(input_ids=ids, max_new_tokens=max_new_tokens, draft="draft", gamma=self.gamma,
@@ -344,7 +358,8 @@ def measure(decs: dict, ct2: dict, prompts, gamma: int, max_new_tokens: int, rou
             times[e.name].append((seconds, tokens))
             if progress:
                 progress.update(1)
-    return {"probes": probes, "times": times, "outputs": outputs, "engines": engines, "gamma": gamma,
+    loops = {e.name: loop_summary(e.parts) for e in engines if isinstance(e, _Spec)}
+    return {"probes": probes, "times": times, "outputs": outputs, "engines": engines, "gamma": gamma, "loops": loops,
             "gamma_max": gamma_max, "probe_repeats_per_round": per_round}
 
 
@@ -392,6 +407,8 @@ def summarize(raw: dict, weights: dict) -> dict:
                 "prompts": len(ref_tokens)},
             "speculative_equals_own_target_only": (sum(a == b for a, b in zip(outputs[gs], outputs[g0]))
                                                    if gamma else None),
+            "target_only_loop": raw["loops"][g0],
+            "speculative_loop": raw["loops"][gs] if gamma else None,
         }
     ct2 = {}
     for e in raw["engines"]:
@@ -446,7 +463,7 @@ def _ms(s: dict | None, fmt: str = ".2f") -> str:
 
 def table_lines(result: dict, gamma: int) -> tuple[list[str], list[list[str]]]:
     headers = ["variant", "weights T/D", "target step ms", "vs fp32", "draft step ms", "c", "verify 5 ×",
-               "target-only ms/tok", f"spec ms/tok (γ={gamma})", f"Thm3.8 α={ALPHA}", "same tokens"]
+               "target-only ms/tok", f"spec ms/tok (γ={gamma})", "tok/call", f"Thm3.8 α={ALPHA}", "same tokens"]
     lines = []
     for v, r in result["variants"].items():
         same = r["same_tokens_as_fp32_target_only"]
@@ -455,6 +472,7 @@ def table_lines(result: dict, gamma: int) -> tuple[list[str], list[list[str]]]:
                       f"{r['target_step_speedup_vs_fp32']['median']:.2f}×", _ms(r["draft_step_ms"]),
                       f"{r['c']['median']:.3f}", "-" if v5 is None else f"{v5:.2f}",
                       _ms(r["target_only_ms_per_token"]), _ms(r["speculative_ms_per_token"]),
+                      f"{r['speculative_loop']['tokens_per_target_call']:.2f}" if r["speculative_loop"] else "-",
                       f"{r['theorem_3_8']['speedup']:.2f} (γ={r['theorem_3_8']['best_gamma']})",
                       f"g0 {same['gamma0']}/{same['prompts']}"
                       + (f", spec {same['speculative']}/{same['prompts']}, spec=own g0 "
@@ -462,6 +480,7 @@ def table_lines(result: dict, gamma: int) -> tuple[list[str], list[list[str]]]:
                          if same["speculative"] is not None else "")])
     for t, r in result["ct2"].items():
         lines.append([f"ctranslate2 {t}", "target only", "-", "-", "-", "-", "-", _ms(r["ms_per_token"]), "-", "-",
+                      "-",
                       f"{r['same_tokens_as_fp32_target_only']}/{r['prompts']}"])
     return headers, lines
 

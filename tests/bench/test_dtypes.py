@@ -82,6 +82,10 @@ def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
     for name in ("fp32", "int8-draft", "int8") + (("int8-wo-fp32",) if HAS_WO else ()):
         assert report["variants"][name]["speculative_equals_own_target_only"] == 2, name
         assert r["theorem_3_8"]["speedup"] >= 1.0
+        assert r["target_only_loop"]["tokens_per_target_call"] == pytest.approx(1.0)    # one token per step
+        loop = r["speculative_loop"]
+        assert 1.0 <= loop["tokens_per_target_call"] <= 5.0 and loop["draft_calls"] > 0
+        assert loop["target_ms_per_call"] > 0 and loop["draft_ms_per_call"] > 0
     assert report["variants"]["fp32"]["target_step_speedup_vs_fp32"]["median"] == pytest.approx(1.0)
     # the int8-draft variant's target is the fp32 target: the same greedy tokens, with and without speculation
     same = report["variants"]["int8-draft"]["same_tokens_as_fp32_target_only"]
