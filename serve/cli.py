@@ -1,0 +1,88 @@
+"""`specdec-serve`: serve an export on a Triton Inference Server started through PyTriton (models `specdec` and
+`specdec_stream`), or write a model repository for a stand-alone Triton server (--write-model-repository)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from specdec.runtime.errors import SpecdecError, run_cli
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"error: {message}; see {self.prog} --help.\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="specdec-serve",
+                description="Serve an export from specdec-export on Triton Inference Server (PyTriton): model "
+                            "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
+                            "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
+    p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
+    p.add_argument("--address", default="0.0.0.0", help="address to listen on (default 0.0.0.0; 127.0.0.1: local)")
+    p.add_argument("--instances", type=int, default=1,
+                   help="instances of each model, each with its own decoder: N requests run at once (default 1)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op threads per instance (default 0: the CPU cores divided by --instances)")
+    p.add_argument("--exit-timeout", type=int, default=5,
+                   help="seconds a stopping server waits for requests in flight (default 5)")
+    p.add_argument("--write-model-repository", metavar="DIR",
+                   help="instead of serving, write a Triton model repository (Python backend: config.pbtxt and "
+                        "model.py for both models) that runs --engine on a stand-alone tritonserver")
+    return p
+
+
+def _serve(args) -> int:
+    from .server import Server
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    server = Server(args.engine, instances=args.instances, threads=args.threads, http_port=args.http_port,
+                    grpc_port=args.grpc_port, metrics_port=args.metrics_port, address=args.address,
+                    exit_timeout_s=args.exit_timeout)
+    try:
+        server.start()
+        print(f"specdec-serve: serving {args.engine} as models 'specdec' and 'specdec_stream' ({args.instances} "
+              f"instance(s), {server.threads} thread(s) each) on http {args.address}:{args.http_port}, grpc "
+              f"{args.address}:{args.grpc_port}, metrics {args.address}:{args.metrics_port}", flush=True)
+        while not stop.wait(1.0):
+            if not server.is_alive():
+                raise SpecdecError("the Triton server stopped unexpectedly", "see its log above")
+    finally:
+        server.stop()
+    print("specdec-serve: stopped", flush=True)
+    return 0
+
+
+def _main(argv) -> int:
+    args = parser().parse_args(argv)
+    if args.instances < 1:
+        raise SpecdecError(f"--instances must be >= 1 (got {args.instances})")
+    if args.write_model_repository:
+        from .repository import write_model_repository
+
+        out = write_model_repository(args.write_model_repository, args.engine, instances=args.instances,
+                                     threads=args.threads)
+        print(f"wrote a Triton model repository for {args.engine} to {out} (models specdec, specdec_stream); run "
+              f"it with: tritonserver --model-repository {out}")
+        return 0
+    return _serve(args)
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""A Triton model repository for a stand-alone Triton Inference Server (Python backend): the same two models as
+`specdec-serve` (specdec and specdec_stream, the same inputs and outputs from schema.py), each a config.pbtxt and a
+model.py that loads the export with the runtime. The server's Python needs specdec installed (`pip install
+specdec`; PyTriton is not needed there).
+
+    DIR/specdec/config.pbtxt           DIR/specdec/1/model.py
+    DIR/specdec_stream/config.pbtxt    DIR/specdec_stream/1/model.py     (decoupled)
+
+The export is not copied: config.pbtxt names it by absolute path (parameter "engine"), so it must be at that path
+on the server (copy or mount it there, or edit the parameter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specdec.runtime.errors import SpecdecError
+
+from . import schema
+
+MODEL_PY = '''"""specdec on Triton's Python backend (written by specdec-serve --write-model-repository). Parameters in
+config.pbtxt: engine (the export directory), threads (intra-op threads per instance, 0 = onnxruntime's default)."""
+
+import json
+
+import triton_python_backend_utils as pb_utils
+
+from specdec.runtime.errors import SpecdecError
+from specdec.serve import schema
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.handler = schema.Handler(schema.load_decoder(params["engine"], int(params.get("threads", "0"))))
+
+    def execute(self, requests):
+        if not self.decoupled:
+            return [self._generate(request) for request in requests]
+        for request in requests:
+            self._stream(request)
+        return None
+
+    def _generate(self, request):
+        try:
+            out = self.handler.generate(_getter(request))
+        except SpecdecError as err:              # this request fails; the instance keeps serving
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err)))
+        return pb_utils.InferenceResponse(output_tensors=_tensors(out))
+
+    def _stream(self, request):
+        sender = request.get_response_sender()
+        try:
+            for out in self.handler.stream(_getter(request)):
+                sender.send(pb_utils.InferenceResponse(output_tensors=_tensors(out)))
+        except SpecdecError as err:
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def _getter(request):
+    def get(name):
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        return None if tensor is None else tensor.as_numpy()
+    return get
+
+
+def _tensors(out):
+    return [pb_utils.Tensor(name, value) for name, value in out.items()]
+'''
+
+
+def _io(kind: str, fields) -> str:
+    rows = []
+    for f in fields:
+        dims = ", ".join(str(d) for d in f.shape)
+        optional = "\n    optional: true" if f.optional else ""
+        rows.append(f'  {{\n    name: "{f.name}"\n    data_type: {f.triton_type}\n    dims: [ {dims} ]{optional}\n  }}')
+    return f"{kind} [\n" + ",\n".join(rows) + "\n]\n"
+
+
+def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decoupled: bool) -> str:
+    """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models."""
+    text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n' + _io("input", schema.INPUTS)
+            + _io("output", schema.OUTPUTS)
+            + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n")
+    if decoupled:
+        text += "model_transaction_policy {\n  decoupled: true\n}\n"
+    for key, value in (("engine", str(engine)), ("threads", str(threads))):
+        quoted = value.replace("\\", "\\\\").replace('"', '\\"')
+        text += f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{quoted}" }}\n}}\n'
+    return text
+
+
+def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0) -> Path:
+    """Write the repository to `out` (created; existing model files there are replaced) for the export `engine`,
+    which is checked first. Returns `out`."""
+    from specdec.runtime.manifest import load_manifest
+
+    engine = Path(engine).resolve()
+    load_manifest(engine)                      # a one-line SpecdecError if it is not a (complete) export
+    if not isinstance(instances, int) or instances < 1:
+        raise SpecdecError(f"instances must be a positive integer (got {instances!r})")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise SpecdecError(f"{out} exists and is not a directory", "pass a new or existing directory")
+    for name, decoupled in ((schema.MODEL, False), (schema.STREAM_MODEL, True)):
+        (out / name / "1").mkdir(parents=True, exist_ok=True)
+        (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, threads, decoupled))
+        (out / name / "1" / "model.py").write_text(MODEL_PY)
+    return out

@@ -1,0 +1,262 @@
+"""specdec-serve's Triton server (PyTriton, the real tritonserver binary) on 127.0.0.1, free ports, 2 instances,
+driven by tritonclient over HTTP and gRPC: outputs equal the Python API's, streamed pieces join to the same text,
+concurrent clients, bad requests, health/readiness/metrics. One server for the module; few tokens."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import urllib.request
+
+import pytest
+
+pytest.importorskip("pytriton")
+tritonclient_http = pytest.importorskip("tritonclient.http")
+tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
+
+from specdec.runtime import SpecdecError, SpeculativeDecoder  # noqa: E402
+from specdec.serve import schema  # noqa: E402
+from specdec.serve.server import Server, free_port  # noqa: E402
+
+from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
+
+MAX_NEW = 12
+# (prompt, parameters): greedy with the auto choice, fixed draft/gamma greedy and sampled, target only, lookup
+CASES = [
+    ("w5 w6 w7 w8 w9", {"max_new_tokens": MAX_NEW}),
+    ("w10 w3 w22 w10 w3", {"max_new_tokens": MAX_NEW, "gamma": 3, "draft": "draft"}),
+    ("w11 w12", {"max_new_tokens": MAX_NEW, "gamma": 2, "draft": "draft", "temperature": 1.0, "top_k": 20,
+                 "top_p": 0.9, "seed": 7}),
+    ("w30 w31 w32", {"max_new_tokens": MAX_NEW, "gamma": 0}),
+    ("w4 w5 w4 w5 w4", {"max_new_tokens": MAX_NEW, "gamma": 4, "draft": "lookup", "temperature": 0.8, "seed": 3}),
+]
+FIXED = [case for case in CASES if "gamma" in case[1]]     # fixed source and gamma: the counts are deterministic
+
+
+@pytest.fixture(scope="module")
+def server(tiny_export):
+    srv = Server(tiny_export, instances=2, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+                 address="127.0.0.1", exit_timeout_s=2)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{server.http_port}", concurrency=8)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def grpc(server):
+    client = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_export):
+    """The Python API on the same export: what every served answer must equal."""
+    return SpeculativeDecoder.load(tiny_export, provider="cpu")
+
+
+def expected(dec, prompt, params, counts=True):
+    res = dec.generate(prompt, **params)
+    out = {"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason}
+    if counts:
+        out.update(new_tokens=res.stats.new_tokens, target_calls=res.stats.target_calls,
+                   draft_calls=res.stats.draft_calls, proposed=res.stats.proposed, accepted=res.stats.accepted)
+    return out
+
+
+def served(client, module, prompt, params, model=schema.MODEL, **kw):
+    return as_dict(client.infer(model, inputs(module, prompt, **params), **kw))
+
+
+def _only(got: dict, want: dict) -> dict:
+    return {key: got[key] for key in want}
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_http_and_grpc_equal_the_python_api(server, http, grpc, reference, case):
+    prompt, params = CASES[case]
+    want = expected(reference, prompt, params, counts="gamma" in params)
+    assert want["token_ids"], "the reference generated nothing: the comparison would say little"
+    for client, module in ((http, tritonclient_http), (grpc, tritonclient_grpc)):
+        got = served(client, module, prompt, params)
+        assert _only(got, want) == want, module.__name__
+
+
+def test_stats_outputs(http, reference):
+    prompt, params = CASES[1]
+    result = http.infer(schema.MODEL, inputs(tritonclient_http, prompt, **params))
+    res = reference.generate(prompt, **params)
+    stats = json.loads(result.as_numpy("stats_json")[0])
+    assert stats["accepted"] == res.stats.accepted and stats["proposed"] == res.stats.proposed > 0
+    assert result.as_numpy("acceptance_rate")[0] == pytest.approx(res.stats.acceptance_rate)
+    assert result.as_numpy("tokens_per_target_call")[0] == pytest.approx(res.stats.tokens_per_target_call)
+    assert set(stats["sources"]) == set(res.stats.sources)
+
+
+def test_grpc_stream_pieces_join_to_the_same_text(server, reference):
+    items = [inputs(tritonclient_grpc, prompt, **params) for prompt, params in FIXED]
+    results = grpc_stream(f"127.0.0.1:{server.grpc_port}", schema.STREAM_MODEL, items)
+    for (prompt, params), pieces in zip(FIXED, results):
+        assert isinstance(pieces, list), pieces
+        want_pieces = list(reference.stream(prompt, **params))
+        want = reference.generate(prompt, **params)
+        assert [p["text"] for p in pieces] == [p.text for p in want_pieces]
+        assert "".join(p["text"] for p in pieces) == want.text
+        assert sum((p["token_ids"] for p in pieces), []) == want.token_ids
+        assert [p["stop_reason"] for p in pieces] == [""] * (len(pieces) - 1) + [want.stop_reason]
+        assert pieces[-1]["target_calls"] == want.stats.target_calls
+    assert max(len(r) for r in results) > 1, "every request came back in one piece: nothing was streamed"
+
+
+def test_eight_concurrent_clients_ten_requests_each(server, reference):
+    jobs = [(f"w{3 + (c * 7 + r) % 40} w{3 + (c + r * 5) % 40} w{3 + (c * r) % 40}",
+             {"max_new_tokens": 8, "gamma": 1 + (c + r) % 4, "draft": "draft", "temperature": float(r % 2),
+              "seed": c * 10 + r}) for c in range(8) for r in range(10)]
+    want = [expected(reference, prompt, params) for prompt, params in jobs]
+
+    def client(c):
+        module = tritonclient_grpc if c % 2 else tritonclient_http
+        url = f"127.0.0.1:{server.grpc_port if c % 2 else server.http_port}"
+        conn = module.InferenceServerClient(url)
+        try:
+            return [served(conn, module, *jobs[c * 10 + r]) for r in range(10)]
+        finally:
+            conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(client, c) for c in range(8)]
+        got = [f.result(timeout=120) for f in futures]
+    assert [item for per_client in got for item in per_client] == want
+
+
+def _error(call) -> str:
+    with pytest.raises(Exception) as err:
+        call()
+    return str(err.value)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bad_requests_get_an_error_naming_the_problem_and_the_server_keeps_serving(server, http, grpc, reference,
+                                                                                     protocol):
+    client, module = (http, tritonclient_http) if protocol == "http" else (grpc, tritonclient_grpc)
+    good_prompt, good = CASES[1]
+    want = expected(reference, good_prompt, good)
+
+    def bad(prompt, **kw):
+        dtypes = kw.pop("dtypes", None)
+        return _error(lambda: client.infer(schema.MODEL, inputs(module, prompt, dtypes=dtypes, **kw)))
+
+    messages = {
+        "missing prompt": (bad(None, gamma=2), "prompt"),
+        "gamma out of range": (bad("w5 w6", gamma=99), str(SpecdecError("gamma must be an integer in 0..8 (got 99)",
+                                                                        "use 0 <= gamma <= 8, or re-export with "
+                                                                        "--gamma-max 99"))),
+        "wrong dtype": (bad("w5 w6", gamma=2.0, dtypes={"gamma": "FP32"}), "gamma"),
+        "unknown draft": (bad("w5 w6", draft="nosuch", gamma=2), "nosuch"),
+        "empty prompt": (bad("  "), "the prompt is empty"),
+        "negative temperature": (bad("w5", temperature=-1.0), "temperature must be a finite number >= 0"),
+    }
+    for what, (message, needle) in messages.items():
+        assert needle in message, (what, message)
+        assert _only(served(client, module, good_prompt, good), want) == want, f"after {what}"
+    assert "FP32" in messages["wrong dtype"][0]
+    assert "draft" in messages["unknown draft"][0]
+
+
+def test_a_bad_streamed_request_errs_and_the_stream_model_keeps_serving(server, reference):
+    prompt, params = FIXED[0]
+    items = [inputs(tritonclient_grpc, "w5 w6", gamma=99), inputs(tritonclient_grpc, "w5", draft="nosuch"),
+             inputs(tritonclient_grpc, prompt, **params)]
+    bad_gamma, bad_draft, good = grpc_stream(f"127.0.0.1:{server.grpc_port}", schema.STREAM_MODEL, items)
+    assert "gamma must be an integer in 0..8 (got 99)" in str(bad_gamma)
+    assert "nosuch" in str(bad_draft)
+    assert "".join(p["text"] for p in good) == reference.generate(prompt, **params).text
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_health_readiness_and_metrics_endpoints(server, http):
+    base = f"http://127.0.0.1:{server.http_port}"
+    assert _get(f"{base}/v2/health/live")[0] == 200
+    assert _get(f"{base}/v2/health/ready")[0] == 200
+    for model in (schema.MODEL, schema.STREAM_MODEL):
+        assert _get(f"{base}/v2/models/{model}/ready")[0] == 200
+    http.infer(schema.MODEL, inputs(tritonclient_http, "w5 w6", max_new_tokens=2))
+    status, metrics = _get(f"http://127.0.0.1:{server.metrics_port}/metrics")
+    lines = [line for line in metrics.splitlines()
+             if line.startswith("nv_inference_request_success") and f'model="{schema.MODEL}"' in line]
+    assert status == 200 and lines and float(lines[0].rsplit(" ", 1)[1]) >= 1, metrics[:2000]
+
+
+def test_http_generate_stream_sse_endpoint(server, reference):
+    """Triton's HTTP generate_stream endpoint (server-sent events) on the decoupled model; tritonclient.http refuses
+    decoupled models, so this is plain HTTP."""
+    prompt, params = FIXED[0]
+    body = json.dumps({"prompt": prompt, **params}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{server.http_port}/v2/models/{schema.STREAM_MODEL}/"
+                                 "generate_stream", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = [json.loads(line[len("data: "):]) for line in resp.read().decode().splitlines()
+                  if line.startswith("data: ")]
+    texts = [e["text"] for e in events if "text" in e]
+    assert len(texts) > 1 and "".join(texts) == reference.generate(prompt, **params).text, events
+
+
+def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http, reference, tmp_path):
+    """`specdec-serve --write-model-repository` output on the tritonserver binary started directly (Python backend,
+    no PyTriton): Triton parses both config.pbtxt files into the same inputs and outputs PyTriton declares, and the
+    models answer as the Python API does; a bad request is the runtime's one-line message."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import triton_standalone
+    from triton_clients import wait_ready
+
+    repo = tmp_path / "repo"
+    code = subprocess.run([sys.executable, "-m", "specdec.serve.cli", "--engine", str(server.engine),
+                           "--write-model-repository", str(repo), "--threads", "1"], capture_output=True, text=True,
+                          timeout=120)
+    assert code.returncode == 0, code.stderr
+    ports = (free_port(), free_port(), free_port())
+    proc = triton_standalone.start(repo, tmp_path, ports)
+    try:
+        url = f"127.0.0.1:{ports[0]}"
+        assert wait_ready(url, 90, alive=lambda: proc.poll() is None), (tmp_path / "tritonserver.log").read_text()
+        client = tritonclient_http.InferenceServerClient(url)
+        try:
+            for model in (schema.MODEL, schema.STREAM_MODEL):
+                mine, theirs = client.get_model_config(model), http.get_model_config(model)
+                assert mine["backend"] == "python" and mine["instance_group"][0]["count"] == 1
+                for key in ("input", "output", "max_batch_size"):
+                    assert mine[key] == theirs[key], (model, key)
+            assert client.get_model_config(schema.STREAM_MODEL)["model_transaction_policy"]["decoupled"] is True
+            for prompt, params in FIXED:
+                want = expected(reference, prompt, params)
+                assert _only(served(client, tritonclient_http, prompt, params), want) == want
+            with pytest.raises(tritonclient_http.InferenceServerException) as err:
+                client.infer(schema.MODEL, inputs(tritonclient_http, "w5", gamma=99))
+            assert err.value.message() == ("gamma must be an integer in 0..8 (got 99); use 0 <= gamma <= 8, or "
+                                           "re-export with --gamma-max 99.")
+        finally:
+            client.close()
+        prompt, params = FIXED[0]
+        bad, pieces = grpc_stream(f"127.0.0.1:{ports[1]}", schema.STREAM_MODEL,
+                                  [inputs(tritonclient_grpc, "w5", draft="nosuch"),
+                                   inputs(tritonclient_grpc, prompt, **params)])
+        assert "nosuch" in str(bad)
+        assert [p["text"] for p in pieces] == [p.text for p in reference.stream(prompt, **params)]
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)

@@ -1,0 +1,84 @@
+"""Small tritonclient helpers for the serve tests and the load benchmark's checks: build a request's inputs from
+keyword parameters, read a response back as a dict, stream over gRPC; every wait is bounded."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import numpy as np
+
+DTYPES = {"prompt": "BYTES", "draft": "BYTES", "max_new_tokens": "INT64", "gamma": "INT64", "top_k": "INT64",
+          "seed": "INT64", "temperature": "FP64", "top_p": "FP64"}
+INT_OUTPUTS = ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted")
+
+
+def inputs(module, prompt=None, dtypes=None, **params) -> list:
+    """tritonclient.http or .grpc InferInputs; `dtypes` overrides a Triton dtype (to send a wrong one)."""
+    values = dict(params) if prompt is None else {"prompt": prompt, **params}
+    out = []
+    for name, value in values.items():
+        dtype = (dtypes or {}).get(name, DTYPES.get(name, "BYTES"))
+        array = np.array([value.encode() if isinstance(value, str) else value],
+                         dtype={"BYTES": np.object_, "INT64": np.int64, "FP64": np.float64, "FP32": np.float32,
+                                "INT32": np.int32}[dtype])
+        tensor = module.InferInput(name, [1], dtype)
+        tensor.set_data_from_numpy(array)
+        out.append(tensor)
+    return out
+
+
+def as_dict(result) -> dict:
+    out = {"text": result.as_numpy("text")[0].decode(), "token_ids": result.as_numpy("token_ids").tolist(),
+           "stop_reason": result.as_numpy("stop_reason")[0].decode()}
+    out.update({name: int(result.as_numpy(name)[0]) for name in INT_OUTPUTS})
+    return out
+
+
+def wait_ready(url: str, timeout_s: float, alive=lambda: True) -> bool:
+    """Poll Triton's readiness endpoint over HTTP until ready, `alive()` turns false, or timeout_s passes."""
+    import tritonclient.http as http
+
+    client = http.InferenceServerClient(url)
+    end = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < end and alive():
+            try:
+                if client.is_server_ready():
+                    return True
+            except Exception:
+                pass
+            time.sleep(0.25)
+        return False
+    finally:
+        client.close()
+
+
+def grpc_stream(url: str, model: str, items, timeout_s: float = 60.0) -> list:
+    """Send each item's inputs (a list of grpc InferInputs) on one gRPC stream, one after the other; returns per
+    item the list of responses (as_dict) before the final flag, or the error (an exception) that ended it."""
+    import tritonclient.grpc as grpc
+
+    client = grpc.InferenceServerClient(url)
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    results = []
+    try:
+        for i, item in enumerate(items):
+            client.async_stream_infer(model, item, request_id=f"r{i}", enable_empty_final_response=True)
+            pieces, end = [], time.monotonic() + timeout_s
+            while True:
+                result, error = got.get(timeout=max(0.1, end - time.monotonic()))
+                if error is not None:
+                    results.append(error)
+                    break
+                if result.get_response().id != f"r{i}":      # a late final flag of an earlier, failed item
+                    continue
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    results.append(pieces)
+                    break
+                pieces.append(as_dict(result))
+    finally:
+        client.stop_stream()
+        client.close()
+    return results
