@@ -260,3 +260,13 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_load_benchmark_cell(server, reference):
+    """benchmarks/serve_load.py's cell on this server: every request answered, in prompt order, sane numbers."""
+    from specdec.bench.serve_load import run_cell
+
+    prompts = [f"w{3 + i} w{9 + i} w{5 + 2 * i}" for i in range(6)]
+    cell = run_cell(server.grpc_port, "grpc", 3, prompts, 5)
+    assert cell["answers"] == [reference.generate(p, max_new_tokens=5).text for p in prompts]
+    assert cell["requests"] == 6 and 0 < cell["p50_ms"] <= cell["p99_ms"] and cell["requests_per_s"] > 0

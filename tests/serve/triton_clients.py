@@ -35,8 +35,10 @@ def as_dict(result) -> dict:
     return out
 
 
-def wait_ready(url: str, timeout_s: float, alive=lambda: True) -> bool:
-    """Poll Triton's readiness endpoint over HTTP until ready, `alive()` turns false, or timeout_s passes."""
+def wait_ready(url: str, timeout_s: float, alive=lambda: True, models=("specdec", "specdec_stream")) -> bool:
+    """Poll Triton's readiness endpoints over HTTP until the server and `models` are ready, `alive()` turns false,
+    or timeout_s passes. (PyTriton loads its models after the server is up, and the server reports ready with no
+    model loaded yet: wait for the models.)"""
     import tritonclient.http as http
 
     client = http.InferenceServerClient(url)
@@ -44,7 +46,7 @@ def wait_ready(url: str, timeout_s: float, alive=lambda: True) -> bool:
     try:
         while time.monotonic() < end and alive():
             try:
-                if client.is_server_ready():
+                if client.is_server_ready() and all(client.is_model_ready(m) for m in models):
                     return True
             except Exception:
                 pass

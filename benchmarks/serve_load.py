@@ -1,0 +1,163 @@
+"""Load on specdec-serve: requests/s and p50/p99 latency of the `specdec` model at several client counts and
+instance counts, the same prompts and parameters in every cell.
+
+    python -m specdec.bench.serve_load --engine DIR [--instances 1,2] [--clients 1,4,16] [--requests 160]
+                                       [--max-new-tokens 32] [--protocol http|grpc] [--json OUT]
+
+For each instance count it starts the real server (specdec.serve.Server: PyTriton's tritonserver, 127.0.0.1, free
+ports), warms every instance up, then for each client count runs C client threads (one tritonclient each) that
+take the next of the --requests prompts until all are answered. Latency: send to answer, per request; requests/s:
+requests / wall time of the cell. Every answer is checked against the first answer to the same prompt (greedy
+decoding: one output per prompt), and mismatches are reported. The clients run on the same machine as the server
+and take CPU from it. Needs the serve extra."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+
+from specdec.runtime.errors import SpecdecError, run_cli
+
+
+def _ints(text: str) -> list:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers (got {text!r})") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"must be positive integers (got {text!r})")
+    return values
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m specdec.bench.serve_load", description=__doc__.split("\n\n")[0])
+    p.add_argument("--engine", required=True, help="export directory")
+    p.add_argument("--instances", type=_ints, default=[1, 2], help="instance counts (default 1,2)")
+    p.add_argument("--clients", type=_ints, default=[1, 4, 16], help="concurrent clients (default 1,4,16)")
+    p.add_argument("--requests", type=int, default=160, help="requests per cell (default 160)")
+    p.add_argument("--prompts", default=None,
+                   help="JSONL ({\"source\": ...}) or text file of prompts (default: the bundled test prompts)")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads per instance (0: cores / instances)")
+    p.add_argument("--warmup", type=int, default=8, help="untimed requests per instance before the cells")
+    p.add_argument("--json", default=None, help="write the results and the machine description here")
+    return p
+
+
+def _prompts(path, count: int) -> list:
+    from . import prompts as prompt_files
+
+    path = path or prompt_files.bundled_prompts_file()
+    if path is None:
+        raise SpecdecError("no prompts: the bundled test prompts are not installed", "pass --prompts FILE")
+    texts = [p.text for p in prompt_files.read_prompts(path) if p.text]
+    if not texts:
+        raise SpecdecError(f"{path} holds no text prompts", "use a JSONL with \"source\" or a text file")
+    return [texts[i % len(texts)] for i in range(count)]
+
+
+def _client(protocol: str, port: int):
+    if protocol == "http":
+        import tritonclient.http as module
+    else:
+        import tritonclient.grpc as module
+    return module, module.InferenceServerClient(f"127.0.0.1:{port}")
+
+
+def _request(module, client, prompt: str, max_new_tokens: int) -> str:
+    text = module.InferInput("prompt", [1], "BYTES")
+    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
+    limit = module.InferInput("max_new_tokens", [1], "INT64")
+    limit.set_data_from_numpy(np.array([max_new_tokens], dtype=np.int64))
+    return client.infer("specdec", [text, limit]).as_numpy("text")[0].decode()
+
+
+def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_tokens: int) -> dict:
+    """C clients share the prompts; returns latencies (s, in prompt order), the answers and the wall time."""
+    latencies, answers = [None] * len(prompts), [None] * len(prompts)
+    errors, lock, next_index = [], threading.Lock(), iter(range(len(prompts)))
+
+    def work():
+        module, client = _client(protocol, port)
+        try:
+            while True:
+                with lock:
+                    i = next(next_index, None)
+                if i is None:
+                    return
+                began = time.perf_counter()
+                answers[i] = _request(module, client, prompts[i], max_new_tokens)
+                latencies[i] = time.perf_counter() - began
+        except Exception as err:       # reported, not raised in a thread
+            errors.append(repr(err))
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(clients)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    deadline = began + 600
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.perf_counter()))
+    wall = time.perf_counter() - began
+    if errors or any(t.is_alive() for t in threads):
+        raise SpecdecError(f"a load cell failed ({clients} clients): {errors[:1] or ['timed out after 600 s']}")
+    lat = np.array(latencies)
+    return {"clients": clients, "requests": len(prompts), "wall_s": wall, "requests_per_s": len(prompts) / wall,
+            "p50_ms": float(np.percentile(lat, 50) * 1000), "p99_ms": float(np.percentile(lat, 99) * 1000),
+            "mean_ms": float(lat.mean() * 1000), "answers": answers}
+
+
+def _main(argv) -> int:
+    args = parser().parse_args(argv)
+    from specdec.serve.server import Server, free_port
+
+    from .machine import describe, load_average
+
+    prompts = _prompts(args.prompts, args.requests)
+    machine = describe("cpu")
+    results, first_answer = [], {}
+    for instances in args.instances:
+        with Server(args.engine, instances=instances, threads=args.threads, address="127.0.0.1", exit_timeout_s=2,
+                    http_port=free_port(), grpc_port=free_port(), metrics_port=free_port()) as server:
+            port = server.http_port if args.protocol == "http" else server.grpc_port
+            warm = prompts[:max(1, args.warmup * instances)]
+            run_cell(port, args.protocol, instances, warm, args.max_new_tokens)
+            for clients in args.clients:
+                cell = run_cell(port, args.protocol, clients, prompts, args.max_new_tokens)
+                answers = cell.pop("answers")
+                mismatches = 0
+                for prompt, answer in zip(prompts, answers):
+                    mismatches += first_answer.setdefault(prompt, answer) != answer
+                cell.update(instances=instances, threads_per_instance=server.threads, mismatches=mismatches,
+                            load_average_after=load_average())
+                results.append(cell)
+                print(f"instances {instances} ({server.threads} thread(s) each), clients {clients:2d}: "
+                      f"{cell['requests_per_s']:6.2f} req/s, p50 {cell['p50_ms']:7.1f} ms, p99 {cell['p99_ms']:7.1f} "
+                      f"ms, mismatches {mismatches}", flush=True)
+    table = ["| instances | threads/instance | clients | requests/s | p50 ms | p99 ms | mean ms | mismatches |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    table += [f"| {r['instances']} | {r['threads_per_instance']} | {r['clients']} | {r['requests_per_s']:.2f} | "
+              f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['mismatches']} |" for r in results]
+    print("\n".join(table))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"command": "python -m specdec.bench.serve_load " + " ".join(argv or sys.argv[1:]),
+                       "machine": machine, "protocol": args.protocol, "max_new_tokens": args.max_new_tokens,
+                       "requests_per_cell": args.requests, "results": results, "table": table}, fh, indent=1)
+    return 0 if all(r["mismatches"] == 0 for r in results) else 1
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The specdec-serve command: it serves until SIGTERM and then stops with its tritonserver and every process it
+started; errors are one line; the runtime and the serve schema import without PyTriton."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytriton")
+tritonclient_http = pytest.importorskip("tritonclient.http")
+
+from specdec.runtime import SpeculativeDecoder  # noqa: E402
+from specdec.serve.server import free_port  # noqa: E402
+
+from triton_clients import as_dict, inputs, wait_ready  # noqa: E402
+
+SERVE = [sys.executable, "-m", "specdec.serve.cli"]
+
+
+def _descendants(pid: int) -> set:
+    """Every process below `pid` (from /proc), recursively."""
+    children: dict = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:            # a zombie is dead (its parent has not reaped it yet)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _group_empty(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_serve_answers_then_stops_cleanly_on_sigterm(tiny_export, tmp_path):
+    http_port = free_port()
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
+                             str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
+                             "--exit-timeout", "2"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"127.0.0.1:{http_port}"
+        assert wait_ready(url, 120, alive=lambda: proc.poll() is None), (tmp_path / "serve.log").read_text()
+        client = tritonclient_http.InferenceServerClient(url)
+        try:
+            got = as_dict(client.infer("specdec", inputs(tritonclient_http, "w5 w6 w7", max_new_tokens=6, gamma=2,
+                                                          draft="draft")))
+        finally:
+            client.close()
+        assert got["token_ids"] == SpeculativeDecoder.load(tiny_export, provider="cpu").generate(
+            "w5 w6 w7", max_new_tokens=6, gamma=2, draft="draft").token_ids
+        started = _descendants(proc.pid)
+        names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in started if _alive(pid)}
+        assert "tritonserver" in names, names
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+        took = time.monotonic() - began
+        end = time.monotonic() + 20          # children may take a moment to be reaped after the parent's exit
+        while time.monotonic() < end and (any(_alive(pid) for pid in started) or not _group_empty(proc.pid)):
+            time.sleep(0.2)
+        left = [pid for pid in started if _alive(pid)]
+        assert not left and _group_empty(proc.pid), f"left behind: {left}"
+        assert took < 30, f"SIGTERM took {took:.1f} s"
+        assert b"specdec-serve: stopped" in (tmp_path / "serve.log").read_bytes()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def test_a_bad_engine_is_one_line(tmp_path):
+    for extra in ([], ["--write-model-repository", str(tmp_path / "repo")]):
+        res = subprocess.run([*SERVE, "--engine", str(tmp_path / "nothing"), "--http-port", str(free_port()),
+                              *extra], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, res.stderr
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "nothing" in lines[0], res.stderr
+
+
+def test_without_pytriton_the_runtime_imports_and_serve_says_how_to_install(tiny_export):
+    """PyTriton blocked from import (as if only `pip install specdec` were installed)."""
+    code = ("import sys; sys.modules['pytriton'] = None\n"
+            "import specdec.runtime, specdec.serve.schema, specdec.serve.repository\n"
+            "assert not [m for m in sys.modules if m.startswith('pytriton') and sys.modules[m] is not None]\n"
+            "from specdec.serve.cli import main\n"
+            f"sys.exit(main(['--engine', {str(tiny_export)!r}]))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "pip install 'specdec[serve]'" in res.stderr, res.stderr
