@@ -119,6 +119,9 @@ class Server:
     def start(self) -> "Server":
         require_pytriton()
         _libpython_on_path()
+        for what, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
+                           ("--metrics-port", self.metrics_port)):
+            _port_free(self.address, port, what)
         from pytriton.model_config import ModelConfig
         from pytriton.triton import Triton, TritonConfig
 
@@ -135,6 +138,13 @@ class Server:
             self.triton.bind(model_name=schema.STREAM_MODEL, infer_func=self._stream_fns, inputs=inputs,
                              outputs=outputs, config=ModelConfig(batching=False, decoupled=True), strict=True)
             self.triton.run()
+        except Exception as err:
+            self.stop()
+            if isinstance(err, SpecdecError):
+                raise
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise SpecdecError(f"the Triton server did not start: {type(err).__name__}: {first}",
+                               "see the server log above") from err
         except BaseException:
             self.stop()
             raise
@@ -156,6 +166,20 @@ class Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _port_free(address: str, port: int, what: str) -> None:
+    """A one-line SpecdecError if something already listens on `port` (Triton would fail, or PyTriton would wait
+    for a server that is not its own)."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError as err:
+            raise SpecdecError(f"cannot listen on {address}:{port} ({what}): {err.strerror or err}",
+                               f"stop what uses it, or pick another port with {what}") from None
 
 
 def free_port() -> int:

@@ -116,3 +116,17 @@ def test_without_pytriton_the_runtime_imports_and_serve_says_how_to_install(tiny
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and "pip install 'specdec[serve]'" in res.stderr, res.stderr
+
+
+def test_a_port_in_use_is_one_line(tiny_export):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = subprocess.run([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
+                              str(free_port()), "--grpc-port", str(port), "--metrics-port", str(free_port())],
+                             capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port} (--grpc-port)"), res.stderr
