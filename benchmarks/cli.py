@@ -11,7 +11,7 @@
     specdec-bench --shapes t5-large:t5-small [--workdir bench-results] [--json OUT.json] [--plot OUT.png]
     specdec-bench --shapes t5-large:t5-small --num-beams W [--gamma 1,2,4] [--beam-rows 4,8,12,16]
                   (beam search's per-call costs at real shapes)
-    specdec-bench --shapes t5-large:t5-small --dtypes fp32,int8-draft,int8[,int8-wo,int8-wo-fp32] [--gamma 0,4]
+    specdec-bench --shapes t5-large:t5-small --dtypes fp32,int8-draft,int8-wo-draft,int8[,int8-wo,int8-wo-fp32]
                   [--repeat R]
                   (weight variants of the same random weights and CTranslate2 int8/float32, one interleaved run)
 """
@@ -140,10 +140,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--source-length", type=int, default=48, help="--shapes: random prompt length (default 48)")
     p.add_argument("--keep-checkpoints", action="store_true",
                    help="--shapes: keep the random PyTorch checkpoints next to the export")
-    p.add_argument("--dtypes", metavar="fp32,int8-draft,int8,int8-wo,int8-wo-fp32",
+    p.add_argument("--dtypes", metavar="fp32,int8-draft,int8-wo-draft,int8,int8-wo,int8-wo-fp32",
                    help="--shapes: compare weight variants of the same random checkpoints (kept in the workdir) in "
                         "one interleaved run: fp32 (always measured, the reference), int8-draft (specdec-export "
-                        "--draft-dtype int8), int8 (--dtype int8: dynamic int8, both models), int8-wo and int8-wo-fp32 "
+                        "--draft-dtype int8), int8-wo-draft (--draft-dtype int8-wo), int8 (--dtype int8: dynamic "
+                        "int8, both models; the target's encoder and LM head fp32), int8-wo and int8-wo-fp32 "
                         "(weight-only int8 through onnxruntime's MatMulNBitsQuantizer, accuracy_level 4: int8 compute, "
                         "and 0: fp32 compute; made by the benchmark from the fp32 export; need onnx-ir); per variant "
                         "target step, draft step, c, verify ratio, target-only and speculative ms/token (the "

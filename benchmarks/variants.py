@@ -6,6 +6,7 @@ Variants (each its own export directory next to the fp32 one, under workdir/shap
 
     fp32         export/              both models fp32 (what plain --shapes measures)
     int8-draft   export-int8-draft/   specdec-export --draft-dtype int8: int8 draft, fp32 target
+    int8-wo-draft export-int8-wo-draft/ specdec-export --draft-dtype int8-wo: weight-only int8 draft, fp32 target
     int8         export-int8/         specdec-export --dtype int8: both int8 (onnxruntime.quantization's dynamic
                                       quantization, export/quantize.py)
     int8-wo      export-int8-wo/      benchmark-made, not a specdec-export option: the fp32 export's graphs through
@@ -47,6 +48,7 @@ from specdec.runtime.errors import SpecdecError
 VARIANTS = {
     "fp32": ("export", {"dtype": "fp32"}),
     "int8-draft": ("export-int8-draft", {"dtype": "fp32", "draft_dtype": "int8"}),
+    "int8-wo-draft": ("export-int8-wo-draft", {"dtype": "fp32", "draft_dtype": "int8-wo"}),
     "int8": ("export-int8", {"dtype": "int8"}),
     "int8-wo": ("export-int8-wo", None),
     "int8-wo-fp32": ("export-int8-wo-fp32", None),
@@ -254,7 +256,7 @@ def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_
 def _code(name: str) -> dict:
     """What a variant's graphs depend on besides the weights: export/quantize.py for specdec-export's int8 variants,
     the weight-only settings for int8-wo; a cached variant made with other code is exported again."""
-    if name in ("int8", "int8-draft"):
+    if name in ("int8", "int8-draft", "int8-wo-draft"):
         import specdec.export.quantize as quantize
 
         return {"export/quantize.py": hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()}
@@ -434,10 +436,11 @@ def verdicts(variants: dict, ct2: dict) -> dict:
         s = variants["int8"]["target_step_speedup_vs_fp32"]["median"]
         out["int8_target_step_speedup"] = {"value": s, "goal": f">= {GOALS['int8_target_step_speedup']}",
                                            "met": s >= GOALS["int8_target_step_speedup"]}
-    if "int8-draft" in variants:
-        c = variants["int8-draft"]["c"]["median"]
-        out["int8_draft_c"] = {"value": c, "goal": f"<= {GOALS['int8_draft_c']}", "met": c <= GOALS["int8_draft_c"],
-                               "fp32_c": variants["fp32"]["c"]["median"]}
+    for name, key in (("int8-draft", "int8_draft_c"), ("int8-wo-draft", "int8_wo_draft_c")):
+        if name in variants:
+            c = variants[name]["c"]["median"]
+            out[key] = {"value": c, "goal": f"<= {GOALS['int8_draft_c']}", "met": c <= GOALS["int8_draft_c"],
+                        "fp32_c": variants["fp32"]["c"]["median"], "variant": name}
     if "int8" in variants and "int8" in ct2:
         r = ct2["int8"]["ratio_int8_target_only_over_this"]["median"]
         out["specdec_int8_over_ct2_int8"] = {"value": r, "goal": "<= 1.0 (specdec at most equal)",
@@ -492,10 +495,11 @@ def verdict_lines(result: dict) -> list[str]:
         e = v["int8_target_step_speedup"]
         out.append(f"int8 target step: {e['value']:.2f}× faster than fp32 (goal >= 1.5×): "
                    f"{'met' if e['met'] else 'MISSED'}")
-    if "int8_draft_c" in v:
-        e = v["int8_draft_c"]
-        out.append(f"c with an int8 draft (fp32 target): {e['value']:.3f} (goal <= 0.08; fp32 draft in this run "
-                   f"{e['fp32_c']:.3f}): {'met' if e['met'] else 'MISSED'}")
+    for key, kind in (("int8_draft_c", "an int8"), ("int8_wo_draft_c", "a weight-only int8")):
+        if key in v:
+            e = v[key]
+            out.append(f"c with {kind} draft ({e['variant']}, fp32 target): {e['value']:.3f} (goal <= 0.08; fp32 "
+                       f"draft in this run {e['fp32_c']:.3f}): {'met' if e['met'] else 'MISSED'}")
     if "specdec_int8_over_ct2_int8" in v:
         e = v["specdec_int8_over_ct2_int8"]
         out.append(f"specdec int8 target-only {e['specdec_ms_per_token']:.2f} ms/token vs CTranslate2 int8 greedy "

@@ -17,7 +17,7 @@ def tolerance(dtype: str, reference_logits: np.ndarray) -> float:
     scale = max(1.0, float(np.abs(reference_logits).max()))
     if dtype == "fp16":
         return FP16_RELATIVE_TOLERANCE * scale
-    if dtype == "int8":
+    if dtype in ("int8", "int8-wo"):
         return INT8_RELATIVE_TOLERANCE * scale
     return FP32_TOLERANCE
 

@@ -29,10 +29,11 @@ def parser() -> argparse.ArgumentParser:
                    help="longest prompt and longest decoder sequence, in tokens (default 256)")
     p.add_argument("--dtype", default="fp32",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
-                        "products, fp32 activations and KV cache)")
+                        "products, fp32 activations and KV cache; a target keeps its encoder and LM head in fp32)")
     p.add_argument("--draft-dtype", default=None,
-                   help="the draft models' weights when they differ from --dtype: int8 with an fp32 target keeps "
-                        "the output exactly the fp32 target's (only the target's p decides)")
+                   help="the draft models' weights when they differ from --dtype: int8 (dynamic) or int8-wo "
+                        "(weight-only int8, often the fastest draft step); an int8 draft keeps the output exactly "
+                        "the target's (only the target's p decides)")
     p.add_argument("--force", action="store_true", help="replace an existing export directory")
     p.add_argument("--opset", type=int, default=17, help=argparse.SUPPRESS)
     return p

@@ -66,6 +66,7 @@ def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str,
         "models": {
             role: {"source": m["source"], "revision": m["revision"], "architecture": architecture(m["config"]),
                    "weights": m.get("weights", dtype),
+                   **({"quantization": m["quantization"]} if m.get("quantization") else {}),
                    "graphs": {kind: graph_entry(root, rel) for kind, rel in m["graphs"].items()}}
             for role, m in models.items()},
         "head": head,

@@ -13,7 +13,8 @@ from specdec.runtime.errors import SpecdecError
 from specdec.runtime.manifest import MANIFEST
 
 MARKER = ".specdec-export"      # written first, so --force knows the directory is ours to replace
-DTYPES = ("fp32", "fp16", "int8")      # int8: int8 weights, float32 activations and KV cache (export/quantize.py)
+# int8: int8 weights, float32 activations and KV cache; int8-wo: weight-only int8, drafts only (export/quantize.py)
+DTYPES = ("fp32", "fp16", "int8", "int8-wo")
 SINGLE_FILE_LIMIT = 1_800_000_000   # protobuf's 2 GB cap: larger graphs keep weights in one .data file
 
 
@@ -34,7 +35,7 @@ class ExportOptions:
         return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
 
     def weights(self, role: str) -> str:
-        """fp32, fp16 or int8: the weights of a role's graphs."""
+        """fp32, fp16, int8 or int8-wo: the weights of a role's graphs."""
         return self.dtype if role == "target" or self.draft_dtype is None else self.draft_dtype
 
     @property
@@ -74,11 +75,35 @@ def validate_options(opts: ExportOptions) -> None:
     for flag, value in (("--dtype", opts.dtype), ("--draft-dtype", opts.draft_dtype)):
         if value is not None and value not in DTYPES:
             raise SpecdecError(f"{flag} must be one of {', '.join(DTYPES)} (got {value})")
+    if opts.dtype == "int8-wo":
+        raise SpecdecError("--dtype int8-wo is for drafts only: weight-only int8 kernels give a verify run other "
+                           "logits than one-token steps, so an int8-wo target would not reproduce its own output",
+                           "use --dtype int8, or --draft-dtype int8-wo with an fp32 or int8 target")
     draft = opts.weights("draft")
     if ("fp16" in (opts.dtype, draft)) and opts.dtype != draft:
         raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "
                            "fp16 for fp16 models and fp32 for fp32 and int8 ones",
                            "use --dtype fp16 for both, or mix only fp32 and int8 (e.g. --draft-dtype int8)")
+
+
+def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, vocab_size: int) -> dict | None:
+    """Quantize a freshly written graph as its role's weights ask; returns what the manifest records about it.
+    A target in int8 keeps its encoder and its output projection in float32 (export/quantize.py)."""
+    from .quantize import WO_ACCURACY, WO_BITS, WO_BLOCK, quantize_int8, quantize_weight_only, target_float_nodes
+
+    weights, what = opts.weights(role), f"{role} {stage}"
+    if weights == "int8-wo":
+        quantize_weight_only(path, what)
+        return {"method": "weight-only MatMulNBits", "bits": WO_BITS, "block_size": WO_BLOCK,
+                "accuracy_level": WO_ACCURACY}
+    if weights != "int8":
+        return None
+    if role == "target" and stage == "encoder":
+        return {"method": "none: a target's encoder stays float32"}
+    keep = target_float_nodes(path, vocab_size) if role == "target" else []
+    quantize_int8(path, what, keep)
+    return {"method": "dynamic MatMulInteger, per-channel weights, per-token activations",
+            "float32_matmuls": keep}
 
 
 def prepare_out_dir(out: Path, force: bool) -> None:
@@ -148,7 +173,6 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from . import check, decoder, encoder, head
     from .attention import cast_for_export
     from .manifest import write_manifest
-    from .quantize import quantize_int8
     from .source import load_config, load_source
 
     validate_options(opts)
@@ -166,7 +190,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     stages = [(role, "load") for role in names] + \
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
         [("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
-    sources, graphs, reports = {}, {}, {}
+    sources, graphs, reports, quantization = {}, {}, {}, {}
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
     bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True, disable=None)
@@ -187,8 +211,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     write_graph(lambda p: encoder.export_encoder(model, p, opts.opset), out / rel)
                 else:
                     write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset), out / rel)
-                if opts.weights(role) == "int8":
-                    quantize_int8(out / rel, f"{role} {stage}")
+                quant = quantize_stage(opts, role, stage, out / rel, configs[role].vocab_size)
+                if quant is not None:
+                    quantization.setdefault(role, {})[stage] = quant
                 graphs.setdefault(role, {})[stage] = rel
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
@@ -208,7 +233,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     out,
                     models={role: {"source": sources[role].name, "revision": sources[role].revision,
                                    "config": sources[role].config, "graphs": graphs[role],
-                                   "weights": opts.weights(role)} for role in names},
+                                   "weights": opts.weights(role),
+                                   **({"quantization": quantization[role]} if role in quantization else {})}
+                            for role in names},
                     head={"candidates": head.CANDIDATES, "inputs": list(head.INPUTS),
                           "outputs": list(head.OUTPUTS)},
                     tokenizer_file="tokenizer.json",

@@ -1,40 +1,74 @@
-"""int8 weights for an exported graph, through ONNX Runtime's own quantization tooling.
+"""int8 weights for an exported graph, through ONNX Runtime's own quantization tooling. Two kinds:
 
-Dynamic quantization (`onnxruntime.quantization.quantize_dynamic`): every MatMul whose second input is a weight
+``int8`` (`quantize_int8`), dynamic quantization (`onnxruntime.quantization.quantize_dynamic`): every MatMul whose second input is a weight
 (`MatMulConstBOnly`) becomes MatMulInteger with int8 weights (per output channel) and its activations quantized
 at run time, one scale per token (`per_row_activations`: ONNX Runtime's DynamicQuantizeLinear takes one scale per
 tensor, which would make a verify run's logits depend on the other tokens in it); the KV cache, the cross-attention K/V, layer norms, softmax, the attention score
 products (activation x activation), the embedding lookup and the speculative head stay float32. The graph's
 inputs and outputs keep their names, dtypes and shapes, so the runtime binds an int8 graph exactly like an fp32
-one.
+one. A target keeps its encoder (run once per prompt) and its output projection (the LM head, whose error goes
+straight into the logits) in float32; see `target_float_nodes`.
+
+``int8-wo`` (`quantize_weight_only`, drafts only), weight-only quantization through ONNX Runtime's
+MatMulNBitsQuantizer: 8-bit symmetric weights in blocks of WO_BLOCK along K with int8 compute (accuracy_level 4;
+activations quantized per block at run time). The fastest one-token step measured at t5-small sizes, but its
+kernels give a multi-token verify run logits that differ from one-token steps', so a target in int8-wo would not
+reproduce its own target-only output; a draft may (only the target's p decides what is kept).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import tempfile
 from pathlib import Path
 
 from specdec.runtime.errors import SpecdecError
 
 
-def quantize_int8(path: Path, what: str) -> None:
-    """Replace the graph at `path` (a single-file ONNX model) by its int8 version; a one-line SpecdecError when the
-    tool cannot quantize it."""
+WO_BITS, WO_BLOCK, WO_ACCURACY = 8, 128, 4
+
+
+def _single_file(path: Path, what: str, kind: str) -> None:
+    if (path.parent / (path.name + ".data")).exists():
+        raise SpecdecError(f"cannot quantize the {what} graph to {kind}: it is larger than 2 GB and keeps its "
+                           "weights in an external file", "export it as fp32 or fp16, or quantize a smaller model")
+
+
+def target_float_nodes(path: Path, vocab_size: int) -> list[str]:
+    """The MatMul nodes of a target decoder that stay float32 in int8: the output projection (a constant
+    [d_model, vocab] operand). On the bundled pair's 400 test prompts, keeping it and the encoder in float32 raised
+    the share of greedy outputs identical to fp32 from 84.5 % to 89.3 % (models/README.md)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
+            and dims.get(n.input[1], [None])[-1] == vocab_size and len(dims[n.input[1]]) == 2]
+
+
+def quantize_int8(path: Path, what: str, keep_float=()) -> None:
+    """Replace the graph at `path` (a single-file ONNX model) by its int8 version, leaving the MatMul nodes named in
+    `keep_float` in float32; a one-line SpecdecError when the tool cannot quantize it."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     path = Path(path)
-    if (path.parent / (path.name + ".data")).exists():
-        raise SpecdecError(f"cannot quantize the {what} graph to int8: it is larger than 2 GB and keeps its weights "
-                           "in an external file", "export it as fp32 or fp16, or quantize a smaller model")
+    _single_file(path, what, "int8")
     with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
         out = Path(scratch) / path.name
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)      # its advice to run pre-processing (shape inference) is for static models
         try:
             quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                             per_channel=True, extra_options={"MatMulConstBOnly": True})
+                             per_channel=True, nodes_to_exclude=list(keep_float),
+                             extra_options={"MatMulConstBOnly": True})
         except Exception as err:  # the quantizer raises whatever its passes raise
             first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
             raise SpecdecError(f"cannot quantize the {what} graph to int8 ({first})",
                                "export it with --dtype fp32 (or --draft-dtype fp32)") from None
+        finally:
+            root.setLevel(level)
         if not out.is_file():
             raise SpecdecError(f"cannot quantize the {what} graph to int8 (the quantizer wrote nothing)",
                                "export it with --dtype fp32 (or --draft-dtype fp32)")
@@ -43,6 +77,36 @@ def quantize_int8(path: Path, what: str) -> None:
         model = onnx.load(str(out))
         per_row_activations(model)
         onnx.save(model, str(path))
+
+
+def quantize_weight_only(path: Path, what: str) -> None:
+    """Replace the graph at `path` by its weight-only int8 version (MatMulNBits, see the module's docstring)."""
+    import onnx
+
+    path = Path(path)
+    _single_file(path, what, "int8-wo")
+    try:
+        from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                       MatMulNBitsQuantizer)
+    except ImportError as err:
+        raise SpecdecError(f"--draft-dtype int8-wo needs onnxruntime's MatMulNBitsQuantizer, which cannot be "
+                           f"imported ({err})", "pip install 'specdec[export]' (it brings onnx-ir), or use "
+                           "--draft-dtype int8") from None
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    try:
+        config = DefaultWeightOnlyQuantConfig(block_size=WO_BLOCK, is_symmetric=True, accuracy_level=WO_ACCURACY,
+                                              bits=WO_BITS)
+        quant = MatMulNBitsQuantizer(onnx.load(str(path)), bits=WO_BITS, block_size=WO_BLOCK, is_symmetric=True,
+                                     accuracy_level=WO_ACCURACY, algo_config=config)
+        quant.process()
+        with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+            out = Path(scratch) / path.name
+            quant.model.save_model_to_file(str(out), False)
+            os.replace(out, path)
+    except Exception as err:  # the quantizer raises whatever its passes raise
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        raise SpecdecError(f"cannot quantize the {what} graph to int8-wo ({first})",
+                           "use --draft-dtype int8 or fp32") from None
 
 
 def per_row_activations(model) -> int:

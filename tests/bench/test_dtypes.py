@@ -45,12 +45,12 @@ def finite_spread(s):
 
 
 def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
-    dtypes = "int8-draft,int8" + (",int8-wo,int8-wo-fp32" if HAS_WO else "")
+    dtypes = "int8-draft,int8-wo-draft,int8" + (",int8-wo,int8-wo-fp32" if HAS_WO else "")
     code, out, err = run(argv_for(tmp_path, dtypes))
     assert code == 0, err
     report = json.loads((tmp_path / "d.json").read_text())
     assert report["mode"] == "dtypes" and report["settings"]["gamma"] == 4 and report["settings"]["rounds"] == 2
-    names = ["fp32", "int8-draft", "int8"] + (["int8-wo", "int8-wo-fp32"] if HAS_WO else [])
+    names = ["fp32", "int8-draft", "int8-wo-draft", "int8"] + (["int8-wo", "int8-wo-fp32"] if HAS_WO else [])
     assert report["settings"]["dtypes"] == names and list(report["variants"]) == names     # fp32 added, first
     root = tmp_path / "work" / "shapes" / "tiny-t_tiny-d-g4-l32"
     assert (root / "checkpoints" / "tiny-t" / "config.json").is_file()          # kept: CTranslate2 converts it
@@ -61,6 +61,7 @@ def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
     weights = {n: r["weights"] for n, r in report["variants"].items()}
     assert weights["fp32"] == {"target": "fp32", "draft": "fp32"}
     assert weights["int8-draft"] == {"target": "fp32", "draft": "int8"}
+    assert weights["int8-wo-draft"] == {"target": "fp32", "draft": "int8-wo"}
     assert weights["int8"] == {"target": "int8", "draft": "int8"}
     if HAS_WO:
         assert weights["int8-wo"] == weights["int8-wo-fp32"] == {"target": "int8-wo", "draft": "int8-wo"}
@@ -79,7 +80,7 @@ def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
     # export/quantize.py scales activations per token (a verify pass gives each position a one-token step's
     # logits), and weight-only with fp32 compute. Not asserted for int8-wo: MatMulNBits' int8 compute path gives a
     # verify pass slightly different logits from one-token steps (README "int8 (issue 15)")
-    for name in ("fp32", "int8-draft", "int8") + (("int8-wo-fp32",) if HAS_WO else ()):
+    for name in ("fp32", "int8-draft", "int8-wo-draft", "int8") + (("int8-wo-fp32",) if HAS_WO else ()):
         assert report["variants"][name]["speculative_equals_own_target_only"] == 2, name
         assert r["theorem_3_8"]["speedup"] >= 1.0
         assert r["target_only_loop"]["tokens_per_target_call"] == pytest.approx(1.0)    # one token per step
@@ -94,6 +95,7 @@ def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
     v = report["verdicts"]
     assert isinstance(v["int8_target_step_speedup"]["met"], bool) and isinstance(v["int8_draft_c"]["met"], bool)
     assert v["int8_draft_c"]["value"] == report["variants"]["int8-draft"]["c"]["median"]
+    assert v["int8_wo_draft_c"]["value"] == report["variants"]["int8-wo-draft"]["c"]["median"]
     if HAS_WO:
         for name, level in (("int8-wo", 4), ("int8-wo-fp32", 0)):
             e = v[f"{name}_vs_dynamic_target_step"]
@@ -112,7 +114,7 @@ def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
             assert "CTranslate2 int8 greedy" in out
     else:
         assert report["ct2"] == {} and "specdec_int8_over_ct2_int8" not in v
-    assert "int8 target step:" in out and "c with an int8 draft" in out
+    assert "int8 target step:" in out and "c with an int8 draft" in out and "c with a weight-only int8 draft" in out
     md = (tmp_path / "d.md").read_text()
     assert "| variant |" in md and "int8-draft" in md and "int8 target step:" in md
 

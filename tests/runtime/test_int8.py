@@ -1,5 +1,5 @@
-"""int8 exports (export/quantize.py): an int8 draft leaves the output exactly the fp32 target's; an int8 target is
-exact with respect to itself. Greedy equality and chi-square against enumerated distributions, with a broken
+"""int8 exports (export/quantize.py): an int8 draft (dynamic or weight-only) leaves the output exactly the fp32
+target's; an int8 target is exact with respect to itself. Greedy equality and chi-square against enumerated distributions, with a broken
 control; the export's own checks and its one-line errors."""
 
 from __future__ import annotations
@@ -31,27 +31,51 @@ def int8_draft(small_vocab_pair, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def int8_wo_draft(small_vocab_pair, tmp_path_factory):
+    return export_int8(small_vocab_pair[0], tmp_path_factory.mktemp("i8w") / "export", "--draft-dtype", "int8-wo")
+
+
+@pytest.fixture(scope="module")
 def int8_both(small_vocab_pair, tmp_path_factory):
     return export_int8(small_vocab_pair[0], tmp_path_factory.mktemp("i8b") / "export", "--dtype", "int8")
 
 
-def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_both):
+def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_wo_draft, int8_both):
+    """Which graphs are quantized, how, and what the manifest and the parity line say: a target in int8 keeps its
+    encoder and its output projection (LM head) in float32, a draft is quantized whole."""
     import onnx
 
     for (out, stdout), weights in ((int8_draft, {"target": "fp32", "draft": "int8"}),
+                                   (int8_wo_draft, {"target": "fp32", "draft": "int8-wo"}),
                                    (int8_both, {"target": "int8", "draft": "int8"})):
         manifest = read_manifest(out)
         assert manifest["dtype"] == "fp32"                       # activations and KV cache
         assert {role: m["weights"] for role, m in manifest["models"].items()} == weights
         for role, w in weights.items():
-            ops = {n.op_type for n in onnx.load(str(out / role / "decoder.onnx")).graph.node}
-            assert ("MatMulInteger" in ops) == (w == "int8"), (role, w)
+            graphs = {kind: onnx.load(str(out / role / f"{kind}.onnx")).graph for kind in ("encoder", "decoder")}
+            ops = {kind: {n.op_type for n in g.node} for kind, g in graphs.items()}
+            assert ("MatMulInteger" in ops["decoder"]) == (w == "int8"), (role, w)
+            assert ("MatMulInteger" in ops["encoder"]) == (w == "int8" and role == "draft"), (role, w)
+            assert ("MatMulNBits" in ops["decoder"]) == ("MatMulNBits" in ops["encoder"]) == (w == "int8-wo")
             assert manifest["parity_check"][role]["weights"] == w
-        assert "parity vs PyTorch fp32 (int8)" in stdout and "argmax agrees on" in stdout
+            # float32 weight MatMuls left: the target's LM head in int8, everything in fp32, none in a quantized draft
+            dims = {t.name: list(t.dims) for t in graphs["decoder"].initializer}
+            vocab = manifest["vocab_size"]
+            float_mm = [n for n in graphs["decoder"].node if n.op_type == "MatMul" and n.input[1] in dims]
+            heads = [n.name for n in float_mm if dims[n.input[1]][-1] == vocab]
+            if w == "fp32":
+                assert len(float_mm) > len(heads) == 1
+            elif role == "target":
+                assert len(float_mm) == len(heads) == 1
+                assert manifest["models"][role]["quantization"]["decoder"]["float32_matmuls"] == heads
+            else:
+                assert float_mm == []
+        assert f"parity vs PyTorch fp32 ({weights['draft']})" in stdout and "argmax agrees on" in stdout
 
 
-def test_int8_draft_greedy_equals_the_fp32_target(tmp_path):
-    """The bundled pair with an int8 draft: greedy output equals gamma = 0 of the fp32 target and PyTorch's greedy
+@pytest.mark.parametrize("draft_dtype", ["int8", "int8-wo"])
+def test_int8_draft_greedy_equals_the_fp32_target(tmp_path, draft_dtype):
+    """The bundled pair with an int8 draft (dynamic or weight-only): greedy output equals gamma = 0 of the fp32 target and PyTorch's greedy
     generate on 20 test prompts (both tasks), at gamma 2 and 4, with guesses kept and rejected. (Tiny random models
     quantize too poorly for the export's parity check: tiny d_model, peaky activations.)"""
     import specdec.models
@@ -61,7 +85,7 @@ def test_int8_draft_greedy_equals_the_fp32_target(tmp_path):
     rows = [json.loads(line) for line in (models / "prompts" / "test.jsonl").read_text().splitlines()]
     prompts = [r["source"] for r in rows if r["task"] == "summarize"][:10] + \
         [r["source"] for r in rows if r["task"] == "translate"][:10]
-    code, stdout, stderr = run_export_cli(["--out", tmp_path / "export", "--draft-dtype", "int8",
+    code, stdout, stderr = run_export_cli(["--out", tmp_path / "export", "--draft-dtype", draft_dtype,
                                            "--max-length", "256"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(tmp_path / "export", provider="cpu")
@@ -139,10 +163,11 @@ def int8_target_distribution(export_dir, temperature) -> dict:
     return dist
 
 
-def test_int8_draft_sampling_follows_the_fp32_target(small_vocab_pair, int8_draft):
+@pytest.mark.parametrize("export", ["int8_draft", "int8_wo_draft"])
+def test_int8_draft_sampling_follows_the_fp32_target(small_vocab_pair, export, request):
     """N = 20,000, gamma 2, temperature 1: chi-square p >= 1e-3 against the fp32 target's enumerated (PyTorch)
-    distribution, with the int8 draft proposing."""
-    dec = SpeculativeDecoder.load(int8_draft[0], provider="cpu")
+    distribution, with the int8 (dynamic or weight-only) draft proposing."""
+    dec = SpeculativeDecoder.load(request.getfixturevalue(export)[0], provider="cpu")
     settings = td.SETTINGS["temperature"]
     p = td.chi_square_p(td.empirical(dec, settings), td.exact_distribution(small_vocab_pair[0], **settings))
     assert p >= td.P_PASS, p
@@ -156,7 +181,7 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
     from transformers import T5ForConditionalGeneration
 
     from specdec.export.decoder import export_decoder
-    from specdec.export.quantize import quantize_int8
+    from specdec.export.quantize import quantize_int8, target_float_nodes
     from specdec.runtime.manifest import sha256_file
 
     settings = td.SETTINGS["temperature"]
@@ -170,7 +195,8 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
     shutil.copytree(int8_both[0], broken)
     model = T5ForConditionalGeneration.from_pretrained(str(small_vocab_pair[0])).eval()
     export_decoder(model, broken / "target/decoder.onnx", residual=False)
-    quantize_int8(broken / "target/decoder.onnx", "target decoder")
+    path = broken / "target/decoder.onnx"
+    quantize_int8(path, "target decoder", target_float_nodes(path, model.config.vocab_size))
     manifest = json.loads((broken / "manifest.json").read_text())
     for rel in manifest["files"]:
         manifest["files"][rel] = sha256_file(broken / rel)
@@ -180,9 +206,11 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--dtype", "int4"], "--dtype must be one of fp32, fp16, int8 (got int4)"),
-    (["--draft-dtype", "bf16"], "--draft-dtype must be one of fp32, fp16, int8 (got bf16)"),
+    (["--dtype", "int4"], "--dtype must be one of fp32, fp16, int8, int8-wo (got int4)"),
+    (["--draft-dtype", "bf16"], "--draft-dtype must be one of fp32, fp16, int8, int8-wo (got bf16)"),
     (["--dtype", "fp16", "--draft-dtype", "int8"], "the pair shares one KV-cache dtype"),
+    (["--dtype", "fp16", "--draft-dtype", "int8-wo"], "the pair shares one KV-cache dtype"),
+    (["--dtype", "int8-wo"], "--dtype int8-wo is for drafts only"),
 ])
 def test_bad_dtypes_are_one_line_errors_and_leave_no_directory(small_vocab_pair, tmp_path, flags, message):
     out = tmp_path / "export"
