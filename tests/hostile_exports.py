@@ -333,6 +333,20 @@ class FuzzSettings:
                             float(env.get("SPECDEC_FUZZ_SECONDS", seconds)), int(env.get("SPECDEC_FUZZ_SEED", 0)))
 
 
+def finish_fuzz(label: str, file_name: str, summary: dict, results: list, verdict, settings: FuzzSettings) -> None:
+    """Print a fuzz run's summary, write it to SPECDEC_FUZZ_REPORT/file_name when that is set, and fail on any case
+    whose verdict is not None, or when the time bound left kinds untried."""
+    print(f"fuzz ({label}):", json.dumps(summary))
+    if os.environ.get("SPECDEC_FUZZ_REPORT"):
+        report = Path(os.environ["SPECDEC_FUZZ_REPORT"])
+        report.mkdir(parents=True, exist_ok=True)
+        (report / file_name).write_text(json.dumps({**summary, "results": results}, indent=1))
+    failures = [f"case {r['index']} ({r['kind']}: {r['detail']!s:.80}): {verdict(r)}" for r in results
+                if verdict(r) is not None]
+    assert not failures, f"{len(failures)} of {len(results)} cases failed:\n" + "\n".join(failures[:20])
+    assert len(results) >= min(settings.cases, len(KINDS)), "the time bound left kinds untried"
+
+
 def _nodes(value, path=()):
     """Every (path, value) of a JSON tree, the root left out."""
     if isinstance(value, dict):

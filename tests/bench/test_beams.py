@@ -3,47 +3,25 @@ outputs-equal counts (with a broken-output control), the option errors, and the 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import json
-import math
 
 import pytest
 
-from specdec.bench import beams, cli
+from benchrun import finite, prompts_file, run
+from specdec.bench import beams
 from specdec.runtime import SpeculativeDecoder, Stats
 
 TASKS = ("summarize", "translate")
 
 
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def _prompts_file(path):
-    lines = []
-    for i in range(2):
-        lines.append(json.dumps({"task": "summarize", "input_ids": [5 + i, 6, 7, 8, 5 + i, 6, 7, 9, 1]}))
-        lines.append(json.dumps({"task": "translate", "input_ids": [10 + i, 20, 30 + i, 1]}))
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _spread_ok(spread) -> bool:
-    return all(_finite(spread[k]) for k in ("median", "min", "max"))
+    return all(finite(spread[k]) for k in ("median", "min", "max"))
 
 
 def test_beam_mode_report(tiny_export, tmp_path):
     repeats = 2
-    code, out, err = run(["--engine", tiny_export, "--prompts", _prompts_file(tmp_path / "p.jsonl"), "--num-beams", 3,
+    code, out, err = run(["--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2), "--num-beams", 3,
                           "--gamma", "1,2", "--num-prompts", 4, "--repeat", repeats, "--max-new-tokens", 6,
                           "--early-stopping", "true", "--length-penalty", "0.8", "--probe-repeats", 1,
                           "--json", tmp_path / "b.json", "--markdown", tmp_path / "b.md", "--no-progress"])
@@ -85,25 +63,25 @@ def test_beam_mode_report(tiny_export, tmp_path):
             r = rows[(task, label)]
             assert sum(r["time_share"].values()) == pytest.approx(1.0), (task, label)
             assert set(r["time_share"]) == {"target", "draft", "encoder", "host"}
-            assert _finite(r["target_ms_per_call"]) and r["beam_steps"] >= r["target_calls"] > 0
+            assert finite(r["target_ms_per_call"]) and r["beam_steps"] >= r["target_calls"] > 0
             spec = r["speculative"]
             assert spec["rounds"] + spec["target_only_rounds"] == r["target_calls"], (task, label)
         for g in (1, 2):
             r = rows[(task, f"draft:{g}")]
             spec = r["speculative"]
             assert spec["rounds"] > 0 and 1.0 <= spec["steps_per_round"] <= g + 1 and spec["mean_gamma"] <= g
-            assert r["draft_calls"] > 0 and _finite(r["draft_ms_per_call"])
+            assert r["draft_calls"] > 0 and finite(r["draft_ms_per_call"])
             p = r["prediction"]
             assert p["gamma"] == g and p["steps_per_round"] == spec["steps_per_round"]
             for name in ("c", "verify_ratio", "predicted_speedup", "measured_over_predicted", "ceiling",
                          "verify_break_even", "c_break_even", "c_in_loop", "verify_ratio_in_loop",
                          "predicted_in_loop"):
-                assert _finite(p[name]), (task, g, name)
+                assert finite(p[name]), (task, g, name)
             assert p["verify_break_even"] == pytest.approx(p["steps_per_round"] - g * p["c"])
     assert report["beam_outputs_equal"]["summarize"]["draft:2"]["mismatches"] == 0
     costs = report["beam_costs"]
-    assert costs["num_beams"] == 3 and _finite(costs["target_step_ms"]) and _finite(costs["c"])
-    assert all(_finite(t["ms"]) and _finite(t["after_switch_ms"]) for t in costs["target_runs"])
+    assert costs["num_beams"] == 3 and finite(costs["target_step_ms"]) and finite(costs["c"])
+    assert all(finite(t["ms"]) and finite(t["after_switch_ms"]) for t in costs["target_runs"])
     shapes = {(t["rows"], t["tokens"]) for t in costs["target_runs"]}
     assert {(3, 1), (3, 2), (6, 2), (3, 3), (9, 3)} <= shapes
     assert set(costs["scoring"]) == {"1", "2"}
@@ -131,7 +109,7 @@ def test_mismatches_are_counted(tiny_export, tmp_path, monkeypatch):
         return res
 
     monkeypatch.setattr(SpeculativeDecoder, "generate", broken)
-    code, out, err = run(["--engine", tiny_export, "--prompts", _prompts_file(tmp_path / "p.jsonl"), "--num-beams", 2,
+    code, out, err = run(["--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2), "--num-beams", 2,
                           "--gamma", "1,2", "--num-prompts", 2, "--repeat", 1, "--max-new-tokens", 5,
                           "--probe-repeats", 1, "--no-transformers", "--json", tmp_path / "m.json", "--no-progress"])
     assert code == 0, err

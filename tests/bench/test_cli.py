@@ -3,12 +3,11 @@ that the command runs, its JSON has the documented schema, the plot is written, 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
+from benchrun import run
 from specdec.bench import cli, peers, prompts, shapes
 
 ROW_KEYS = {"temperature", "gamma", "repeats", "ms_per_token", "tokens_per_s", "alpha", "tokens_per_target_call",
@@ -21,13 +20,6 @@ BEST_KEYS = {"measured_best_gamma", "measured_speedup", "predicted_speedup", "me
              "baseline_ms_per_token", "best_ms_per_token", "baseline_sampling_host_ms_per_token",
              "best_sampling_host_ms_per_token", "baseline_ort_runs_per_iteration", "best_ort_runs_per_iteration",
              "gap"}
-
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def png(path):

@@ -3,43 +3,19 @@ asserted), its option errors, and the prediction arithmetic against hand values.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import math
 
 import pytest
 
-from specdec.bench import cli, drafts, prompts, theory
+from benchrun import finite, prompts_file, run
+from specdec.bench import drafts, prompts, theory
 from specdec.runtime import Stats
 
 DRAFTS = ["none", "draft", "lookup", "lookup+draft", "auto"]
 
 
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def _prompts_file(path):
-    """Two tasks of the tiny vocabulary; summarize sources repeat n-grams (something for a lookup to copy)."""
-    lines = []
-    for i in range(3):
-        ids = [5 + i, 6, 7, 8, 5 + i, 6, 7, 8, 9, 1]
-        lines.append(json.dumps({"task": "summarize", "input_ids": ids}))
-        lines.append(json.dumps({"task": "translate", "input_ids": [10 + i, 20, 30 + i, 1]}))
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def test_draft_sweep_smoke(tiny_export, tmp_path):
-    code, out, err = run(["--engine", tiny_export, "--prompts", _prompts_file(tmp_path / "p.jsonl"),
+    code, out, err = run(["--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
                           "--draft", ",".join(DRAFTS), "--temperature", "0,1", "--num-prompts", "4", "--repeat", "1",
                           "--max-new-tokens", "6", "--probe-repeats", "1", "--json", tmp_path / "d.json",
                           "--markdown", tmp_path / "d.md", "--no-progress"])
@@ -59,9 +35,9 @@ def test_draft_sweep_smoke(tiny_export, tmp_path):
         assert r["requests"] == 2 and r["new_tokens"] > 0, key
         for name in ("tokens_per_s", "tokens_per_target_call", "draft_calls_per_token", "baseline_ms_per_token",
                      "predicted_speedup", "measured_over_predicted", "predicted_mixture", "measured_over_mixture"):
-            assert _finite(r[name]), (key, name, r[name])
+            assert finite(r[name]), (key, name, r[name])
         for spread in (r["ms_per_token"], r["speedup"]):
-            assert all(_finite(spread[k]) for k in ("median", "min", "max")), key
+            assert all(finite(spread[k]) for k in ("median", "min", "max")), key
         shares = [src["share"] for name, src in r["sources"].items() if not name.endswith(">")]
         assert sum(shares) == pytest.approx(1.0), key
         for name, src in r["sources"].items():
@@ -69,7 +45,7 @@ def test_draft_sweep_smoke(tiny_export, tmp_path):
         p = r["prediction"]
         assert p["source"] == r["dominant_source"]
         if p["source"] != "none":
-            assert all(_finite(p[k]) for k in ("alpha", "mean_gamma", "c", "verify_cost", "expected_tokens")), key
+            assert all(finite(p[k]) for k in ("alpha", "mean_gamma", "c", "verify_cost", "expected_tokens")), key
     for task in ("summarize", "translate"):
         for t in (0.0, 1.0):
             none = cells[(task, t, "none")]
@@ -81,7 +57,7 @@ def test_draft_sweep_smoke(tiny_export, tmp_path):
     assert report["draft_greedy_agreement"] == {task: {d: {"agree": 2, "prompts": 2} for d in DRAFTS}
                                                 for task in ("summarize", "translate")}
     assert set(report["draft_best"]) == {"summarize", "translate"}
-    assert all(set(b) == {"0.0", "1.0"} and all(_finite(x["auto_speedup"]) for x in b.values())
+    assert all(set(b) == {"0.0", "1.0"} and all(finite(x["auto_speedup"]) for x in b.values())
                for b in report["draft_best"].values())
     assert set(report["auto_estimates"]) == {"0.0", "1.0"}
     assert all("alpha" in e and e["rounds"] > 0 for e in report["auto_estimates"].values())

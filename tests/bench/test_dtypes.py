@@ -5,25 +5,17 @@ rows appear when it is installed (skipped otherwise). No timing is asserted."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import math
 
 import pytest
 
-from specdec.bench import cli, shapes, variants
+from benchrun import run
+from specdec.bench import shapes, variants
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAS_WO = importlib.util.find_spec("onnx_ir") is not None      # onnxruntime's MatMulNBitsQuantizer imports it
-
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -11,18 +11,16 @@ and SPECDEC_FUZZ_REPORT=DIR writes its summary to DIR/fuzz-c.json. The cases are
 from __future__ import annotations
 
 import collections
-import json
-import os
 import re
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from _capi_helpers import HERE, run_program
 
-from hostile_exports import HOSTILE, KINDS, FuzzSettings, copy_export, make_case, make_hostile, with_external_data
+from hostile_exports import (HOSTILE, FuzzSettings, copy_export, finish_fuzz, make_case, make_hostile,
+                             with_external_data)
 
 FUZZ_CASES, FUZZ_SECONDS = 40, 45
 CASE_TIMEOUT = 120
@@ -140,12 +138,4 @@ def test_fuzzed_exports_through_the_c_api(capi_open, base, tmp_path):
                "failures": sum(verdict(r) is not None for r in results), "run_after_load": dict(runs),
                "run_problems": [f"case {r['index']} ({r['kind']}: {r['detail']!s:.60}): {r['run']}" for r in results
                                 if r.get("run") not in (None, "SPECDEC_OK", "SPECDEC_E_INVALID_ARGUMENT")]}
-    print("fuzz (C API):", json.dumps(summary))
-    if os.environ.get("SPECDEC_FUZZ_REPORT"):
-        report = Path(os.environ["SPECDEC_FUZZ_REPORT"])
-        report.mkdir(parents=True, exist_ok=True)
-        (report / "fuzz-c.json").write_text(json.dumps({**summary, "results": results}, indent=1))
-    failures = [f"case {r['index']} ({r['kind']}: {r['detail']!s:.80}): {verdict(r)}" for r in results
-                if verdict(r) is not None]
-    assert not failures, f"{len(failures)} of {len(results)} cases failed:\n" + "\n".join(failures[:20])
-    assert len(results) >= min(settings.cases, len(KINDS)), "the time bound left kinds untried"
+    finish_fuzz("C API", "fuzz-c.json", summary, results, verdict, settings)

@@ -22,15 +22,13 @@ tests/bindings/test_capi_untrusted.py.
 from __future__ import annotations
 
 import collections
-import json
-import os
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
-from hostile_exports import KINDS, FuzzSettings, PythonWorker, copy_export, make_case, with_external_data
+from hostile_exports import (KINDS, FuzzSettings, PythonWorker, copy_export, finish_fuzz, make_case,
+                             with_external_data)
 
 FUZZ_CASES, FUZZ_SECONDS = 300, 60
 CASE_TIMEOUT = 120      # seconds without an answer: a hang
@@ -93,13 +91,5 @@ def test_fuzzed_exports_from_python(base, tmp_path):
     finally:
         worker.close()
     summary = summarize(results, time.perf_counter() - began, settings)
-    print("fuzz (Python):", json.dumps(summary))
-    if os.environ.get("SPECDEC_FUZZ_REPORT"):
-        report = Path(os.environ["SPECDEC_FUZZ_REPORT"])
-        report.mkdir(parents=True, exist_ok=True)
-        (report / "fuzz-python.json").write_text(json.dumps({**summary, "results": results}, indent=1))
-    failures = [f"case {r['index']} ({r['kind']}: {r['detail']!s:.80}): {verdict(r)}" for r in results
-                if verdict(r) is not None]
-    assert not failures, f"{len(failures)} of {len(results)} cases failed:\n" + "\n".join(failures[:20])
-    assert len(results) >= min(settings.cases, len(KINDS)), "the time bound left kinds untried"
+    finish_fuzz("Python", "fuzz-python.json", summary, results, verdict, settings)
     assert summary["refused"] > summary["loaded"]      # most mutations must be refused, not shrugged off
