@@ -70,6 +70,8 @@ def grpc_stream(url: str, model: str, items, timeout_s: float = 60.0) -> list:
             client.async_stream_infer(model, item, request_id=f"r{i}", enable_empty_final_response=True)
             pieces, end = [], time.monotonic() + timeout_s
             while True:
+                if time.monotonic() > end:
+                    raise TimeoutError(f"no final response to stream item {i} within {timeout_s} s")
                 result, error = got.get(timeout=max(0.1, end - time.monotonic()))
                 if error is not None:
                     results.append(error)
