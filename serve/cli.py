@@ -41,10 +41,12 @@ def parser() -> argparse.ArgumentParser:
 def _serve(args) -> int:
     from .server import Server
 
-    stop = threading.Event()
+    stop, serving = threading.Event(), threading.Event()
 
     def on_signal(signum, frame):
         stop.set()
+        if not serving.is_set():        # still starting (loading, waiting for Triton): abandon the start
+            raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
@@ -53,6 +55,7 @@ def _serve(args) -> int:
                     exit_timeout_s=args.exit_timeout)
     try:
         server.start()
+        serving.set()
         print(f"specdec-serve: serving {args.engine} as models 'specdec' and 'specdec_stream' ({args.instances} "
               f"instance(s), {server.threads} thread(s) each) on http {args.address}:{args.http_port}, grpc "
               f"{args.address}:{args.grpc_port}, metrics {args.address}:{args.metrics_port}", flush=True)

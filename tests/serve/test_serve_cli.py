@@ -130,3 +130,30 @@ def test_a_port_in_use_is_one_line(tiny_export):
                              capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert res.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port} (--grpc-port)"), res.stderr
+
+
+def test_sigterm_while_starting_stops_too(tiny_export, tmp_path):
+    """SIGTERM before the models are ready (PyTriton can wait up to 2 minutes for its server) ends the start."""
+    http_port = free_port()
+    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
+                             str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        end = time.monotonic() + 60          # wait until tritonserver exists, then interrupt its start
+        while time.monotonic() < end and not any(
+                Path(f"/proc/{pid}/comm").read_text().strip() == "tritonserver"
+                for pid in _descendants(proc.pid) if _alive(pid)):
+            time.sleep(0.05)
+        started = _descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and (any(_alive(pid) for pid in started) or not _group_empty(proc.pid)):
+            time.sleep(0.2)
+        assert not [pid for pid in started if _alive(pid)] and _group_empty(proc.pid)
+        # the start was abandoned (a finished start would exit 0 after serving): run_cli's "interrupted", 130
+        assert proc.returncode == 130 and "error: interrupted" in proc.stderr.read().decode(), proc.returncode
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
