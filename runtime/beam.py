@@ -46,6 +46,17 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
+def candidates(log_probs: np.ndarray, scores: np.ndarray, count: int, eos: int, length: int, max_new: int):
+    """The `count` best one-token continuations of beams with cumulative `scores` under `log_probs` [B, V], best
+    first: (their cumulative scores, parent beam, token, whether each stops there: EOS, or `length` generated
+    tokens reaching `max_new`). Beam search keeps 2W of them; a draft proposing beams does the same."""
+    vocab = log_probs.shape[1]
+    total = (log_probs.astype(np.float32, copy=False) + scores[:, None]).reshape(-1)
+    cand = top(total, count)
+    parent, token = cand // vocab, cand % vocab
+    return total[cand], parent, token, (token == eos) | (length >= max_new)
+
+
 class BeamSearch:
     """State of one request's beam search. `beams[i]` is running beam i's generated tokens (no start token),
     `scores[i]` its cumulative log-probability; `finished` the best W (tokens, score) so far, best first."""
@@ -73,13 +84,9 @@ class BeamSearch:
         """log_probs [W, V] (processed) of the running beams -> (parent beam, token) of the new running beams, which
         replace the old ones. Sets `done` when beam search stops."""
         width = self.width
-        vocab = log_probs.shape[1]
-        total = (log_probs.astype(np.float32, copy=False) + self.scores[:, None]).reshape(-1)
-        cand = top(total, 2 * width)
-        cand_scores = total[cand]
-        parent, token = cand // vocab, cand % vocab
         length = self.steps + 1                                   # generated tokens with the new one
-        hits = (token == self.eos) | (length >= self.max_new)
+        cand_scores, parent, token, hits = candidates(log_probs, self.scores, 2 * width, self.eos, length,
+                                                      self.max_new)
         # running beams: the best W candidates that did not stop
         running_scores = cand_scores + hits.astype(np.float32) * NEG
         keep = top(running_scores, width)
@@ -89,7 +96,7 @@ class BeamSearch:
             finished = finished + NEG
         if not self.improvable:
             finished = finished + NEG
-        just_done = hits & (np.arange(cand.size) < width)
+        just_done = hits & (np.arange(cand_scores.size) < width)
         finished = finished + (~just_done).astype(np.float32) * NEG
         merged = np.concatenate([self.fin_scores, finished])
         best = top(merged, width)

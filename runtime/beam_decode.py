@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from .beam import BeamSearch, log_softmax, top
+from .beam import BeamSearch, candidates, log_softmax
 from .beam_model import BeamModel
 from .processors import Processors
 from .stats import Stats
@@ -146,14 +146,12 @@ class BeamRun:
             if s == 0:
                 self.draft_len = draft.length                       # every root's sequence is in its cache: keep it
                 draft.pin()
-            vocab = logits.shape[1]
-            total = (processed(logits, seqs, self.proc) + scores[:, None]).reshape(-1)
-            cand = top(total, 2 * keep)
-            parent, token = cand // vocab, cand % vocab
-            live = np.flatnonzero(~((token == search.eos) | (search.generated + s + 1 >= search.max_new)))[:keep]
+            cand_scores, parent, token, hits = candidates(processed(logits, seqs, self.proc), scores, 2 * keep,
+                                                          search.eos, search.generated + s + 1, search.max_new)
+            live = np.flatnonzero(~hits)[:keep]                      # the search's running beams: best that go on
             if live.size < keep:
                 break
-            parent, token, scores = parent[live], token[live], total[cand[live]]
+            parent, token, scores = parent[live], token[live], cand_scores[live]
             paths = [(paths[p][0], paths[p][1] + (int(x),)) for p, x in zip(parent, token)]
             seqs = [seqs[p] + [int(x)] for p, x in zip(parent, token)]
             tree.update(paths)
