@@ -2,7 +2,7 @@
 tensors become a prompt and a checked Params (so a bad request gets the same one-line SpecdecError as the CLI and
 the Python API) and where a Result or Piece becomes output tensors.
 
-Used by the PyTriton binding (triton.py) and by the model.py of a stand-alone model repository (repository.py), so
+Used by the PyTriton binding (server.py) and by the model.py of a stand-alone model repository (repository.py), so
 neither imports PyTriton here: only numpy and the runtime."""
 
 from __future__ import annotations
