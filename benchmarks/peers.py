@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.errors import SpecdecError, first_line
 
 CT2_COMPUTE_TYPES = ("float32", "int8")
 
@@ -152,7 +152,7 @@ def ct2_engines(target: str, workdir: Path, threads: int, tokenizer, eos_id: int
     out = Path(workdir) / "ct2" / f"{Path(target).name}-{key}-{stamp}"
 
     def error(err):
-        return f"error: {type(err).__name__}: {str(err).strip().splitlines()[0][:160] if str(err).strip() else ''}"
+        return f"error: {type(err).__name__}: {first_line(err, 160, '')}"
 
     try:
         if not (out / "model.bin").is_file():
@@ -209,8 +209,7 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
             outputs[e.name] = [e.run(p.ids, max_new_tokens) for p in prompts]
             working.append(e)
         except Exception as err:            # a peer that breaks on this model is reported, not fatal
-            msg = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
-            status[e.name] = f"error: {type(err).__name__}: {msg}"
+            status[e.name] = f"error: {type(err).__name__}: {first_line(err, 160, '')}"
 
     # Each engine runs all prompts as one block, after one unmeasured call: PyTorch's, CTranslate2's and ONNX
     # Runtime's worker threads keep spinning for a while after a call, so engines alternating prompt by prompt

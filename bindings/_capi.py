@@ -23,6 +23,7 @@ import threading
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
 from specdec.runtime.device import resolve_provider
+from specdec.runtime.errors import first_line
 
 # extern "Python" functions: C name of the public entry point -> private name that cffi binds
 EXTERNS = {
@@ -430,7 +431,7 @@ class CApi:
 
 def classify(err: BaseException, lib) -> tuple[int, str]:
     """Status and message for an exception that is not a SpecdecError."""
-    first = (str(err).strip().splitlines() or [""])[0][:300]
+    first = first_line(err, 300, "")
     described = f"{type(err).__name__}: {first}" if first else type(err).__name__
     if type(err).__module__.startswith("onnxruntime"):
         return lib.SPECDEC_E_RUNTIME, f"onnxruntime failed ({described})"

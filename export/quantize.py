@@ -23,7 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.errors import SpecdecError, first_line
 
 
 WO_BITS, WO_BLOCK, WO_ACCURACY = 8, 128, 4
@@ -64,8 +64,7 @@ def quantize_int8(path: Path, what: str, keep_float=()) -> None:
                              per_channel=True, nodes_to_exclude=list(keep_float),
                              extra_options={"MatMulConstBOnly": True})
         except Exception as err:  # the quantizer raises whatever its passes raise
-            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-            raise SpecdecError(f"cannot quantize the {what} graph to int8 ({first})",
+            raise SpecdecError(f"cannot quantize the {what} graph to int8 ({first_line(err)})",
                                "export it with --dtype fp32 (or --draft-dtype fp32)") from None
         finally:
             root.setLevel(level)
@@ -79,8 +78,9 @@ def quantize_int8(path: Path, what: str, keep_float=()) -> None:
         onnx.save(model, str(path))
 
 
-def quantize_weight_only(path: Path, what: str) -> None:
-    """Replace the graph at `path` by its weight-only int8 version (MatMulNBits, see the module's docstring)."""
+def quantize_weight_only(path: Path, what: str, accuracy_level: int = WO_ACCURACY) -> None:
+    """Replace the graph at `path` by its weight-only int8 version (MatMulNBits, see the module's docstring);
+    `accuracy_level` 0 computes in fp32 on dequantized weights (the benchmark's int8-wo-fp32 variant)."""
     import onnx
 
     path = Path(path)
@@ -89,23 +89,22 @@ def quantize_weight_only(path: Path, what: str) -> None:
         from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
                                                                        MatMulNBitsQuantizer)
     except ImportError as err:
-        raise SpecdecError(f"--draft-dtype int8-wo needs onnxruntime's MatMulNBitsQuantizer, which cannot be "
+        raise SpecdecError(f"weight-only int8 (int8-wo) needs onnxruntime's MatMulNBitsQuantizer, which cannot be "
                            f"imported ({err})", "pip install 'specdec[export]' (it brings onnx-ir), or use "
                            "--draft-dtype int8") from None
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     try:
-        config = DefaultWeightOnlyQuantConfig(block_size=WO_BLOCK, is_symmetric=True, accuracy_level=WO_ACCURACY,
+        config = DefaultWeightOnlyQuantConfig(block_size=WO_BLOCK, is_symmetric=True, accuracy_level=accuracy_level,
                                               bits=WO_BITS)
         quant = MatMulNBitsQuantizer(onnx.load(str(path)), bits=WO_BITS, block_size=WO_BLOCK, is_symmetric=True,
-                                     accuracy_level=WO_ACCURACY, algo_config=config)
+                                     accuracy_level=accuracy_level, algo_config=config)
         quant.process()
         with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
             out = Path(scratch) / path.name
             quant.model.save_model_to_file(str(out), False)
             os.replace(out, path)
     except Exception as err:  # the quantizer raises whatever its passes raise
-        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
-        raise SpecdecError(f"cannot quantize the {what} graph to int8-wo ({first})",
+        raise SpecdecError(f"cannot quantize the {what} graph to int8-wo ({first_line(err)})",
                            "use --draft-dtype int8 or fp32") from None
 
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import onnxruntime as ort
 
-from .errors import SpecdecError
+from .errors import SpecdecError, first_line
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
@@ -70,8 +70,7 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
     try:
         return ort.InferenceSession(str(path), opts, providers=providers)
     except Exception as err:  # onnxruntime raises its own exception types
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-        raise SpecdecError(f"onnxruntime cannot load '{path}': {first}",
+        raise SpecdecError(f"onnxruntime cannot load '{path}': {first_line(err, 200)}",
                            "re-run specdec-export; if it persists, check the onnxruntime version") from None
 
 
@@ -171,7 +170,6 @@ class Binder:
         try:
             self._run()
         except Exception as err:  # onnxruntime's own exception types: a graph that loads but cannot run
-            first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
-            raise SpecdecError(f"onnxruntime failed running a graph of this export: {first}",
+            raise SpecdecError(f"onnxruntime failed running a graph of this export: {first_line(err, 200)}",
                                "the export may be corrupt: re-export it, or compare its files with a trusted "
                                "manifest") from None

@@ -11,6 +11,15 @@ class SpecdecError(Exception):
         super().__init__(self.problem + (f"; {self.fix}." if self.fix else "."))
 
 
+def first_line(err: BaseException, limit: int = 160, empty: str | None = None) -> str:
+    """The first line of an exception's message, at most `limit` characters, for quoting it inside a one-line
+    message; when the message is empty: `empty`, or the exception's type name if `empty` is None."""
+    text = str(err).strip()
+    if text:
+        return text.splitlines()[0][:limit]
+    return type(err).__name__ if empty is None else empty
+
+
 def _one_line(text) -> str:
     return " ".join(str(text).splitlines())
 

@@ -16,7 +16,7 @@ import os
 import sysconfig
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.errors import SpecdecError, first_line
 
 from . import schema
 
@@ -142,8 +142,7 @@ class Server:
             self.stop()
             if isinstance(err, SpecdecError):
                 raise
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-            raise SpecdecError(f"the Triton server did not start: {type(err).__name__}: {first}",
+            raise SpecdecError(f"the Triton server did not start: {type(err).__name__}: {first_line(err, 300)}",
                                "see the server log above") from err
         except BaseException:
             self.stop()
