@@ -42,6 +42,7 @@ import sys
 import time
 from pathlib import Path
 
+from specdec.export import quantize
 from specdec.runtime.errors import SpecdecError
 
 # name -> (directory, ExportOptions dtype fields, or None for the benchmark-made weight-only variant)
@@ -54,7 +55,7 @@ VARIANTS = {
     "int8-wo-fp32": ("export-int8-wo-fp32", None),
 }
 DEFAULT = ("fp32", "int8-draft", "int8")
-WO_BITS, WO_BLOCK = 8, 128
+WO_BITS, WO_BLOCK = quantize.WO_BITS, quantize.WO_BLOCK      # export/quantize.py's weight-only settings
 # the weight-only variants' MatMulNBits accuracy_level: 4 computes in int8 (activations quantized per block of K
 # at run time), 0 in fp32 (weights dequantized)
 WO_ACCURACY = {"int8-wo": 4, "int8-wo-fp32": 0}
@@ -164,24 +165,12 @@ def _export(name: str, out: Path, ckpts: dict, gamma_max: int, max_length: int, 
     return {"export_s": time.perf_counter() - started, "parity": reports}
 
 
-def weight_only_export(src: Path, dst: Path, log=print, bits: int = WO_BITS, block_size: int = WO_BLOCK,
-                       accuracy_level: int = 4) -> dict:
-    """A copy of the export `src` whose graphs have weight-only int8 MatMuls (onnxruntime's MatMulNBitsQuantizer),
-    its manifest's `weights` and checksums updated. Same graph inputs and outputs, so the runtime loads it as is."""
-    import logging
-
-    import onnx
-
-    try:
-        from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                       MatMulNBitsQuantizer)
-    except ImportError as err:
-        raise SpecdecError(f"the int8-wo variant needs onnxruntime's MatMulNBitsQuantizer, which cannot be imported "
-                           f"({err})", "pip install onnx-ir (its dependency), or leave int8-wo out of --dtypes") \
-            from None
+def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4) -> dict:
+    """A copy of the export `src` whose graphs have weight-only int8 MatMuls (export/quantize.py's
+    `quantize_weight_only`, the one `--draft-dtype int8-wo` uses, here for both models and any accuracy_level), its
+    manifest's `weights` and checksums updated. Same graph inputs and outputs, so the runtime loads it as is."""
     from specdec.runtime.manifest import MANIFEST, sha256_file
 
-    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     manifest = json.loads((src / MANIFEST).read_text())
     tmp = dst.parent / (dst.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -191,24 +180,18 @@ def weight_only_export(src: Path, dst: Path, log=print, bits: int = WO_BITS, blo
         (tmp / ".specdec-export").write_text("specdec export (benchmark-made weight-only int8 copy)\n")
         for rel in manifest["files"]:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            if not rel.endswith(".onnx"):
-                shutil.copy2(src / rel, tmp / rel)
-                continue
-            log(f"weight-only int{bits} (MatMulNBits, block {block_size}, accuracy_level {accuracy_level}): {rel}")
-            config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True,
-                                                  accuracy_level=accuracy_level, bits=bits)
-            quant = MatMulNBitsQuantizer(onnx.load(str(src / rel)), bits=bits, block_size=block_size,
-                                         is_symmetric=True, accuracy_level=accuracy_level, algo_config=config)
-            quant.process()
-            quant.model.save_model_to_file(str(tmp / rel), False)
-            del quant
+            shutil.copy2(src / rel, tmp / rel)
+            if rel.endswith(".onnx"):
+                log(f"weight-only int{WO_BITS} (MatMulNBits, block {WO_BLOCK}, accuracy_level {accuracy_level}): "
+                    f"{rel}")
+                quantize.quantize_weight_only(tmp / rel, rel, accuracy_level)
         for role in manifest["models"]:
             manifest["models"][role]["weights"] = "int8-wo"
         manifest["files"] = {rel: sha256_file(tmp / rel) for rel in manifest["files"]}
         manifest["benchmark_variant"] = {"made_by": "specdec.bench.variants.weight_only_export", "from": str(src),
                                          "quantizer": "onnxruntime.quantization.matmul_nbits_quantizer."
-                                                      "MatMulNBitsQuantizer", "bits": bits,
-                                         "block_size": block_size, "symmetric": True,
+                                                      "MatMulNBitsQuantizer", "bits": WO_BITS,
+                                         "block_size": WO_BLOCK, "symmetric": True,
                                          "accuracy_level": accuracy_level}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
