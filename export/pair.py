@@ -86,9 +86,9 @@ def validate_options(opts: ExportOptions) -> None:
                            "use --dtype fp16 for both, or mix only fp32 and int8 (e.g. --draft-dtype int8)")
 
 
-def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, vocab_size: int) -> dict | None:
+def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, config) -> dict | None:
     """Quantize a freshly written graph as its role's weights ask; returns what the manifest records about it.
-    A target in int8 keeps its encoder and its output projection in float32 (export/quantize.py)."""
+    A target in int8 keeps its encoder, first decoder block and output projection in float32 (export/quantize.py)."""
     from .quantize import WO_ACCURACY, WO_BITS, WO_BLOCK, quantize_int8, quantize_weight_only, target_float_nodes
 
     weights, what = opts.weights(role), f"{role} {stage}"
@@ -100,7 +100,7 @@ def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, vocab
         return None
     if role == "target" and stage == "encoder":
         return {"method": "none: a target's encoder stays float32"}
-    keep = target_float_nodes(path, vocab_size) if role == "target" else []
+    keep = target_float_nodes(path, config.vocab_size, config.num_decoder_layers) if role == "target" else []
     quantize_int8(path, what, keep)
     return {"method": "dynamic MatMulInteger, per-channel weights, per-token activations",
             "float32_matmuls": keep}
@@ -211,7 +211,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     write_graph(lambda p: encoder.export_encoder(model, p, opts.opset), out / rel)
                 else:
                     write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset), out / rel)
-                quant = quantize_stage(opts, role, stage, out / rel, configs[role].vocab_size)
+                quant = quantize_stage(opts, role, stage, out / rel, configs[role])
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
                 graphs.setdefault(role, {})[stage] = rel

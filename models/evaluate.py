@@ -40,8 +40,9 @@ def _fit_source(tok, source: str, max_tokens: int) -> str:
     return " ".join(words[:lo])
 
 
-def make_prompts(work_dir: str, out_path: str, tok, seed: int = 0, n_per_task: int = N_PROMPTS_PER_TASK):
-    rows = load_jsonl(os.path.join(work_dir, "data", "test.jsonl"))
+def make_prompts(work_dir: str, out_path: str, tok, seed: int = 0, n_per_task: int = N_PROMPTS_PER_TASK,
+                 split: str = "test"):
+    rows = load_jsonl(os.path.join(work_dir, "data", f"{split}.jsonl"))
     rng = random.Random(seed)
     out = []
     for task in ("summarize", "translate"):
@@ -63,11 +64,16 @@ def make_prompts(work_dir: str, out_path: str, tok, seed: int = 0, n_per_task: i
             used_pkgs.add(r["package"])
             picked.append({"task": task, "source": src, "reference": r["reference"], "package": r["package"]})
         out.extend(picked)
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    with open(out_path, "w", encoding="utf-8") as f:
-        for r in out:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    if out_path:
+        write_jsonl(out_path, out)
     return out
+
+
+def write_jsonl(path: str, rows) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 # --------------------------------------------------------------------------- packaging

@@ -42,7 +42,8 @@ def int8_both(small_vocab_pair, tmp_path_factory):
 
 def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_wo_draft, int8_both):
     """Which graphs are quantized, how, and what the manifest and the parity line say: a target in int8 keeps its
-    encoder and its output projection (LM head) in float32, a draft is quantized whole."""
+    encoder and its output projection (LM head) in float32 (its first decoder block too, from 3 blocks on:
+    test_target_float_nodes_are_the_first_block_and_the_head), a draft is quantized whole."""
     import onnx
 
     for (out, stdout), weights in ((int8_draft, {"target": "fp32", "draft": "int8"}),
@@ -196,7 +197,8 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
     model = T5ForConditionalGeneration.from_pretrained(str(small_vocab_pair[0])).eval()
     export_decoder(model, broken / "target/decoder.onnx", residual=False)
     path = broken / "target/decoder.onnx"
-    quantize_int8(path, "target decoder", target_float_nodes(path, model.config.vocab_size))
+    quantize_int8(path, "target decoder", target_float_nodes(path, model.config.vocab_size,
+                                                                    model.config.num_decoder_layers))
     manifest = json.loads((broken / "manifest.json").read_text())
     for rel in manifest["files"]:
         manifest["files"][rel] = sha256_file(broken / rel)
@@ -233,3 +235,39 @@ def test_a_failed_export_leaves_no_partial_directory(small_vocab_pair, tmp_path)
                                       "--draft-dtype", "int8"])
     assert code != 0 and "tokenizers" in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not out.exists()
+
+
+def test_target_float_nodes_are_the_first_block_and_the_head(tmp_path):
+    """In a 3-block decoder, target_float_nodes names the LM head and exactly the weight MatMuls whose weights are
+    PyTorch's first decoder block's (compared by value, not by name); with 2 blocks only the head."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    from transformers import T5ForConditionalGeneration
+
+    from specdec.export.decoder import export_decoder
+    from specdec.export.quantize import target_float_nodes
+    from tinymodels import make_tiny_t5
+
+    for layers in (3, 2):
+        root = tmp_path / f"l{layers}"
+        make_tiny_t5(root, vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=layers, seed=3)
+        model = T5ForConditionalGeneration.from_pretrained(str(root)).eval()
+        path = root / "decoder.onnx"
+        export_decoder(model, path)
+        graph = onnx.load(str(path)).graph
+        weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        by_name = {n.name: n for n in graph.node}
+        block0 = [p.detach().numpy().T for name, p in model.decoder.block[0].named_parameters()
+                  if name.endswith(".weight") and p.dim() == 2 and "relative_attention_bias" not in name
+                  and not name.startswith(("layer.1.EncDecAttention.k.", "layer.1.EncDecAttention.v."))]  # encoder's
+        kept = target_float_nodes(path, model.config.vocab_size, layers)
+        head = [n for n in kept if weights[by_name[n].input[1]].shape[-1] == model.config.vocab_size]
+        assert len(head) == 1
+        first = [weights[by_name[n].input[1]] for n in kept if n not in head]
+        if layers == 2:
+            assert first == []
+            continue
+        assert len(first) == len(block0) == 8
+        for w in block0:
+            assert sum(a.shape == w.shape and np.array_equal(a, w) for a in first) == 1
