@@ -211,9 +211,7 @@ def run_data(work_dir: str, refresh: bool = False) -> dict:
     stats = {"english_descriptions": len(en), "german_descriptions": len(de),
              "joined_on_md5": sum(1 for m in en if m in de)}
     for name, rows in splits.items():
-        with open(os.path.join(data_dir, f"{name}.jsonl"), "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        write_jsonl(os.path.join(data_dir, f"{name}.jsonl"), rows)
         counts = defaultdict(int)
         for r in rows:
             counts[r["task"]] += 1
@@ -228,3 +226,10 @@ def run_data(work_dir: str, refresh: bool = False) -> dict:
 def load_jsonl(path: str) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(l) for l in f if l.strip()]
+
+
+def write_jsonl(path: str, rows) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -17,7 +17,7 @@ import json
 import os
 import random
 
-from .data import SUMMARIZE_PREFIX, TRANSLATE_PREFIX, load_jsonl
+from .data import SUMMARIZE_PREFIX, TRANSLATE_PREFIX, load_jsonl, write_jsonl
 from .train import MAX_SRC, MAX_TGT
 
 N_PROMPTS_PER_TASK = 200
@@ -67,13 +67,6 @@ def make_prompts(work_dir: str, out_path: str, tok, seed: int = 0, n_per_task: i
     if out_path:
         write_jsonl(out_path, out)
     return out
-
-
-def write_jsonl(path: str, rows) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
 # --------------------------------------------------------------------------- packaging

@@ -258,9 +258,10 @@ def test_target_float_nodes_are_the_first_block_and_the_head(tmp_path):
         graph = onnx.load(str(path)).graph
         weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         by_name = {n.name: n for n in graph.node}
+        # block 0's weight matrices in the decoder graph (cross-attention k/v are computed in the encoder graph)
         block0 = [p.detach().numpy().T for name, p in model.decoder.block[0].named_parameters()
                   if name.endswith(".weight") and p.dim() == 2 and "relative_attention_bias" not in name
-                  and not name.startswith(("layer.1.EncDecAttention.k.", "layer.1.EncDecAttention.v."))]  # encoder's
+                  and not name.startswith(("layer.1.EncDecAttention.k.", "layer.1.EncDecAttention.v."))]
         kept = target_float_nodes(path, model.config.vocab_size, layers)
         head = [n for n in kept if weights[by_name[n].input[1]].shape[-1] == model.config.vocab_size]
         assert len(head) == 1
