@@ -16,6 +16,7 @@ from .beam_model import BeamModel
 from .device import device_of, resolve_provider
 from .draft import DraftSource, ModelDraft
 from .errors import SpecdecError
+from .gate import Gate
 from .lookup import LookupDraft
 from .manifest import load_manifest
 from .model import CachedSeq2Seq
@@ -55,9 +56,14 @@ class SpeculativeDecoder:
     Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
     default model draft, a ModelDraft), `estimates` (what draft="auto" / gamma="auto" learned, runtime/auto.py;
     `reset_estimates()` forgets it), `workspace` (runtime/workspace.py), `tokenizer`, `manifest`, `provider`,
-    `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token)."""
+    `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token).
 
-    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict):
+    Threads: one request at a time (runtime/gate.py). generate(), beam search and reset_estimates() wait for the
+    request before them; a stream holds the decoder from its first piece to its end, and loses it (its next piece
+    raises SpecdecError) when it is left unadvanced for `stream_idle_s` seconds while another request waits, or when
+    its own thread starts another request."""
+
+    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict, stream_idle_s: float = 30.0):
         self.manifest, self.provider = manifest, provider
         self.device = device_of(provider)
         self.gamma_max, self.max_length = manifest.gamma_max, manifest.max_length
@@ -72,11 +78,23 @@ class SpeculativeDecoder:
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
         self.beam_estimates = BeamEstimates()
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
+        self._gate = Gate(stream_idle_s)
+
+    @property
+    def stream_idle_s(self) -> float:
+        """How long an unadvanced stream keeps the decoder while another request waits for it (seconds)."""
+        return self._gate.idle_s
+
+    @stream_idle_s.setter
+    def stream_idle_s(self, seconds: float) -> None:
+        self._gate.idle_s = float(seconds)
 
     def reset_estimates(self) -> None:
         """Forget what the auto choice learned (acceptance rates and costs) from earlier requests."""
-        self.estimates = Estimates()
-        self._sources.clear()
+        with self._gate.held():
+            self.estimates = Estimates()
+            self._sources.clear()
+            self.beam_estimates = BeamEstimates()
 
     def source(self, params: Params) -> DraftSource | None:
         """The draft source a request's (draft, gamma) asks for; None for target-only decoding. A bad name is a
@@ -105,11 +123,12 @@ class SpeculativeDecoder:
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
-             draft: str | Path | None = None) -> "SpeculativeDecoder":
+             draft: str | Path | None = None, stream_idle_s: float = 30.0) -> "SpeculativeDecoder":
         """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
         named "draft" from another export directory made for the same target (same tokenizer).
         `threads`: intra-op threads for the target (0: onnxruntime's default); the draft's one-token steps are too
-        small to split across cores, so it gets one unless `threads` says otherwise."""
+        small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
+        class's note on threads."""
         manifest = load_manifest(export_dir)
         draft_manifest = manifest
         if draft is not None:
@@ -121,7 +140,7 @@ class SpeculativeDecoder:
         models = {name: CachedSeq2Seq(draft_manifest if name == "draft" else manifest, name, provider, device,
                                       manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length)
                   for name in manifest.drafts}
-        return cls(manifest, provider, target, models)
+        return cls(manifest, provider, target, models, stream_idle_s)
 
     # -- requests -------------------------------------------------------------------------------------------
     def _source(self, prompt, input_ids) -> np.ndarray:
@@ -195,11 +214,18 @@ class SpeculativeDecoder:
         if params.num_beams > 1:
             raise SpecdecError("beam search cannot stream: every beam may still lose until the search ends",
                                "use generate() with num_beams > 1, or stream with num_beams=1")
-        for new, done, stats in self._tokens(prompt, input_ids, params, {}):
-            out.extend(new)
-            text = self.decode(out)
-            yield Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
-            shown = text
+        hold = self._gate.acquire()
+        try:
+            for new, done, stats in self._tokens(prompt, input_ids, params, {}):
+                out.extend(new)
+                text = self.decode(out)
+                piece = Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
+                shown = text
+                self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
+                yield piece
+                self._gate.resume(hold)     # raises if the stream lost the decoder meanwhile
+        finally:
+            self._gate.release(hold)
 
     def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
                  **overrides) -> Result:
@@ -207,12 +233,13 @@ class SpeculativeDecoder:
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
         stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
-        if params.num_beams > 1:
-            return self._beam_search(prompt, input_ids, params)
-        out, done, stats = [], "", None
-        for new, done, stats in self._tokens(prompt, input_ids, params, {}):
-            out.extend(new)
-        return Result(self.decode(out), out, stats, done, [out])
+        with self._gate.held():
+            if params.num_beams > 1:
+                return self._beam_search(prompt, input_ids, params)
+            out, done, stats = [], "", None
+            for new, done, stats in self._tokens(prompt, input_ids, params, {}):
+                out.extend(new)
+            return Result(self.decode(out), out, stats, done, [out])
 
     # -- beam search ------------------------------------------------------------------------------------------
     def beam_model(self, name: str) -> BeamModel:

@@ -125,8 +125,8 @@ def response(text: str, token_ids, stats, stop_reason: str) -> dict:
 
 
 class Handler:
-    """One model instance's requests on its own SpeculativeDecoder (decoders are not thread-safe: one request at a
-    time per handler)."""
+    """One model instance's requests on its own SpeculativeDecoder (a decoder runs one request at a time; an
+    instance per decoder lets N requests decode at once)."""
 
     def __init__(self, decoder):
         self.decoder = decoder
