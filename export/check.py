@@ -1,6 +1,6 @@
 """Parity of the exported graphs against the PyTorch checkpoint they came from, on a probe input.
 
-The reference is Hugging Face's own T5 forward pass on the whole decoder sequence (no cache). The ONNX side
+The reference is Hugging Face's own T5 forward pass on the whole decoder sequence (no cache), in float64. The ONNX side
 prefills `past` tokens, then runs a 1-token step at that past length and a gamma+1-token verify after it, through
 the cache layout the runtime uses."""
 
@@ -8,18 +8,56 @@ from __future__ import annotations
 
 import numpy as np
 
-FP32_TOLERANCE = 1e-3
-FP16_RELATIVE_TOLERANCE = 1e-2   # of the largest |logit|; see README "fp16"
-INT8_RELATIVE_TOLERANCE = 0.1    # of the largest |logit|; see README "int8"
+# The reference is PyTorch's forward in float64. A graph computes in its own precision, so it cannot be closer to
+# float64 than PyTorch at that precision is; what a correct graph differs by depends on the model's conditioning
+# (T5's activations grow through the layers; a real checkpoint's fp32 forward can be off by 1e-2 in a logit).
+# The tolerance is therefore PyTorch's own error at the graph's precision, on the same input, times a margin for
+# other kernels and summation orders, plus a small floor relative to the logit scale; see README "Parity".
+FP32_MARGIN = 4.0           # ONNX Runtime fp32 vs float64 / PyTorch fp32 vs float64: 0.6-2.3 measured
+FP32_FLOOR = 1e-5           # of the logit scale: a few fp32 roundings of the largest logit
+FP16_MARGIN = 2.0           # the fp16 graph keeps more in fp32 than PyTorch's .half(): 0.2-0.6 of its error measured
+FP16_FLOOR = 1e-3           # of the logit scale: fp16 keeps 11 significant bits
+FP16_PER_FP32 = 2.0 ** 13   # fp16's unit roundoff over fp32's: PyTorch fp16's error when its own forward overflows
+INT8_RELATIVE_TOLERANCE = 0.1    # of the logit scale; see README "int8"
 
 
-def tolerance(dtype: str, reference_logits: np.ndarray) -> float:
-    scale = max(1.0, float(np.abs(reference_logits).max()))
+def tolerance(dtype: str, scale: float, torch_fp32_error: float, torch_fp16_error: float | None = None) -> float:
+    """The largest |logit difference| from the float64 reference that a correct graph in `dtype` may show.
+    `scale`: max(1, max |reference logit|); the errors: PyTorch's own fp32 (fp16) forward vs float64, same input."""
     if dtype == "fp16":
-        return FP16_RELATIVE_TOLERANCE * scale
+        own = torch_fp16_error if torch_fp16_error is not None and np.isfinite(torch_fp16_error) \
+            else FP16_PER_FP32 * torch_fp32_error
+        return FP16_MARGIN * own + FP16_FLOOR * scale
     if dtype in ("int8", "int8-wo"):
-        return INT8_RELATIVE_TOLERANCE * scale
-    return FP32_TOLERANCE
+        return INT8_RELATIVE_TOLERANCE * scale + FP32_MARGIN * torch_fp32_error
+    return FP32_MARGIN * torch_fp32_error + FP32_FLOOR * scale
+
+
+def torch_references(model, source, decoder_ids, dtype: str) -> dict:
+    """Hugging Face's forward on the whole sequence in float64 (the reference), float32, and for fp16 exports in
+    float16. The float64 pass converts the model in place and back (float32 -> float64 -> float32 is exact), so it
+    needs no second copy of the weights."""
+    import copy
+
+    import torch
+
+    src, dec = torch.from_numpy(source), torch.from_numpy(decoder_ids)
+
+    def forward(m):
+        with torch.no_grad():
+            return m(input_ids=src, decoder_input_ids=dec).logits.double().numpy()
+
+    refs = {"fp32": forward(model)}
+    try:
+        refs["fp64"] = forward(model.double())
+    finally:
+        model.float()
+    if dtype == "fp16":
+        try:
+            refs["fp16"] = forward(copy.deepcopy(model).half())
+        except RuntimeError:            # an op without a CPU half kernel: fall back to the roundoff ratio
+            refs["fp16"] = None
+    return refs
 
 
 def probe_sequences(config, past: int, gamma: int, seed: int = 0):
@@ -57,21 +95,31 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
 
 
 def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5) -> dict:
-    """Max |logit difference| for a 1-token step at past length `past` and a gamma+1 verify right after it."""
-    import torch
-
+    """Max |logit difference| from PyTorch's float64 forward for a 1-token step at past length `past` and a
+    gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision)."""
     source, decoder_ids = probe_sequences(model.config, past, gamma + 1)
-    with torch.no_grad():
-        ref = model(input_ids=torch.from_numpy(source), decoder_input_ids=torch.from_numpy(decoder_ids)).logits
-    ref = ref.float().numpy()
+    refs = torch_references(model, source, decoder_ids, dtype)
+    checked = slice(past, past + gamma + 2)
+    ref = refs["fp64"]
     _, step, verify = onnx_logits(encoder_path, decoder_path, source, decoder_ids, [past, 1, gamma + 1])
     step_diff = float(np.abs(step - ref[:, past:past + 1]).max())
     verify_diff = float(np.abs(verify - ref[:, past + 1:past + gamma + 2]).max())
-    tol = tolerance(dtype, ref)
+
+    def own_error(key):
+        other = refs.get(key)
+        return None if other is None else float(np.abs(other[:, checked] - ref[:, checked]).max())
+
+    scale = max(1.0, float(np.abs(ref[:, checked]).max()))
+    torch32, torch16 = own_error("fp32"), own_error("fp16")
+    tol = tolerance(dtype, scale, torch32, torch16)
     got = np.concatenate([step, verify], axis=1)[0]
-    want = ref[0, past:past + gamma + 2]
+    want = ref[0, checked]
     agree = int((got.argmax(-1) == want.argmax(-1)).sum())
-    return {"past_length": past, "step_max_abs_diff": step_diff, "verify_tokens": gamma + 1,
-            "verify_max_abs_diff": verify_diff, "tolerance": tol, "weights": dtype,
+    return {"reference": "pytorch float64", "past_length": past, "step_max_abs_diff": step_diff,
+            "verify_tokens": gamma + 1, "verify_max_abs_diff": verify_diff, "tolerance": tol, "weights": dtype,
+            "logit_scale": scale, "torch_fp32_max_abs_diff": torch32,
+            **({"torch_fp16_max_abs_diff": torch16} if dtype == "fp16" else {}),
             "argmax_agree": agree, "argmax_positions": int(want.shape[0]),
+            # past half the logit scale no structural mistake is distinguishable from the precision's own error
+            "conclusive": bool(tol < 0.5 * scale),
             "passed": bool(step_diff <= tol and verify_diff <= tol)}

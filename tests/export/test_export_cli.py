@@ -38,7 +38,7 @@ def test_progress_names_every_stage_for_each_model(tiny_export_log, tiny_pair):
     for role in ("target", "draft"):
         for stage in ("load", "encoder", "decoder", "check"):
             assert re.search(rf"^\s*{role}\s+{stage}\s+\d+\.\d+ s$", stdout, re.M), (role, stage, stdout)
-        assert re.search(rf"^\s*{role} parity vs PyTorch fp32 \(fp32\):.*argmax agrees on \d+/\d+ positions -> OK$", stdout, re.M), stdout
+        assert re.search(rf"^\s*{role} parity vs PyTorch float64 \(fp32\):.*argmax agrees on \d+/\d+ positions -> OK$", stdout, re.M), stdout
     for stage in ("tokenizer", "manifest"):
         assert re.search(rf"^\s*pair\s+{stage}\s+\d+\.\d+ s$", stdout, re.M), (stage, stdout)
     # stages come in pipeline order

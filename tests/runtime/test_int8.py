@@ -71,7 +71,7 @@ def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_wo_draft, int8_bo
                 assert manifest["models"][role]["quantization"]["decoder"]["float32_matmuls"] == heads
             else:
                 assert float_mm == []
-        assert f"parity vs PyTorch fp32 ({weights['draft']})" in stdout and "argmax agrees on" in stdout
+        assert f"parity vs PyTorch float64 ({weights['draft']})" in stdout and "argmax agrees on" in stdout
 
 
 @pytest.mark.parametrize("draft_dtype", ["int8", "int8-wo"])
