@@ -87,7 +87,7 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     outputs, pos = [], 0
     for n in steps:
         logits, new_kv = dec.run(["logits", "new_kv"], {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache,
-                                                        "cross_kv": cross, **plain_step_feed(vocab)})
+                                                        "cross_kv": cross, **plain_step_feed(vocab, session=dec)})
         cache = np.concatenate([cache, new_kv])
         outputs.append(logits)
         pos += n

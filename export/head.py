@@ -253,9 +253,12 @@ def head_only_model(opset: int = 17, residual: bool = True):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def plain_step_feed(vocab: int, temperature: float = 0.0) -> dict:
-    """Head inputs for a plain one-token step (G = 0), e.g. to run a decoder graph for its logits alone."""
-    return {"draft_probs": np.zeros((0, vocab), np.float32), "uniforms": np.zeros(1, np.float32),
+def plain_step_feed(vocab: int, temperature: float = 0.0, session=None) -> dict:
+    """Head inputs for a plain one-token step (G = 0), e.g. to run a decoder graph for its logits alone; with an
+    onnxruntime `session` of a format-4 draft graph also `steps` = 1 (export/loop.py)."""
+    steps = {"steps": np.ones(1, np.int64)} if session is not None and \
+        "steps" in {i.name for i in session.get_inputs()} else {}
+    return {**steps, "draft_probs": np.zeros((0, vocab), np.float32), "uniforms": np.zeros(1, np.float32),
             "temperature": np.array([temperature], np.float32), "top_k": np.zeros(1, np.int64),
             "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32),
             "logit_mask": np.zeros((0, vocab), np.float32)}

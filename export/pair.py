@@ -170,7 +170,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
 
     from tqdm import tqdm
 
-    from . import check, decoder, encoder, head
+    from . import check, decoder, encoder, head, loop
     from .attention import cast_for_export
     from .manifest import write_manifest
     from .source import load_config, load_source
@@ -214,6 +214,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 quant = quantize_stage(opts, role, stage, out / rel, configs[role])
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
+                if stage == "decoder" and role != "target":
+                    loop.add_proposal_loop_file(out / rel)      # a draft's proposal in one run
                 graphs.setdefault(role, {})[stage] = rel
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))

@@ -76,6 +76,13 @@ class ModelDraft(DraftSource):
             if not made_now:
                 break
             made += made_now
+        left = k - made
+        if left > 1 and self.model.loops and ws.processors is None:     # the rest in one run (export/loop.py)
+            stats.draft_s += self.model.run(*ws.proposal(self.model.length, left, rows, row + made), steps=left)
+            stats.draft_calls += 1
+            stats.ort_runs += 1
+            ws.appended_on_device(left)
+            return Proposal(k)
         for i in range(made, k):                 # single steps
             self._ready(ws, ws.end, 0, stats)
             self._run(ws.run(self.model.length, out=rows, out_row=row + i, next_slot=ws.end + 1), stats)

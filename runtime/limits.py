@@ -55,7 +55,7 @@ EXPECTED = {
                            "draft_probs": ("float32", None), "uniforms": ("float32", None),
                            "temperature": ("float32", None), "top_k": ("int64", None),
                            "top_p": ("float32", None), "lenience": ("float32", None),
-                           "logit_mask": ("float32", None)},
+                           "logit_mask": ("float32", None), "steps": ("int64", (1,))},
                 "outputs": {"!logits": ("float32", (None, None, "V")),
                             "!new_kv": ("kv", (None, "L", 2, None, "H", "D")),
                             "probs": ("float32", None), "accepted": ("int64", None),

@@ -1,18 +1,19 @@
 """The export directory's manifest.json: what the exporter writes and what the runtime trusts after checking.
 
-Layout of an export directory (format_version 3):
+Layout of an export directory (format_version 4):
     manifest.json                  this file's content, below
     tokenizer.json                 the shared tokenizer (tokenizers library format)
     target/encoder.onnx            source ids -> cross-attention K/V of every decoder layer
     target/decoder.onnx            N new tokens + KV cache + the speculative head's inputs -> logits, the new
                                    tokens' K/V, standardized rows, accepted count, next token (export/head.py)
-    draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft
+    draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft; its decoder also takes `steps` and
+                                               then runs a whole proposal of k steps in one run (export/loop.py)
     NAME/encoder.onnx, NAME/decoder.onnx       the same for every further draft model (specdec-export --draft
                                                NAME=CHECKPOINT), usable as a chain level
 
-Format 1 (round 1) had separate sampler graphs (sampler/*.onnx) and decoders without the head; format 2's head took
-batch 1 only and had no `logit_mask` input (logits processors, beam search). Both are refused with a message to
-re-export.
+Format 1 had separate sampler graphs (sampler/*.onnx) and decoders without the head; format 2's head took batch 1
+only and had no `logit_mask` input (logits processors, beam search); format 3's drafts made one run per guess (no
+`steps` input). All are refused with a message to re-export.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
 
 FORMAT = "specdec-export"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 ROLES = ("target", "draft")
 HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
@@ -132,7 +133,7 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
-                           f"format {FORMAT_VERSION} (decoder heads that take logits masks and beams)",
+                           f"format {FORMAT_VERSION} (a draft's whole proposal in one run)",
                            "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
@@ -149,6 +150,8 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
                    n not in info.decoder.outputs]
         if missing:
             raise SpecdecError(f"{path}: the {role} decoder has no speculative head ({missing[0]} is missing)", fix)
+        if role != "target" and "steps" not in info.decoder.inputs:
+            raise SpecdecError(f"{path}: the {role} decoder has no proposal loop (input 'steps' is missing)", fix)
     for rel, digest in files.items():
         file = inside(root, rel, "the 'files' entry")
         if not file.is_file():

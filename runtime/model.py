@@ -40,6 +40,11 @@ class CachedSeq2Seq:
         self.source = Buffer((self.max_length,), np.int64, device)
         self.length = 0          # decoder positions whose K/V are in the cache
         self.src_len = 0
+        # format 4 drafts: `steps` > 1 runs a whole proposal in one run (export/loop.py)
+        self.has_steps = "steps" in self.decoder.names
+        self.loops = self.has_steps      # False: proposals as one run per step (for comparisons)
+        self.steps = Buffer((1,), np.int64, device)
+        self._steps = 0
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call."""
@@ -55,13 +60,17 @@ class CachedSeq2Seq:
         self.decoder.input("cross_kv", self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
         self.length = 0
 
-    def run(self, inputs: dict, outputs: dict) -> float:
+    def run(self, inputs: dict, outputs: dict, steps: int = 1) -> float:
         """One decoder + speculative-head run: append the `input_ids` view's N tokens to the sequence, with the
-        head's views (workspace.py) bound as given. The logits land in rows 0..N-1 of `self.logits`. Seconds."""
+        head's views (workspace.py) bound as given. The logits land in rows 0..N-1 of `self.logits`. Seconds.
+        `steps` = k > 1 (a format-4 draft): the whole proposal, k sampling steps in one run; the cache gains the N
+        tokens and the first k-1 drawn ones, and no logits are written."""
         count = int(inputs["input_ids"].shape[1])
-        if self.length + count > self.max_length:
-            raise SpecdecError(f"internal error: a {self.role} run of {count} tokens at length {self.length} would "
-                               f"pass max_length {self.max_length}; nothing was run",
+        rows = count + steps - 1
+        if self.length + rows > self.max_length or (steps > 1 and not self.loops):
+            raise SpecdecError(f"internal error: a {self.role} run of {count} tokens and {steps} steps at length "
+                               f"{self.length} does not fit (max_length {self.max_length}, proposal loop "
+                               f"{self.loops}); nothing was run",
                                "this is a specdec bug, please report it; the decoder stays usable")
         kv = (self.layers, 2, 1, self.heads, self.d_kv)
         binder = self.decoder
@@ -69,13 +78,18 @@ class CachedSeq2Seq:
             binder.input(name, *view)
         for name, view in outputs.items():
             binder.output(name, *view)
+        if self.has_steps:
+            if steps != self._steps:
+                self.steps.write([steps])
+                self._steps = steps
+            binder.input("steps", self.steps, (1,))
         binder.input("past_kv", self.cache, (self.length, *kv))
-        binder.output("logits", self.logits, (1, count, self.vocab))
-        binder.output("new_kv", self.cache, (count, *kv), self.length * self.row)
+        binder.output("logits", self.logits, (1, count if steps == 1 else 0, self.vocab))
+        binder.output("new_kv", self.cache, (rows, *kv), self.length * self.row)
         t = time.perf_counter()
         binder.run()
         elapsed = time.perf_counter() - t
-        self.length += count
+        self.length += rows
         return elapsed
 
     def rollback(self, length: int) -> None:

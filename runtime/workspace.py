@@ -150,6 +150,18 @@ class Workspace:
                    "next_token": View(self.tokens, (1,), self.NEXT if next_slot is None else next_slot)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
+    def proposal(self, first: int, k: int, out: Buffer, out_row: int) -> tuple[dict, dict]:
+        """A format-4 draft's k sampling steps in one run over positions first..end then its own draws: x_1 .. x_k
+        land at end+1 .. end+k, q_1 .. q_k in `out` from `out_row` on; k uniforms."""
+        key = ("proposal", first, self.end, k, id(out), out_row)
+        if key not in self._views:
+            inputs, outputs = self._make(first, self.end, 0, None, out, out_row, self.end + 1)
+            outputs = {**outputs, "probs": View(out, (k, self.vocab), out_row * self.vocab),
+                       "next_token": View(self.tokens, (k,), self.end + 1)}
+            self._views[key] = (inputs, MappingProxyType(outputs))
+        inputs, outputs = self._views[key]
+        return {**inputs, "uniforms": self._take(k)}, outputs
+
     def catch_up(self, first: int, last: int) -> tuple[dict, dict]:
         """A run over positions first..last whose only purpose is the model's cache (its head output is dropped)."""
         return self.run(first, out=None, next_slot=self.SINK, last=last)
@@ -171,9 +183,9 @@ class Workspace:
             self.known = self.known[:base - self.start] + kept + [z]
         return n, kept + [z]
 
-    def appended_on_device(self) -> None:
-        """A model wrote the token at end + 1 on the device: the host no longer knows the round's tokens."""
-        self.end += 1
+    def appended_on_device(self, count: int = 1) -> None:
+        """A model wrote the tokens at end + 1 .. end + count on the device: the host no longer knows them."""
+        self.end += count
         self.known = None
 
     def emit(self, tokens: list) -> None:

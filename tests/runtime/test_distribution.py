@@ -98,15 +98,19 @@ def test_speculative_sampling_matches_target_distribution(name, small_vocab_pair
     assert stats.proposed > 0
 
 
-def broken_export(target_dir, export_dir, tmp_path, role="target"):
-    """A copy of the export whose `role` graph (by default the target's) draws from p instead of
-    norm(max(0, p - q)) after a rejection. The models' checkpoints sit side by side (conftest.small_vocab_pair)."""
+def broken_export(target_dir, export_dir, tmp_path, role="target", how="residual"):
+    """A copy of the export whose `role` graph (by default the target's) is deliberately wrong: `how`="residual"
+    draws from p instead of norm(max(0, p - q)) after a rejection; "one_uniform" (a draft) makes its proposal loop
+    draw every step with the same uniform. The models' checkpoints sit side by side (conftest.small_vocab_pair)."""
     from specdec.export.decoder import export_decoder
+    from specdec.export.loop import add_proposal_loop_file
 
-    broken = tmp_path / f"broken-{role}"
+    broken = tmp_path / f"broken-{role}-{how}"
     shutil.copytree(export_dir, broken)
     model = T5ForConditionalGeneration.from_pretrained(str(Path(target_dir).parent / role)).eval()
-    export_decoder(model, broken / f"{role}/decoder.onnx", residual=False)
+    export_decoder(model, broken / f"{role}/decoder.onnx", residual=how != "residual")
+    if role != "target":                 # a draft's graph carries its proposal loop (export format 4)
+        add_proposal_loop_file(broken / f"{role}/decoder.onnx", one_uniform=how == "one_uniform")
     manifest = json.loads((broken / "manifest.json").read_text())
     for rel in manifest["files"]:
         manifest["files"][rel] = sha256_file(broken / rel)
@@ -124,6 +128,19 @@ def test_the_test_has_teeth_plain_resampling_is_caught(small_vocab_pair, decoder
     total = [wrong.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, draft="draft", **settings).stats
              for s in range(200)]
     assert sum(s.accepted for s in total) < sum(s.proposed for s in total)
+
+
+def test_the_test_catches_a_proposal_loop_with_dependent_draws(small_vocab_pair, decoder, tmp_path):
+    """The draft's k steps run in one graph (export/loop.py); a loop that reuses the first uniform for every step
+    still writes the right q rows, but x_2 is no longer drawn independently of x_1: the chi-square test fails."""
+    settings = SETTINGS["temperature"]
+    dist = exact_distribution(small_vocab_pair[0], **settings)
+    wrong = SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path, "draft",
+                                                  "one_uniform"), provider="cpu")
+    p_value = chi_square_p(empirical(wrong, settings), dist)
+    assert p_value < P_TEETH, f"a proposal loop with dependent draws passed the chi-square test (p = {p_value:.3g})"
+    stats = wrong.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=0, draft="draft", **settings).stats
+    assert stats.draft_calls == stats.target_calls - 1     # every round's 2 guesses came from one loop run
 
 
 # -- the lookup draft (q = a point mass on each copied guess) -------------------------------------------------------

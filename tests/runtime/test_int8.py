@@ -154,7 +154,7 @@ def int8_target_distribution(export_dir, temperature) -> dict:
             ids = np.array([[0, *prefix]], np.int64)
             logits = dec.run(["logits"], {"input_ids": ids, "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv),
                                                                                 np.float32),
-                                          "cross_kv": cross, **plain_step_feed(vocab)})[0][0, -1].astype(np.float64)
+                                          "cross_kv": cross, **plain_step_feed(vocab, session=dec)})[0][0, -1].astype(np.float64)
             z = logits / temperature
             p = np.exp(z - z.max())
             p /= p.sum()

@@ -1,0 +1,130 @@
+"""A draft's proposal loop (export/loop.py) against an independent reference: PyTorch's forward over the growing
+sequence for the logits, the NumPy sampler (numpy_sampler.py) for the q rows and the draws, with the same uniforms.
+And the plain branch of the wrapped graph is the format-3 graph, output for output."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import numpy_sampler as ref
+from specdec.export import decoder, encoder, loop
+from specdec.export.head import plain_step_feed
+from tinymodels import tiny_t5_model
+
+pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
+              pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
+
+VOCAB = 300          # wider than the head's 256 TopK candidates
+SOURCE = np.array([[5, 9, 13, 200, 7, 1]], np.int64)
+PREFIX = [0, 17, 42]                           # start token + 2 tokens: the first iteration reads 3 tokens
+SETTINGS = {"greedy": (0.0, 0, 1.0), "T=1": (1.0, 0, 1.0), "top-k": (0.8, 5, 1.0), "top-p": (1.3, 0, 0.9)}
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loop")
+    model = tiny_t5_model(seed=4, vocab=VOCAB, d_model=32, heads=2, d_kv=8, layers=1, decoder_layers=2,
+                          initializer_factor=2.0)
+    encoder.export_encoder(model, root / "encoder.onnx")
+    decoder.export_decoder(model, root / "plain.onnx")
+    decoder.export_decoder(model, root / "loop.onnx")
+    loop.add_proposal_loop_file(root / "loop.onnx")
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sessions = {name: ort.InferenceSession(str(root / f"{name}.onnx"), opts, providers=["CPUExecutionProvider"])
+                for name in ("encoder", "plain", "loop")}
+    return model, sessions
+
+
+def feed(sessions, temperature, top_k, top_p, ids, past, uniforms, steps):
+    cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
+    f = {**plain_step_feed(VOCAB, temperature, session=sessions["loop"]), "input_ids": ids, "past_kv": past,
+         "cross_kv": cross, "uniforms": uniforms, "top_k": np.array([top_k], np.int64),
+         "top_p": np.array([top_p], np.float32), "steps": np.array([steps], np.int64)}
+    return f
+
+
+def torch_reference(model, temperature, top_k, top_p, uniforms):
+    """Tokens and q rows of len(uniforms) autoregressive sampling steps after PREFIX, from PyTorch's logits."""
+    seq, rows, tokens = list(PREFIX), [], []
+    for u in uniforms:
+        with torch.no_grad():
+            logits = model(input_ids=torch.from_numpy(SOURCE),
+                           decoder_input_ids=torch.tensor([seq])).logits[0, -1].double().numpy()
+        q = ref.standardize_row(logits, temperature, top_k, top_p)
+        tok = ref.draw(q, u)
+        rows.append(q)
+        tokens.append(tok)
+        seq.append(tok)
+    return np.array(tokens), np.array(rows)
+
+
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("k", [2, 5])
+def test_loop_tokens_and_q_rows_match_pytorch_and_numpy(graphs, setting, k):
+    model, sessions = graphs
+    temperature, top_k, top_p = SETTINGS[setting]
+    agree = 0
+    for seed in range(6):
+        uniforms = np.random.default_rng(seed).random(k, dtype=np.float32)
+        want_tokens, want_rows = torch_reference(model, temperature, top_k, top_p, uniforms)
+        cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
+        layers, _, _, heads, _, d_kv = cross.shape
+        empty = np.zeros((0, layers, 2, 1, heads, d_kv), np.float32)
+        logits, new_kv, probs, accepted, tokens = sessions["loop"].run(
+            None, feed(sessions, temperature, top_k, top_p, np.array([PREFIX]), empty, uniforms, k))
+        assert tokens.shape == (k,) and probs.shape == (k, VOCAB) and logits.shape == (1, 0, VOCAB)
+        assert new_kv.shape[0] == len(PREFIX) + k - 1 and accepted.tolist() == [0]
+        # a draw can flip at a boundary within float32 rounding: count agreement, and compare rows up to the
+        # first difference
+        same = int(np.argmax(tokens != want_tokens)) if (tokens != want_tokens).any() else k
+        agree += same == k
+        np.testing.assert_allclose(probs[:same + 1], want_rows[:same + 1], atol=2e-5)
+    assert agree >= 5, f"the loop's draws differ from the reference's on {6 - agree} of 6 seeds"
+
+
+@pytest.mark.parametrize("setting", ["greedy", "T=1"])
+def test_loop_equals_single_steps_of_the_plain_graph(graphs, setting):
+    """The loop gives what k single runs of the format-3 graph give with the same uniforms, cache included."""
+    _, sessions = graphs
+    temperature, top_k, top_p = SETTINGS[setting]
+    k = 4
+    uniforms = np.random.default_rng(7).random(k, dtype=np.float32)
+    cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
+    layers, _, _, heads, _, d_kv = cross.shape
+    cache = np.zeros((0, layers, 2, 1, heads, d_kv), np.float32)
+    ids, tokens, rows = np.array([PREFIX]), [], []
+    for i in range(k):
+        f = feed(sessions, temperature, top_k, top_p, ids, cache, uniforms[i:i + 1], 1)
+        del f["steps"]
+        _, new_kv, probs, _, token = sessions["plain"].run(None, f)
+        cache = np.concatenate([cache, new_kv])
+        tokens.append(int(token[0]))
+        rows.append(probs[0])
+        ids = token.reshape(1, 1)
+    empty = cache[:0]
+    cache = cache[:len(PREFIX) + k - 1]
+    _, new_kv, probs, _, got = sessions["loop"].run(None, feed(sessions, temperature, top_k, top_p,
+                                                               np.array([PREFIX]), empty, uniforms, k))
+    assert got.tolist() == tokens
+    np.testing.assert_allclose(probs, np.array(rows), atol=1e-5)
+    np.testing.assert_allclose(new_kv, cache, rtol=1e-5, atol=1e-5)
+
+
+def test_plain_branch_is_the_format3_graph(graphs):
+    _, sessions = graphs
+    cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
+    layers, _, _, heads, _, d_kv = cross.shape
+    past = np.random.default_rng(0).standard_normal((3, layers, 2, 1, heads, d_kv)).astype(np.float32)
+    q = np.random.default_rng(1).dirichlet(np.ones(VOCAB), size=2).astype(np.float32)
+    f = feed(sessions, 1.0, 0, 1.0, np.array([[4, 8, 15]]), past, np.array([0.3, 0.6, 0.2], np.float32), 1)
+    f["draft_probs"] = q                       # a verify run over 2 guesses
+    got = sessions["loop"].run(None, f)
+    del f["steps"]
+    want = sessions["plain"].run(None, f)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
