@@ -60,12 +60,52 @@ def _apply(node, mapping: dict, prefix: str) -> None:
             sub.name = prefix + sub.name
 
 
+def _subgraph_reads(node) -> set:
+    """Names a node's subgraphs (If branches, nested) read from outside themselves."""
+    reads = set()
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == attr.GRAPH else list(attr.graphs) if attr.type == attr.GRAPHS else []
+        for sub in graphs:
+            inner = {out for n in sub.node for out in n.output} | {i.name for i in sub.input}
+            for n in sub.node:
+                reads |= {name for name in n.input if name and name not in inner}
+                reads |= _subgraph_reads(n) - inner
+            reads |= {o.name for o in sub.output if o.name not in inner}
+    return reads
+
+
+def topological(nodes) -> list:
+    """`nodes` ordered so that every value is made before a node (or a node's subgraph) reads it. A graph
+    rewritten by a quantizer may define a constant after the If node whose branch reads it: ONNX Runtime accepts
+    that in a main graph but not once the graph is itself a branch."""
+    maker = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    needs = [{maker[name] for name in (set(node.input) | _subgraph_reads(node)) if name in maker and maker[name] != i}
+             for i, node in enumerate(nodes)]
+    order, state = [], [0] * len(nodes)
+    for start in range(len(nodes)):
+        stack = [(start, iter(sorted(needs[start])))]
+        if state[start]:
+            continue
+        state[start] = 1
+        while stack:
+            i, deps = stack[-1]
+            nxt = next((d for d in deps if not state[d]), None)
+            if nxt is None:
+                stack.pop()
+                state[i] = 2
+                order.append(nodes[i])
+            else:
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(needs[nxt]))))
+    return order
+
+
 def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
     """Rewrite a decoder + head ModelProto (export/decoder.py, export/head.py) in place as described above.
     `one_uniform=True` draws every step with uniform 0 (steps no longer independent): a deliberately wrong loop that
     the distribution tests use to show they can fail. Never export it for users."""
     graph = model.graph
-    nodes = list(graph.node)
+    nodes = topological(list(graph.node))
     outputs = [o.name for o in graph.output]          # logits, new_kv, probs, accepted, next_token
     g = graph
     del g.node[:]

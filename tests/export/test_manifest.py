@@ -15,7 +15,8 @@ GRAPH_IO = {
     "decoder": (["input_ids", "past_kv", "cross_kv", "draft_probs", "uniforms", "temperature", "top_k", "top_p",
                  "lenience", "logit_mask"], ["logits", "new_kv", "probs", "accepted", "next_token"]),
 }
-RANKS = {"input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
+GRAPH_IO["draft-decoder"] = (GRAPH_IO["decoder"][0] + ["steps"], GRAPH_IO["decoder"][1])   # the proposal loop
+RANKS = {"steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
          "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1}
 
 
@@ -35,7 +36,7 @@ def all_graphs(manifest):
 
 
 def test_format_and_options(manifest):
-    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 3
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 4
     assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
     assert manifest["vocab_size"] == 48
     assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,
@@ -62,7 +63,7 @@ def test_graph_io_names_dtypes_and_shapes(manifest, tiny_export):
     import onnx
 
     for path, kind, entry in all_graphs(manifest):
-        inputs, outputs = GRAPH_IO[kind]
+        inputs, outputs = GRAPH_IO["draft-decoder" if path == "draft/decoder" else kind]
         assert [t["name"] for t in entry["inputs"]] == inputs, path
         assert [t["name"] for t in entry["outputs"]] == outputs, path
         graph = onnx.load(str(tiny_export / entry["file"])).graph
@@ -127,8 +128,10 @@ def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp
         load_manifest(copy)
 
 
-def test_a_format_1_export_is_refused_with_a_one_line_fix(tiny_export, tmp_path):
-    """Round 1's exports (separate sampler graphs) cannot run on the fused runtime: say so and how to fix it."""
+@pytest.mark.parametrize("version", [1, 3])
+def test_an_older_format_is_refused_with_a_one_line_fix(tiny_export, tmp_path, version):
+    """Format 1 (separate sampler graphs) and format 3 (a draft run per guess, no proposal loop) cannot run on this
+    runtime: say so and how to fix it."""
     import json
 
     from specdec.runtime.errors import SpecdecError
@@ -137,12 +140,12 @@ def test_a_format_1_export_is_refused_with_a_one_line_fix(tiny_export, tmp_path)
     copy = tmp_path / "old"
     shutil.copytree(tiny_export, copy)
     raw = json.loads((copy / "manifest.json").read_text())
-    raw["format_version"] = 1
+    raw["format_version"] = version
     (copy / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(SpecdecError) as err:
         load_manifest(copy)
     message = str(err.value)
-    assert "format version 1" in message and "re-export" in message and "\n" not in message
+    assert f"format version {version}" in message and "re-export" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("role", ["target", "draft"])

@@ -83,10 +83,10 @@ def test_stops_at_max_new_tokens_and_max_length(decoder):
 def test_stats_account_for_every_run(decoder):
     res = decoder.generate(input_ids=[7, 8, 9, 1], max_new_tokens=30, gamma=4, draft="draft")
     s = res.stats
-    # per iteration: gamma draft runs (decoder + sampling head each) + 1 target run (decoder + verify head);
-    # 2 encoders
+    # per iteration: 1 draft run (its proposal loop: gamma steps of decoder + sampling head) + 1 target run
+    # (decoder + verify head); 2 encoders
     assert s.ort_runs == 2 + s.draft_calls + s.target_calls
-    assert s.proposed == s.draft_calls
+    assert s.draft_calls == s.sources["draft"].rounds and s.proposed == 4 * s.draft_calls
     assert s.new_tokens == len(res.token_ids)
     assert s.new_tokens <= s.accepted + s.target_calls
     assert s.total_s >= s.encoder_s + s.draft_s + s.target_s
