@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import time
 
-from .draft import DraftSource
 from .lookup import LookupDraft
-from .round import Proposal, Verdict
+from .round import DraftSource, Proposal, Verdict
 from .stats import Stats
 
 PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
@@ -188,7 +187,7 @@ class AutoDraft(DraftSource):
 
     def __init__(self, candidates: dict, estimates: Estimates, adaptive: bool = True):
         self.candidates, self.estimates, self.adaptive = candidates, estimates, adaptive
-        self.lookup = next((s for s in candidates.values() if isinstance(s, LookupDraft)), None)
+        self.lookup = next((s for s in candidates.values() if isinstance(s, LookupDraft)), None)   # probed per round
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
         self._copied = []
@@ -217,14 +216,14 @@ class AutoDraft(DraftSource):
         copied = len(self._copied)
         stale = None
         for name, source in self.candidates.items():
-            uses_lookup = self.lookup is not None and (source is self.lookup or _below(source) is self.lookup)
+            uses_lookup = self.lookup is not None and (source is self.lookup or source.below is self.lookup)
             if (uses_lookup and not copied) or (PREFER_COPY and copied and not uses_lookup):
                 continue
             free = source is self.lookup
             top = min(cap, copied) if free else cap
             if top < 1:
                 continue
-            encode = _needs_encoder(source)
+            encode = source.needs_encoder
             cached = self._rates.get((name, top, encode))
             if cached is not None and cached[0] == est.version:
                 rate, g = cached[1], cached[2]
@@ -263,8 +262,7 @@ class AutoDraft(DraftSource):
             return Proposal(0, source="none")
         self.chosen = self.candidates[name]
         if self.chosen is self.lookup:               # already looked up by choose()
-            ws.write_point_guesses(self._copied[:gamma])
-            return Proposal(gamma, True, name)
+            return Proposal(self.lookup.propose_found(ws, self._copied[:gamma]).count, True, name)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
         return Proposal(proposal.count, proposal.point_mass, name)
 
@@ -286,12 +284,3 @@ class AutoDraft(DraftSource):
             mine[0] += verdict.accepted
             mine[1] += int(verdict.accepted < verdict.proposed)
 
-
-def _below(source):
-    return getattr(source, "below", None)
-
-
-def _needs_encoder(source) -> bool:
-    """A model draft (or chain) whose model has not encoded this request's source yet."""
-    model = getattr(source, "model", None)
-    return model is not None and model.length < 0

@@ -1,6 +1,6 @@
-"""Draft sources: anything that proposes up to k guesses with their distributions q, then learns the verdict.
+"""Model drafts: a draft model proposing guesses with their distributions q, alone or as a level of a chain.
 
-The contract (runtime/round.py): `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`) and writes
+The contract (runtime/round.py's DraftSource): `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`) and writes
 q_1 .. q_k into the rows it is given (or the point rows) and returns a Proposal (k may be smaller than asked, 0 on
 a miss); `commit` gets the Verdict of the level above. A new kind of draft is a new class here, not a new loop.
 
@@ -16,25 +16,12 @@ import numpy as np
 
 from .device import Buffer
 from .model import CachedSeq2Seq
-from .round import Proposal, Verdict
+from .round import DraftSource, Proposal, Verdict
 from .stats import Stats
+from .verifier import verify
 from .workspace import Workspace
 
-
-class DraftSource:
-    name = "draft"
-
-    def start(self, source_ids: np.ndarray, stats: Stats) -> None:
-        """A new request: prepare for the prompt (the target's decoder sequence starts with the start token)."""
-        raise NotImplementedError
-
-    def propose(self, ws: Workspace, k: int, rows: Buffer, row: int, stats: Stats) -> Proposal:
-        """Append up to k guesses to the round and write q_i into `rows` from row `row` on (or the point rows)."""
-        raise NotImplementedError
-
-    def commit(self, ws: Workspace, verdict: Verdict) -> None:
-        """The level above kept verdict.accepted of the guesses after position verdict.base."""
-        raise NotImplementedError
+__all__ = ["DraftSource", "ModelDraft"]
 
 
 class ModelDraft(DraftSource):
@@ -48,13 +35,21 @@ class ModelDraft(DraftSource):
         self.name = name or model.role
         self._ids = None      # the request's source ids, encoded on first use (an auto choice may never use us)
 
+    @property
+    def needs_encoder(self) -> bool:
+        return self.model.length < 0
+
     def start(self, source_ids, stats):
         self._ids, self.model.length = source_ids, -1
         if self.below is not None:
             self.below.start(source_ids, stats)
 
-    def _run(self, views: tuple, stats: Stats) -> None:
-        stats.draft_s += self.model.run(*views)
+    def _run(self, views: tuple, stats: Stats, steps: int = 1) -> None:
+        self._count(self.model.run(*views, steps=steps), stats)
+
+    @staticmethod
+    def _count(seconds: float, stats: Stats) -> None:
+        stats.draft_s += seconds
         stats.draft_calls += 1
         stats.ort_runs += 1
 
@@ -78,9 +73,7 @@ class ModelDraft(DraftSource):
             made += made_now
         left = k - made
         if left > 1 and self.model.loops and ws.processors is None:     # the rest in one run (export/loop.py)
-            stats.draft_s += self.model.run(*ws.proposal(self.model.length, left, rows, row + made), steps=left)
-            stats.draft_calls += 1
-            stats.ort_runs += 1
+            self._run(ws.proposal(self.model.length, left, rows, row + made), stats, steps=left)
             ws.appended_on_device(left)
             return Proposal(k)
         for i in range(made, k):                 # single steps
@@ -98,14 +91,12 @@ class ModelDraft(DraftSource):
         j = below.count
         if j == 0:
             return 0
-        q = ws.point if below.point_mass else ws.rows(self.level + 1)
-        base = ws.end - j
-        self._ready(ws, base, j, stats)
-        self._run(ws.run(self.model.length, j, q, rows, row), stats)
-        n, tokens = ws.judged(j)
-        self.model.rollback(base + n + 1)         # forget the rejected guesses' keys and values
+        self._ready(ws, ws.end - j, j, stats)
+        seconds, verdict = verify(ws, self.model, below, ws.rows(self.level + 1), rows, row)
+        self._count(seconds, stats)
+        n = verdict.accepted
         stats.source(self.below.name + ">").add(j, n)
-        self.below.commit(ws, Verdict(j, n, tokens, base))
+        self.below.commit(ws, verdict)
         if n == j_max:
             ws.retract(1)
             return n

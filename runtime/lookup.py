@@ -47,6 +47,7 @@ class LookupDraft(DraftSource):
     generated so far, then in the source; nothing on a miss."""
 
     name = "lookup"
+    copies = True
 
     def __init__(self, min_n: int = 1, max_n: int = 3):
         if not 1 <= min_n <= max_n:
@@ -80,7 +81,11 @@ class LookupDraft(DraftSource):
         return []
 
     def propose(self, ws: Workspace, k: int, rows, row: int, stats: Stats) -> Proposal:
-        found = self.guesses(ws, k)
+        return self.propose_found(ws, self.guesses(ws, k))
+
+    @staticmethod
+    def propose_found(ws: Workspace, found: list) -> Proposal:
+        """Propose guesses already found by `guesses` (a chooser that looked before deciding): point masses."""
         if found:
             ws.write_point_guesses(found)
         return Proposal(len(found), point_mass=bool(found))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from .errors import SpecdecError
+from .round import DraftSource
 
 MAX_BEAMS = 16               # beam rows are allocated per request; speculative rounds score up to W x (gamma+1) rows
 
@@ -102,8 +103,6 @@ class Params:
 
 
 def _is_source(value) -> bool:
-    from .draft import DraftSource
-
     return isinstance(value, DraftSource)
 
 

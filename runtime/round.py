@@ -1,4 +1,5 @@
-"""What one round of Algorithm 1 passes around: the draft's proposal and the target's verdict."""
+"""What one round of Algorithm 1 passes around: the draft's proposal, the verifier's verdict, and the contract every
+draft source keeps (DraftSource; the sources themselves are in draft.py, lookup.py and auto.py)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,33 @@ class Verdict:
     @property
     def next_token(self) -> int:
         return self.tokens[-1]
+
+
+class DraftSource:
+    """Anything that proposes up to k guesses with their distributions q, then learns the verdict.
+
+    `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`), writes q_1 .. q_k into the rows it is
+    given (or the point rows) and returns a Proposal (k may be smaller than asked, 0 on a miss); `commit` gets the
+    Verdict of the level above. What a source costs and needs is declared here, so a chooser (auto.py) asks instead
+    of looking inside: `below` (the source a chain level verifies, or None), `needs_encoder` (an encoder run is
+    due before its next proposal in this request), `copies` (its guesses are host-made point masses: a lookup)."""
+
+    name = "draft"
+    below: "DraftSource | None" = None
+    copies = False
+
+    @property
+    def needs_encoder(self) -> bool:
+        return False
+
+    def start(self, source_ids, stats) -> None:
+        """A new request: prepare for the prompt (the target's decoder sequence starts with the start token)."""
+        raise NotImplementedError
+
+    def propose(self, ws, k: int, rows, row: int, stats) -> Proposal:
+        """Append up to k guesses to the round and write q_i into `rows` from row `row` on (or the point rows)."""
+        raise NotImplementedError
+
+    def commit(self, ws, verdict: Verdict) -> None:
+        """The level above kept verdict.accepted of the guesses after position verdict.base."""
+        raise NotImplementedError

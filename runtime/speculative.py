@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-from .draft import DraftSource
+from . import verifier
 from .model import CachedSeq2Seq
-from .round import Proposal, Verdict
+from .round import DraftSource, Proposal, Verdict
 from .stats import Stats
 from .workspace import Workspace
 
 
 def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stats) -> Verdict:
-    """One target run over the current token and x_1 .. x_k: p_1 .. p_{k+1}, then keep x_i while r_i < p_i(x)/q_i(x)
-    and draw the next token from norm(max(0, p_{n+1} - q_{n+1})), or from p_{k+1} when all were kept."""
-    base, k = target.length, proposal.count
-    q = ws.point if proposal.point_mass else ws.rows(0)
-    stats.target_s += target.run(*ws.run(base, k, q, ws.p, 0))
-    n, tokens = ws.judged(k)
-    target.rollback(base + n + 1)                        # forget the rejected guesses' keys and values
+    """One target run over the current token and x_1 .. x_k (runtime/verifier.py): p_1 .. p_{k+1} into the
+    workspace's p, x_i kept while r_i < p_i(x)/q_i(x), the next token drawn from the residual or the last p."""
+    seconds, verdict = verifier.verify(ws, target, proposal, ws.rows(0), ws.p)
+    stats.target_s += seconds
     stats.target_calls += 1
     stats.ort_runs += 1
-    stats.proposed += k
-    stats.accepted += n
-    return Verdict(k, n, tokens, base)
+    stats.proposed += verdict.proposed
+    stats.accepted += verdict.accepted
+    return verdict
 
 
 def speculative_step(ws: Workspace, target: CachedSeq2Seq, draft: DraftSource, gamma: int, stats: Stats) -> list:

@@ -112,7 +112,7 @@ class Workspace:
                 "logit_mask": View(self.sink, (0, self.vocab))}
 
     # -- the views of one run -----------------------------------------------------------------------------------
-    def run(self, first: int, guesses: int = 0, q: Buffer | None = None, out: Buffer | None = None,
+    def run(self, first: int, *, guesses: int = 0, q: Buffer | None = None, out: Buffer | None = None,
             out_row: int = 0, next_slot: int | None = None, last: int | None = None) -> tuple[dict, dict]:
         """Inputs and outputs of one decoder + head run over positions first..last (default: end), the last
         `guesses` of which are verified against rows 0.. of `q` (the point rows, or a level's rows). The head's
