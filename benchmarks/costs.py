@@ -5,7 +5,7 @@ Export format 2 fuses Algorithm 1's sampling work into every decoder graph (the 
 so each decoder call timed here is decoder + head, bound exactly as the decoding loop binds it:
 
     target one-token step   ws.end = L; target.run(*ws.run(L)): decoder over 1 token + a plain draw (G = 0)
-    target k-token pass     ws.end = L + k - 1; target.run(*ws.run(L, k - 1, ws.rows(0), ws.p)), k = 1 ..
+    target k-token pass     ws.end = L + k - 1; target.run(*ws.run(L, guesses=k - 1, q=ws.rows(0), out=ws.p)), k = 1 ..
                             gamma_max+1: decoder over k tokens + accept/residual over the k-1 guesses (G = k-1)
     draft one-token step    ws.end = L; draft.model.run(*ws.run(L, out=ws.rows(0), out_row=0, next_slot=L + 1)):
                             decoder + standardize/draw (G = 0)
@@ -220,7 +220,7 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     def verify_job(k):
         def run():
             ws.end = past + k - 1
-            seconds = target.run(*ws.run(past, k - 1, ws.rows(0), ws.p))
+            seconds = target.run(*ws.run(past, guesses=k - 1, q=ws.rows(0), out=ws.p))
             target.rollback(past)
             restore()
             return seconds

@@ -68,11 +68,11 @@ def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     target.length = decoder.max_length - 1               # the cache is full but for one row
     ws.end = target.length + 3
     with pytest.raises(SpecdecError, match="max_length"):
-        target.run(*ws.run(target.length, 3, ws.rows(0), ws.p))     # 4 tokens would be written past the cache
+        target.run(*ws.run(target.length, guesses=3, q=ws.rows(0), out=ws.p))     # 4 tokens would be written past the cache
     assert target.length == decoder.max_length - 1
     # a view that is out of bounds of a smaller buffer is refused by the binder itself
     target.length, ws.end = 0, 2
-    inputs, outputs = ws.run(0, 2, ws.rows(0), ws.p)
+    inputs, outputs = ws.run(0, guesses=2, q=ws.rows(0), out=ws.p)
     outputs = dict(outputs)
     outputs["probs"] = outputs["probs"]._replace(offset=ws.p.size - 1)
     with pytest.raises(SpecdecError, match="'probs' view .* does not fit"):
