@@ -24,6 +24,8 @@ import copy
 import numpy as np
 from onnx import TensorProto, helper
 
+from .head import _onnx_type
+
 STEPS = "steps"
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -42,35 +44,37 @@ def _renamed(nodes, rename: dict, prefix: str) -> list:
     return out
 
 
+def _subgraphs(node) -> list:
+    """The graphs a node carries (an If's branches, a Loop's body)."""
+    return [g for attr in node.attribute
+            for g in ([attr.g] if attr.type == attr.GRAPH else attr.graphs if attr.type == attr.GRAPHS else [])]
+
+
 def _apply(node, mapping: dict, prefix: str) -> None:
     node.input[:] = [mapping.get(name, name) for name in node.input]
     node.output[:] = [mapping.get(name, name) for name in node.output]
     if node.name:
         node.name = prefix + node.name
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == attr.GRAPH else list(attr.graphs) if attr.type == attr.GRAPHS else []
-        for sub in graphs:
-            inner = {out for n in sub.node for out in n.output if out}
-            sub_map = {k: v for k, v in mapping.items() if k not in inner}
-            sub_map.update({name: prefix + name for name in inner})
-            for n in sub.node:
-                _apply(n, sub_map, prefix)
-            for value in sub.output:
-                value.name = sub_map.get(value.name, value.name)
-            sub.name = prefix + sub.name
+    for sub in _subgraphs(node):
+        inner = {out for n in sub.node for out in n.output if out}
+        sub_map = {k: v for k, v in mapping.items() if k not in inner}
+        sub_map.update({name: prefix + name for name in inner})
+        for n in sub.node:
+            _apply(n, sub_map, prefix)
+        for value in sub.output:
+            value.name = sub_map.get(value.name, value.name)
+        sub.name = prefix + sub.name
 
 
 def _subgraph_reads(node) -> set:
     """Names a node's subgraphs (If branches, nested) read from outside themselves."""
     reads = set()
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == attr.GRAPH else list(attr.graphs) if attr.type == attr.GRAPHS else []
-        for sub in graphs:
-            inner = {out for n in sub.node for out in n.output} | {i.name for i in sub.input}
-            for n in sub.node:
-                reads |= {name for name in n.input if name and name not in inner}
-                reads |= _subgraph_reads(n) - inner
-            reads |= {o.name for o in sub.output if o.name not in inner}
+    for sub in _subgraphs(node):
+        inner = {out for n in sub.node for out in n.output} | {i.name for i in sub.input}
+        for n in sub.node:
+            reads |= {name for name in n.input if name and name not in inner}
+            reads |= _subgraph_reads(n) - inner
+        reads |= {o.name for o in sub.output if o.name not in inner}
     return reads
 
 
@@ -83,10 +87,10 @@ def topological(nodes) -> list:
              for i, node in enumerate(nodes)]
     order, state = [], [0] * len(nodes)
     for start in range(len(nodes)):
-        stack = [(start, iter(sorted(needs[start])))]
         if state[start]:
             continue
         state[start] = 1
+        stack = [(start, iter(sorted(needs[start])))]
         while stack:
             i, deps = stack[-1]
             nxt = next((d for d in deps if not state[d]), None)
@@ -107,18 +111,14 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
     graph = model.graph
     nodes = topological(list(graph.node))
     outputs = [o.name for o in graph.output]          # logits, new_kv, probs, accepted, next_token
-    g = graph
-    del g.node[:]
-    del g.value_info[:]
-    g.input.append(helper.make_tensor_value_info(STEPS, _I, [1]))
+    del graph.node[:]
+    del graph.value_info[:]
+    graph.input.append(helper.make_tensor_value_info(STEPS, _I, [1]))
 
     def const(name, value, dtype):
         arr = np.asarray(value, dtype=dtype)
-        return helper.make_node("Constant", [], [name], name=name + "_Constant",
-                                value=helper.make_tensor(name + "_v", {np.dtype(np.float32): _F,
-                                                                       np.dtype(np.int64): _I,
-                                                                       np.dtype(np.bool_): _B}[arr.dtype],
-                                                         arr.shape, arr.reshape(-1).tolist()))
+        return helper.make_node("Constant", [], [name], name=name + "_Constant", value=helper.make_tensor(
+            name + "_v", _onnx_type(arr.dtype), arr.shape, arr.reshape(-1).tolist()))
 
     # the plain branch: the graph as it was
     plain_nodes = _renamed(nodes, {}, "plain/")
@@ -131,7 +131,6 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
     # the loop body: (iteration, cond, ids, kv) -> (cond, ids, kv, token, q row)
     b = "loop/"
     body_nodes = [
-        const(b + "zero_len", [0], np.int64),
         const(b + "one", [1], np.int64),
         const(b + "no_q", np.zeros((0, vocab), np.float32), np.float32),
         const(b + "zero_axis", [0], np.int64),
@@ -181,14 +180,14 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
         helper.make_tensor_value_info(r + "probs", _F, None), helper.make_tensor_value_info(r + "accepted", _I, None),
         helper.make_tensor_value_info(r + "next_token", _I, None)])
 
-    g.node.extend([
+    graph.node.extend([
         const("steps_one", [1], np.int64),
         helper.make_node("Greater", [STEPS, "steps_one"], ["steps_many"], name="steps_Greater"),
         helper.make_node("Squeeze", ["steps_many"], ["steps_flag"], name="steps_Squeeze"),
         helper.make_node("If", ["steps_flag"], outputs, then_branch=proposal, else_branch=plain, name="proposal_If"),
     ])
     # a proposal returns k tokens and k rows where a step returns one
-    for value in g.output:
+    for value in graph.output:
         dims = value.type.tensor_type.shape.dim
         if value.name == "next_token":
             dims[0].dim_param = "tokens"

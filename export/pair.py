@@ -223,18 +223,19 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 rep = check.check_parity(sources[role].model, out / graphs[role]["encoder"],
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role))
                 reports[role] = rep
-                own = rep.get("torch_fp16_max_abs_diff", rep["torch_fp32_max_abs_diff"])
+                precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
+                own = rep[f"torch_{precision}_max_abs_diff"]
                 bar.write(f"  {role} parity vs PyTorch float64 ({opts.weights(role)}): 1-token step at past "
                           f"{rep['past_length']}: max|dlogit| = {rep['step_max_abs_diff']:.2e}; "
                           f"{rep['verify_tokens']}-token verify: max|dlogit| = {rep['verify_max_abs_diff']:.2e}; "
-                          f"PyTorch {'fp16' if 'torch_fp16_max_abs_diff' in rep else 'fp32'}'s own "
+                          f"PyTorch {precision}'s own "
                           f"{own if own is None else format(own, '.1e')}; "
                           f"tolerance {rep['tolerance']:.1e}; argmax agrees on {rep['argmax_agree']}/"
                           f"{rep['argmax_positions']} positions -> {'OK' if rep['passed'] else 'FAILED'}")
                 if rep["passed"] and not rep["conclusive"]:
-                    fix = "prefer --dtype fp32 for it" if opts.weights(role) == "fp16" else \
+                    fix = "prefer --dtype fp32 for it" if precision == "fp16" else \
                         "its outputs depend on rounding in any engine"
-                    bar.write(f"  warning: {role}: PyTorch's own {'fp16' if opts.weights(role) == 'fp16' else 'fp32'}"
+                    bar.write(f"  warning: {role}: PyTorch's own {precision}"
                               f" forward is off float64 by more than half the logit scale on this model, so the "
                               f"check cannot tell a mistake from rounding; {fix}")
             elif stage == "manifest":

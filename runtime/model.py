@@ -41,8 +41,7 @@ class CachedSeq2Seq:
         self.length = 0          # decoder positions whose K/V are in the cache
         self.src_len = 0
         # format 4 drafts: `steps` > 1 runs a whole proposal in one run (export/loop.py)
-        self.has_steps = "steps" in self.decoder.names
-        self.loops = self.has_steps      # False: proposals as one run per step (for comparisons)
+        self.loops = "steps" in self.decoder.names
         self.steps = Buffer((1,), np.int64, device)
         self._steps = 0
 
@@ -78,7 +77,7 @@ class CachedSeq2Seq:
             binder.input(name, *view)
         for name, view in outputs.items():
             binder.output(name, *view)
-        if self.has_steps:
+        if self.loops:
             if steps != self._steps:
                 self.steps.write([steps])
                 self._steps = steps

@@ -139,15 +139,16 @@ class Workspace:
         self._banned = flat
         return View(self.mask, (count, self.vocab))
 
-    def _make(self, first, last, guesses, q, out, out_row, next_slot):
+    def _make(self, first, last, guesses, q, out, out_row, next_slot, draws: int = 1):
+        """The run's views; `draws` > 1: a proposal's rows and tokens (one per step) instead of one of each."""
         inputs = {"input_ids": View(self.tokens, (1, last - first + 1), first),
                   "draft_probs": View(q if q is not None else self.point, (guesses, self.vocab)), **self._scalars()}
         if out is None:
             probs = View(self.sink, (1, self.vocab))
         else:
-            probs = View(out, (guesses + 1, self.vocab), out_row * self.vocab)
+            probs = View(out, (guesses + draws, self.vocab), out_row * self.vocab)
         outputs = {"probs": probs, "accepted": View(self.tokens, (1,), self.ACCEPTED),
-                   "next_token": View(self.tokens, (1,), self.NEXT if next_slot is None else next_slot)}
+                   "next_token": View(self.tokens, (draws,), self.NEXT if next_slot is None else next_slot)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
     def proposal(self, first: int, k: int, out: Buffer, out_row: int) -> tuple[dict, dict]:
@@ -155,10 +156,7 @@ class Workspace:
         land at end+1 .. end+k, q_1 .. q_k in `out` from `out_row` on; k uniforms."""
         key = ("proposal", first, self.end, k, id(out), out_row)
         if key not in self._views:
-            inputs, outputs = self._make(first, self.end, 0, None, out, out_row, self.end + 1)
-            outputs = {**outputs, "probs": View(out, (k, self.vocab), out_row * self.vocab),
-                       "next_token": View(self.tokens, (k,), self.end + 1)}
-            self._views[key] = (inputs, MappingProxyType(outputs))
+            self._views[key] = self._make(first, self.end, 0, None, out, out_row, self.end + 1, draws=k)
         inputs, outputs = self._views[key]
         return {**inputs, "uniforms": self._take(k)}, outputs
 
