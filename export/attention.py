@@ -45,26 +45,22 @@ def position_bias(attn: T5Attention, query_pos: torch.Tensor, key_pos: torch.Ten
     return attn.relative_attention_bias(bucket).float().permute(2, 0, 1).unsqueeze(0)
 
 
-def causal_mask(query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-    """Additive mask [1, 1, Q, K]: 0 where key <= query, a large negative number after."""
-    future = key_pos[None, :] > query_pos[:, None]
-    return torch.where(future, torch.tensor(torch.finfo(torch.float32).min), torch.tensor(0.0))[None, None]
-
-
-def split_heads(x: torch.Tensor, heads: int, d_kv: int) -> torch.Tensor:
-    """[B, T, heads*d_kv] -> [B, heads, T, d_kv]."""
-    b, t, _ = x.shape
+def split_heads(x: torch.Tensor, heads: int, d_kv: int, like: torch.Tensor) -> torch.Tensor:
+    """[B, T, heads*d_kv] -> [B, heads, T, d_kv]. `like`: the graph input whose first two dimensions are B and T
+    (input_ids): every reshape then reads the same shape nodes, which ONNX Runtime merges into one."""
+    b, t = like.shape[:2]
     return x.reshape(b, t, heads, d_kv).transpose(1, 2)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, out: nn.Linear):
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None, out: nn.Linear,
+           like: torch.Tensor):
     """T5 attention (no 1/sqrt(d) scaling): softmax(q k^T + bias) v, heads merged and projected; fp32 result."""
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2))   # unscaled T5 scores: keep them in fp32
     if bias is not None:
         scores = scores + bias
     ctx = torch.matmul(torch.softmax(scores, dim=-1), v.float())      # [B, H, T, d_kv]
-    b, h, t, d = ctx.shape
-    return linear(ctx.transpose(1, 2).reshape(b, t, h * d), out)
+    b, t = like.shape[:2]     # as in split_heads
+    return linear(ctx.transpose(1, 2).reshape(b, t, -1), out)
 
 
 def cast_for_export(model, dtype: torch.dtype):

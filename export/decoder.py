@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import attend, causal_mask, feed_forward, linear, position_bias, rms_norm, split_heads
+from .attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
 
 INPUTS = ("input_ids", "past_kv", "cross_kv")
 OUTPUTS = ("logits", "new_kv")
@@ -34,6 +34,7 @@ class DecoderWithCache(nn.Module):
         self.final_norm = model.decoder.final_layer_norm
         self.lm_head = model.lm_head
         self.output_scale = cfg.d_model ** -0.5 if getattr(cfg, "scale_decoder_outputs", True) else 1.0
+        self.register_buffer("bias_table", bias_table(self.blocks[0].layer[0].SelfAttention), persistent=False)
 
     def forward(self, input_ids, past_kv, cross_kv):
         new = input_ids.shape[1]
@@ -41,30 +42,45 @@ class DecoderWithCache(nn.Module):
         dtype = past_kv.dtype
         query_pos = torch.arange(new, device=input_ids.device) + past
         key_pos = torch.arange(past + new, device=input_ids.device)
-        bias = position_bias(self.blocks[0].layer[0].SelfAttention, query_pos, key_pos, bidirectional=False)
-        bias = bias + causal_mask(query_pos, key_pos)
+        # relative-position bias and causal mask in one lookup: row 0 of the table masks a key after its query,
+        # row 1 + d holds the bias at distance d (constant from max_distance on); a few nodes instead of the
+        # bucket arithmetic on every run
+        distance = (query_pos[:, None] - key_pos[None, :]).clamp(-1, self.bias_table.shape[0] - 2) + 1
+        bias = nn.functional.embedding(distance, self.bias_table).permute(2, 0, 1).unsqueeze(0)   # [1, H, Q, K]
 
         h = self.embed(input_ids).float()
         new_kv = []
         for i, block in enumerate(self.blocks):
             sa = block.layer[0].SelfAttention
             x = rms_norm(h, block.layer[0].layer_norm)
-            q = split_heads(linear(x, sa.q), self.heads, self.d_kv)
-            k = split_heads(linear(x, sa.k), self.heads, self.d_kv).to(dtype)      # [B, H, new, d]
-            v = split_heads(linear(x, sa.v), self.heads, self.d_kv).to(dtype)
+            q = split_heads(linear(x, sa.q), self.heads, self.d_kv, input_ids)
+            k = split_heads(linear(x, sa.k), self.heads, self.d_kv, input_ids).to(dtype)      # [B, H, new, d]
+            v = split_heads(linear(x, sa.v), self.heads, self.d_kv, input_ids).to(dtype)
             new_kv.append(torch.stack([k, v]).permute(3, 0, 1, 2, 4))              # [new, 2, B, H, d]
-            keys = torch.cat([past_kv[:, i, 0].permute(1, 2, 0, 3), k], dim=2)      # [B, H, past+new, d]
-            values = torch.cat([past_kv[:, i, 1].permute(1, 2, 0, 3), v], dim=2)
-            h = h + attend(q, keys, values, bias, sa.o)
+            kv = torch.cat([past_kv[:, i], new_kv[-1]]).permute(1, 2, 3, 0, 4)      # [2, B, H, past+new, d]
+            keys, values = kv[0], kv[1]
+            h = h + attend(q, keys, values, bias, sa.o, input_ids)
 
             ca = block.layer[1].EncDecAttention
             x = rms_norm(h, block.layer[1].layer_norm)
-            q = split_heads(linear(x, ca.q), self.heads, self.d_kv)
-            h = h + attend(q, cross_kv[i, 0], cross_kv[i, 1], None, ca.o)
+            q = split_heads(linear(x, ca.q), self.heads, self.d_kv, input_ids)
+            h = h + attend(q, cross_kv[i, 0], cross_kv[i, 1], None, ca.o, input_ids)
             h = feed_forward(h, block.layer[2])
         h = rms_norm(h, self.final_norm) * self.output_scale
         logits = linear(h, self.lm_head)
         return logits, torch.stack(new_kv, dim=1)
+
+
+def bias_table(attn) -> torch.Tensor:
+    """[max_distance + 2, heads] fp32: row 0 the causal mask (a key after its query), row 1 + d the decoder's
+    relative-position bias at distance d = query - key >= 0 (T5's unidirectional buckets are all the last one from
+    max_distance on, so distances beyond it read the last row). Made with position_bias itself, so it is the same
+    function of the distance that Hugging Face's T5 computes."""
+    far = attn.relative_attention_max_distance
+    with torch.no_grad():
+        rows = position_bias(attn, torch.tensor([far]), torch.arange(far, -1, -1), bidirectional=False)[0, :, 0]
+        mask = torch.full((1, rows.shape[0]), torch.finfo(torch.float32).min)
+        return torch.cat([mask, rows.T.float()], dim=0)
 
 
 def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, residual: bool = True) -> None:

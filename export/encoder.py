@@ -34,13 +34,13 @@ class EncoderWithCrossKV(nn.Module):
         for block in self.blocks:
             sa = block.layer[0].SelfAttention
             x = rms_norm(h, block.layer[0].layer_norm)
-            q, k, v = (split_heads(linear(x, proj), self.heads, self.d_kv) for proj in (sa.q, sa.k, sa.v))
-            h = h + attend(q, k, v, bias, sa.o)
+            q, k, v = (split_heads(linear(x, proj), self.heads, self.d_kv, input_ids) for proj in (sa.q, sa.k, sa.v))
+            h = h + attend(q, k, v, bias, sa.o, input_ids)
             h = feed_forward(h, block.layer[1])
         h = rms_norm(h, self.final_norm)
         dtype = self.embed.weight.dtype
-        kv = [torch.stack([split_heads(linear(h, ca.k), self.heads, self.d_kv),
-                           split_heads(linear(h, ca.v), self.heads, self.d_kv)]) for ca in self.cross]
+        kv = [torch.stack([split_heads(linear(h, ca.k), self.heads, self.d_kv, input_ids),
+                           split_heads(linear(h, ca.v), self.heads, self.d_kv, input_ids)]) for ca in self.cross]
         return torch.stack(kv).to(dtype)
 
 
