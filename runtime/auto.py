@@ -8,20 +8,23 @@ score over the sources available this round (a lookup only when it matches, and 
 copied) and gamma in 1 .. the cap: Theorem 3.8 with measured costs instead of a constant c.
 
 Estimates are running averages learned from every round (a per-guess alpha_s = accepted / (accepted + rejections),
-decayed so a change of text is followed), kept across the requests of a decoder (`SpeculativeDecoder.reset_estimates()` forgets them). A
-source not chosen for EXPLORE rounds is tried once, so a source that was unlucky early is measured again.
+decayed so a change of text is followed), kept across the requests of a decoder (`SpeculativeDecoder.reset_estimates()`
+forgets them). They are turned into a plan every REFIT rounds and at each request's start (AutoDraft), so a round's
+choice costs a lookup probe, when a copy can pay, and a comparison. A source not chosen for its wait (EXPLORE rounds,
+doubled after each try that does not make it chosen, up to MAX_WAIT) is tried once, so a source that was unlucky
+early is measured again, and one that never pays costs at most one round in MAX_WAIT.
 """
 
 from __future__ import annotations
 
 import time
 
-from .lookup import LookupDraft
 from .round import DraftSource, Proposal, Verdict
 from .stats import Stats
 
 PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
-EXPLORE = 100         # rounds after which an unchosen source is tried once more
+EXPLORE = 100         # rounds after which an unchosen source is tried once more (its first wait)
+MAX_WAIT = 3200       # the longest wait: each try after which a source is still not chosen doubles its wait
 DECAY = 0.97          # weight of the past per observation in the running averages
 PRIOR_ALPHA = (1.0, 1.0)   # pseudo accepted / rejections of a source never seen: alpha = 0.5
 REQUEST_PRIOR = 4.0   # observations the all-request alpha counts for against a request's own
@@ -29,7 +32,7 @@ PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as
 PRIOR_SLOPE = 0.1     # T(k) = a (1 + 0.1 k) before the slope is measured
 PRIOR_WEIGHT = 0.5    # pseudo-runs that hold the slope to the prior while runs cover one k only
 FIT_DECAY = 0.995     # the line fits remember ~200 rounds
-REFIT = 16            # rounds between refits of the lines
+REFIT = 16            # rounds between refits of the plan (runtime/auto.py _Plan) and its lines
 SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
 
 
@@ -87,9 +90,7 @@ class Estimates:
         self.encoder = {}           # source -> _Mean of the encoder seconds its first use in a request costs
         self.request_tokens = _Mean()   # tokens per request
         self.last_chosen = {}       # source -> round number
-        self._fits = None           # (cap, round, T(0..cap), {source: (a, b)}): refitted every REFIT rounds
-        self.version = 0            # bumped whenever what a source's rate depends on changes (not by target-only
-        #                             rounds: they move T and h a little, and the next refit takes them in)
+        self.wait = {}              # source -> rounds it may go unchosen before it is tried once (EXPLORE..MAX_WAIT)
 
     def times(self, cap: int) -> list:
         """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
@@ -133,36 +134,24 @@ class Estimates:
             return max(mean.get(0.0), 0.0)
         return 0.0 if free else PRIOR_C * t0
 
-    def fitted(self, cap: int) -> tuple[list, dict]:
-        """T(0..cap) and a cache for round_cost, refitted every REFIT rounds (the fits move slowly; refitting every
-        round cost more host time than it was worth)."""
-        if self._fits is None or self._fits[0] != cap or self.round - self._fits[1] >= REFIT:
-            self._fits = (cap, self.round, self.times(cap), {})
-            self.version += 1
-        return self._fits[2], self._fits[3]
-
-    def best(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
-             remaining: float | None = None) -> tuple[float, int]:
-        """(expected tokens per second, gamma) of the best gamma in `gammas` for `source`. `remaining`: the tokens
+    def rates(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
+              remaining: float | None = None) -> list:
+        """Expected tokens per second of `source` at each gamma in `gammas` (ascending). `remaining`: the tokens
         this request is expected to have left when the source has not run its encoder in it yet (None when it
         has): the encoder run is then shared by the rounds the source may serve, E tokens each."""
         alpha = self.alpha(source, request)
-        costs = self._fits[3] if self._fits is not None and self._fits[2] is times else {}
-        if source not in costs:
-            costs[source] = self.round_cost(source, free, times)
-        a, b = costs[source]
+        a, b = self.round_cost(source, free, times)
         enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
-        best, power, e, first = (0.0, gammas[0]), 1.0, 1.0, gammas[0]
+        out, power, e = [], 1.0, 1.0
+        first = gammas[0]
         if first > 1:                           # a fixed gamma: no running sum to continue
             power, e = alpha ** (first - 1), expected_tokens(alpha, first - 1)
         for g in gammas:                        # E(alpha, g) = 1 + alpha + ... + alpha^g, summed as g grows
             power *= alpha
             e += power
             share = enc * min(1.0, e / max(remaining, 1.0)) if enc else 0.0
-            rate = e / max(a + b * g + share, 1e-6)
-            if rate > best[0]:
-                best = (rate, g)
-        return best
+            out.append(e / max(a + b * g + share, 1e-6))
+        return out
 
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
               encoder_s: float = 0.0) -> None:
@@ -174,85 +163,118 @@ class Estimates:
             return
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
         self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
-        self.version += 1
         self.cost.setdefault(source, _Mean()).add((other_s - self.host.get(0.0)) / proposed)
         self.rounds.setdefault(source, _Line()).add(proposed, target_s + other_s)
 
 
+class _Plan:
+    """What a refit decided for the next REFIT rounds, so a round's choice is a lookup and a comparison, not
+    arithmetic: the best (source, gamma) when the lookup copies nothing (`plain`) and when it copies c guesses
+    (`copy[c]`), ("none", 0) wherever target-only decoding is expected to be fastest; whether a copy can pay at
+    all (`copy_pays`: else the lookup is not probed); and at most one source whose wait is over, to be tried once
+    (`stale`: name, gamma, whether it needs a copy)."""
+
+    __slots__ = ("cap", "until", "encode", "plain", "copy", "copy_pays", "stale")
+
+
 class AutoDraft(DraftSource):
-    """Chooses among `candidates` (name -> DraftSource; a LookupDraft among them is probed every round) and gamma
-    (every gamma up to the cap when `adaptive`, else exactly the cap for a model source)."""
+    """Chooses among `candidates` (name -> DraftSource; a source that `copies` is probed for guesses when that can
+    pay) and gamma (every gamma up to the cap when `adaptive`, else exactly the cap for a model source).
+
+    A refit, every REFIT rounds and at each request's start, turns the estimates into a _Plan; a round reads it.
+    When nothing is expected to beat target-only decoding, a round is a target-only step plus a counter and two
+    comparisons (no lookup probe). Exploration is bounded: a source that goes unchosen for its wait (EXPLORE rounds
+    at first) is tried once, and each try after which it still is not chosen doubles its wait, up to MAX_WAIT."""
 
     name = "auto"
 
     def __init__(self, candidates: dict, estimates: Estimates, adaptive: bool = True):
         self.candidates, self.estimates, self.adaptive = candidates, estimates, adaptive
-        self.lookup = next((s for s in candidates.values() if isinstance(s, LookupDraft)), None)   # probed per round
+        self.lookup = next((s for s in candidates.values() if s.copies), None)
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
         self._copied = []
         self.request = None
         self.produced = 0
-        self._rates = {}                # (source, gamma cap, encoded?) -> (estimates version, rate, gamma)
+        self._plan: _Plan | None = None
+        self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
 
     def start(self, source_ids, stats):
         if self.request is not None and self.produced:
             self.estimates.request_tokens.add(self.produced)
         self.request = {}               # source -> [accepted, rejections] of this request
         self.produced = 0
-        self._rates = {}
+        self._plan = None               # this request's own alphas start empty: refit at its first round
         for source in self.candidates.values():
             source.start(source_ids, stats)
+
+    def _uses_lookup(self, source: DraftSource) -> bool:
+        return self.lookup is not None and (source is self.lookup or source.below is self.lookup)
+
+    def _refit(self, cap: int, encode: tuple) -> _Plan:
+        est = self.estimates
+        times = est.times(cap)
+        none = ("none", 0, 1.0 / (times[0] + est.host.get(0.0)))
+        plain, per_copy = none, [none] * (cap + 1)        # per_copy[c]: the best with c guesses copied
+        for name, source in self.candidates.items():
+            free = source is self.lookup
+            gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
+            remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
+            rates = est.rates(name, gammas, free, times, self.request, remaining)
+            if not self._uses_lookup(source):
+                g, rate = max(zip(gammas, rates), key=lambda x: x[1])
+                if rate > plain[2]:
+                    plain = (name, g, rate)
+                if not PREFER_COPY:
+                    per_copy = [max(c, (name, g, rate), key=lambda x: x[2]) for c in per_copy]
+                continue
+            best = (name, gammas[0], rates[0])
+            for c in range(1, cap + 1):       # a lookup proposes at most what it copied; a chain above it does not
+                if free:
+                    for g, rate in zip(gammas, rates):
+                        if g <= c and rate > best[2]:
+                            best = (name, g, rate)
+                else:
+                    best = max(zip(gammas, rates), key=lambda x: x[1])
+                    best = (name, best[0], best[1])
+                if best[2] > per_copy[c][2]:
+                    per_copy[c] = best
+        plan = _Plan()
+        plan.cap, plan.until, plan.encode = cap, est.round + REFIT, encode
+        plan.plain = plain[:2]
+        plan.copy = [c[:2] for c in per_copy]
+        plan.copy_pays = self.lookup is not None and any(c[0] != "none" for c in per_copy[1:])
+        chosen_somewhere = {plain[0]} | {c[0] for c in per_copy[1:]}
+        plan.stale = None
+        for name, source in self.candidates.items():
+            wait = est.wait.get(name, EXPLORE)
+            if name in chosen_somewhere:
+                est.wait[name] = EXPLORE
+            elif est.round - est.last_chosen.get(name, est.round - wait) >= wait and plan.stale is None:
+                free = source is self.lookup
+                g = cap if not self.adaptive and not free else max(1, min(cap, 2))
+                plan.stale = (name, g, self._uses_lookup(source))
+        return plan
 
     def choose(self, ws, cap: int) -> tuple[str, int]:
         """(source name or "none", gamma) for this round."""
         est = self.estimates
         est.round += 1
-        times, _ = est.fitted(cap)
-        best, best_rate = ("none", 0), 1.0 / (times[0] + est.host.get(0.0))
-        self._copied = []
-        if self.lookup is not None and self._worth_probing(cap, times, best_rate):
-            self._copied = self.lookup.guesses(ws, cap)
-        copied = len(self._copied)
-        stale = None
-        for name, source in self.candidates.items():
-            uses_lookup = self.lookup is not None and (source is self.lookup or source.below is self.lookup)
-            if (uses_lookup and not copied) or (PREFER_COPY and copied and not uses_lookup):
-                continue
-            free = source is self.lookup
-            top = min(cap, copied) if free else cap
-            if top < 1:
-                continue
-            encode = source.needs_encoder
-            cached = self._rates.get((name, top, encode))
-            if cached is not None and cached[0] == est.version:
-                rate, g = cached[1], cached[2]
-            else:
-                gammas = range(1, top + 1) if (self.adaptive or free) else (top,)
-                remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if encode else None
-                rate, g = est.best(name, gammas, free, times, self.request, remaining)
-                self._rates[(name, top, encode)] = (est.version, rate, g)
-            if rate > best_rate:
-                best, best_rate = (name, g), rate
-            if est.round - est.last_chosen.get(name, est.round - EXPLORE) >= EXPLORE:
-                stale = (name, top if not self.adaptive or free else max(1, min(top, 2)))
-        if stale is not None and stale[0] != best[0]:
-            best = stale
+        encode = tuple(s.needs_encoder for s in self._models)
+        plan = self._plan
+        if plan is None or est.round >= plan.until or plan.cap != cap or plan.encode != encode:
+            plan = self._plan = self._refit(cap, encode)
+        best, stale = plan.plain, plan.stale
+        probe = plan.copy_pays or (stale is not None and stale[2])
+        copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
+        if copied:
+            best = plan.copy[len(copied)]
+        if stale is not None and stale[0] != best[0] and (copied or not stale[2]):
+            best = stale[:2]
+            plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
+            est.wait[stale[0]] = min(2 * est.wait.get(stale[0], EXPLORE), MAX_WAIT)
         est.last_chosen[best[0]] = est.round
         return best
-
-    def _worth_probing(self, cap: int, times: list, none_rate: float) -> bool:
-        """Whether a lookup copying all `cap` guesses could beat target-only decoding (else skip the lookup: at
-        temperature 1 on this project's pair it never pays, and the probe is host time on every round). Rechecked
-        every EXPLORE rounds regardless, so an estimate that improves is seen."""
-        est, name = self.estimates, self.lookup.name
-        if est.round % EXPLORE == 0:
-            return True
-        cached = self._rates.get((name, cap, False))
-        if cached is None or cached[0] != est.version:
-            rate, g = est.best(name, range(1, cap + 1), True, times, self.request)
-            self._rates[(name, cap, False)] = cached = (est.version, rate, g)
-        return cached[1] > none_rate
 
     def propose(self, ws, k, rows, row, stats: Stats):
         name, gamma = self.choose(ws, k)
@@ -279,8 +301,6 @@ class AutoDraft(DraftSource):
                              other, encoder_s)
         self.produced += len(verdict.tokens)
         if verdict.proposed:
-            self._rates.clear()         # this request's counts changed
             mine = self.request.setdefault(name, [0, 0])
             mine[0] += verdict.accepted
             mine[1] += int(verdict.accepted < verdict.proposed)
-

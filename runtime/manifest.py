@@ -71,6 +71,7 @@ class ModelInfo:
     arch: dict            # layers, decoder_layers, heads, d_kv, d_model, d_ff, vocab_size, variant, ...
     encoder: Graph
     decoder: Graph
+    weights: str = "fp32"  # fp32, fp16, int8 or int8-wo
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],
-                                  Graph.from_json(m["graphs"]["encoder"]), Graph.from_json(m["graphs"]["decoder"]))
+                                  Graph.from_json(m["graphs"]["encoder"]), Graph.from_json(m["graphs"]["decoder"]),
+                                  str(m.get("weights", "fp32")))
                   for role, m in ((r, raw["models"][r]) for r in (*ROLES, *sorted(set(raw["models"]) - set(ROLES))))}
         files = raw["files"]
         int(raw["gamma_max"]), int(raw["max_length"]), int(raw["vocab_size"])

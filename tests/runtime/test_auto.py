@@ -1,0 +1,88 @@
+"""draft="auto"'s chooser (runtime/auto.py) on made-up measurements: it follows the estimates, falls back to
+target-only rounds where nothing pays (without probing the lookup), and its exploration of a source that never pays
+is bounded. The decoding itself is checked end to end in test_chains.py, test_greedy.py and test_distribution.py."""
+
+from specdec.runtime.auto import EXPLORE, MAX_WAIT, AutoDraft, Estimates
+from specdec.runtime.lookup import LookupDraft
+from specdec.runtime.round import DraftSource
+
+
+class Source(DraftSource):
+    """A candidate as the chooser sees it: a name and what it declares (no model behind it)."""
+
+    def __init__(self, name, below=None):
+        self.name, self.below = name, below
+
+    def start(self, source_ids, stats):
+        pass
+
+
+class Workspace:
+    """What LookupDraft.guesses reads: the final tokens and this round's known ones. Counts the probes."""
+
+    def __init__(self, seq):
+        self.seq, self.known, self.probes = list(seq), [], 0
+
+    def __getattribute__(self, name):
+        if name == "seq":
+            object.__setattr__(self, "probes", object.__getattribute__(self, "probes") + 1)
+        return object.__getattribute__(self, name)
+
+
+def learned(alpha_draft: float, alpha_lookup: float, draft_cost: float) -> Estimates:
+    """Estimates after rounds of 1 ms target steps, 0.1 ms host, verify runs 1.2 ms at 4 guesses."""
+    est = Estimates()
+    for _ in range(200):
+        est.learn("none", 0, 0, 1e-3, 1e-4)
+        est.learn("draft", 4, int(alpha_draft * 4), 1.2e-3, 1e-4 + 4 * draft_cost)
+        est.learn("lookup", 4, int(alpha_lookup * 4), 1.2e-3, 1e-4)
+        est.learn("lookup,draft", 4, int(alpha_draft * 4), 1.2e-3, 1e-4 + 4 * draft_cost)
+    return est
+
+
+def candidates():
+    lookup = LookupDraft()
+    return {"lookup": lookup, "draft": Source("draft"), "lookup,draft": Source("lookup,draft", below=lookup)}
+
+
+def run(auto, ws, rounds, cap=4):
+    chosen = []
+    for _ in range(rounds):
+        chosen.append(auto.choose(ws, cap))
+    return chosen
+
+
+def test_nothing_pays_gives_target_only_rounds_without_probes_and_bounded_exploration():
+    auto = AutoDraft(candidates(), learned(alpha_draft=0.0, alpha_lookup=0.0, draft_cost=5e-4))
+    auto.start([5, 6, 7, 8, 9, 5, 6, 7], stats=None)
+    ws = Workspace([0, 5, 6])            # "5 6" occurs in the source: the lookup would copy if asked
+    rounds = 20000
+    chosen = run(auto, ws, rounds)
+    tried = [c for c in chosen if c[0] != "none"]
+    # every source waits EXPLORE rounds, then 2x, 4x, ... up to MAX_WAIT between tries
+    bound, wait, total = 0, EXPLORE, 0
+    while total + wait <= rounds:
+        total += min(wait, MAX_WAIT)
+        wait = min(2 * wait, MAX_WAIT)
+        bound += 1
+    assert 0 < len(tried) <= 3 * bound, (len(tried), bound)
+    assert len(tried) / rounds < 0.005
+    # the lookup was probed only on the rounds where an exploration of a copying source was due
+    assert ws.probes <= 2 * len(tried) + 2
+
+
+def test_a_source_that_pays_is_chosen_with_more_than_one_guess():
+    auto = AutoDraft(candidates(), learned(alpha_draft=0.9, alpha_lookup=0.0, draft_cost=2e-5))
+    auto.start([5, 6, 7, 8], stats=None)
+    chosen = run(auto, Workspace([0, 1, 2]), 200)
+    assert sum(c == ("draft", 4) for c in chosen) > 190
+
+
+def test_a_copy_is_used_when_the_lookup_pays_and_target_only_otherwise():
+    est = learned(alpha_draft=0.0, alpha_lookup=1.0, draft_cost=5e-4)
+    auto = AutoDraft(candidates(), est)
+    auto.start([5, 6, 7, 8, 9], stats=None)
+    hit = run(auto, Workspace([0, 5, 6]), 50)              # "5 6" -> copies "7 8 9"
+    miss = run(auto, Workspace([0, 42, 43]), 50)           # no match
+    assert sum(c == ("lookup", 3) for c in hit) >= 48
+    assert sum(c == ("none", 0) for c in miss) >= 48
