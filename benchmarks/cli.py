@@ -2,7 +2,8 @@
 
     specdec-bench --engine DIR [--prompts FILE] [--gamma 0,1,2,3,4,6,8] [--temperature 0,1]
                   [--top-k K] [--top-p P | --filters none,K:P,...] [--lenience L]
-                  [--max-new-tokens N] [--repeat R] [--json OUT.json] [--plot OUT.png] [--peers]
+                  [--max-new-tokens N] [--repeat R] [--json OUT.json] [--plot OUT.png]
+                  [--peers [--peer-python PYTHON]]
     specdec-bench --engine DIR --draft none,draft,lookup,lookup+draft,auto [--temperature 0,1] [--num-prompts N]
                   [--max-new-tokens N] [--repeat R] [--json OUT.json] [--markdown OUT.md]
     specdec-bench --engine DIR --num-beams W [--gamma 1,2,4] [--early-stopping true|false|never]
@@ -125,11 +126,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", metavar="OUT.md", help="write the tables as Markdown")
     p.add_argument("--peers", action="store_true",
                    help="also time transformers greedy, transformers assisted generation and CTranslate2 greedy "
-                        "on the same checkpoints and prompts (temperature 0)")
+                        "(and Optimum's ONNX Runtime T5 with --peer-python) on the same checkpoints and prompts "
+                        "(temperature 0)")
     p.add_argument("--peer-gamma", type=int, default=None,
                    help="gamma for specdec's speculative path and transformers' assistant in the peer comparison "
                         "(default: the best measured gamma at temperature 0)")
     p.add_argument("--peer-repeat", type=int, default=None, help="repeats of the peer comparison (default --repeat)")
+    p.add_argument("--peer-python", metavar="PYTHON",
+                   help="--peers: also time Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM, greedy "
+                        "and assisted generate) with this interpreter of a separate venv that has optimum-onnx, "
+                        "onnxruntime and torch, in its own process (benchmarks/optimum_peer.py; its ONNX exports are "
+                        "cached under --workdir/optimum)")
+    p.add_argument("--peer-timeout", type=float, default=None, metavar="S",
+                   help="--peer-python: seconds the Optimum worker may take, exports included (default 1800)")
     p.add_argument("--target-checkpoint", help="the target checkpoint the export was made from (default: the path "
                                                "in its manifest)")
     p.add_argument("--draft-checkpoint", help="the draft checkpoint (default: the path in the export's manifest)")
@@ -400,11 +409,12 @@ def _main_engine(args) -> int:
     if args.peers:
         gamma = args.peer_gamma if args.peer_gamma is not None else \
             (greedy_best.get("measured_best_gamma") or min(4, dec.gamma_max))
-        from .peers import run_peers
+        from .peers import OPTIMUM_TIMEOUT_S, run_peers
 
         peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat,
                           Path(args.workdir), args.threads, args.target_checkpoint, args.draft_checkpoint, bars,
-                          log=lambda m: print(m, file=sys.stderr))
+                          log=lambda m: print(m, file=sys.stderr), peer_python=args.peer_python,
+                          peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S)
         print()
         print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}; ratio = its "
               f"latency / the other's, >1: the other is faster; same tokens: prompts whose greedy output equals "
@@ -436,7 +446,7 @@ def _draft_conflicts(args) -> None:
         raise SpecdecError("--gamma and --draft both given",
                            "give a fixed gamma per draft as NAME:G, e.g. --draft none,draft:3,lookup,auto")
     for flag, given in (("--plot", args.plot), ("--peers", args.peers), ("--profile", args.profile),
-                        ("--peer-gamma", args.peer_gamma is not None)):
+                        ("--peer-gamma", args.peer_gamma is not None), ("--peer-python", args.peer_python)):
         if given:
             raise SpecdecError(f"{flag} belongs to the gamma sweep, not to --draft", "run it without --draft")
 
@@ -613,7 +623,8 @@ def _dtypes_conflicts(args) -> None:
                            "use --shapes TARGET:DRAFT --dtypes ...; for an --engine export, --peers times CTranslate2 "
                            "int8 and float32, and an int8 export is measured by passing it as --engine")
     for flag, given in (("--draft", args.draft), ("--plot", args.plot), ("--peers", args.peers),
-                        ("--profile", args.profile), ("--peer-gamma", args.peer_gamma is not None)):
+                        ("--profile", args.profile), ("--peer-gamma", args.peer_gamma is not None),
+                        ("--peer-python", args.peer_python)):
         if given:
             raise SpecdecError(f"{flag} does not apply to --dtypes", f"run it without {flag}")
     if args.temperature is not None and any(t > 0 for t in args.temperature):
@@ -744,8 +755,9 @@ def _beam_conflicts(args) -> None:
                            "leave --num-beams out for greedy and sampling")
     for flag, given in (("--draft", args.draft), ("--plot", args.plot), ("--peers", args.peers),
                         ("--profile", args.profile), ("--peer-gamma", args.peer_gamma is not None),
-                        ("--filters", args.filters), ("--top-k", args.top_k is not None),
-                        ("--top-p", args.top_p is not None), ("--lenience", args.lenience != 1.0)):
+                        ("--peer-python", args.peer_python), ("--filters", args.filters),
+                        ("--top-k", args.top_k is not None), ("--top-p", args.top_p is not None),
+                        ("--lenience", args.lenience != 1.0)):
         if given:
             raise SpecdecError(f"{flag} does not apply to --num-beams", f"run it without {flag}")
     if args.temperature is not None and any(t > 0 for t in args.temperature):
@@ -913,6 +925,11 @@ def _main(argv) -> int:
             raise SpecdecError(f"{flag} belongs to beam search", "add --num-beams W (W >= 2)")
     if args.draft and args.shapes:
         raise SpecdecError("--draft compares draft sources on an --engine export", "drop --shapes or --draft")
+    if (args.peer_python or args.peer_timeout is not None) and not args.peers and not (args.draft or args.dtypes is not None):
+        raise SpecdecError("--peer-python and --peer-timeout add Optimum to the --peers comparison", "add --peers")
+    if args.peer_timeout is not None and args.peer_timeout <= 0:
+        raise SpecdecError(f"--peer-timeout must be positive (got {args.peer_timeout:g})",
+                           "e.g. --peer-timeout 1800")
     if args.dtypes is not None:
         return _main_dtypes(args)
     if args.draft:

@@ -7,6 +7,9 @@
     ctranslate2 greedy         the target converted to CTranslate2, run at compute_type float32 (no
                                quantization), when installed
     ctranslate2 int8 greedy    the same conversion at compute_type int8 (weights quantized when loaded)
+    optimum-ort greedy         Optimum's ORTModelForSeq2SeqLM (optimum-onnx) generate, the target exported by
+                               Optimum, in a separate venv (--peer-python) and process (optimum_peer.py)
+    optimum-ort assisted       the same with assistant_model = Optimum's export of the draft, gamma as above
 
 Each is reported as a latency ratio (its time / specdec's time, the same tokens being generated, so > 1 means
 specdec is faster) to specdec's speculative path and to its own autoregressive path, and its greedy tokens are
@@ -16,8 +19,13 @@ compared with specdec's.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
+import shutil
 import statistics
+import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -126,6 +134,15 @@ def load_hf(path: str):
     return T5ForConditionalGeneration.from_pretrained(path, dtype=torch.float32).eval()
 
 
+def cache_name(checkpoint: str) -> str:
+    """NAME-PATHHASH-FILESHASH: a cache directory name that changes with the checkpoint's path and files."""
+    key = hashlib.sha256(str(Path(checkpoint).resolve()).encode()).hexdigest()[:12]
+    files = sorted(p for p in Path(checkpoint).iterdir() if p.is_file())
+    stamp = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+                           .encode()).hexdigest()[:12]
+    return f"{Path(checkpoint).name}-{key}-{stamp}"
+
+
 def ct2_name(compute_type: str) -> str:
     return "ctranslate2 greedy" if compute_type == "float32" else f"ctranslate2 {compute_type} greedy"
 
@@ -144,12 +161,9 @@ def ct2_engines(target: str, workdir: Path, threads: int, tokenizer, eos_id: int
     try:
         import ctranslate2
     except ImportError:
-        return {}, {t: "not installed (pip install ctranslate2)" for t in compute_types}
-    key = hashlib.sha256(str(Path(target).resolve()).encode()).hexdigest()[:12]
-    files = sorted(p for p in Path(target).iterdir() if p.is_file())
-    stamp = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
-                           .encode()).hexdigest()[:12]
-    out = Path(workdir) / "ct2" / f"{Path(target).name}-{key}-{stamp}"
+        return {}, {t: "not installed (pip install 'specdec[bench]', which brings ctranslate2)"
+                    for t in compute_types}
+    out = Path(workdir) / "ct2" / cache_name(target)
 
     def error(err):
         return f"error: {type(err).__name__}: {first_line(err, 160, '')}"
@@ -175,9 +189,186 @@ def ct2_engines(target: str, workdir: Path, threads: int, tokenizer, eos_id: int
     return engines, status
 
 
+OPTIMUM = "optimum-ort"                     # the one row of a worker that did not run, or failed as a whole
+OPTIMUM_GREEDY = "optimum-ort greedy"
+OPTIMUM_WORKER = Path(__file__).with_name("optimum_peer.py")
+OPTIMUM_PROTOCOL = 1
+OPTIMUM_TIMEOUT_S = 1800.0
+OPTIMUM_INSTALL = "pip install torch==2.13.0 optimum-onnx==0.1.0 onnxruntime"
+
+
+def optimum_assisted_name(gamma: int) -> str:
+    return f"optimum-ort assisted gamma={gamma}"
+
+
+class RemoteEngine(Engine):
+    """A peer timed in its own process (optimum_peer.py): its tokens and times come back as JSON."""
+
+    def __init__(self, name: str, note: str, own_ar: str):
+        self.name, self.note, self.own_ar = name, note, own_ar
+
+    def run(self, ids, max_new_tokens):
+        raise NotImplementedError(f"{self.name} runs in its own process (optimum_peer.py), not here")
+
+
+def optimum_request(target: str, draft: str, prompts: list, max_new_tokens: int, repeats: int, threads: int,
+                    gamma: int, workdir: Path) -> dict:
+    """The worker's request: the checkpoints, where their ONNX exports are cached, the prompts' ids, the settings."""
+    cache = Path(workdir).resolve() / "optimum"
+    return {"protocol": OPTIMUM_PROTOCOL, "target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()),
+            "cache": {"target": str(cache / cache_name(target)), "draft": str(cache / cache_name(draft))},
+            "prompts": [[int(t) for t in ids] for ids in prompts], "max_new_tokens": int(max_new_tokens),
+            "repeats": int(repeats), "threads": int(threads), "gamma": int(gamma)}
+
+
+def parse_optimum_response(stdout: str, prompts: int, repeats: int) -> dict:
+    """The worker's response (the last line of its stdout that is a JSON object), checked against the protocol:
+    every engine with status "ok" has `prompts` token lists and `repeats` rows of `prompts` seconds. A ValueError
+    with a one-line message when it is not that."""
+    response = None
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                response = json.loads(line)
+            except ValueError:
+                continue
+            break
+    if not isinstance(response, dict):
+        raise ValueError("the Optimum worker wrote no JSON response")
+    if response.get("protocol") != OPTIMUM_PROTOCOL:
+        raise ValueError(f"the Optimum worker speaks protocol {response.get('protocol')!r}, not {OPTIMUM_PROTOCOL}")
+    engines = response.get("engines") or {}
+    if not isinstance(engines, dict):
+        raise ValueError("the Optimum worker's 'engines' is not an object")
+    for name, e in engines.items():
+        if not isinstance(e, dict) or not isinstance(e.get("status"), str):
+            raise ValueError(f"the Optimum worker's engine '{name}' has no status")
+        if e["status"] != "ok":
+            continue
+        tokens, seconds = e.get("tokens"), e.get("seconds")
+        if not (isinstance(tokens, list) and len(tokens) == prompts and
+                all(isinstance(t, list) and all(isinstance(i, int) for i in t) for t in tokens)):
+            raise ValueError(f"the Optimum worker's engine '{name}' did not return {prompts} token lists")
+        if not (isinstance(seconds, list) and len(seconds) == repeats and
+                all(isinstance(row, list) and len(row) == prompts and
+                    all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                        for x in row) for row in seconds)):
+            raise ValueError(f"the Optimum worker's engine '{name}' did not return {repeats} x {prompts} seconds")
+    return response
+
+
+def optimum_results(response: dict, eos_id: int, gamma: int) -> tuple[dict, dict, dict]:
+    """({name: {"tokens": normalized per prompt, "seconds": [[s per prompt] per repeat], "note", "own_ar"}},
+    {name: why not}, info) from a parsed response."""
+    found = response.get("versions") or {}
+    info = {"versions": found, "export": response.get("export") or {}}
+    if response.get("missing"):
+        return {}, {OPTIMUM: f"not installed in the --peer-python venv: {response['missing']} ({OPTIMUM_INSTALL} "
+                             f"there)"}, info
+    if response.get("error"):
+        return {}, {OPTIMUM: f"error: {' '.join(str(response['error']).split())[:240]}"}, info
+    note = f"optimum-onnx {found.get('optimum-onnx')}, onnxruntime {found.get('onnxruntime')}, own process"
+    names = {"greedy": (OPTIMUM_GREEDY, note + ", generate"),
+             "assisted": (optimum_assisted_name(gamma), note + ", assistant_model=ORT draft")}
+    results, status = {}, {}
+    for key, (name, engine_note) in names.items():
+        e = response["engines"].get(key)
+        if e is None:
+            status[name] = "error: the Optimum worker did not run it"
+        elif e["status"] != "ok":
+            status[name] = " ".join(e["status"].split())[:400]
+        else:
+            results[name] = {"tokens": [normalize(t, eos_id, drop_first=True) for t in e["tokens"]],
+                             "seconds": e["seconds"], "note": engine_note, "own_ar": OPTIMUM_GREEDY}
+    return results, status, info
+
+
+def run_worker(argv: list, request: str, timeout: float, env: dict, log) -> tuple[str, str, int]:
+    """(stdout, stderr, exit status) of a worker fed `request` on stdin; its "optimum-ort: ..." progress lines on
+    stderr are passed to log as they come. subprocess.TimeoutExpired (with the stderr so far) when it runs past
+    `timeout`: it is killed."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    out, err = [], []
+
+    def read_stdout():
+        out.append(proc.stdout.read())
+
+    def read_stderr():
+        for line in proc.stderr:
+            err.append(line)
+            if line.startswith("optimum-ort:"):
+                log(line.rstrip())
+
+    readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
+    for t in readers:
+        t.start()
+    try:
+        proc.stdin.write(request)
+        proc.stdin.close()
+    except BrokenPipeError:                 # it exited before reading: its stderr says why
+        pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        for t in readers:
+            t.join(5)
+        raise subprocess.TimeoutExpired(argv, timeout, stderr="".join(err)) from None
+    for t in readers:
+        t.join()
+    return "".join(out), "".join(err), proc.returncode
+
+
+def optimum_peers(python: str | None, target: str, draft: str, prompts: list, max_new_tokens: int, gamma: int,
+                  repeats: int, threads: int, workdir: Path, eos_id: int, timeout: float = OPTIMUM_TIMEOUT_S,
+                  log=print) -> tuple[dict, dict, dict]:
+    """Optimum's ORTModelForSeq2SeqLM greedy and assisted, run by optimum_peer.py with the interpreter `python` (a
+    separate venv) in one subprocess for all prompts: (results, status, info) as optimum_results gives them. Every
+    failure (no interpreter, no optimum there, export error, timeout, a bad response) is one line in status."""
+    if not python:
+        return {}, {OPTIMUM: "not run: add --peer-python PYTHON, a venv's interpreter with optimum-onnx "
+                             "(benchmarks/README.md, Peers)"}, {}
+    exe = python if os.sep in python else (shutil.which(python) or python)
+    info = {"python": python}
+    if not (Path(exe).is_file() and os.access(exe, os.X_OK)):
+        return {}, {OPTIMUM: f"not run: --peer-python {python} is not an executable interpreter (create the venv: "
+                             f"python3 -m venv DIR && DIR/bin/{OPTIMUM_INSTALL}; pass DIR/bin/python)"}, info
+    request = optimum_request(target, draft, prompts, max_new_tokens, repeats, threads, gamma, workdir)
+    log_path = Path(workdir).resolve() / "optimum" / "worker-stderr.txt"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    info["log"] = str(log_path)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    log(f"optimum-ort: running {OPTIMUM_WORKER.name} with {python} (exports cached in {log_path.parent})")
+    try:
+        stdout, stderr, code = run_worker([exe, "-I", str(OPTIMUM_WORKER)], json.dumps(request), timeout, env, log)
+    except subprocess.TimeoutExpired as err:
+        log_path.write_text(err.stderr or "")
+        return {}, {OPTIMUM: f"error: the Optimum worker timed out after {timeout:g} s (raise --peer-timeout; "
+                             f"its log: {log_path})"}, info
+    except OSError as err:
+        return {}, {OPTIMUM: f"error: cannot run --peer-python {python}: {first_line(err, 160)}"}, info
+    log_path.write_text(stderr)
+    try:
+        response = parse_optimum_response(stdout, len(prompts), repeats)
+    except ValueError as err:
+        last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+        return {}, {OPTIMUM: f"error: {err} (exit status {code}{': ' + last[:160] if last else ''}; "
+                             f"its log: {log_path})"}, info
+    results, status, more = optimum_results(response, eos_id, gamma)
+    if status.get(OPTIMUM, "").startswith("error"):
+        status[OPTIMUM] += f" (its log: {log_path})"
+    info.update(more)
+    return results, status, info
+
+
 def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workdir: Path, threads: int = 0,
-              target: str | None = None, draft: str | None = None, progress_factory=None, log=print) -> dict:
-    """Load every peer, check its greedy tokens against specdec's, then time all of them interleaved."""
+              target: str | None = None, draft: str | None = None, progress_factory=None, log=print,
+              peer_python: str | None = None, peer_timeout: float = OPTIMUM_TIMEOUT_S) -> dict:
+    """Load every peer, check its greedy tokens against specdec's, then time all of them interleaved; then Optimum's
+    ORT peers in their own process (peer_python), timed there the same way."""
     from .prompts import special_id
 
     target, draft = checkpoints(dec, target, draft)
@@ -232,6 +423,17 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
     if bar:
         bar.close()
 
+    # After the in-process engines, so its export and model loads overlap none of their timings. Its repeats pair
+    # with the others' by index in the ratios below, as theirs do with each other.
+    remote, why, optimum_info = optimum_peers(peer_python, target, draft, [p.ids for p in prompts], max_new_tokens,
+                                              gamma, repeats, threads, workdir, eos_id, peer_timeout, log)
+    status.update(why)
+    for name, r in remote.items():
+        engines.append(RemoteEngine(name, r["note"], r["own_ar"]))
+        outputs[name] = r["tokens"]
+        count = sum(len(t) for t in r["tokens"])
+        times[name] = [[sum(row), count] for row in r["seconds"]]
+
     spec_name = engines[0].name
     result = {}
     for e in engines:
@@ -261,7 +463,7 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
     for name, why in status.items():
         result.setdefault(name, {"status": why, "note": ""})
     return {"gamma": gamma, "repeats": repeats, "max_new_tokens": max_new_tokens, "threads": threads,
-            "target_checkpoint": target, "draft_checkpoint": draft,
+            "target_checkpoint": target, "draft_checkpoint": draft, "optimum": optimum_info,
             "ratio_definition": "peer wall time / other wall time over the same prompts (same greedy tokens); "
                                 ">1: the other is faster",
             "engines": result}

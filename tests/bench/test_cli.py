@@ -189,6 +189,9 @@ def test_peers_agree_with_specdec(tiny_export, tmp_path):
         assert engines[name]["ratio_to_specdec_speculative"] > 0
     assert engines["transformers assisted gamma=3"]["ratio_to_own_autoregressive"] > 0
     assert "transformers greedy" in (tmp_path / "p.md").read_text()
+    optimum = engines["optimum-ort"]                                     # no --peer-python: how to enable it
+    assert optimum["status"].startswith("not run") and "--peer-python" in optimum["status"]
+    assert "\n" not in optimum["status"] and "optimum-ort" in out
     for name in ("ctranslate2 greedy", "ctranslate2 int8 greedy"):      # compute_type float32 and int8
         ct2 = engines[name]
         assert ct2["status"] == "ok" or ct2["status"].startswith(("not installed", "error")), (name, ct2)
@@ -207,6 +210,147 @@ def test_ctranslate2_missing_is_reported(monkeypatch, tmp_path):
 def test_normalize_strips_start_token_and_padding():
     assert peers.normalize([0, 5, 6, 1, 0, 0], eos_id=1, drop_first=True) == [5, 6, 1]
     assert peers.normalize([5, 6, 7], eos_id=1) == [5, 6, 7]
+
+
+def _without_in_process_peers(monkeypatch):
+    """transformers and CTranslate2 reported as not installed, so a --peers run times specdec alone (fast)."""
+    import sys
+
+    def no_hf(path):
+        raise ImportError("transformers left out by the test")
+
+    monkeypatch.setattr(peers, "load_hf", no_hf)
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+
+
+def test_peer_python_missing_is_a_one_line_note(tiny_export, tmp_path, monkeypatch):
+    _without_in_process_peers(monkeypatch)
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    code, out, err = run(["--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
+                          "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1", "--peers",
+                          "--peer-python", missing, "--workdir", tmp_path / "work", "--json", tmp_path / "p.json",
+                          "--no-progress"])
+    assert code == 0, err
+    engines = json.loads((tmp_path / "p.json").read_text())["peers"]["engines"]
+    assert engines["specdec gamma=2"]["status"] == "ok"
+    note = engines["optimum-ort"]["status"]
+    assert note.startswith("not run") and str(missing) in note and "python3 -m venv" in note and "\n" not in note
+    assert "optimum-ort greedy" not in engines
+    row = next(line for line in out.splitlines() if line.strip().startswith("optimum-ort"))
+    assert "not run" in row
+
+
+def test_peer_python_needs_peers(tiny_export):
+    for argv, needle in ((["--peer-python", "python3"], "add --peers"),
+                         (["--peers", "--peer-timeout", "0", "--peer-python", "python3"], "--peer-timeout"),
+                         (["--draft", "none,draft", "--peer-python", "python3"], "--peer-python")):
+        code, out, err = run(["--engine", tiny_export, "--no-progress"] + argv)
+        assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
+
+
+def _response(**engines):
+    return {"protocol": 1, "error": None, "missing": None,
+            "versions": {"optimum-onnx": "0.1.0", "onnxruntime": "1.32.0"}, "export": {}, "engines": engines}
+
+
+def test_optimum_response_parsing():
+    ok = {"status": "ok", "tokens": [[0, 5, 6, 1, 0], [0, 7, 8]], "seconds": [[0.5, 0.25], [0.4, 0.2], [0.3, 0.1]]}
+    assisted = {"status": "error: ValueError: no assistant\nsecond line"}
+    text = "a library's stray print\n" + json.dumps(_response(greedy=ok, assisted=assisted)) + "\n"
+    response = peers.parse_optimum_response(text, prompts=2, repeats=3)
+    results, status, info = peers.optimum_results(response, eos_id=1, gamma=3)
+    greedy = results["optimum-ort greedy"]
+    assert greedy["tokens"] == [[5, 6, 1], [7, 8]]         # the decoder start token and padding dropped
+    assert greedy["seconds"] == ok["seconds"] and greedy["own_ar"] == "optimum-ort greedy"
+    assert "optimum-onnx 0.1.0" in greedy["note"]
+    assert status == {"optimum-ort assisted gamma=3": "error: ValueError: no assistant second line"}
+    assert info["versions"]["onnxruntime"] == "1.32.0"
+
+    missing = dict(_response(), error="ModuleNotFoundError: No module named 'optimum'", missing="optimum")
+    results, status, _ = peers.optimum_results(peers.parse_optimum_response(json.dumps(missing), 2, 3), 1, 3)
+    assert results == {} and status["optimum-ort"].startswith("not installed") and "optimum-onnx" in status[
+        "optimum-ort"]
+    failed = dict(_response(), error="export/load failed: KeyError: 'x'\nmore")
+    results, status, _ = peers.optimum_results(peers.parse_optimum_response(json.dumps(failed), 2, 3), 1, 3)
+    assert results == {} and status["optimum-ort"] == "error: export/load failed: KeyError: 'x' more"
+
+    for text, needle in (("", "no JSON"), ("Traceback (most recent call last):\n  boom", "no JSON"),
+                         (json.dumps(dict(_response(), protocol=2)), "protocol 2"),
+                         (json.dumps(_response(greedy={"status": "ok", "tokens": [[0, 1]], "seconds": [[1, 1]] * 3})),
+                          "2 token lists"),
+                         (json.dumps(_response(greedy=dict(ok, seconds=[[0.5, 0.25]]))), "3 x 2 seconds"),
+                         (json.dumps(_response(greedy=dict(ok, seconds=[[0.5, -1.0]] * 3))), "3 x 2 seconds"),
+                         (json.dumps(_response(greedy={"tokens": []})), "no status")):
+        with pytest.raises(ValueError, match=needle):
+            peers.parse_optimum_response(text, prompts=2, repeats=3)
+
+
+FAKE_WORKER = """
+import json, sys, time
+request = json.loads(sys.stdin.read())
+mode = {mode!r}
+print("optimum-ort: fake export", file=sys.stderr, flush=True)
+print("noise on stderr", file=sys.stderr, flush=True)
+if mode == "sleep":
+    time.sleep(30)
+if mode == "crash":
+    raise SystemExit("fake worker crashed")
+print("noise on stdout")
+tokens = [[0] + ids[:request["max_new_tokens"]] for ids in request["prompts"]]
+seconds = [[0.01] * len(tokens) for _ in range(request["repeats"])]
+print(json.dumps({{"protocol": 1, "error": None, "missing": None, "versions": {{"optimum-onnx": "fake"}},
+                  "export": {{"target": {{"dir": request["cache"]["target"]}}}},
+                  "engines": {{"greedy": {{"status": "ok", "tokens": tokens, "seconds": seconds}},
+                              "assisted": {{"status": "error: fake: no assistant"}}}}}}))
+"""
+
+
+def test_optimum_worker_subprocess(tmp_path, monkeypatch):
+    """The subprocess plumbing with a stand-in worker run by this interpreter: request in, progress lines passed
+    on, the response parsed; a crash and a timeout are one line each."""
+    import sys
+
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for d in (target, draft):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    logged = []
+
+    def call(mode, timeout=60.0):
+        worker = tmp_path / f"fake_{mode}.py"
+        worker.write_text(FAKE_WORKER.format(mode=mode))
+        monkeypatch.setattr(peers, "OPTIMUM_WORKER", worker)
+        return peers.optimum_peers(sys.executable, str(target), str(draft), [[5, 6, 1], [7, 1]], 2, 3, 2, 1,
+                                   tmp_path / "work", 1, timeout, logged.append)
+
+    results, status, info = call("ok")
+    assert results["optimum-ort greedy"]["tokens"] == [[5, 6], [7, 1]]
+    assert results["optimum-ort greedy"]["seconds"] == [[0.01, 0.01], [0.01, 0.01]]
+    assert status == {"optimum-ort assisted gamma=3": "error: fake: no assistant"}
+    assert info["export"]["target"]["dir"].startswith(str((tmp_path / "work" / "optimum").resolve()))
+    assert "optimum-ort: fake export" in logged and not any("noise" in m for m in logged)
+    assert "noise on stderr" in (tmp_path / "work" / "optimum" / "worker-stderr.txt").read_text()
+
+    results, status, _ = call("crash")
+    why = status["optimum-ort"]
+    assert results == {} and why.startswith("error:") and "exit status 1" in why and "fake worker crashed" in why
+    assert "\n" not in why
+
+    results, status, _ = call("sleep", timeout=1.0)
+    assert results == {} and "timed out after 1 s" in status["optimum-ort"] and "--peer-timeout" in status[
+        "optimum-ort"]
+
+
+def test_optimum_worker_without_optimum(tmp_path):
+    """The real worker, run by an interpreter without optimum-onnx (this one, normally): 'not installed', one line."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("optimum") is not None:
+        pytest.skip("optimum is installed in this interpreter")
+    results, status, _ = peers.optimum_peers(sys.executable, str(tmp_path), str(tmp_path), [[5, 1]], 2, 3, 1, 1,
+                                             tmp_path / "work", 1, 120.0, lambda m: None)
+    assert results == {} and status["optimum-ort"].startswith("not installed in the --peer-python venv: optimum")
 
 
 def test_bad_arguments_are_one_line_errors(tiny_export, capsys):

@@ -1,0 +1,225 @@
+"""Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM) as a peer of `specdec-bench --peers`.
+
+Run by the benchmark as a script, in a subprocess, with the interpreter given to --peer-python: a separate venv
+with optimum-onnx, onnxruntime and a CPU torch (optimum-onnx pins transformers < 4.58, which the project's own
+venv does not have). It imports nothing from specdec, which is not installed there.
+
+    PYTHON -I optimum_peer.py < request.json > response.json
+
+The request (one JSON object on stdin):
+
+    {"protocol": 1, "target": DIR, "draft": DIR, "cache": {"target": DIR, "draft": DIR},
+     "prompts": [[ids], ...], "max_new_tokens": N, "repeats": R, "threads": T, "gamma": G}
+
+Each checkpoint is exported once with ORTModelForSeq2SeqLM.from_pretrained(DIR, export=True) (Optimum's default
+layout: encoder_model.onnx, decoder_model.onnx and decoder_with_past_model.onnx, use_cache=True), saved in its
+cache directory and loaded from there on every run, on CPUExecutionProvider with intra_op_num_threads T and
+inter_op_num_threads 1 (torch, which runs generate's loop, gets torch.set_num_threads(T)).
+
+Two engines, timed as specdec-bench's other peers are: a first pass over all prompts (the tokens, and the warm-up),
+then R repeats; in each repeat every engine runs as one block (one unmeasured call on the first prompt, then every
+prompt timed with perf_counter around generate), the block order rotating every repeat.
+
+    greedy    generate(input_ids, attention_mask, max_new_tokens=N, do_sample=False, num_beams=1)
+    assisted  the same with assistant_model = the ORT draft, num_assistant_tokens=G, schedule "constant",
+              no confidence early exit
+
+The response (one JSON object on stdout; everything else the libraries print goes to stderr):
+
+    {"protocol": 1, "error": null or "one line", "missing": null or "a package",
+     "versions": {...}, "export": {"target": {...}, "draft": {...}},
+     "engines": {"greedy": {"status": "ok", "tokens": [[ids as generate returned them], ...],
+                            "seconds": [[s per prompt] per repeat]},
+                 "assisted": {"status": "ok" | "error: one line", ...}}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+
+PROTOCOL = 1
+STAMP = "specdec-optimum-export.json"
+LAYOUT = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
+
+
+def one_line(err: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:limit]}" if text else type(err).__name__
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for name in ("optimum-onnx", "optimum", "transformers", "onnxruntime", "torch", "numpy"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def session_options(threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return so
+
+
+def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log) -> tuple:
+    """The ORT model of one checkpoint: exported into `cache` once (per optimum-onnx/transformers/torch versions),
+    then loaded from there."""
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+    out = Path(cache)
+    stamp = {"checkpoint": str(Path(checkpoint).resolve()),
+             "versions": {k: found[k] for k in ("optimum-onnx", "optimum", "transformers", "torch")}}
+    info = {"dir": str(out), "exported": False, "export_s": None}
+    try:
+        cached = json.loads((out / STAMP).read_text()) == stamp
+    except (OSError, ValueError):
+        cached = False
+    if not cached:
+        log(f"optimum-ort: exporting the {role} {checkpoint} to ONNX in {out}")
+        started = time.perf_counter()
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = ORTModelForSeq2SeqLM.from_pretrained(checkpoint, export=True, use_cache=True)
+        model.save_pretrained(tmp)
+        del model
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        (out / STAMP).write_text(json.dumps(stamp))
+        info["exported"], info["export_s"] = True, time.perf_counter() - started
+    model = ORTModelForSeq2SeqLM.from_pretrained(str(out), use_cache=True, use_merged=False,
+                                                 provider="CPUExecutionProvider",
+                                                 session_options=session_options(threads))
+    info["files"] = sorted(p.name for p in out.glob("*.onnx"))
+    info["use_cache"] = bool(model.config.use_cache)
+    return model, info
+
+
+class Engine:
+    def __init__(self, model, assistant=None, gamma: int = 0):
+        import torch
+
+        self.torch, self.model, self.assistant = torch, model, assistant
+        if assistant is not None:
+            cfg = assistant.generation_config
+            cfg.num_assistant_tokens = gamma
+            cfg.num_assistant_tokens_schedule = "constant"
+            cfg.assistant_confidence_threshold = 0.0
+
+    def run(self, ids: list, max_new_tokens: int) -> list:
+        torch = self.torch
+        x = torch.tensor([ids], dtype=torch.long)
+        kwargs = dict(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                      do_sample=False, num_beams=1)
+        if self.assistant is not None:
+            kwargs["assistant_model"] = self.assistant
+        with torch.inference_mode():
+            out = self.model.generate(**kwargs)
+        return [int(t) for t in out[0].tolist()]
+
+
+def explain(name: str, err: BaseException) -> str:
+    """One line on why an engine failed; the known case of assisted generation spelled out."""
+    if name == "assisted" and isinstance(err, AttributeError) and "crop" in str(err):
+        found = versions()
+        return (f"optimum-onnx {found['optimum-onnx']}'s ORTModelForSeq2SeqLM takes no assistant_model: its past "
+                f"key values are tuples, transformers {found['transformers']}'s assisted decoding calls Cache.crop "
+                f"({one_line(err)})")
+    return one_line(err)
+
+
+def measure(engines: dict, prompts: list, max_new_tokens: int, repeats: int) -> dict:
+    """{name: {"status", "tokens", "seconds"}}: a first pass (tokens, warm-up), then the timed repeats."""
+    result, working = {}, []
+    for name, engine in engines.items():
+        try:
+            result[name] = {"status": "ok", "tokens": [engine.run(p, max_new_tokens) for p in prompts],
+                            "seconds": [[0.0] * len(prompts) for _ in range(repeats)]}
+            working.append(name)
+        except Exception as err:            # e.g. an assistant the ORT model cannot take: say why, go on
+            result[name] = {"status": f"error: {explain(name, err)}"}
+    for r in range(repeats):
+        order = working[r % len(working):] + working[:r % len(working)] if working else []
+        for name in order:
+            if result[name]["status"] != "ok":
+                continue
+            engine = engines[name]
+            try:
+                engine.run(prompts[0], max_new_tokens)
+                for i, p in enumerate(prompts):
+                    t = time.perf_counter()
+                    engine.run(p, max_new_tokens)
+                    result[name]["seconds"][r][i] = time.perf_counter() - t
+            except Exception as err:
+                result[name] = {"status": f"error: {explain(name, err)}"}
+    return result
+
+
+def serve(request: dict, log) -> dict:
+    response = {"protocol": PROTOCOL, "error": None, "missing": None, "versions": None, "export": {},
+                "engines": {}}
+    if request.get("protocol") != PROTOCOL:
+        response["error"] = f"request protocol {request.get('protocol')!r}, this worker speaks {PROTOCOL}"
+        return response
+    try:
+        from optimum.onnxruntime import ORTModelForSeq2SeqLM  # noqa: F401  (first: fails fast without it)
+        import onnxruntime  # noqa: F401
+        import torch
+        import transformers
+    except ImportError as err:
+        response["error"] = one_line(err)
+        response["missing"] = getattr(err, "name", None) or "optimum-onnx"
+        return response
+    response["versions"] = found = versions()
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    threads = int(request["threads"])
+    torch.set_num_threads(threads)
+    prompts = [[int(t) for t in p] for p in request["prompts"]]
+    max_new_tokens, repeats = int(request["max_new_tokens"]), int(request["repeats"])
+    try:
+        target, response["export"]["target"] = load("target", request["target"], request["cache"]["target"],
+                                                     threads, found, log)
+        draft, response["export"]["draft"] = load("draft", request["draft"], request["cache"]["draft"],
+                                                   threads, found, log)
+    except Exception as err:
+        response["error"] = f"export/load failed: {one_line(err)}"
+        return response
+    engines = {"greedy": Engine(target), "assisted": Engine(target, draft, int(request["gamma"]))}
+    log(f"optimum-ort: timing greedy and assisted generate, {len(prompts)} prompts x {repeats} repeats")
+    response["engines"] = measure(engines, prompts, max_new_tokens, repeats)
+    return response
+
+
+def main() -> int:
+    # Only the response goes to stdout: whatever Python or native code prints is sent to stderr instead.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def log(message):
+        print(message, file=sys.stderr, flush=True)
+
+    try:
+        response = serve(json.loads(sys.stdin.read()), log)
+    except Exception as err:
+        response = {"protocol": PROTOCOL, "error": one_line(err), "missing": None, "engines": {}}
+    out.write(json.dumps(response) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
