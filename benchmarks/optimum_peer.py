@@ -107,7 +107,11 @@ def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log)
     return model, info
 
 
-class Engine:
+class Generate:
+    """Hugging Face `generate`, greedy, with the assistant (when given) proposing a constant `gamma` tokens per call
+    and no confidence early-exit: Algorithm 1's setting. Shared with benchmarks/peers.py's transformers peer, which
+    imports it (this module needs nothing but the standard library until a Generate is made)."""
+
     def __init__(self, model, assistant=None, gamma: int = 0):
         import torch
 
@@ -197,7 +201,7 @@ def serve(request: dict, log) -> dict:
     except Exception as err:
         response["error"] = f"export/load failed: {one_line(err)}"
         return response
-    engines = {"greedy": Engine(target), "assisted": Engine(target, draft, int(request["gamma"]))}
+    engines = {"greedy": Generate(target), "assisted": Generate(target, draft, int(request["gamma"]))}
     log(f"optimum-ort: timing greedy and assisted generate, {len(prompts)} prompts x {repeats} repeats")
     response["engines"] = measure(engines, prompts, max_new_tokens, repeats)
     return response

@@ -80,14 +80,10 @@ class SpecdecEngine(Engine):
 
 class HFEngine(Engine):
     def __init__(self, target, eos_id: int, assistant=None, gamma: int = 0):
-        import torch
+        from .optimum_peer import Generate
 
-        self.torch, self.model, self.assistant, self.eos_id = torch, target, assistant, eos_id
+        self.generate, self.eos_id = Generate(target, assistant, gamma), eos_id
         if assistant is not None:
-            cfg = assistant.generation_config
-            cfg.num_assistant_tokens = gamma
-            cfg.num_assistant_tokens_schedule = "constant"
-            cfg.assistant_confidence_threshold = 0.0
             self.name = f"transformers assisted gamma={gamma}"
             self.note = "PyTorch, assistant_model=draft"
         else:
@@ -96,15 +92,7 @@ class HFEngine(Engine):
         self.own_ar = "transformers greedy"
 
     def run(self, ids, max_new_tokens):
-        torch = self.torch
-        x = torch.tensor([ids], dtype=torch.long)
-        kwargs = dict(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                      do_sample=False, num_beams=1)
-        if self.assistant is not None:
-            kwargs["assistant_model"] = self.assistant
-        with torch.inference_mode():
-            out = self.model.generate(**kwargs)
-        return normalize(out[0].tolist(), self.eos_id, drop_first=True)
+        return normalize(self.generate.run(ids, max_new_tokens), self.eos_id, drop_first=True)
 
 
 class CT2Engine(Engine):

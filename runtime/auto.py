@@ -228,15 +228,13 @@ class AutoDraft(DraftSource):
                 if not PREFER_COPY:
                     per_copy = [max(c, (name, g, rate), key=lambda x: x[2]) for c in per_copy]
                 continue
+            overall = max(zip(gammas, rates), key=lambda x: x[1])
             best = (name, gammas[0], rates[0])
             for c in range(1, cap + 1):       # a lookup proposes at most what it copied; a chain above it does not
-                if free:
-                    for g, rate in zip(gammas, rates):
-                        if g <= c and rate > best[2]:
-                            best = (name, g, rate)
-                else:
-                    best = max(zip(gammas, rates), key=lambda x: x[1])
-                    best = (name, best[0], best[1])
+                if not free:
+                    best = (name, *overall)
+                elif rates[c - 1] > best[2]:  # a lookup's gammas are 1..cap: the best of gamma <= c, as c grows
+                    best = (name, c, rates[c - 1])
                 if best[2] > per_copy[c][2]:
                     per_copy[c] = best
         plan = _Plan()
