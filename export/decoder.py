@@ -34,7 +34,7 @@ class DecoderWithCache(nn.Module):
         self.final_norm = model.decoder.final_layer_norm
         self.lm_head = model.lm_head
         self.output_scale = cfg.d_model ** -0.5 if getattr(cfg, "scale_decoder_outputs", True) else 1.0
-        self.register_buffer("bias_table", bias_table(self.blocks[0].layer[0].SelfAttention), persistent=False)
+        self.register_buffer("bias_table", bias_table(self.blocks[0].layer[0].SelfAttention))
 
     def forward(self, input_ids, past_kv, cross_kv):
         new = input_ids.shape[1]

@@ -31,10 +31,11 @@ def test_a_graph_that_fails_at_run_time_is_a_one_line_error(tiny_export, tmp_pat
     shutil.copytree(tiny_export, bad)
     path = bad / "draft" / "decoder.onnx"
     model = onnx.load(str(path))
-    # the relative-position bias table [buckets, heads] cut to 2 rows: the bucket indices are computed at run time,
-    # so loading succeeds and the lookup fails once a relative distance falls in a bucket past row 1
+    # the decoder's relative-position bias table [max_distance + 2, heads] (export/decoder.py bias_table) cut to 2
+    # rows: the row indices are computed at run time, so loading succeeds and the lookup fails once a query is a
+    # distance of 1 or more from a key (a row past row 1)
     tables = {n.input[0] for n in all_nodes(model.graph) if n.op_type == "Gather"}
-    init = next(i for i in model.graph.initializer if i.name in tables and "relative_attention_bias" in i.name)
+    init = next(i for i in model.graph.initializer if i.name in tables and i.name == "bias_table")
     value = numpy_helper.to_array(init)
     init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value[:2]), init.name))
     onnx.save(model, str(path))
