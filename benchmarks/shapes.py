@@ -178,7 +178,7 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
 
 
 def acceptance(probe: dict, runs: dict) -> dict:
-    """The issue's two real-shape criteria. The verify ratio is the probe's (same cache length, back to back);
+    """The two real-shape acceptance criteria. The verify ratio is the probe's (same cache length, back to back);
     the real loop's own ratio (gamma = 4's target time per iteration over gamma = 0's) is reported next to it.
     Both compare fused runs: decoder + sampling head (accept/residual over 4 guesses vs a plain draw)."""
     v5 = probe["verify_ratio"].get("5")

@@ -349,7 +349,7 @@ def measure(decs: dict, ct2: dict, prompts, gamma: int, max_new_tokens: int, rou
 
 
 def summarize(raw: dict, weights: dict) -> dict:
-    """Rows per variant and CT2 compute type, the per-round ratios and the issue's verdicts."""
+    """Rows per variant and CT2 compute type, the per-round ratios and the verdicts against GOALS."""
     from . import theory
 
     probes, times, outputs, gamma = raw["probes"], raw["times"], raw["outputs"], raw["gamma"]

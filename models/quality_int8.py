@@ -1,4 +1,4 @@
-"""Quality of an int8 target (issue 15) on the bundled pair's test prompts: greedy outputs of the fp32 and the int8
+"""Quality of an int8 target on the bundled pair's test prompts: greedy outputs of the fp32 and the int8
 ONNX exports compared token for token, chrF of both, and greedy alpha (gamma = 1) of the fp32 and int8 drafts.
 
     specdec-export --out /tmp/q8/fp32

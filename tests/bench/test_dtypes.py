@@ -71,7 +71,7 @@ def test_dtypes_on_tiny_configs(tiny_shapes, tmp_path):
     # greedy speculative decoding gives the target's own greedy tokens: fp32 targets, and int8 ones too since
     # export/quantize.py scales activations per token (a verify pass gives each position a one-token step's
     # logits), and weight-only with fp32 compute. Not asserted for int8-wo: MatMulNBits' int8 compute path gives a
-    # verify pass slightly different logits from one-token steps (README "int8 (issue 15)")
+    # verify pass slightly different logits from one-token steps (benchmarks/README.md, the "int8" sections)
     for name in ("fp32", "int8-draft", "int8-wo-draft", "int8") + (("int8-wo-fp32",) if HAS_WO else ()):
         assert report["variants"][name]["speculative_equals_own_target_only"] == 2, name
         assert r["theorem_3_8"]["speedup"] >= 1.0

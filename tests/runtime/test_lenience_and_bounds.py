@@ -60,7 +60,7 @@ def test_params_object_equals_keywords(decoder):
 
 def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     """An internal run past max_length (no public call can ask for it) must raise SpecdecError before onnxruntime
-    touches memory (round 1 aborted the process with munmap_chunk(): invalid pointer), and nothing is left broken."""
+    touches memory (an earlier version aborted the process with munmap_chunk(): invalid pointer), and nothing is left broken."""
     before = decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=10, gamma=3).token_ids
     target, ws = decoder.target, decoder.workspace
     ws.reset(decoder.start_id, Params())

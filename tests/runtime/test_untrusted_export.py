@@ -56,7 +56,7 @@ def test_hostile_directory_is_refused_in_one_line(name, good, tmp_path, decoder,
 
 
 def test_every_hostile_path_kind_is_covered():
-    """The issue's four kinds of hostile path, each with at least one case."""
+    """The four kinds of hostile path, each with at least one case."""
     names = " ".join(HOSTILE)
     for kind in ("dotdot", "absolute", "symlink", "external data dotdot", "external data absolute",
                  "external data symlink out"):
