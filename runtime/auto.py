@@ -13,6 +13,12 @@ forgets them). They are turned into a plan every REFIT rounds and at each reques
 choice costs a lookup probe, when a copy can pay, and a comparison. A source not chosen for its wait (EXPLORE rounds,
 doubled after each try that does not make it chosen, up to MAX_WAIT) is tried once, so a source that was unlucky
 early is measured again, and one that never pays costs at most one round in MAX_WAIT.
+
+Two guards keep the choice from losing to target-only decoding. A source's expected tokens are calibrated by what
+its chosen rounds delivered (kappa_s = tokens made / tokens expected at the choice, decayed): a source is chosen when
+its alpha estimate is high, so a raw estimate is biased upwards exactly where it decides (a request's first lucky
+guesses, say), and kappa measures that bias. And a source must be expected to beat target-only rounds by MARGIN,
+measured costs and calibrated tokens included, before it is chosen.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ PRIOR_WEIGHT = 0.5    # pseudo-runs that hold the slope to the prior while runs 
 FIT_DECAY = 0.995     # the line fits remember ~200 rounds
 REFIT = 16            # rounds between refits of the plan (runtime/auto.py _Plan) and its lines
 SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
+MARGIN = 0.05         # a source is chosen only when expected to beat target-only rounds by this fraction
+CALIBRATION_PRIOR = 8.0     # pseudo-tokens (as predicted) in a source's calibration before it has rounds
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -89,6 +97,7 @@ class Estimates:
         self.rounds = {}            # source -> _Line of a round's wall seconds by gamma
         self.encoder = {}           # source -> _Mean of the encoder seconds its first use in a request costs
         self.request_tokens = _Mean()   # tokens per request
+        self.calibration = {}       # source -> [tokens made, tokens expected at the choice], decayed
         self.last_chosen = {}       # source -> round number
         self.wait = {}              # source -> rounds it may go unchosen before it is tried once (EXPLORE..MAX_WAIT)
 
@@ -140,6 +149,7 @@ class Estimates:
         this request is expected to have left when the source has not run its encoder in it yet (None when it
         has): the encoder run is then shared by the rounds the source may serve, E tokens each."""
         alpha = self.alpha(source, request)
+        kappa = self.kappa(source)
         a, b = self.round_cost(source, free, times)
         enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
         out, power, e = [], 1.0, 1.0
@@ -150,11 +160,19 @@ class Estimates:
             power *= alpha
             e += power
             share = enc * min(1.0, e / max(remaining, 1.0)) if enc else 0.0
-            out.append(e / max(a + b * g + share, 1e-6))
+            out.append(kappa * e / max(a + b * g + share, 1e-6))
         return out
 
+    def kappa(self, source: str) -> float:
+        """Tokens a source's rounds made over the tokens expected when they were chosen (1 before any round)."""
+        made, expected = self.calibration.get(source, (0.0, 0.0))
+        return (made + CALIBRATION_PRIOR) / (expected + CALIBRATION_PRIOR)
+
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
-              encoder_s: float = 0.0) -> None:
+              encoder_s: float = 0.0, expected: float | None = None) -> None:
+        """One round: `proposed` guesses of `source` ("none", 0 for a target-only round), `accepted` kept, the
+        target run's seconds, the rest of the round's (host, draft runs) and the encoder's; `expected`: the tokens
+        the chooser expected of the round from the alpha it decided with (None: not recorded)."""
         self.target.add(proposed, target_s)
         if encoder_s > 0:
             self.encoder.setdefault(source, _Mean()).add(encoder_s)
@@ -165,6 +183,9 @@ class Estimates:
         self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
         self.cost.setdefault(source, _Mean()).add((other_s - self.host.get(0.0)) / proposed)
         self.rounds.setdefault(source, _Line()).add(proposed, target_s + other_s)
+        if expected is not None:
+            made, exp = self.calibration.get(source, (0.0, 0.0))
+            self.calibration[source] = (made * DECAY + accepted + 1, exp * DECAY + expected)
 
 
 class _Plan:
@@ -174,7 +195,7 @@ class _Plan:
     all (`copy_pays`: else the lookup is not probed); and at most one source whose wait is over, to be tried once
     (`stale`: name, gamma, whether it needs a copy)."""
 
-    __slots__ = ("cap", "until", "encode", "plain", "copy", "copy_pays", "stale")
+    __slots__ = ("cap", "until", "encode", "plain", "copy", "copy_pays", "stale", "alpha")
 
 
 class AutoDraft(DraftSource):
@@ -211,12 +232,15 @@ class AutoDraft(DraftSource):
     def _uses_lookup(self, source: DraftSource) -> bool:
         return self.lookup is not None and (source is self.lookup or source.below is self.lookup)
 
-    def _refit(self, cap: int, encode: tuple) -> _Plan:
+    def _refit(self, cap: int) -> _Plan:
         est = self.estimates
+        encode = tuple(s.needs_encoder for s in self._models)
         times = est.times(cap)
-        none = ("none", 0, 1.0 / (times[0] + est.host.get(0.0)))
+        none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
         plain, per_copy = none, [none] * (cap + 1)        # per_copy[c]: the best with c guesses copied
+        alphas = {}
         for name, source in self.candidates.items():
+            alphas[name] = est.alpha(name, self.request)
             free = source is self.lookup
             gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
             remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
@@ -238,7 +262,7 @@ class AutoDraft(DraftSource):
                 if best[2] > per_copy[c][2]:
                     per_copy[c] = best
         plan = _Plan()
-        plan.cap, plan.until, plan.encode = cap, est.round + REFIT, encode
+        plan.cap, plan.until, plan.encode, plan.alpha = cap, est.round + REFIT, encode, alphas
         plan.plain = plain[:2]
         plan.copy = [c[:2] for c in per_copy]
         plan.copy_pays = self.lookup is not None and any(c[0] != "none" for c in per_copy[1:])
@@ -258,10 +282,9 @@ class AutoDraft(DraftSource):
         """(source name or "none", gamma) for this round."""
         est = self.estimates
         est.round += 1
-        encode = tuple(s.needs_encoder for s in self._models)
         plan = self._plan
-        if plan is None or est.round >= plan.until or plan.cap != cap or plan.encode != encode:
-            plan = self._plan = self._refit(cap, encode)
+        if plan is None or est.round >= plan.until or plan.cap != cap:
+            plan = self._plan = self._refit(cap)
         best, stale = plan.plain, plan.stale
         probe = plan.copy_pays or (stale is not None and stale[2])
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
@@ -284,6 +307,8 @@ class AutoDraft(DraftSource):
         if self.chosen is self.lookup:               # already looked up by choose()
             return Proposal(self.lookup.propose_found(ws, self._copied[:gamma]).count, True, name)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
+        if True in self._plan.encode:         # a model's first use in the request may have run its encoder: the
+            self._plan.until = 0              # plan shared that run's cost over the rounds left; refit next round
         return Proposal(proposal.count, proposal.point_mass, name)
 
     def commit(self, ws, verdict: Verdict):
@@ -295,8 +320,9 @@ class AutoDraft(DraftSource):
         target_s = stats.target_s - target_before
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
+        alpha = self._plan.alpha.get(name) if verdict.proposed else None
         self.estimates.learn(name if verdict.proposed else "none", verdict.proposed, verdict.accepted, target_s,
-                             other, encoder_s)
+                             other, encoder_s, None if alpha is None else expected_tokens(alpha, verdict.proposed))
         self.produced += len(verdict.tokens)
         if verdict.proposed:
             mine = self.request.setdefault(name, [0, 0])

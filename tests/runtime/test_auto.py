@@ -2,7 +2,7 @@
 target-only rounds where nothing pays (without probing the lookup), and its exploration of a source that never pays
 is bounded. The decoding itself is checked end to end in test_chains.py, test_greedy.py and test_distribution.py."""
 
-from specdec.runtime.auto import EXPLORE, MAX_WAIT, AutoDraft, Estimates
+from specdec.runtime.auto import EXPLORE, MARGIN, MAX_WAIT, AutoDraft, Estimates
 from specdec.runtime.lookup import LookupDraft
 from specdec.runtime.round import DraftSource
 
@@ -86,3 +86,34 @@ def test_a_copy_is_used_when_the_lookup_pays_and_target_only_otherwise():
     miss = run(auto, Workspace([0, 42, 43]), 50)           # no match
     assert sum(c == ("lookup", 3) for c in hit) >= 48
     assert sum(c == ("none", 0) for c in miss) >= 48
+
+
+def test_a_source_whose_rounds_make_fewer_tokens_than_expected_is_dropped():
+    """A source is chosen when its alpha estimate is high, so the estimate is biased upwards where it decides; the
+    chooser calibrates by what the chosen rounds made. Here alpha says 0.75 (draft chosen: the control), then 40
+    rounds made 5 tokens each where the choice expected 12: kappa ~0.45 and target-only rounds win."""
+    est = learned(alpha_draft=0.9, alpha_lookup=0.0, draft_cost=2e-4)
+    auto = AutoDraft(candidates(), est)
+    auto.start([5, 6, 7, 8], stats=None)
+    assert sum(c[0] == "draft" for c in run(auto, Workspace([0, 1, 2]), 100)) > 90
+    for _ in range(40):
+        est.learn("draft", 4, 4, 1.2e-3, 1e-4 + 4 * 2e-4, expected=12.0)
+    auto.start([5, 6, 7, 8], stats=None)
+    assert est.kappa("draft") < 0.5
+    assert sum(c == ("none", 0) for c in run(auto, Workspace([0, 1, 2]), 100)) > 90
+
+
+def test_a_source_must_beat_target_only_rounds_by_the_margin():
+    """Rounds of the draft expected to be 3% faster than target-only ones (within MARGIN) are not chosen; 10%
+    faster (beyond it) are. Target steps 1 ms, host 0.1 ms; a draft round of 4 guesses, alpha 1: 5 tokens."""
+    for gain, chosen in ((1.03, False), (1.10, True)):
+        est = Estimates()
+        round_s = 5 * 1.1e-3 / gain
+        for _ in range(300):
+            est.learn("none", 0, 0, 1e-3, 1e-4)
+            est.learn("draft", 4, 4, 1.2e-3, round_s - 1.2e-3)
+        auto = AutoDraft({"draft": Source("draft")}, est, adaptive=False)
+        auto.start([5, 6], stats=None)
+        picks = run(auto, Workspace([0, 1]), 50)
+        assert (sum(c == ("draft", 4) for c in picks) > 45) == chosen, (gain, picks[:3])
+    assert MARGIN > 0.03
