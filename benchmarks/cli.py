@@ -82,7 +82,7 @@ def parser() -> argparse.ArgumentParser:
                         "prompts x temperature x draft, with alpha and token share per source and Theorem 3.8 "
                         "for the dominant source with measured costs. Each temperature starts from fresh auto "
                         "estimates, learned on one untimed warm-up pass over the prompts. One filter; no --gamma, "
-                        "--filters with several, --plot, --peers, --profile")
+                        "--filters with several, --plot, --profile")
     p.add_argument("--num-beams", type=int, default=1, metavar="W",
                    help="W > 1: beam search instead of a gamma sweep: per task, target-only beam search (none), "
                         "exact speculative beam search at each --gamma (default 1,2,4), gamma=auto and "
@@ -127,10 +127,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", action="store_true",
                    help="also time transformers greedy, transformers assisted generation and CTranslate2 greedy "
                         "(and Optimum's ONNX Runtime T5 with --peer-python) on the same checkpoints and prompts "
-                        "(temperature 0)")
+                        "(temperature 0); with --draft, beside specdec's default (draft and gamma 'auto') after the "
+                        "draft table")
     p.add_argument("--peer-gamma", type=int, default=None,
                    help="gamma for specdec's speculative path and transformers' assistant in the peer comparison "
-                        "(default: the best measured gamma at temperature 0)")
+                        "(default: the best measured gamma at temperature 0; with --draft, the assistants' gamma, "
+                        "default min(4, gamma_max))")
     p.add_argument("--peer-repeat", type=int, default=None, help="repeats of the peer comparison (default --repeat)")
     p.add_argument("--peer-python", metavar="PYTHON",
                    help="--peers: also time Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM, greedy "
@@ -445,8 +447,7 @@ def _draft_conflicts(args) -> None:
     if args.gamma is not None:
         raise SpecdecError("--gamma and --draft both given",
                            "give a fixed gamma per draft as NAME:G, e.g. --draft none,draft:3,lookup,auto")
-    for flag, given in (("--plot", args.plot), ("--peers", args.peers), ("--profile", args.profile),
-                        ("--peer-gamma", args.peer_gamma is not None), ("--peer-python", args.peer_python)):
+    for flag, given in (("--plot", args.plot), ("--profile", args.profile)):
         if given:
             raise SpecdecError(f"{flag} belongs to the gamma sweep, not to --draft", "run it without --draft")
 
@@ -522,6 +523,22 @@ def _main_drafts(args) -> int:
         else:
             print("greedy exactness: every draft configuration gives none's tokens on every prompt of every task")
 
+    peers = None
+    if args.peers:                          # after the drafts: the peers' loads and exports overlap none of them
+        from .peers import OPTIMUM_TIMEOUT_S, run_peers
+
+        gamma = args.peer_gamma if args.peer_gamma is not None else min(4, dec.gamma_max)
+        peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat,
+                          Path(args.workdir), args.threads, args.target_checkpoint, args.draft_checkpoint,
+                          _bar_factory(args.no_progress), log=lambda m: print(m, file=sys.stderr),
+                          peer_python=args.peer_python, peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S,
+                          default=True)
+        print()
+        print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}, all tasks; "
+              f"specdec default = draft and gamma 'auto'; assistants gamma {gamma}; ratio = its latency / the "
+              f"other's, >1: the other is faster; same tokens: prompts whose greedy output equals specdec's)")
+        print(report.peers_table(peers))
+
     mach["load_average_at_end"] = machine.load_average()
     out = {"mode": "drafts", "machine": mach, "engine": _engine_info(dec),
            "settings": {"drafts": [c.as_dict() for c in configs], "temperatures": args.temperature,
@@ -531,7 +548,7 @@ def _main_drafts(args) -> int:
            "notes": report.DRAFT_NOTES, "cost_probe": probe, "draft_results": rows, "draft_best": best,
            "draft_greedy_agreement": agreement,
            "auto_estimates": {str(t): e for t, e in learned.items()}, "auto_estimates_note": drafts.ESTIMATES_NOTE,
-           "elapsed_s": time.perf_counter() - started}
+           "peers": peers, "elapsed_s": time.perf_counter() - started}
     _write(out, args)
     return 0
 
@@ -925,7 +942,7 @@ def _main(argv) -> int:
             raise SpecdecError(f"{flag} belongs to beam search", "add --num-beams W (W >= 2)")
     if args.draft and args.shapes:
         raise SpecdecError("--draft compares draft sources on an --engine export", "drop --shapes or --draft")
-    if (args.peer_python or args.peer_timeout is not None) and not args.peers and not (args.draft or args.dtypes is not None):
+    if (args.peer_python or args.peer_timeout is not None) and not args.peers and args.dtypes is None:
         raise SpecdecError("--peer-python and --peer-timeout add Optimum to the --peers comparison", "add --peers")
     if args.peer_timeout is not None and args.peer_timeout <= 0:
         raise SpecdecError(f"--peer-timeout must be positive (got {args.peer_timeout:g})",

@@ -66,14 +66,19 @@ class Engine:
 
 
 class SpecdecEngine(Engine):
-    def __init__(self, dec, gamma: int):
-        self.dec, self.gamma = dec, gamma
-        self.name = f"specdec gamma={gamma}" if gamma else "specdec gamma=0"
-        self.note = "ONNX Runtime, speculative" if gamma else "ONNX Runtime, target only"
+    """specdec greedy: the draft model at a fixed gamma (0: target only), or the default (draft and gamma "auto")."""
+
+    def __init__(self, dec, gamma, draft: str = "draft"):
+        self.dec, self.gamma, self.draft = dec, gamma, draft
+        if draft == "auto":
+            self.name, self.note = "specdec default", "ONNX Runtime, draft=auto gamma=auto"
+        else:
+            self.name = f"specdec gamma={gamma}" if gamma else "specdec gamma=0"
+            self.note = "ONNX Runtime, speculative" if gamma else "ONNX Runtime, target only"
         self.own_ar = "specdec gamma=0"
 
     def run(self, ids, max_new_tokens):
-        res = self.dec.generate(input_ids=ids, max_new_tokens=max_new_tokens, draft="draft", gamma=self.gamma,
+        res = self.dec.generate(input_ids=ids, max_new_tokens=max_new_tokens, draft=self.draft, gamma=self.gamma,
                                 temperature=0.0)
         return list(res.token_ids)
 
@@ -354,15 +359,18 @@ def optimum_peers(python: str | None, target: str, draft: str, prompts: list, ma
 
 def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workdir: Path, threads: int = 0,
               target: str | None = None, draft: str | None = None, progress_factory=None, log=print,
-              peer_python: str | None = None, peer_timeout: float = OPTIMUM_TIMEOUT_S) -> dict:
+              peer_python: str | None = None, peer_timeout: float = OPTIMUM_TIMEOUT_S,
+              default: bool = False) -> dict:
     """Load every peer, check its greedy tokens against specdec's, then time all of them interleaved; then Optimum's
-    ORT peers in their own process (peer_python), timed there the same way."""
+    ORT peers in their own process (peer_python), timed there the same way. specdec's speculative engine is the
+    draft model at `gamma`, or with `default` its default (draft and gamma "auto"); peers' assistants use `gamma`."""
     from .prompts import special_id
 
     target, draft = checkpoints(dec, target, draft)
     eos_id = special_id(dec, "eos_token_id")
     threads = threads or os.cpu_count() or 1
-    engines: list[Engine] = [SpecdecEngine(dec, gamma), SpecdecEngine(dec, 0)]
+    engines: list[Engine] = [SpecdecEngine(dec, "auto", "auto") if default else SpecdecEngine(dec, gamma),
+                             SpecdecEngine(dec, 0)]
     status = {}
     try:
         import torch

@@ -488,6 +488,26 @@ def _md(headers: list[str], lines: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _peers_markdown(report: dict) -> list:
+    pe = report.get("peers")
+    if not pe:
+        return []
+    lines = []
+    for name, p in pe["engines"].items():
+        if p.get("status") != "ok":
+            lines.append([name, "-", "-", "-", "-", "-", "-", p.get("status", "")])
+            continue
+        a = p["agreement"]
+        lines.append([name, _f(p["ms_per_token"]["median"], ".3f"), _f(p["tokens_per_s"], ".0f"),
+                      _f(p["ratio_to_specdec_speculative"]), _f(p.get("ratio_to_own_autoregressive")),
+                      _f(p["ratio_to_specdec_gamma0"]), f"{a['agree']}/{a['prompts']}", p.get("note", "")])
+    first = next(iter(pe["engines"]))
+    return [f"Peers (greedy, every task's prompts, {pe['repeats']} repeats; assistants γ = {pe['gamma']}; "
+            f"latency ÷ X > 1: X is faster):\n\n" +
+            _md(["engine", "ms/token", "tokens/s", f"latency ÷ {first}", "latency ÷ own autoregressive",
+                 "latency ÷ specdec γ=0", "same tokens", "note"], lines)]
+
+
 def markdown(report: dict) -> str:
     """The report's tables as Markdown (what benchmarks/README.md quotes)."""
     m = report["machine"]
@@ -503,7 +523,7 @@ def markdown(report: dict) -> str:
     elif report["mode"] == "dtypes":
         parts += _dtypes_markdown(report)
     elif report["mode"] == "drafts":
-        parts += _draft_markdown(report)
+        parts += _draft_markdown(report) + _peers_markdown(report)
     elif report["mode"] == "engine":
         s = report["settings"]
         parts.append(f"{s['prompts']} prompts ({s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
@@ -548,20 +568,7 @@ def markdown(report: dict) -> str:
         if probe.get("head_ms"):
             parts.append(f"Sampling head alone, ms (G guesses, vocab {probe['head_vocab']}; an estimate of its cost "
                          f"inside a fused run):\n\n" + _md(*_head_grid(probe)))
-        if report.get("peers"):
-            pe = report["peers"]
-            lines = []
-            for name, p in pe["engines"].items():
-                if p.get("status") != "ok":
-                    lines.append([name, "-", "-", "-", "-", "-", p.get("status", "")])
-                    continue
-                a = p["agreement"]
-                lines.append([name, _f(p["ms_per_token"]["median"], ".3f"), _f(p["tokens_per_s"], ".0f"),
-                              _f(p["ratio_to_specdec_speculative"]), _f(p.get("ratio_to_own_autoregressive")),
-                              f"{a['agree']}/{a['prompts']}", p.get("note", "")])
-            parts.append(f"Peers (greedy, γ = {pe['gamma']}, {pe['repeats']} repeats):\n\n" +
-                         _md(["engine", "ms/token", "tokens/s", "latency ÷ specdec speculative",
-                              "latency ÷ own autoregressive", "same tokens", "note"], lines))
+        parts += _peers_markdown(report)
     else:
         acc = report["acceptance"]
         parts.append(f"Per-call costs at past length {probe['past_length']} (source {probe['source_length']} "

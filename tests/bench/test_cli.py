@@ -212,6 +212,25 @@ def test_normalize_strips_start_token_and_padding():
     assert peers.normalize([5, 6, 7], eos_id=1) == [5, 6, 7]
 
 
+def test_peers_beside_the_draft_table(tiny_export, tmp_path):
+    """--draft with --peers: the peers after the draft table, in the same run, against specdec's default."""
+    pytest.importorskip("transformers")
+    code, out, err = run(["--engine", tiny_export, "--draft", "none,auto", "--temperature", "0", "--repeat", "1",
+                          "--num-prompts", "1", "--max-new-tokens", "5", "--probe-repeats", "1", "--peers",
+                          "--peer-gamma", "2", "--markdown", tmp_path / "p.md", "--workdir", tmp_path / "work",
+                          "--json", tmp_path / "p.json", "--no-progress"])
+    assert code == 0, err
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert report["mode"] == "drafts" and report["draft_results"]
+    engines = report["peers"]["engines"]
+    for name in ("specdec default", "specdec gamma=0", "transformers greedy", "transformers assisted gamma=2"):
+        assert engines[name]["status"] == "ok", (name, engines[name])
+        assert engines[name]["agreement"]["agree"] == 1, name
+    assert engines["specdec default"]["note"] == "ONNX Runtime, draft=auto gamma=auto"
+    md = (tmp_path / "p.md").read_text()
+    assert "latency ÷ specdec default" in md and "transformers assisted gamma=2" in md
+
+
 def _without_in_process_peers(monkeypatch):
     """transformers and CTranslate2 reported as not installed, so a --peers run times specdec alone (fast)."""
     import sys
