@@ -1,20 +1,25 @@
 """A draft's whole proposal in one run (export format 4): the decoder + head graph wrapped so that it can also
-iterate k autoregressive steps inside ONNX Runtime.
+iterate k autoregressive steps inside ONNX Runtime, after verifying a lower chain level's guesses.
 
 The draft model's graph gets one more input, `steps` [1] int64, and becomes
 
     If(steps > 1)
-      then: Loop(steps) over the decoder + head, each iteration one sampling step (G = 0): iteration 0 reads the
-            tokens of `input_ids` (those the draft's cache has not seen), iteration i > 0 the token iteration i-1
-            drew; every iteration attends to past_kv (the bound cache) and to the keys and values the loop made so
-            far, and takes uniform i. Outputs: next_token [k] = x_1 .. x_k, probs [k, V] = q_1 .. q_k,
-            new_kv [N + k - 1, ...] (x_k is drawn, not yet run), accepted [1] = 0, logits [1, 0, V] (none).
+      then: Loop over the decoder + head until k = steps tokens are made. Iteration 0 reads the tokens of
+            `input_ids` (those the model's cache has not seen), the last G of which are guesses of the level below
+            with their q rows in `draft_probs` [G, V] (G = 0: none): its head verifies them with uniforms 0..G
+            (Algorithm 1 at this level), and the iteration keeps the n guesses kept and the token z it drew, with
+            its own standardized rows for them; the rejected guesses' keys and values are dropped. Iteration i > 0
+            is one sampling step (G = 0) after the token drawn before, with uniform G + i. Every iteration attends
+            to past_kv (the bound cache) and to the keys and values the loop kept so far. Outputs: next_token [k]
+            = t_1 .. t_k (x_1 .. x_n, z, the draws; cut to k when all G = k guesses were kept), probs [k, V] their
+            rows, accepted [1] = n, new_kv [N - G + k - 1, ...] (t_k is drawn, not run), logits [1, 0, V] (none).
       else: the decoder + head exactly as before (format 3): 1-token steps, verify runs, catch-up runs, beams.
 
-Both branches read one copy of the weights (initializers of the main graph, outer scope for the subgraphs). The
-loop does not take logits masks (logits processors): with processors active the runtime makes single steps. The
-q rows and tokens are those k single steps would give with the same uniforms: the same nodes run on the same
-values.
+So a draft's proposal is one run for any k, and so is a chain level that verifies the level below and continues on
+its own. Both branches read one copy of the weights (initializers of the main graph, outer scope for the
+subgraphs). The loop does not take logits masks (logits processors): with processors active the runtime makes
+single steps. The q rows and tokens are those the plain graph gives run by run with the same uniforms: the same
+nodes run on the same values.
 """
 
 from __future__ import annotations
@@ -120,6 +125,9 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
         return helper.make_node("Constant", [], [name], name=name + "_Constant", value=helper.make_tensor(
             name + "_v", _onnx_type(arr.dtype), arr.shape, arr.reshape(-1).tolist()))
 
+    def node(op, inputs, out, **attrs):
+        return helper.make_node(op, inputs, [out], name=out + "_" + op, **attrs)
+
     # the plain branch: the graph as it was
     plain_nodes = _renamed(nodes, {}, "plain/")
     kv_type = next(i for i in graph.input if i.name == "past_kv").type.tensor_type.elem_type
@@ -128,51 +136,79 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
                               [helper.make_tensor_value_info("plain/" + name, kind, None)
                                for name, kind in zip(outputs, kinds)])
 
-    # the loop body: (iteration, cond, ids, kv) -> (cond, ids, kv, token, q row)
-    b = "loop/"
+    # the loop body: (i, cond, ids, kv, tokens, rows, n) -> (cond, ids, kv, tokens, rows, n). Iteration 0 verifies
+    # the G guesses that end input_ids against draft_probs (G may be 0) and keeps what its head kept plus the token
+    # it drew; iteration i > 0 is one sampling step after the token iteration i-1 drew. Every iteration attends to
+    # past_kv and the kept keys and values the loop made so far.
+    b, r = "loop/", "proposal/"
     body_nodes = [
-        const(b + "one", [1], np.int64),
+        const(b + "zero", [0], np.int64), const(b + "one", [1], np.int64),
         const(b + "no_q", np.zeros((0, vocab), np.float32), np.float32),
-        const(b + "zero_axis", [0], np.int64),
-        helper.make_node("Concat", ["past_kv", b + "kv_in"], [b + "past_all"], axis=0, name=b + "past_Concat"),
-        helper.make_node("Unsqueeze", [b + "i", b + "zero_axis"], [b + "i1"], name=b + "i_Unsqueeze"),
-        helper.make_node("Add", [b + "i1", b + "one"], [b + "i2"], name=b + "i_Add"),
-        helper.make_node("Slice", ["uniforms", b + "zero_axis" if one_uniform else b + "i1",
-                                   b + "one" if one_uniform else b + "i2"], [b + "u"], name=b + "u_Slice"),
+        node("Unsqueeze", [b + "i", b + "zero"], b + "i1"),
+        node("Equal", [b + "i1", b + "zero"], b + "first_b"),
+        node("Cast", [b + "first_b"], b + "first", to=_I),                    # 1 at iteration 0, else 0
+        node("Mul", [r + "G", b + "first"], b + "g"),                         # guesses verified now
+        node("Slice", ["draft_probs", b + "zero", b + "g", b + "zero"], b + "q"),
+        node("Sub", [b + "one", b + "first"], b + "later"),
+        node("Add", [r + "G", b + "i1"], b + "G_i"),
+        node("Mul", [b + "G_i", b + "later"], b + "u_start"),                 # 0, then G + i
+        node("Add", [b + "u_start", b + "g"], b + "u_last"),
+        node("Add", [b + "u_last", b + "one"], b + "u_end"),                  # G + 1 uniforms, then 1
+        node("Slice", ["uniforms", b + "zero" if one_uniform else b + "u_start",
+                       b + "one" if one_uniform else b + "u_end"], b + "u"),
+        node("Concat", ["past_kv", b + "kv_in"], b + "past_all", axis=0),
     ]
-    rename = {"input_ids": b + "ids_in", "past_kv": b + "past_all", "draft_probs": b + "no_q",
+    rename = {"input_ids": b + "ids_in", "past_kv": b + "past_all", "draft_probs": b + "q",
               "uniforms": b + "u", "logit_mask": b + "no_q"}
     body_nodes += _renamed(nodes, rename, b)
     body_nodes += [
-        helper.make_node("Identity", [b + "cond_in"], [b + "cond_out"], name=b + "cond_Identity"),
-        const(b + "tok_shape", [1, 1], np.int64),
-        helper.make_node("Reshape", [b + "next_token", b + "tok_shape"], [b + "ids_out"], name=b + "ids_Reshape"),
-        helper.make_node("Concat", [b + "kv_in", b + "new_kv"], [b + "kv_out"], axis=0, name=b + "kv_Concat"),
-        helper.make_node("Identity", [b + "next_token"], [b + "tok_out"], name=b + "tok_Identity"),
-        helper.make_node("Identity", [b + "probs"], [b + "q_out"], name=b + "q_Identity"),
+        const(b + "flat", [-1], np.int64), const(b + "tok_shape", [1, 1], np.int64),
+        helper.make_node("Shape", [b + "ids_in"], [b + "N_i"], start=1, end=2, name=b + "N_i_Shape"),
+        node("Sub", [b + "N_i", b + "g"], b + "keep_from"),                  # where the guesses start
+        node("Add", [b + "keep_from", b + "accepted"], b + "keep_to"),        # ... and the kept ones end
+        node("Reshape", [b + "ids_in", b + "flat"], b + "ids_flat"),
+        node("Slice", [b + "ids_flat", b + "keep_from", b + "keep_to"], b + "kept"),
+        node("Concat", [b + "kept", b + "next_token"], b + "tok_new", axis=0),       # x_1 .. x_n, z
+        node("Add", [b + "accepted", b + "one"], b + "rows_to"),
+        node("Slice", [b + "probs", b + "zero", b + "rows_to", b + "zero"], b + "rows_new"),
+        node("Slice", [b + "new_kv", b + "zero", b + "keep_to", b + "zero"], b + "kv_new"),  # rejected ones dropped
+        node("Concat", [b + "kv_in", b + "kv_new"], b + "kv_out", axis=0),
+        node("Concat", [b + "tok_in", b + "tok_new"], b + "tok_out", axis=0),
+        node("Concat", [b + "rows_in", b + "rows_new"], b + "rows_out", axis=0),
+        node("Add", [b + "n_in", b + "accepted"], b + "n_out"),              # iterations > 0 keep 0 guesses
+        node("Reshape", [b + "next_token", b + "tok_shape"], b + "ids_out"),
+        helper.make_node("Shape", [b + "tok_out"], [b + "made"], name=b + "made_Shape"),
+        node("Less", [b + "made", STEPS], b + "more"),
+        node("Squeeze", [b + "more"], b + "cond_out"),
     ]
     body = helper.make_graph(
         body_nodes, "proposal_step",
         [helper.make_tensor_value_info(b + "i", _I, []), helper.make_tensor_value_info(b + "cond_in", _B, []),
-         helper.make_tensor_value_info(b + "ids_in", _I, None), helper.make_tensor_value_info(b + "kv_in", kv_type, None)],
+         helper.make_tensor_value_info(b + "ids_in", _I, None), helper.make_tensor_value_info(b + "kv_in", kv_type, None),
+         helper.make_tensor_value_info(b + "tok_in", _I, None), helper.make_tensor_value_info(b + "rows_in", _F, None),
+         helper.make_tensor_value_info(b + "n_in", _I, None)],
         [helper.make_tensor_value_info(b + "cond_out", _B, []), helper.make_tensor_value_info(b + "ids_out", _I, None),
          helper.make_tensor_value_info(b + "kv_out", kv_type, None),
-         helper.make_tensor_value_info(b + "tok_out", _I, None), helper.make_tensor_value_info(b + "q_out", _F, None)])
+         helper.make_tensor_value_info(b + "tok_out", _I, None), helper.make_tensor_value_info(b + "rows_out", _F, None),
+         helper.make_tensor_value_info(b + "n_out", _I, None)])
 
-    r = "proposal/"
     loop_nodes = [
-        helper.make_node("Squeeze", [STEPS], [r + "trips"], name=r + "trips_Squeeze"),
+        const(r + "zero", [0], np.int64), const(r + "one", [1], np.int64),
+        node("Squeeze", [STEPS], r + "trips"),
         const(r + "true", True, np.bool_),
-        const(r + "empty_start", [0], np.int64),
-        helper.make_node("Slice", ["past_kv", r + "empty_start", r + "empty_start", r + "empty_start"],
-                         [r + "kv0"], name=r + "kv0_Slice"),
-        helper.make_node("Loop", [r + "trips", r + "true", "input_ids", r + "kv0"],
-                         [r + "ids_last", r + "new_kv", r + "tokens", r + "rows"], body=body, name=r + "Loop"),
-        const(r + "row_shape", [-1, vocab], np.int64),
-        helper.make_node("Reshape", [r + "rows", r + "row_shape"], [r + "probs"], name=r + "probs_Reshape"),
-        const(r + "flat", [-1], np.int64),
-        helper.make_node("Reshape", [r + "tokens", r + "flat"], [r + "next_token"], name=r + "tokens_Reshape"),
-        const(r + "accepted", [0], np.int64),
+        node("Slice", ["past_kv", r + "zero", r + "zero", r + "zero"], r + "kv0"),
+        const(r + "tok0", np.zeros((0,), np.int64), np.int64),
+        const(r + "rows0", np.zeros((0, vocab), np.float32), np.float32),
+        helper.make_node("Loop", [r + "trips", r + "true", "input_ids", r + "kv0", r + "tok0", r + "rows0", r + "zero"],
+                         [r + "ids_last", r + "kv_all", r + "tok_all", r + "rows_all", r + "accepted"], body=body,
+                         name=r + "Loop"),
+        node("Slice", [r + "tok_all", r + "zero", STEPS], r + "next_token"),              # k tokens
+        node("Slice", [r + "rows_all", r + "zero", STEPS, r + "zero"], r + "probs"),    # their k rows
+        helper.make_node("Shape", ["input_ids"], [r + "N"], start=1, end=2, name=r + "N_Shape"),
+        node("Sub", [r + "N", r + "G"], r + "unseen"),
+        node("Add", [r + "unseen", STEPS], r + "kv_end1"),
+        node("Sub", [r + "kv_end1", r + "one"], r + "kv_end"),       # the k-th token is drawn, not run
+        node("Slice", [r + "kv_all", r + "zero", r + "kv_end", r + "zero"], r + "new_kv"),
         const(r + "logits", np.zeros((1, 0, vocab), np.float32), np.float32),
     ]
     proposal = helper.make_graph(loop_nodes, "proposal", [], [
@@ -182,6 +218,7 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
 
     graph.node.extend([
         const("steps_one", [1], np.int64),
+        helper.make_node("Shape", ["draft_probs"], [r + "G"], start=0, end=1, name="proposal_G_Shape"),
         helper.make_node("Greater", [STEPS, "steps_one"], ["steps_many"], name="steps_Greater"),
         helper.make_node("Squeeze", ["steps_many"], ["steps_flag"], name="steps_Squeeze"),
         helper.make_node("If", ["steps_flag"], outputs, then_branch=proposal, else_branch=plain, name="proposal_If"),

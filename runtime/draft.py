@@ -5,9 +5,10 @@ q_1 .. q_k into the rows it is given (or the point rows) and returns a Proposal 
 a miss); `commit` gets the Verdict of the level above. A new kind of draft is a new class here, not a new loop.
 
 A ModelDraft with a source `below` is one level of a chain (report Algorithm 3, generalized): it verifies what the
-level below proposes with Algorithm 1 — one run of its own decoder and head over all of those guesses — and passes
-the tokens it keeps plus its own next token, each distributed exactly as its own q, up with its own rows. So
-"lookup,draft" is the draft model checking copied tokens, and "small,medium" a three-model chain under the target.
+level below proposes with Algorithm 1 and passes the tokens it keeps plus its own next token, each distributed
+exactly as its own q, up with its own rows, then continues on its own; with a format-4 export all of that is one run
+of its proposal loop (export/loop.py). So "lookup,draft" is the draft model checking copied tokens, and
+"small,medium" a three-model chain under the target.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ __all__ = ["DraftSource", "ModelDraft"]
 
 
 class ModelDraft(DraftSource):
-    """A small T5 export. Alone: k autoregressive steps, each one run (decoder + sampling head) that writes x_{i+1}
-    after x_i and q_{i+1} into the rows. Over a source `below`: rounds of Algorithm 1 of its own (see the module
-    docstring), then single steps for what is left."""
+    """A small T5 export. Alone: k autoregressive steps that write x_1 .. x_k and q_1 .. q_k into the rows, in one
+    run of its proposal loop (format 4) or one run per step (logits processors, an int8-wo draft, k = 1). Over a
+    source `below`: Algorithm 1 of its own on the source's guesses, then its own steps (see the module docstring);
+    one run with the loop, else verify runs and single steps."""
 
     def __init__(self, model: CachedSeq2Seq, below: DraftSource | None = None, name: str | None = None,
                  level: int = 0):
@@ -65,21 +67,35 @@ class ModelDraft(DraftSource):
     def propose(self, ws, k, rows, row, stats):
         if self.model.length < 0:
             self.model.encode(self._ids, stats)
+        if k > 1 and self.model.loops and ws.processors is None:     # one run (export/loop.py)
+            return self._loop(ws, k, rows, row, stats)
         made = 0
         while self.below is not None and made < k:
             made_now = self._verify_below(ws, k - made, rows, row + made, stats)
             if not made_now:
                 break
             made += made_now
-        left = k - made
-        if left > 1 and self.model.loops and ws.processors is None:     # the rest in one run (export/loop.py)
-            self._run(ws.proposal(self.model.length, left, rows, row + made), stats, steps=left)
-            ws.appended_on_device(left)
-            return Proposal(k)
         for i in range(made, k):                 # single steps
             self._ready(ws, ws.end, 0, stats)
             self._run(ws.run(self.model.length, out=rows, out_row=row + i, next_slot=ws.end + 1), stats)
             ws.appended_on_device()
+        return Proposal(k)
+
+    def _loop(self, ws, k, rows, row, stats) -> Proposal:
+        """The whole proposal in one run of the proposal loop: over a source below, its j <= k guesses are verified
+        in the loop's first iteration (Algorithm 1 at this level: the kept ones and one more token, each
+        distributed as our q) and the loop samples on until there are k tokens; alone, k sampling steps."""
+        j, base = 0, ws.end
+        if self.below is not None:
+            below = self.below.propose(ws, k, ws.rows(self.level + 1), 0, stats)
+            j, base = below.count, ws.end - below.count
+            q = ws.point if below.point_mass else ws.rows(self.level + 1)
+        self._run(ws.proposal(self.model.length, k, rows, row, guesses=j, q=q if j else None), stats, steps=k)
+        ws.appended_on_device(k, replaced=j)
+        if j:
+            n = ws.accepted()
+            stats.source(self.below.name + ">").add(j, n)
+            self.below.commit(ws, Verdict(j, n, [], base))
         return Proposal(k)
 
     def _verify_below(self, ws, j_max, rows, row, stats) -> int:

@@ -66,10 +66,13 @@ class CachedSeq2Seq:
     def run(self, inputs: dict, outputs: dict, steps: int = 1) -> float:
         """One decoder + speculative-head run: append the `input_ids` view's N tokens to the sequence, with the
         head's views (workspace.py) bound as given. The logits land in rows 0..N-1 of `self.logits`. Seconds.
-        `steps` = k > 1 (a format-4 draft): the whole proposal, k sampling steps in one run; the cache gains the N
-        tokens and the first k-1 drawn ones, and no logits are written."""
+        `steps` = k > 1 (a format-4 draft): the whole proposal in one run, k tokens (after verifying the last G
+        input tokens against `draft_probs` when G > 0: a chain level); the cache gains the N - G tokens before the
+        guesses and the first k-1 of the k (rejected guesses' keys and values are dropped in the graph), and no
+        logits are written."""
         count = int(inputs["input_ids"].shape[1])
-        rows = count + steps - 1
+        guesses = int(inputs["draft_probs"].shape[0]) if steps > 1 else 0
+        rows = count - guesses + steps - 1            # a proposal keeps what it kept and its draws but the last
         if self.length + rows > self.max_length or (steps > 1 and not self.loops):
             raise SpecdecError(f"internal error: a {self.role} run of {count} tokens and {steps} steps at length "
                                f"{self.length} does not fit (max_length {self.max_length}, proposal loop "

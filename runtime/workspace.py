@@ -139,26 +139,35 @@ class Workspace:
         self._banned = flat
         return View(self.mask, (count, self.vocab))
 
-    def _make(self, first, last, guesses, q, out, out_row, next_slot, draws: int = 1):
-        """The run's views; `draws` > 1: a proposal's rows and tokens (one per step) instead of one of each."""
+    def _make(self, first, last, guesses, q, out, out_row, next_slot, draws: int = 0):
+        """The run's views; `draws` > 0: a proposal's `draws` rows and tokens (the loop's) instead of the head's
+        guesses + 1 rows and one token."""
         inputs = {"input_ids": View(self.tokens, (1, last - first + 1), first),
                   "draft_probs": View(q if q is not None else self.point, (guesses, self.vocab)), **self._scalars()}
         if out is None:
             probs = View(self.sink, (1, self.vocab))
         else:
-            probs = View(out, (guesses + draws, self.vocab), out_row * self.vocab)
+            probs = View(out, (draws or guesses + 1, self.vocab), out_row * self.vocab)
         outputs = {"probs": probs, "accepted": View(self.tokens, (1,), self.ACCEPTED),
-                   "next_token": View(self.tokens, (draws,), self.NEXT if next_slot is None else next_slot)}
+                   "next_token": View(self.tokens, (draws or 1,), self.NEXT if next_slot is None else next_slot)}
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
-    def proposal(self, first: int, k: int, out: Buffer, out_row: int) -> tuple[dict, dict]:
-        """A format-4 draft's k sampling steps in one run over positions first..end then its own draws: x_1 .. x_k
-        land at end+1 .. end+k, q_1 .. q_k in `out` from `out_row` on; k uniforms."""
-        key = ("proposal", first, self.end, k, id(out), out_row)
+    def proposal(self, first: int, k: int, out: Buffer, out_row: int, *, guesses: int = 0,
+                 q: Buffer | None = None) -> tuple[dict, dict]:
+        """A format-4 draft's proposal loop in one run over positions first..end: the last `guesses` tokens (a
+        chain's level below proposed them, q in rows 0.. of `q`) are verified first, then the model samples until
+        it has k tokens t_1 .. t_k (the kept guesses, the token its verification drew, its own draws). They land
+        after the guesses' base (end - guesses + 1 ..), their rows in `out` from `out_row` on, the kept count at
+        ACCEPTED; guesses + k uniforms. Without guesses: k sampling steps after end."""
+        key = ("proposal", first, self.end, k, guesses, id(q), id(out), out_row)
         if key not in self._views:
-            self._views[key] = self._make(first, self.end, 0, None, out, out_row, self.end + 1, draws=k)
+            self._views[key] = self._make(first, self.end, guesses, q, out, out_row, self.end - guesses + 1, draws=k)
         inputs, outputs = self._views[key]
-        return {**inputs, "uniforms": self._take(k)}, outputs
+        return {**inputs, "uniforms": self._take(guesses + k)}, outputs
+
+    def accepted(self) -> int:
+        """The kept count a verifying run wrote (one read)."""
+        return int(self.tokens.flat()[self.ACCEPTED])
 
     def catch_up(self, first: int, last: int) -> tuple[dict, dict]:
         """A run over positions first..last whose only purpose is the model's cache (its head output is dropped)."""
@@ -181,9 +190,10 @@ class Workspace:
             self.known = self.known[:base - self.start] + kept + [z]
         return n, kept + [z]
 
-    def appended_on_device(self, count: int = 1) -> None:
-        """A model wrote the tokens at end + 1 .. end + count on the device: the host no longer knows them."""
-        self.end += count
+    def appended_on_device(self, count: int = 1, replaced: int = 0) -> None:
+        """A model wrote the tokens at end - replaced + 1 .. end - replaced + count on the device (over the last
+        `replaced` guesses, which it verified): the host no longer knows them."""
+        self.end += count - replaced
         self.known = None
 
     def emit(self, tokens: list) -> None:

@@ -128,3 +128,81 @@ def test_plain_branch_is_the_format3_graph(graphs):
     want = sessions["plain"].run(None, f)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def verify_then_continue_reference(model, temperature, top_k, top_p, guesses, q, uniforms, k):
+    """A chain level's one run, from PyTorch's logits and the NumPy sampler: verify `guesses` (after PREFIX) against
+    q with uniforms[:G+1], keep n of them and the token z drawn, then sampling steps with uniforms[G+i] until k
+    tokens; (tokens, rows, n)."""
+    def logits_after(seq, count):
+        with torch.no_grad():
+            return model(input_ids=torch.from_numpy(SOURCE),
+                         decoder_input_ids=torch.tensor([seq])).logits[0, -count:].double().numpy()
+
+    g = len(guesses)
+    seq = list(PREFIX) + list(guesses)
+    logits = logits_after(seq, g + 1)
+    n, z, detail = ref.verify(logits, q, guesses, uniforms[:g + 1], temperature, top_k, top_p)
+    tokens, rows = list(guesses[:n]) + [z], list(detail["p"][:n + 1])
+    seq = list(PREFIX) + tokens
+    i = 1
+    while len(tokens) < k:
+        row = ref.standardize_row(logits_after(seq, 1)[0], temperature, top_k, top_p)
+        tok = ref.draw(row, uniforms[g + i])
+        tokens.append(tok)
+        rows.append(row)
+        seq.append(tok)
+        i += 1
+    return np.array(tokens[:k]), np.array(rows[:k]), n
+
+
+@pytest.mark.parametrize("setting", ["greedy", "T=1", "top-k"])
+@pytest.mark.parametrize("g,k", [(2, 4), (3, 3), (1, 5)])
+def test_verify_then_continue_matches_pytorch_and_numpy(graphs, setting, g, k):
+    """A chain level in one run: iteration 0 verifies the level below's g guesses (the last g of input_ids) against
+    their q rows, the loop continues to k tokens; the kept guesses' keys and values stay, the rejected ones' go,
+    and the k-th token is drawn, not run (new_kv: unseen tokens - g + k - 1 positions)."""
+    model, sessions = graphs
+    temperature, top_k, top_p = SETTINGS[setting]
+    rng = np.random.default_rng(g * 10 + k)
+    cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
+    layers, _, _, heads, _, d_kv = cross.shape
+    empty = np.zeros((0, layers, 2, 1, heads, d_kv), np.float32)
+    agree, kept = 0, set()
+    for seed in range(8):
+        # guesses from a "level below": half the time the model's own greedy choice (so some are kept), q rows
+        # random distributions holding the guess
+        q = rng.dirichlet(np.ones(VOCAB) * 0.05, size=g).astype(np.float32)
+        guesses = [int(rng.integers(2, VOCAB)) for _ in range(g)]
+        seq = list(PREFIX)
+        for j in range(g):
+            if seed % 2 == 0:
+                with torch.no_grad():
+                    guesses[j] = int(model(input_ids=torch.from_numpy(SOURCE),
+                                           decoder_input_ids=torch.tensor([seq])).logits[0, -1].argmax())
+            seq.append(guesses[j])
+            q[j, guesses[j]] += 0.5
+            q[j] /= q[j].sum()
+        uniforms = rng.random(g + k, dtype=np.float32)
+        want_tokens, want_rows, want_n = verify_then_continue_reference(model, temperature, top_k, top_p, guesses,
+                                                                         q, uniforms, k)
+        f = feed(sessions, temperature, top_k, top_p, np.array([PREFIX + guesses]), empty, uniforms, k)
+        f["draft_probs"] = q
+        logits, new_kv, probs, accepted, tokens = sessions["loop"].run(None, f)
+        assert tokens.shape == (k,) and probs.shape == (k, VOCAB) and logits.shape == (1, 0, VOCAB)
+        assert new_kv.shape[0] == len(PREFIX) + k - 1
+        kept.add(int(accepted[0]))
+        if int(accepted[0]) != want_n:
+            continue                 # a boundary case within float32 rounding: counted below
+        same = int(np.argmax(tokens != want_tokens)) if (tokens != want_tokens).any() else k
+        agree += same == k
+        np.testing.assert_allclose(probs[:same + 1], want_rows[:same + 1], atol=2e-5)
+        # the cache: PyTorch-independent check against the plain graph run over the k-1 tokens kept
+        plain = feed(sessions, temperature, top_k, top_p, np.array([PREFIX + tokens[:k - 1].tolist()]), empty,
+                     uniforms[:1], 1)
+        del plain["steps"]
+        want_kv = sessions["plain"].run(None, plain)[1]
+        np.testing.assert_allclose(new_kv, want_kv, rtol=1e-4, atol=1e-4)
+    assert agree >= 7, f"the loop's tokens differ from the reference's on {8 - agree} of 8 seeds"
+    if setting == "greedy":
+        assert len(kept) > 1, "the guesses must sometimes be kept and sometimes not"

@@ -1,5 +1,6 @@
 """How many ONNX Runtime runs a round costs (export format 4): a model draft's proposal is one run whatever gamma,
-so a round is 2 runs (draft, verify); with logits processors the draft falls back to one run per guess."""
+so a round is 2 runs (draft, verify), and a chain's round one run per model level plus the verify; with logits
+processors the draft falls back to one run per guess."""
 
 from __future__ import annotations
 
@@ -28,11 +29,17 @@ def test_logits_processors_make_single_steps(related_decoder):
     assert stats.draft_calls == stats.proposed > stats.sources["draft"].rounds
 
 
-def test_a_chain_level_costs_at_most_two_runs_per_round(related_decoder):
-    """draft,mid: mid verifies the draft's guesses in one run and continues with at most one loop run; the draft
-    makes one run per proposal."""
-    stats = related_decoder.generate(PROMPTS[1], max_new_tokens=40, draft="draft,mid", gamma=6).stats
-    rounds = stats.sources["draft,mid"].rounds
-    below = stats.sources["draft>"].rounds
-    assert stats.draft_calls <= 2 * rounds + below, (stats.draft_calls, rounds, below)
-    assert stats.ort_runs == 3 + stats.target_calls + stats.draft_calls         # 3 encoder runs
+@pytest.mark.parametrize("gamma", [1, 3, 8])
+@pytest.mark.parametrize("chain,models", [("draft,mid", 2), ("lookup,draft", 1), ("lookup,draft,mid", 2)])
+def test_a_chain_round_is_one_run_per_model_level(related_decoder, gamma, chain, models):
+    """A chain level verifies the level below and continues on its own in one run of its proposal loop; the lowest
+    model proposes in one run; the lookup costs none: a round is one run per model level plus the verify."""
+    for i, prompt in enumerate(PROMPTS):
+        stats = related_decoder.generate(prompt, max_new_tokens=40, draft=chain, gamma=gamma, temperature=1.0,
+                                         seed=i).stats
+        rounds = stats.sources[chain].rounds
+        assert rounds >= 2 and stats.draft_calls == models * rounds, (stats.draft_calls, rounds)
+        assert stats.ort_runs == 1 + models + stats.target_calls + stats.draft_calls    # encoder runs
+        below = chain.rsplit(",", 1)[0] + ">"
+        if gamma > 1 and below in stats.sources:
+            assert stats.proposed > stats.draft_calls                                   # several tokens per run
