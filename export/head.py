@@ -255,7 +255,7 @@ def head_only_model(opset: int = 17, residual: bool = True):
 
 def plain_step_feed(vocab: int, temperature: float = 0.0, session=None) -> dict:
     """Head inputs for a plain one-token step (G = 0), e.g. to run a decoder graph for its logits alone; with an
-    onnxruntime `session` of a format-4 draft graph also `steps` = 1 (export/loop.py)."""
+    onnxruntime `session` of a format-5 draft graph also `steps` = 1 (export/loop.py)."""
     steps = {"steps": np.ones(1, np.int64)} if session is not None and \
         "steps" in {i.name for i in session.get_inputs()} else {}
     return {**steps, "draft_probs": np.zeros((0, vocab), np.float32), "uniforms": np.zeros(1, np.float32),

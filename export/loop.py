@@ -1,4 +1,4 @@
-"""A draft's whole proposal in one run (export format 4): the decoder + head graph wrapped so that it can also
+"""A draft's whole proposal in one run (export format 5): the decoder + head graph wrapped so that it can also
 iterate k autoregressive steps inside ONNX Runtime, after verifying a lower chain level's guesses.
 
 The draft model's graph gets one more input, `steps` [1] int64, and becomes

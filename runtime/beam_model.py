@@ -47,7 +47,7 @@ class BeamModel:
         self.scalars["lenience"].write([1.0])
         for name in ("uniforms", "temperature", "top_k", "top_p", "lenience"):
             self.decoder.input(name, self.scalars[name], (1,))
-        self.steps = Buffer((1,), np.int64, dev)                # a format-4 draft: plain steps (export/loop.py)
+        self.steps = Buffer((1,), np.int64, dev)                # a format-5 draft: plain steps (export/loop.py)
         self.steps.write([1])
         self.decoder.input("steps", self.steps, (1,))
         self.decoder.input("draft_probs", self.empty, (0, v))

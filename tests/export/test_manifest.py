@@ -36,7 +36,7 @@ def all_graphs(manifest):
 
 
 def test_format_and_options(manifest):
-    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 4
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 5
     assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
     assert manifest["vocab_size"] == 48
     assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,
@@ -128,10 +128,11 @@ def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp
         load_manifest(copy)
 
 
-@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("version", [1, 3, 4])
 def test_an_older_format_is_refused_with_a_one_line_fix(tiny_export, tmp_path, version):
-    """Format 1 (separate sampler graphs) and format 3 (a draft run per guess, no proposal loop) cannot run on this
-    runtime: say so and how to fix it."""
+    """Format 1 (separate sampler graphs), format 3 (a draft run per guess, no proposal loop) and format 4 (a
+    proposal loop that cannot verify a lower chain level's guesses) cannot run on this runtime: say so and how to
+    fix it."""
     import json
 
     from specdec.runtime.errors import SpecdecError
