@@ -141,3 +141,28 @@ def random_prompts(vocab: int, count: int, seed: int = 0) -> list:
 
     rng = np.random.default_rng(seed)
     return [[int(t) for t in rng.integers(3, vocab, size=rng.integers(2, 14))] + [1] for _ in range(count)]
+
+
+def noisy_copy(src, dst, noise: float, seed: int):
+    """The checkpoint at `src` with Gaussian noise (relative scale `noise`) on every weight: a related draft."""
+    import shutil
+
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration.from_pretrained(str(src)).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(noise * param.std() * torch.randn(param.shape, generator=gen))
+    model.save_pretrained(str(dst))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, dst / name)
+    return dst
+
+
+def export_pair(target, draft, out, *extra):
+    """specdec-export --target TARGET --draft DRAFT --out OUT [extra]; asserts it succeeded; returns OUT."""
+    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", out, *extra])
+    assert code == 0, stderr
+    return out

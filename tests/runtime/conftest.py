@@ -5,31 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tinymodels import make_tiny_t5, run_export_cli
-
-
-def noisy_copy(src, dst, noise: float, seed: int):
-    """The checkpoint at `src` with Gaussian noise (relative scale `noise`) on every weight: a related draft."""
-    import shutil
-
-    import torch
-    from transformers import T5ForConditionalGeneration
-
-    model = T5ForConditionalGeneration.from_pretrained(str(src)).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(noise * param.std() * torch.randn(param.shape, generator=gen))
-    model.save_pretrained(str(dst))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(src / name, dst / name)
-    return dst
-
-
-def export(target, draft, out, *extra):
-    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", out, *extra])
-    assert code == 0, stderr
-    return out
+from tinymodels import export_pair as export, make_tiny_t5, noisy_copy
 
 
 @pytest.fixture(scope="session")

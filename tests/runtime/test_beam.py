@@ -59,8 +59,7 @@ def pairs(tmp_path_factory, related_pair, tiny_pair, tiny_export):
     hypotheses, early stopping and the length penalty all matter there."""
     from transformers import T5ForConditionalGeneration
 
-    from conftest import export, noisy_copy
-    from tinymodels import make_tiny_t5
+    from tinymodels import export_pair as export, make_tiny_t5, noisy_copy
 
     root = tmp_path_factory.mktemp("beam_pairs")
     dirs = {"v1.0-v48": (related_pair[0], related_pair[2]), "v1.1-v48": (tiny_pair[0], tiny_export)}
