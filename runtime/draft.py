@@ -85,7 +85,7 @@ class ModelDraft(DraftSource):
         """The whole proposal in one run of the proposal loop: over a source below, its j <= k guesses are verified
         in the loop's first iteration (Algorithm 1 at this level: the kept ones and one more token, each
         distributed as our q) and the loop samples on until there are k tokens; alone, k sampling steps."""
-        j, base = 0, ws.end
+        j, base, q = 0, ws.end, None
         if self.below is not None:
             below = self.below.propose(ws, k, ws.rows(self.level + 1), 0, stats)
             j, base = below.count, ws.end - below.count
