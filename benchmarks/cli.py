@@ -411,17 +411,7 @@ def _main_engine(args) -> int:
     if args.peers:
         gamma = args.peer_gamma if args.peer_gamma is not None else \
             (greedy_best.get("measured_best_gamma") or min(4, dec.gamma_max))
-        from .peers import OPTIMUM_TIMEOUT_S, run_peers
-
-        peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat,
-                          Path(args.workdir), args.threads, args.target_checkpoint, args.draft_checkpoint, bars,
-                          log=lambda m: print(m, file=sys.stderr), peer_python=args.peer_python,
-                          peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S)
-        print()
-        print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}; ratio = its "
-              f"latency / the other's, >1: the other is faster; same tokens: prompts whose greedy output equals "
-              f"specdec's)")
-        print(report.peers_table(peers))
+        peers = _peers(args, dec, prompts, gamma, default=False, what="")
 
     elapsed = time.perf_counter() - started
     mach["load_average_at_end"] = machine.load_average()
@@ -440,6 +430,23 @@ def _main_engine(args) -> int:
                  f"{len(prompts)} prompts x {args.repeat}, {args.max_new_tokens} new tokens")
         print(f"plot: {report.plot(rows, args.plot, title)}")
     return 0
+
+
+def _peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict:
+    """Time the peers (benchmarks/peers.py) beside specdec's speculative path (the draft at `gamma`, or with
+    `default` specdec's default) and print their table; `what` goes into its heading."""
+    from .peers import OPTIMUM_TIMEOUT_S, run_peers
+
+    peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.workdir),
+                      args.threads, args.target_checkpoint, args.draft_checkpoint, _bar_factory(args.no_progress),
+                      log=lambda m: print(m, file=sys.stderr), peer_python=args.peer_python,
+                      peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S, default=default)
+    print()
+    print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}{what}; ratio = its "
+          f"latency / the other's, >1: the other is faster; same tokens: prompts whose greedy output equals "
+          f"specdec's)")
+    print(report.peers_table(peers))
+    return peers
 
 
 def _draft_conflicts(args) -> None:
@@ -525,19 +532,9 @@ def _main_drafts(args) -> int:
 
     peers = None
     if args.peers:                          # after the drafts: the peers' loads and exports overlap none of them
-        from .peers import OPTIMUM_TIMEOUT_S, run_peers
-
         gamma = args.peer_gamma if args.peer_gamma is not None else min(4, dec.gamma_max)
-        peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat,
-                          Path(args.workdir), args.threads, args.target_checkpoint, args.draft_checkpoint,
-                          _bar_factory(args.no_progress), log=lambda m: print(m, file=sys.stderr),
-                          peer_python=args.peer_python, peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S,
-                          default=True)
-        print()
-        print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}, all tasks; "
-              f"specdec default = draft and gamma 'auto'; assistants gamma {gamma}; ratio = its latency / the "
-              f"other's, >1: the other is faster; same tokens: prompts whose greedy output equals specdec's)")
-        print(report.peers_table(peers))
+        peers = _peers(args, dec, prompts, gamma, default=True,
+                       what=f", all tasks; specdec default = draft and gamma 'auto'; assistants gamma {gamma}")
 
     mach["load_average_at_end"] = machine.load_average()
     out = {"mode": "drafts", "machine": mach, "engine": _engine_info(dec),
