@@ -163,7 +163,7 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
     body_nodes += _renamed(nodes, rename, b)
     body_nodes += [
         const(b + "flat", [-1], np.int64), const(b + "tok_shape", [1, 1], np.int64),
-        helper.make_node("Shape", [b + "ids_in"], [b + "N_i"], start=1, end=2, name=b + "N_i_Shape"),
+        node("Shape", [b + "ids_in"], b + "N_i", start=1, end=2),
         node("Sub", [b + "N_i", b + "g"], b + "keep_from"),                  # where the guesses start
         node("Add", [b + "keep_from", b + "accepted"], b + "keep_to"),        # ... and the kept ones end
         node("Reshape", [b + "ids_in", b + "flat"], b + "ids_flat"),
@@ -177,20 +177,17 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
         node("Concat", [b + "rows_in", b + "rows_new"], b + "rows_out", axis=0),
         node("Add", [b + "n_in", b + "accepted"], b + "n_out"),              # iterations > 0 keep 0 guesses
         node("Reshape", [b + "next_token", b + "tok_shape"], b + "ids_out"),
-        helper.make_node("Shape", [b + "tok_out"], [b + "made"], name=b + "made_Shape"),
+        node("Shape", [b + "tok_out"], b + "made"),
         node("Less", [b + "made", STEPS], b + "more"),
         node("Squeeze", [b + "more"], b + "cond_out"),
     ]
+    carried = (("ids", _I), ("kv", kv_type), ("tok", _I), ("rows", _F), ("n", _I))     # the loop-carried values
     body = helper.make_graph(
         body_nodes, "proposal_step",
         [helper.make_tensor_value_info(b + "i", _I, []), helper.make_tensor_value_info(b + "cond_in", _B, []),
-         helper.make_tensor_value_info(b + "ids_in", _I, None), helper.make_tensor_value_info(b + "kv_in", kv_type, None),
-         helper.make_tensor_value_info(b + "tok_in", _I, None), helper.make_tensor_value_info(b + "rows_in", _F, None),
-         helper.make_tensor_value_info(b + "n_in", _I, None)],
-        [helper.make_tensor_value_info(b + "cond_out", _B, []), helper.make_tensor_value_info(b + "ids_out", _I, None),
-         helper.make_tensor_value_info(b + "kv_out", kv_type, None),
-         helper.make_tensor_value_info(b + "tok_out", _I, None), helper.make_tensor_value_info(b + "rows_out", _F, None),
-         helper.make_tensor_value_info(b + "n_out", _I, None)])
+         *(helper.make_tensor_value_info(b + name + "_in", kind, None) for name, kind in carried)],
+        [helper.make_tensor_value_info(b + "cond_out", _B, []),
+         *(helper.make_tensor_value_info(b + name + "_out", kind, None) for name, kind in carried)])
 
     loop_nodes = [
         const(r + "zero", [0], np.int64), const(r + "one", [1], np.int64),
@@ -204,7 +201,7 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
                          name=r + "Loop"),
         node("Slice", [r + "tok_all", r + "zero", STEPS], r + "next_token"),              # k tokens
         node("Slice", [r + "rows_all", r + "zero", STEPS, r + "zero"], r + "probs"),    # their k rows
-        helper.make_node("Shape", ["input_ids"], [r + "N"], start=1, end=2, name=r + "N_Shape"),
+        node("Shape", ["input_ids"], r + "N", start=1, end=2),
         node("Sub", [r + "N", r + "G"], r + "unseen"),
         node("Add", [r + "unseen", STEPS], r + "kv_end1"),
         node("Sub", [r + "kv_end1", r + "one"], r + "kv_end"),       # the k-th token is drawn, not run

@@ -195,7 +195,7 @@ class _Plan:
     all (`copy_pays`: else the lookup is not probed); and at most one source whose wait is over, to be tried once
     (`stale`: name, gamma, whether it needs a copy)."""
 
-    __slots__ = ("cap", "until", "encode", "plain", "copy", "copy_pays", "stale", "alpha")
+    __slots__ = ("cap", "until", "encodes", "plain", "copy", "copy_pays", "stale", "alpha")
 
 
 class AutoDraft(DraftSource):
@@ -234,7 +234,6 @@ class AutoDraft(DraftSource):
 
     def _refit(self, cap: int) -> _Plan:
         est = self.estimates
-        encode = tuple(s.needs_encoder for s in self._models)
         times = est.times(cap)
         none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
         plain, per_copy = none, [none] * (cap + 1)        # per_copy[c]: the best with c guesses copied
@@ -262,7 +261,8 @@ class AutoDraft(DraftSource):
                 if best[2] > per_copy[c][2]:
                     per_copy[c] = best
         plan = _Plan()
-        plan.cap, plan.until, plan.encode, plan.alpha = cap, est.round + REFIT, encode, alphas
+        plan.cap, plan.until, plan.alpha = cap, est.round + REFIT, alphas
+        plan.encodes = any(s.needs_encoder for s in self._models)     # an encoder run's cost is shared in the rates
         plan.plain = plain[:2]
         plan.copy = [c[:2] for c in per_copy]
         plan.copy_pays = self.lookup is not None and any(c[0] != "none" for c in per_copy[1:])
@@ -307,7 +307,7 @@ class AutoDraft(DraftSource):
         if self.chosen is self.lookup:               # already looked up by choose()
             return Proposal(self.lookup.propose_found(ws, self._copied[:gamma]).count, True, name)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
-        if True in self._plan.encode:         # a model's first use in the request may have run its encoder: the
+        if self._plan.encodes:                # a model's first use in the request may have run its encoder: the
             self._plan.until = 0              # plan shared that run's cost over the rounds left; refit next round
         return Proposal(proposal.count, proposal.point_mass, name)
 

@@ -7,8 +7,8 @@ Layout of an export directory (format_version 5):
     target/decoder.onnx            N new tokens + KV cache + the speculative head's inputs -> logits, the new
                                    tokens' K/V, standardized rows, accepted count, next token (export/head.py)
     draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft; its decoder also takes `steps` and
-                                               then runs a whole proposal of k tokens in one run, after verifying a lower chain level's
-                                               guesses when given (export/loop.py)
+                                               then runs a whole proposal of k tokens in one run, after verifying
+                                               a lower chain level's guesses when given (export/loop.py)
     NAME/encoder.onnx, NAME/decoder.onnx       the same for every further draft model (specdec-export --draft
                                                NAME=CHECKPOINT), usable as a chain level
 
@@ -135,8 +135,8 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
-                           f"format {FORMAT_VERSION} (a draft's proposal, and a chain level's check of the level below and "
-                           f"its own continuation, in one run)",
+                           f"format {FORMAT_VERSION} (a draft's proposal, and a chain level's check of the level "
+                           f"below and its own continuation, in one run)",
                            "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
