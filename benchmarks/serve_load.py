@@ -117,7 +117,7 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
-    from specdec.serve.server import Server, free_port
+    from specdec.serve.server import Server, free_ports
 
     from .machine import describe, load_average
 
@@ -125,8 +125,9 @@ def _main(argv) -> int:
     machine = describe("cpu")
     results, first_answer = [], {}
     for instances in args.instances:
+        http, grpc, metrics = free_ports(3)
         with Server(args.engine, instances=instances, threads=args.threads, address="127.0.0.1", exit_timeout_s=2,
-                    http_port=free_port(), grpc_port=free_port(), metrics_port=free_port()) as server:
+                    http_port=http, grpc_port=grpc, metrics_port=metrics) as server:
             port = server.http_port if args.protocol == "http" else server.grpc_port
             warm = prompts[:max(1, args.warmup * instances)]
             run_cell(port, args.protocol, instances, warm, args.max_new_tokens)

@@ -181,13 +181,23 @@ def _port_free(address: str, port: int, what: str) -> None:
                                f"stop what uses it, or pick another port with {what}") from None
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for tests and benchmarks on 127.0.0.1)."""
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports nobody listens on right now (for tests and benchmarks on 127.0.0.1). The sockets
+    are bound all at once: ports taken one at a time may come back equal, and a server given the same port twice
+    does not start."""
+    import contextlib
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
-__all__ = ["Server", "require_pytriton", "threads_per_instance", "free_port"]
+def free_port() -> int:
+    """One port as free_ports gives them."""
+    return free_ports(1)[0]
+
+
+__all__ = ["Server", "require_pytriton", "threads_per_instance", "free_port", "free_ports"]

@@ -16,7 +16,7 @@ tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder  # noqa: E402
 from specdec.serve import schema  # noqa: E402
-from specdec.serve.server import Server, free_port  # noqa: E402
+from specdec.serve.server import Server, free_ports  # noqa: E402
 
 from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
 
@@ -35,7 +35,8 @@ FIXED = [case for case in CASES if "gamma" in case[1]]     # fixed source and ga
 
 @pytest.fixture(scope="module")
 def server(tiny_export):
-    srv = Server(tiny_export, instances=2, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+    http, grpc, metrics = free_ports(3)
+    srv = Server(tiny_export, instances=2, http_port=http, grpc_port=grpc, metrics_port=metrics,
                  address="127.0.0.1", exit_timeout_s=2)
     srv.start()
     yield srv
@@ -229,7 +230,7 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
                            "--write-model-repository", str(repo), "--threads", "1"], capture_output=True, text=True,
                           timeout=120)
     assert code.returncode == 0, code.stderr
-    ports = (free_port(), free_port(), free_port())
+    ports = free_ports(3)
     proc = triton_standalone.start(repo, tmp_path, ports)
     try:
         url = f"127.0.0.1:{ports[0]}"
@@ -258,7 +259,8 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
         assert "nosuch" in str(bad)
         assert [p["text"] for p in pieces] == [p.text for p in reference.stream(prompt, **params)]
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:          # a server that failed to start has exited already: its log says why
+            os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
 
 

@@ -16,7 +16,7 @@ pytest.importorskip("pytriton")
 tritonclient_http = pytest.importorskip("tritonclient.http")
 
 from specdec.runtime import SpeculativeDecoder  # noqa: E402
-from specdec.serve.server import free_port  # noqa: E402
+from specdec.serve.server import free_port, free_ports  # noqa: E402
 
 from triton_clients import as_dict, inputs, wait_ready  # noqa: E402
 
@@ -61,10 +61,10 @@ def _group_empty(pgid: int) -> bool:
 
 
 def test_serve_answers_then_stops_cleanly_on_sigterm(tiny_export, tmp_path):
-    http_port = free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     log = open(tmp_path / "serve.log", "wb")
     proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
-                             str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
+                             str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
                              "--exit-timeout", "2"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         url = f"127.0.0.1:{http_port}"
@@ -125,8 +125,9 @@ def test_a_port_in_use_is_one_line(tiny_export):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
+        http_port, metrics_port = free_ports(2)
         res = subprocess.run([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
-                              str(free_port()), "--grpc-port", str(port), "--metrics-port", str(free_port())],
+                              str(http_port), "--grpc-port", str(port), "--metrics-port", str(metrics_port)],
                              capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
     assert res.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port} (--grpc-port)"), res.stderr
@@ -134,9 +135,9 @@ def test_a_port_in_use_is_one_line(tiny_export):
 
 def test_sigterm_while_starting_stops_too(tiny_export, tmp_path):
     """SIGTERM before the models are ready (PyTriton can wait up to 2 minutes for its server) ends the start."""
-    http_port = free_port()
+    http_port, grpc_port, metrics_port = free_ports(3)
     proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
-                             str(http_port), "--grpc-port", str(free_port()), "--metrics-port", str(free_port())],
+                             str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
         end = time.monotonic() + 60          # wait until tritonserver exists, then interrupt its start
