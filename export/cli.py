@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specdec.runtime.errors import SpecdecError, run_cli
 
-from .pair import ExportOptions, bundled_pair, export_pair
+from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,6 +34,11 @@ def parser() -> argparse.ArgumentParser:
                    help="the draft models' weights when they differ from --dtype: int8 (dynamic) or int8-wo "
                         "(weight-only int8, often the fastest draft step); an int8 draft keeps the output exactly "
                         "the target's (only the target's p decides)")
+    p.add_argument("--datastore", nargs="+", metavar="FILE",
+                   help="text in the output's language for the lookup to copy from: one segment a line (.txt, "
+                        ".txt.gz) or .jsonl records (with --datastore-field); indexed into datastore.sdds. Default: "
+                        "none, or for the bundled pair its training targets (models/datastore/); 'none': no datastore")
+    p.add_argument("--datastore-field", metavar="NAME", help="the field of .jsonl --datastore files holding the text")
     p.add_argument("--force", action="store_true", help="replace an existing export directory")
     p.add_argument("--opset", type=int, default=17, help=argparse.SUPPRESS)
     return p
@@ -44,12 +49,16 @@ def _main(argv) -> int:
     if (args.target is None) != (args.draft is None):
         raise SpecdecError("--target and --draft go together", "pass both, or neither for the bundled pair")
     target, draft = (args.target, args.draft[0]) if args.target else bundled_pair()
+    store = args.datastore if args.datastore is not None else [] if args.target else bundled_datastore()
+    if store == ["none"]:
+        store = []
     more = {}
     if args.draft:
         draft, more = _drafts(args.draft)
     warnings.filterwarnings("ignore")          # the ONNX tracer's warnings say nothing actionable to users
     reports = export_pair(ExportOptions(target, draft, args.out, args.gamma_max, args.max_length, args.dtype,
-                                        args.force, args.opset, more, args.draft_dtype))
+                                        args.force, args.opset, more, args.draft_dtype, store,
+                                        args.datastore_field))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
     if failed:
         print(f"error: parity check failed for {', '.join(failed)}; the export in {args.out} is not trustworthy",

@@ -50,7 +50,8 @@ def architecture(config) -> dict:
 
 
 def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str, special_ids: dict,
-                   vocab_size: int, gamma_max: int, max_length: int, dtype: str, checks: dict) -> Path:
+                   vocab_size: int, gamma_max: int, max_length: int, dtype: str, checks: dict,
+                   datastore: str | None = None) -> Path:
     """`models`: role -> {"source", "revision", "config", "graphs": {"encoder": rel, "decoder": rel}}."""
     entry = {
         "format": FORMAT,
@@ -63,6 +64,7 @@ def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str,
         "vocab_size": vocab_size,
         "special_ids": special_ids,
         "tokenizer": tokenizer_file,
+        **({"datastore": datastore} if datastore else {}),
         "models": {
             role: {"source": m["source"], "revision": m["revision"], "architecture": architecture(m["config"]),
                    "weights": m.get("weights", dtype),

@@ -16,6 +16,7 @@ MARKER = ".specdec-export"      # written first, so --force knows the directory 
 # int8: int8 weights, float32 activations and KV cache; int8-wo: weight-only int8, drafts only (export/quantize.py)
 DTYPES = ("fp32", "fp16", "int8", "int8-wo")
 SINGLE_FILE_LIMIT = 1_800_000_000   # protobuf's 2 GB cap: larger graphs keep weights in one .data file
+DATASTORE = "datastore.sdds"
 
 
 @dataclass
@@ -30,6 +31,8 @@ class ExportOptions:
     opset: int = 17
     more_drafts: dict = None      # name -> checkpoint: further draft models (chain levels), e.g. {"mid": "t5-base"}
     draft_dtype: str | None = None    # the draft models' weights (None: as dtype), e.g. int8 drafts for an fp32 target
+    datastore: list = None        # text files (one segment a line, or .jsonl) indexed into datastore.sdds
+    datastore_field: str | None = None    # the field of .jsonl datastore files that holds the text
 
     def roles(self) -> dict:
         return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
@@ -42,6 +45,15 @@ class ExportOptions:
     def activations(self) -> str:
         """The pair's activation and KV-cache dtype (the manifest's `dtype`): int8 weights run in fp32."""
         return "fp16" if self.dtype == "fp16" else "fp32"
+
+
+def bundled_datastore() -> list:
+    """The text the bundled pair's export indexes by default: models/datastore/ (the training split's target side,
+    written by the models recipe); [] when it is not there."""
+    import specdec.models
+
+    folder = Path(specdec.models.__file__).parent / "datastore"
+    return sorted(str(p) for p in folder.glob("*.txt*")) if folder.is_dir() else []
 
 
 def bundled_pair() -> tuple[str, str]:
@@ -79,6 +91,14 @@ def validate_options(opts: ExportOptions) -> None:
         raise SpecdecError("--dtype int8-wo is for drafts only: weight-only int8 kernels give a verify run other "
                            "logits than one-token steps, so an int8-wo target would not reproduce its own output",
                            "use --dtype int8, or --draft-dtype int8-wo with an fp32 or int8 target")
+    for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
+        name = Path(text).name.lower()
+        if not Path(text).is_file():
+            raise SpecdecError(f"--datastore file '{text}' " + ("is not a regular file" if Path(text).exists()
+                                                                else "does not exist"), "check the path")
+        if name.endswith((".jsonl", ".jsonl.gz")) and not opts.datastore_field:
+            raise SpecdecError(f"--datastore file '{text}' is JSON lines: say which field holds the text",
+                               "pass --datastore-field NAME (e.g. --datastore-field reference)")
     draft = opts.weights("draft")
     if ("fp16" in (opts.dtype, draft)) and opts.dtype != draft:
         raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "
@@ -189,7 +209,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     torch_dtype = {role: torch.float16 if opts.weights(role) == "fp16" else torch.float32 for role in names}
     stages = [(role, "load") for role in names] + \
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
-        [("pair", "tokenizer")] + [(role, "check") for role in names] + [("pair", "manifest")]
+        [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
+        [(role, "check") for role in names] + [("pair", "manifest")]
     sources, graphs, reports, quantization = {}, {}, {}, {}
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
@@ -219,6 +240,13 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 graphs.setdefault(role, {})[stage] = rel
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
+            elif stage == "datastore":
+                from specdec.runtime.datastore_build import build
+
+                store = build(out / DATASTORE, opts.datastore, out / "tokenizer.json", opts.datastore_field,
+                              quiet=True)
+                bar.write(f"  datastore: {store.tokens:,} tokens in {store.segments:,} segments, "
+                          f"{store.file_bytes / 2**20:.1f} MiB")
             elif stage == "check":
                 rep = check.check_parity(sources[role].model, out / graphs[role]["encoder"],
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role))
@@ -250,7 +278,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                             for role in names},
                     head={"candidates": head.CANDIDATES, "inputs": list(head.INPUTS),
                           "outputs": list(head.OUTPUTS)},
-                    tokenizer_file="tokenizer.json",
+                    tokenizer_file="tokenizer.json", datastore=DATASTORE if opts.datastore else None,
                     special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
                                  "unk_token_id": tok.unk_token_id,
                                  "decoder_start_token_id": cfg.decoder_start_token_id},

@@ -1,12 +1,12 @@
 """specdec-models: the recipe that builds the bundled default pair in ``models/``.
 
-    specdec-models all            # data -> tokenizer -> train-target -> train-draft -> package -> evaluate
+    specdec-models all            # data -> tokenizer -> train-target -> train-draft -> package -> datastore -> evaluate
     python -m specdec.models all --threads 2 --resume
 
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
-``package``, ``evaluate``).  Everything downloaded or cached goes into ``--work-dir`` (default
-``models/.work/``, git-ignored); only ``package`` writes the committed files (``models/target``,
-``models/draft``, ``models/prompts/test.jsonl``).  Never run in CI: it takes about 88 minutes on 2 cores.
+``package``, ``datastore``, ``evaluate``).  Everything downloaded or cached goes into ``--work-dir`` (default
+``models/.work/``, git-ignored); only ``package`` and ``datastore`` write the committed files (``models/target``,
+``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "evaluate"]
+STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
 
 # The committed pair was trained by this recipe as of commit 5d2fde6 (62-min target cap, 4,000 draft steps, no
 # sequence-level distillation); these defaults were measured end to end at 88 min (models/README.md).
@@ -121,6 +121,10 @@ def main(argv=None):
             from .evaluate import package
 
             package(work, os.path.abspath(args.out_dir), seed=args.seed)
+        elif st == "datastore":
+            from .datastore import run_datastore
+
+            run_datastore(work, os.path.abspath(args.out_dir))
         elif st == "evaluate":
             from .evaluate import evaluate
 

@@ -30,6 +30,8 @@ def parser() -> argparse.ArgumentParser:
                    help="auto (default: the best of none, lookup, draft and lookup,draft each round), none, lookup "
                         "(copy from the source and the output so far), draft (the draft model), another draft model "
                         "of the export, or a chain lowest level first, e.g. lookup,draft")
+    p.add_argument("--datastore", metavar="PATH",
+                   help="the datastore the lookup searches (default: the export's own, if any; 'none': no datastore)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -101,7 +103,8 @@ def _main(argv) -> int:
     from .decoder import SpeculativeDecoder
     from .params import Params
 
-    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
+    store = None if args.datastore is None else False if args.datastore == "none" else args.datastore
+    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads, datastore=store)
     params = Params(max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft=args.draft,
                     temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed,

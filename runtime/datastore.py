@@ -1,9 +1,12 @@
 """A datastore the lookup searches: token ids of text in the output's language, indexed so that the continuations of
 an n-gram (n < the key's m digits) are found with one binary search, whatever the size, on a memory-mapped file.
 
-The index. Every token position i of the stream gets a 64-bit key: the digits d = token + 1 of tokens i .. i+m-1
-(m = 64 // bits, bits = the bits of vocab_size + 1; m = 4 for T5's 32,128 ids and for 4,096), first token in the
-highest bits, the digits after the end of i's segment 0. Keys are sorted (positions alongside), so:
+The index. The stream is the segments with a separator SEP = vocab_size before each and after the last, so that
+"the start of a segment" can be matched like a token (the lookup's context begins with SEP while the output is
+shorter than the n-grams: the first token is guessed from how segments start). Every position i but the last gets a
+64-bit key: the digits d = token + 1 of tokens i .. i+m-1 (SEP's digit is vocab_size + 1; m = 64 // bits, bits =
+the bits of vocab_size + 1; m = 4 for T5's 32,128 ids and for 4,096), first token in the highest bits, the digits
+from the next SEP on 0. Keys are sorted (positions alongside), so:
   - the occurrences of an n-gram g (n < m) followed by at least one more token are the contiguous range of keys
     in [(g, 1, 0 ..), (g + 1, 0 ..)): two `searchsorted` probes into the mapped array (log2 N page reads), one
     numpy call for every n at once;
@@ -16,14 +19,14 @@ The file (little-endian; written by datastore_build.py, `specdec-datastore build
 
     header   HEADER bytes: MAGIC, version, token width (2 or 4 bytes), bits, m, vocab_size, N tokens (segment
              separators included), segments, the sha256 of the tokenizer.json that made the ids
-    tokens   N x uint16/uint32: the segments, each followed by the separator SEP = vocab_size
-    keys     (N - segments) x uint64, sorted
-    positions (N - segments) x uint32: the stream position of each key
+    tokens   N x uint16/uint32: SEP, segment 1, SEP, segment 2, ..., SEP
+    keys     (N - 1) x uint64, sorted
+    positions (N - 1) x uint32: the stream position of each key
 
 The file is not trusted (it may come from anywhere, or be corrupt): `Datastore.open` checks the header's numbers
 against each other and the file's size, then reads the three arrays once, in chunks (the process does not keep
 them: resident memory stays flat), checking that every token is an id of the vocabulary or the separator, that the
-stream ends with a separator, that every position points into the stream and that the keys are sorted. Any problem
+stream starts and ends with one, that every position points into the stream and that the keys are sorted. Any problem
 is a one-line SpecdecError before generation. What a lookup may then read is in bounds by construction.
 """
 
@@ -49,8 +52,9 @@ SUFFIX = ".sdds"
 
 
 def digit_bits(vocab_size: int) -> int:
-    """Bits of one key digit: digits are 0 (past the segment's end) and token + 1 for tokens 0 .. vocab_size - 1."""
-    return int(vocab_size).bit_length()
+    """Bits of one key digit: 0 (past the segment's end), token + 1 for ids 0 .. vocab_size - 1, vocab_size + 1 for
+    SEP."""
+    return (int(vocab_size) + 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,12 @@ class Datastore:
     def __init__(self, path: Path, header: tuple, layout: Layout):
         _, _, token_bytes, bits, width, vocab, n_tokens, segments, sha = header
         self.path, self.vocab_size, self.segments = path, vocab, segments
-        self.tokens, self.stream_length = n_tokens - segments, n_tokens
+        self.tokens, self.stream_length = n_tokens - segments - 1, n_tokens
         self.digits, self.bits, self.tokenizer_sha256 = width, bits, sha.hex()
         self.width = width - 1          # the longest n-gram matched: a key also holds the token after it
         self.file_bytes = layout.size
         self.sep = vocab
-        n_keys = n_tokens - segments
+        n_keys = n_tokens - 1
         self._stream = np.memmap(path, layout.token_dtype, "r", layout.tokens_at, (n_tokens,))
         self._keys = np.memmap(path, "<u8", "r", layout.keys_at, (n_keys,)) if n_keys else np.zeros(0, "<u8")
         self._positions = np.memmap(path, "<u4", "r", layout.positions_at, (n_keys,)) if n_keys else \
@@ -135,8 +139,8 @@ class Datastore:
 
     # -- lookups -----------------------------------------------------------------------------------------------
     def continuations(self, context, k: int, count: int = 1, min_n: int = 1) -> tuple[int, list]:
-        """(n, [continuation, ...]): the longest n in min_n .. width such that the last n tokens of `context` occur
-        followed by more text, and up to `count` continuations of up to k tokens after them, with distinct first
+        """(n, [continuation, ...]): the longest n in min_n .. width such that the last n tokens of `context` (ids, and
+        `sep` for the start of the text: only as the first of them) occur followed by more text, and up to `count` continuations of up to k tokens after them, with distinct first
         tokens, the most frequent first token first (each the most frequent continuation of that first token's
         occurrences). (0, []) when nothing matches."""
         bits, width = self.bits, self.width
@@ -182,11 +186,12 @@ class Datastore:
 
     def segments_tokens(self):
         """Yield each segment's token ids (a list), in order (for `specdec-datastore add`)."""
-        start = 0
+        start = None
         for begin in range(0, self.stream_length, CHUNK):
             block = np.asarray(self._stream[begin:begin + CHUNK])
             for end in np.flatnonzero(block == self.sep) + begin:
-                yield np.asarray(self._stream[start:end]).tolist()
+                if start is not None:
+                    yield np.asarray(self._stream[start:end]).tolist()
                 start = int(end) + 1
 
     def info(self) -> dict:
@@ -209,9 +214,9 @@ def _check_header(raw: bytes, size: int, shown: str, fix: str) -> tuple:
         bad(f"says its vocabulary has {vocab} ids")
     if token_bytes != token_bytes_for(vocab) or bits != digit_bits(vocab) or width != 64 // bits:
         bad("has a header whose token width, bits or n-gram width do not follow from its vocabulary (corrupt)")
-    if not 1 <= segments <= n_tokens <= MAX_TOKENS:
+    if not (1 <= segments and 2 * segments + 1 <= n_tokens <= MAX_TOKENS):
         bad(f"says it holds {n_tokens} tokens in {segments} segments (corrupt)")
-    layout = Layout.of(token_bytes, n_tokens, n_tokens - segments)
+    layout = Layout.of(token_bytes, n_tokens, n_tokens - 1)
     if size != layout.size:
         bad(f"is {size} bytes, its header says {layout.size} (truncated or corrupt)")
     return header, layout
@@ -220,19 +225,21 @@ def _check_header(raw: bytes, size: int, shown: str, fix: str) -> tuple:
 def _check_arrays(fh, header: tuple, layout: Layout, shown: str, fix: str) -> None:
     """One chunked pass over the arrays (plain reads: nothing stays resident)."""
     vocab, n_tokens, segments = header[5], header[6], header[7]
-    n_keys = n_tokens - segments
+    n_keys = n_tokens - 1
 
     def bad(problem: str):
         raise SpecdecError(f"datastore '{shown}' {problem} (corrupt)", fix)
 
-    seps, last = 0, None
+    seps, first, last = 0, None, None
     for block in _chunks(fh, layout.tokens_at, layout.token_dtype, n_tokens):
         if int(block.max()) > vocab:
             bad(f"holds token id {int(block.max())}, outside its vocabulary of {vocab}")
         seps += int(np.count_nonzero(block == vocab))
+        first = int(block[0]) if first is None else first
         last = int(block[-1])
-    if last != vocab or seps != segments:
-        bad(f"has {seps} segment ends in its stream, its header says {segments}")
+    if first != vocab or last != vocab or seps != segments + 1:
+        bad(f"has {seps} separators in its stream (starting and ending with one), its header says {segments} "
+            "segments")
     previous = None
     for block in _chunks(fh, layout.keys_at, np.dtype("<u8"), n_keys):
         if (previous is not None and block[0] < previous) or bool(np.any(block[1:] < block[:-1])):

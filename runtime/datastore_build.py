@@ -97,27 +97,25 @@ def write(path, segments: list, vocab_size: int, tokenizer_sha256: str) -> Path:
     segments = [s for s in segments if len(s)]
     if not segments:
         raise SpecdecError("the datastore text holds no segments", "pass at least one non-empty line")
-    n_tokens = sum(len(s) for s in segments) + len(segments)
+    n_tokens = sum(len(s) for s in segments) + len(segments) + 1
     if n_tokens > MAX_TOKENS:
         raise SpecdecError(f"the datastore would hold {n_tokens} tokens, more than {MAX_TOKENS}",
                            "split the text into several datastores")
     sep = vocab_size
     stream = np.empty(n_tokens, np.int64)
-    at = 0
+    stream[0], at = sep, 1
     for s in segments:
         stream[at:at + len(s)] = s
         stream[at + len(s)] = sep
         at += len(s) + 1
-    if stream.min() < 0 or stream.max() > sep or np.count_nonzero(stream == sep) != len(segments):
+    if stream.min() < 0 or stream.max() > sep or np.count_nonzero(stream == sep) != len(segments) + 1:
         raise SpecdecError(f"the datastore text has token ids outside the tokenizer's vocabulary of {vocab_size}",
                            "use the export's own tokenizer")
     bits, width = digit_bits(vocab_size), 64 // digit_bits(vocab_size)
-    keys = _keys(stream, sep, bits, width)
-    positions = np.flatnonzero(stream != sep)
-    keys = keys[positions]
+    keys = _keys(stream, sep, bits, width)[:-1]        # every position but the last SEP
     order = np.argsort(keys, kind="stable")
     token_bytes = token_bytes_for(vocab_size)
-    layout = Layout.of(token_bytes, n_tokens, len(positions))
+    layout = Layout.of(token_bytes, n_tokens, n_tokens - 1)
     header = HEADER.pack(MAGIC, VERSION, token_bytes, bits, width, vocab_size, n_tokens, len(segments),
                          bytes.fromhex(tokenizer_sha256))
     partial = path.with_name(path.name + ".partial")
@@ -126,20 +124,22 @@ def write(path, segments: list, vocab_size: int, tokenizer_sha256: str) -> Path:
         fh.write(stream.astype(layout.token_dtype).tobytes())
         fh.write(b"\0" * (layout.keys_at - fh.tell()))
         fh.write(keys[order].astype("<u8").tobytes())
-        fh.write(positions[order].astype("<u4").tobytes())
+        fh.write(order.astype("<u4").tobytes())
     os.replace(partial, path)
     return path
 
 
 def _keys(stream: np.ndarray, sep: int, bits: int, width: int) -> np.ndarray:
-    """Each position's key: digits token + 1 of the next `width` tokens, 0 from its segment's end on."""
+    """Each position's key: digits token + 1 of the next `width` tokens (a SEP only as the first), 0 from the next
+    SEP on."""
     n = len(stream)
     keys = np.zeros(n, np.uint64)
     alive = np.ones(n, bool)
     for j in range(min(width, n)):
         ahead = np.full(n, sep, np.int64)
         ahead[:n - j] = stream[j:]
-        alive &= ahead != sep
+        if j:
+            alive &= ahead != sep
         digit = np.where(alive, ahead + 1, 0).astype(np.uint64)
         keys |= digit << np.uint64(bits * (width - 1 - j))
     return keys

@@ -56,15 +56,17 @@ class SpeculativeDecoder:
     Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
     default model draft, a ModelDraft), `estimates` (what draft="auto" / gamma="auto" learned, runtime/auto.py;
     `reset_estimates()` forgets it), `workspace` (runtime/workspace.py), `tokenizer`, `manifest`, `provider`,
-    `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token).
+    `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token), `datastore` (what the
+    lookup searches besides the output and the source, runtime/datastore.py; None without one).
 
     Threads: one request at a time (runtime/gate.py). generate(), beam search and reset_estimates() wait for the
     request before them; a stream holds the decoder from its first piece to its end, and loses it (its next piece
     raises SpecdecError) when it is left unadvanced for `stream_idle_s` seconds while another request waits, or when
     its own thread starts another request."""
 
-    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict, stream_idle_s: float = 30.0):
-        self.manifest, self.provider = manifest, provider
+    def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict, stream_idle_s: float = 30.0,
+                 datastore=None):
+        self.manifest, self.provider, self.datastore = manifest, provider, datastore
         self.device = device_of(provider)
         self.gamma_max, self.max_length = manifest.gamma_max, manifest.max_length
         self.vocab_size = manifest.vocab_size
@@ -111,21 +113,24 @@ class SpeculativeDecoder:
         key = (draft, gamma == "auto")
         if key not in self._sources:
             if parts == ["auto"]:
-                lookup = LookupDraft()
+                lookup = LookupDraft(datastore=self.datastore)
                 made = {spec: sources.build(spec.split(","), self.models, lookup)
                         for spec in sources.AUTO_CANDIDATES if all(p == "lookup" or p in self.models
                                                                    for p in spec.split(","))}
                 self._sources[key] = AutoDraft(made, self.estimates, adaptive=gamma == "auto")
             else:
-                made = sources.build(parts, self.models)
+                made = sources.build(parts, self.models, datastore=self.datastore)
                 self._sources[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
         return self._sources[key]
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
-             draft: str | Path | None = None, stream_idle_s: float = 30.0) -> "SpeculativeDecoder":
+             draft: str | Path | None = None, stream_idle_s: float = 30.0,
+             datastore: str | Path | bool | None = None) -> "SpeculativeDecoder":
         """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
-        named "draft" from another export directory made for the same target (same tokenizer).
+        named "draft" from another export directory made for the same target (same tokenizer). `datastore`: the
+        datastore the lookup searches (runtime/datastore.py): None, the export's own if it has one; a path, that
+        file instead (made with this export's tokenizer: specdec-datastore build --export DIR); False, none.
         `threads`: intra-op threads for the target (0: onnxruntime's default); the draft's one-token steps are too
         small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
         class's note on threads."""
@@ -134,13 +139,19 @@ class SpeculativeDecoder:
         if draft is not None:
             draft_manifest = load_manifest(draft)
             _belongs_together(manifest, draft_manifest)
+        if datastore is not None and not isinstance(datastore, (str, Path, bool)):
+            raise SpecdecError(f"datastore must be a path, None or False (got {type(datastore).__name__})",
+                               "pass the path of a datastore file, or False for none")
         provider = resolve_provider(provider)
         device = device_of(provider)
         target = CachedSeq2Seq(manifest, "target", provider, device, manifest.gamma_max + 1, threads)
         models = {name: CachedSeq2Seq(draft_manifest if name == "draft" else manifest, name, provider, device,
                                       manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length)
                   for name in manifest.drafts}
-        return cls(manifest, provider, target, models, stream_idle_s)
+        decoder = cls(manifest, provider, target, models, stream_idle_s)     # checks the tokenizer first
+        if datastore is not False:
+            decoder.datastore = manifest.datastore(None if datastore in (None, True) else datastore)
+        return decoder
 
     # -- requests -------------------------------------------------------------------------------------------
     def _source(self, prompt, input_ids) -> np.ndarray:

@@ -151,6 +151,8 @@ def check_manifest(raw, where: str) -> None:
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             _fail(where, f"the sha256 of {shown(rel)} is {shown(digest, 40)}, not 64 lower-case hex digits")
     _path(where, _key(where, raw, "tokenizer", "the manifest"), "tokenizer", files)
+    if raw.get("datastore") is not None:
+        _path(where, raw["datastore"], "datastore", files)
 
     models = _obj(where, _key(where, raw, "models", "the manifest"), "models")
     if len(models) > MAX_MODELS:

@@ -1,13 +1,14 @@
 """A draft that costs no model run: copy the continuation of the longest n-gram that ends the text so far and
-occurred before, in the generated tokens or in the *source* (the encoder input of a seq2seq model, which a
-decoder-only prompt lookup never sees).
+occurred before, in the generated tokens, in the *source* (the encoder input of a seq2seq model, which a
+decoder-only prompt lookup never sees), or in a datastore of text in the output's language (runtime/datastore.py).
 
 Its guesses are deterministic, so q_i = delta(x_i): the target keeps x_i with probability p_i(x_i) and, after a
 rejection, draws from norm(max(0, p - delta(x))) with the same standardized p (temperature, top-k, top-p): exact
 at every temperature, through the same verify head as a model draft (Proposal.point_mass).
 
 Host cost: the source's n-grams are indexed once per request, the generated tokens' incrementally as they are
-committed; a proposal is at most (max_n - min_n + 1) dictionary lookups and a slice.
+committed; a proposal is at most (max_n - min_n + 1) dictionary lookups and a slice, and, with a datastore, one
+numpy search of its mapped keys for the n-grams longer than what the output and the source matched.
 """
 
 from __future__ import annotations
@@ -43,16 +44,19 @@ class NgramIndex:
 
 
 class LookupDraft(DraftSource):
-    """Proposes up to k tokens copied after the longest matching suffix (n in min_n..max_n): first in the tokens
-    generated so far, then in the source; nothing on a miss."""
+    """Proposes up to k tokens copied after the longest matching suffix: n in min_n..max_n in the tokens generated
+    so far, then in the source, and n in min_n..datastore.width in `datastore` (a runtime/datastore.py Datastore,
+    optional; there the start of the output counts as a token, so it also proposes the first tokens), the longest
+    match first and, at equal n, in that order; nothing on a miss."""
 
     name = "lookup"
     copies = True
 
-    def __init__(self, min_n: int = 1, max_n: int = 3):
+    def __init__(self, min_n: int = 1, max_n: int = 3, datastore=None):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"lookup n-gram range must satisfy 1 <= min_n <= max_n (got {min_n}..{max_n})")
-        self.min_n, self.max_n = min_n, max_n
+        self.min_n, self.max_n, self.datastore = min_n, max_n, datastore
+        self._reach = max(max_n, datastore.width if datastore is not None else 0)
         self.source = NgramIndex(min_n, max_n)
         self.generated = NgramIndex(min_n, max_n)
         self._started = None          # the source ids of the request indexed last
@@ -72,13 +76,19 @@ class LookupDraft(DraftSource):
         if known is None or k < 1:            # a model wrote tokens the host has not read: nothing to match
             return []
         self._sync(seq)
-        last = (seq[max(1, len(seq) - self.max_n):] + known)[-self.max_n:]
-        for n in range(len(last), self.min_n - 1, -1):
+        last = seq[max(1, len(seq) - self._reach):] + known       # the output's last tokens
+        found, n = [], min(len(last), self.max_n)
+        while n >= self.min_n and not found:
             key = tuple(last[-n:])
             found = self.generated.continuation(key, k) or self.source.continuation(key, k)
-            if found:
-                return found
-        return []
+            n -= 1
+        store = self.datastore
+        if store is not None:        # only a longer match than the output's and the source's wins
+            context = last[-store.width:] if found else ([store.sep] + last)[-store.width:]    # SEP: the start
+            stored, continuations = store.continuations(context, k, 1, n + 2 if found else self.min_n)
+            if stored:
+                return continuations[0]
+        return found
 
     def propose(self, ws: Workspace, k: int, rows, row: int, stats: Stats) -> Proposal:
         return self.propose_found(ws, self.guesses(ws, k))

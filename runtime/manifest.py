@@ -95,6 +95,19 @@ class Manifest:
         loading is caught when the file is opened."""
         return inside(self.root, relative, "the manifest's path")
 
+    def datastore(self, path=None):
+        """The export's datastore (runtime/datastore.py), or the file `path`, opened and checked against this
+        export's tokenizer; None when `path` is None and the export has none."""
+        from .datastore import Datastore
+
+        if path is None:
+            rel = self.raw.get("datastore")
+            if rel is None:
+                return None
+            return Datastore.open(self.path(rel), self.vocab_size, self.files[self.raw["tokenizer"]],
+                                  "re-run specdec-export into a fresh directory (with --force to overwrite)")
+        return Datastore.open(path, self.vocab_size, self.files[self.raw["tokenizer"]])
+
     def tokenizer(self):
         """The export's tokenizers.Tokenizer, checked (tokenfile.py): a bad file is a one-line SpecdecError."""
         from .tokenfile import load_tokenizer

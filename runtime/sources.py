@@ -1,7 +1,7 @@
 """Draft names: what `draft=` may say, and the DraftSource each name builds.
 
     "none"               target only (as gamma = 0)
-    "lookup"             copy from the source and the output so far (runtime/lookup.py)
+    "lookup"             copy from the output so far, the source and the export's datastore (runtime/lookup.py)
     "draft", or another  a draft model of the export (specdec-export --draft NAME=CHECKPOINT adds more)
     model name
     "a,b,...,m"          a chain, lowest level first: a proposes to b, which verifies and proposes to ..., m
@@ -52,13 +52,13 @@ def parse(spec: str, models) -> list[str]:
     return parts
 
 
-def build(parts: list[str], models: dict, lookup: LookupDraft | None = None) -> DraftSource:
+def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, datastore=None) -> DraftSource:
     """The source for a parsed chain (not "none" or "auto"); `models`: name -> CachedSeq2Seq; `lookup`: the
-    LookupDraft to use (a new one when None)."""
+    LookupDraft to use (when None, a new one searching `datastore` too, if given)."""
     source = None
     for i, part in enumerate(parts):            # level 0 proposes to the target, level len - 1 is the lowest
         if part == "lookup":
-            source = lookup or LookupDraft()
+            source = lookup or LookupDraft(datastore=datastore)
         else:
             source = ModelDraft(models[part], below=source, name=",".join(parts[:i + 1]), level=len(parts) - 1 - i)
     return source

@@ -303,7 +303,8 @@ def make_hostile(base, case_dir, name: str) -> Path:
 # -- random mutations (the fuzz harness) --------------------------------------------------------------------------
 KINDS = ("manifest-type", "manifest-missing", "manifest-number", "manifest-shape", "manifest-path", "manifest-ids",
          "manifest-bytes", "graph-truncate", "graph-bitflip", "graph-external", "graph-semantic", "tokenizer-truncate",
-         "tokenizer-bitflip", "tokenizer-json", "symlink-out")
+         "tokenizer-bitflip", "tokenizer-json", "symlink-out", "datastore-truncate", "datastore-bitflip",
+         "datastore-header")
 
 ODD_VALUES = (None, True, False, 0, -1, 1.5, "", "x", [], {}, [1, 2], {"a": 1}, "w" * 5000, 1e308, -0.0)
 ODD_NUMBERS = (0, -1, -3, 1, 2, 10 ** 12, 2 ** 31, 2 ** 63, -2 ** 63, 10 ** 30, 10 ** 400, 1e12, 1e308, 0.5, -1e-300,
@@ -508,16 +509,16 @@ def make_case(base, case_dir, seed: int, index: int) -> tuple[str, str]:
             arch[key] = rng.choice((arch.get(key, 1) + 1, max(1, arch.get(key, 1) - 1), 0, 10 ** 9))
         detail = f"{role} {k} {side} {tensor['name']!r:.20}: {action}"
     elif kind == "manifest-path":
-        slot = rng.choice(("files", "graph", "tokenizer"))
-        rel = rng.choice(graphs) if slot == "graph" else raw["tokenizer"] if slot == "tokenizer" else \
+        slot = rng.choice(("files", "graph", "tokenizer") + ("datastore",) * ("datastore" in raw))
+        rel = rng.choice(graphs) if slot == "graph" else raw[slot] if slot in ("tokenizer", "datastore") else \
             rng.choice(files)
         new = _hostile_path(rng, rel, outside)
         if slot in ("graph", "files") and rng.random() < 0.5:       # the hostile path is listed with a good hash
             raw["files"][new] = raw["files"][rel]
         if slot == "files":
             raw["files"][new] = raw["files"].pop(rel)
-        elif slot == "tokenizer":
-            raw["tokenizer"] = new
+        elif slot in ("tokenizer", "datastore"):
+            raw[slot] = new
         else:
             for m in raw["models"].values():
                 for g in m["graphs"].values():
@@ -595,6 +596,21 @@ def make_case(base, case_dir, seed: int, index: int) -> tuple[str, str]:
         detail = rel + ": " + (_truncate if how == "truncate" else _flip_bits)(export / rel, rng)
         rehash(export, rel)
         return kind, detail
+    elif area == "datastore":
+        rel = raw.get("datastore")
+        if rel is None:
+            return kind, "(no datastore in the base export)"
+        if how == "header":     # one of the header's numbers (runtime/datastore.py HEADER) set to an odd value
+            offset, width = rng.choice(((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (40, 8)))
+            value = rng.choice((0, 1, 2, 3, 5, 63, 2 ** 31, 2 ** (8 * width) - 1, 2 ** (8 * width - 1)))
+            data = bytearray((export / rel).read_bytes())
+            data[offset:offset + width] = value.to_bytes(width, "little")
+            (export / rel).write_bytes(bytes(data))
+            detail = f"header bytes {offset}..{offset + width} -> {value}"
+        else:
+            detail = (_truncate if how == "truncate" else _flip_bits)(export / rel, rng)
+        rehash(export, rel)
+        return kind, f"{rel}: {detail}"
     elif area == "tokenizer":
         rel = raw["tokenizer"]
         if how == "json":

@@ -166,3 +166,19 @@ def export_pair(target, draft, out, *extra):
     code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", out, *extra])
     assert code == 0, stderr
     return out
+
+
+def add_datastore(export_dir, segments, rel: str = "datastore.sdds") -> Path:
+    """Index `segments` (token id lists) with the export's tokenizer into `rel` and list it in the manifest as the
+    export's datastore (what `specdec-export --datastore` does, without re-exporting the graphs)."""
+    import hashlib
+
+    from specdec.runtime.datastore_build import write
+
+    export_dir = Path(export_dir)
+    raw = read_manifest(export_dir)
+    path = write(export_dir / rel, segments, raw["vocab_size"], raw["files"][raw["tokenizer"]])
+    raw["datastore"] = rel
+    raw["files"][rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (export_dir / "manifest.json").write_text(json.dumps(raw, indent=2) + "\n")
+    return path

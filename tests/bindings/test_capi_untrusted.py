@@ -19,6 +19,8 @@ import time
 import pytest
 from _capi_helpers import HERE, run_program
 
+from tinymodels import add_datastore, random_prompts
+
 from hostile_exports import (HOSTILE, FuzzSettings, copy_export, finish_fuzz, make_case, make_hostile,
                              with_external_data)
 
@@ -36,6 +38,7 @@ def capi_open(compile_c):
 def base(tiny_export, tmp_path_factory):
     export = copy_export(tiny_export, tmp_path_factory.mktemp("capi_untrusted") / "base")
     with_external_data(export)
+    add_datastore(export, random_prompts(48, 60, seed=5))      # the datastore's file is fuzzed too
     return export
 
 

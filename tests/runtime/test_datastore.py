@@ -16,16 +16,28 @@ from specdec.runtime.datastore_build import write
 SHA = "ab" * 32
 
 
-def brute(segments, context, k, count, width, min_n=1):
-    """The longest n (min_n..width) whose n-gram ends `context` and occurs followed by a token, with the counts of
-    the tokens that follow it and, per next token, each occurrence's continuation (up to k) and key tail."""
+def stream_of(segments, sep):
+    out = [sep]
+    for seg in segments:
+        out += list(seg) + [sep]
+    return out
+
+
+def brute(segments, sep, context, k, width, min_n=1):
+    """The longest n (min_n..width) whose n-gram ends `context` and occurs in the stream (SEP, segment, SEP, ...;
+    a SEP only as its first token) followed by a token, with, per next token, each occurrence's continuation (up
+    to k, to its segment's end) and key tail (the next width + 1 - n tokens)."""
+    stream = stream_of(segments, sep)
     for n in range(min(width, len(context)), min_n - 1, -1):
         gram = list(context[len(context) - n:])
+        if sep in gram[1:]:
+            continue
         follows = collections.defaultdict(list)
-        for seg in segments:
-            for i in range(len(seg) - n):
-                if seg[i:i + n] == gram:
-                    follows[seg[i + n]].append((seg[i + n:i + n + k], tuple(seg[i + n:i + width + 1])))
+        for i in range(len(stream) - n):
+            if stream[i:i + n] == gram and sep not in stream[i + 1:i + n + 1]:
+                after = stream[i + n:]
+                after = after[:after.index(sep)]
+                follows[after[0]].append((after[:k], tuple(after[:width + 1 - n])))
         if follows:
             return n, follows
     return 0, {}
@@ -33,9 +45,9 @@ def brute(segments, context, k, count, width, min_n=1):
 
 @pytest.mark.parametrize("vocab, seed", [(5, 0), (7, 1), (40, 2), (300, 3), (70000, 4)])
 def test_index_matches_brute_force(vocab, seed, tmp_path):
-    """Random streams (300 segments of 1..30 tokens, a small vocabulary so that matches are long and repeated):
-    the longest match, the ranking of first tokens by count and the continuation, for 300 random contexts and
-    for contexts cut from the stream itself."""
+    """Random streams (300 segments of 1..30 tokens, a few ids so that matches are long and repeated): the longest
+    match, the ranking of first tokens by count and the continuation, for 300 random contexts, 100 cut from the
+    stream and 100 starts of a text (SEP first)."""
     rng = np.random.default_rng(seed)
     alphabet = min(vocab, 9)      # ids drawn from a few values, spread over the vocabulary (70000: 4-byte tokens)
     values = rng.choice(vocab, alphabet, replace=False)
@@ -46,11 +58,12 @@ def test_index_matches_brute_force(vocab, seed, tmp_path):
     for seg in segments[:100]:
         cut = int(rng.integers(1, len(seg) + 1))
         contexts.append(seg[max(0, cut - 6):cut])
+        contexts.append([vocab] + seg[:cut - 1])     # the start of a text: SEP, then what it has so far
     matched = 0
     for context in contexts:
         k, count = int(rng.integers(1, 6)), int(rng.integers(1, 4))
         n, found = store.continuations(context, k, count)
-        ref_n, follows = brute(segments, context, k, count, store.width)
+        ref_n, follows = brute(segments, vocab, context, k, store.width)
         assert n == ref_n, (context, n, ref_n)
         if not n:
             assert found == []
@@ -87,6 +100,8 @@ def test_segments_do_not_run_together(tmp_path):
     store = Datastore.open(write(tmp_path / "s.sdds", [[1, 2], [3, 4, 5]], 10, SHA))
     assert store.continuations([1, 2], 4) == (0, [])          # 2 ends its segment: nothing follows it
     assert store.continuations([2, 3], 4) == (1, [[4, 5]])    # "2 3" never occurs: the 1-gram "3" does
+    assert store.continuations([10], 4, 2) == (1, [[1, 2], [3, 4, 5]])    # how texts start (SEP = 10)
+    assert store.continuations([10, 3], 4) == (2, [[4, 5]])
     assert list(store.segments_tokens()) == [[1, 2], [3, 4, 5]]
 
 

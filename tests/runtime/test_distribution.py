@@ -188,6 +188,53 @@ def test_the_lookup_test_has_teeth(small_vocab_pair, decoder, tmp_path):
     assert p_value < P_TEETH_LOOKUP, f"the broken lookup sampler passed the chi-square test (p = {p_value:.3g})"
 
 
+# -- the lookup with a datastore: its guesses are point masses too, and it proposes from the first token on --------
+# The datastore holds 200 random segments over the ids this random target writes most (the pad token 0 ~80 % of the
+# time, then 3, 5, 7), so a round can copy from the output, the prompt or the datastore, and the first round copies
+# how the datastore's segments start. N = 20,000: measured p = 0.22 (T = 1) and 0.18 (top-k 3); the broken control
+# gives p = 0.0 (below double precision) with these seeds.
+N_STORE = 20_000
+
+
+def small_datastore(tmp_path, vocab):
+    import numpy as np
+
+    from specdec.runtime.datastore import Datastore
+    from specdec.runtime.datastore_build import write
+
+    rng = np.random.default_rng(0)
+    ids = np.array([0, 0, 0, 0, 3, 5, 7, 1])
+    segments = [ids[rng.integers(0, len(ids), rng.integers(2, 8))].tolist() for _ in range(200)]
+    return Datastore.open(write(tmp_path / "store.sdds", segments, vocab, "00" * 32))
+
+
+class with_store(with_lookup):
+    def __init__(self, decoder, store):
+        self.decoder, self.source = decoder, LookupDraft(1, 2, datastore=store)
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_k"])
+def test_lookup_with_datastore_matches_target_distribution(name, small_vocab_pair, decoder, tmp_path):
+    """N = 20,000, p >= 1e-3, with guesses from the datastore in every round."""
+    settings = SETTINGS[name]
+    lookup = with_store(decoder, small_datastore(tmp_path, decoder.vocab_size))
+    p_value = chi_square_p(empirical(lookup, settings, N_STORE), exact_distribution(small_vocab_pair[0], **settings))
+    assert p_value >= P_PASS, f"lookup with a datastore, {name}: chi-square p = {p_value:.3g}"
+    stats = [lookup.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, **settings).stats
+             for s in range(500)]
+    proposed, accepted = sum(s.proposed for s in stats), sum(s.accepted for s in stats)
+    assert 0 < accepted < proposed and proposed >= 500, (proposed, accepted)
+
+
+def test_the_datastore_test_has_teeth(small_vocab_pair, decoder, tmp_path):
+    """The residual drawn from p instead of norm(max(0, p - delta(x))): the same test rejects it (p < 1e-6)."""
+    settings = SETTINGS["temperature"]
+    wrong = with_store(SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path),
+                                               provider="cpu"), small_datastore(tmp_path, decoder.vocab_size))
+    p_value = chi_square_p(empirical(wrong, settings, N_STORE), exact_distribution(small_vocab_pair[0], **settings))
+    assert p_value < P_TEETH, f"the broken sampler passed the chi-square test with a datastore (p = {p_value:.3g})"
+
+
 # -- chains: a model level verifies the level below and proposes its own exactly distributed tokens --------------------
 # The random target writes the pad token 0 ~80% of the time, so a prompt holding 0s lets the lookup copy from the source
 # after the first token; gamma 1 keeps outputs to several rounds (at gamma 2 most 3-token outputs are one round and the

@@ -27,6 +27,8 @@ import time
 
 import pytest
 
+from tinymodels import add_datastore, random_prompts
+
 from hostile_exports import (KINDS, FuzzSettings, PythonWorker, copy_export, finish_fuzz, make_case,
                              with_external_data)
 
@@ -38,6 +40,7 @@ CASE_TIMEOUT = 120      # seconds without an answer: a hang
 def base(tiny_export, tmp_path_factory):
     export = copy_export(tiny_export, tmp_path_factory.mktemp("fuzz") / "base")
     with_external_data(export)
+    add_datastore(export, random_prompts(48, 60, seed=5))      # the datastore's file is fuzzed too
     return export
 
 
