@@ -3,6 +3,8 @@ pays, per task and temperature, on the same sessions and prompts.
 
 A configuration is a draft name as the runtime takes it (Params.draft: "none", "lookup", a draft model's name, a
 chain such as "lookup+draft" -- "+" for "," since the list itself is comma-separated --, or "auto") with a gamma:
+"lookup" searches the output and the source only, "+datastore" adds the export's datastore ("lookup+datastore",
+"lookup+datastore+draft"), and "auto" is the runtime's default, with the datastore when the export has one;
 `NAME:G` fixes it (e.g. `draft:3`), `NAME` alone runs with gamma="auto" (the runtime picks it each round from what
 it learned, runtime/auto.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
 
@@ -46,9 +48,14 @@ NO_TASK = "-"                  # the task of a prompt without one
 
 @dataclass(frozen=True)
 class DraftConfig:
-    label: str          # as the report spells it: "none", "draft:3", "lookup+draft", "auto"
+    label: str          # as the report spells it: "none", "draft:3", "lookup+draft", "lookup+datastore", "auto"
     draft: str          # as the runtime takes it: "none", "draft", "lookup,draft", "auto"
     gamma: object       # an int (fixed) or "auto"
+    store: bool = False     # the lookup also searches the export's datastore ("+datastore"; "auto" always does)
+
+    @property
+    def uses_store(self) -> bool:
+        return self.store or self.draft == "auto"
 
     def params(self, base: Params, temperature: float, max_new_tokens: int) -> Params:
         return Params.of(base, draft=self.draft, gamma=self.gamma, temperature=temperature,
@@ -68,9 +75,14 @@ def parse_item(item: str) -> DraftConfig:
     if not name.strip() or any(not p for p in levels):
         raise SpecdecError(f"--draft entry '{item}' has an empty name",
                            "e.g. --draft none,draft,lookup,lookup+draft,auto or draft:3")
-    runtime_name, label = ",".join(levels), "+".join(levels)
+    label, store = "+".join(levels), "datastore" in levels
+    levels = [p for p in levels if p != "datastore"]
+    if store and "lookup" not in levels:
+        raise SpecdecError(f"--draft entry '{item}': the datastore is what the lookup searches",
+                           "write lookup+datastore (or lookup+datastore+draft)")
+    runtime_name = ",".join(levels)
     if not colon:
-        return NONE if label == "none" else DraftConfig(label, runtime_name, "auto")
+        return NONE if label == "none" else DraftConfig(label, runtime_name, "auto", store)
     try:
         gamma = int(gamma_text)
     except ValueError:
@@ -82,7 +94,7 @@ def parse_item(item: str) -> DraftConfig:
         if label != "none":
             raise SpecdecError(f"--draft entry '{item}': gamma 0 is target-only decoding", "write none")
         return NONE
-    return DraftConfig(f"{label}:{gamma}", runtime_name, gamma)
+    return DraftConfig(f"{label}:{gamma}", runtime_name, gamma, store)
 
 
 def parse_configs(texts) -> list[DraftConfig]:
@@ -95,8 +107,12 @@ def parse_configs(texts) -> list[DraftConfig]:
 
 
 def check_configs(dec, configs, base: Params) -> None:
-    """Every configuration is valid for this export (draft names, gamma <= gamma_max): one-line errors."""
+    """Every configuration is valid for this export (draft names, gamma <= gamma_max, a datastore where asked):
+    one-line errors."""
     for config in configs:
+        if config.store and dec.datastore is None:
+            raise SpecdecError(f"--draft {config.label}: this export has no datastore",
+                               "export with specdec-export --datastore TEXT, or drop +datastore")
         try:
             params = config.params(base, 0.0, 1).checked(dec.gamma_max)
             dec.source(params)
@@ -154,6 +170,8 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
     """Run everything (module docstring). Returns ({(task, T, label): DraftCell}, {(task, T, label): [token ids of
     repeat 0, one per prompt of the task]}, {T: estimates_snapshot after the warm-up pass})."""
     base = base or Params()
+    plain = without_datastore(dec)
+    decoders = {c.label: dec if c.uses_store else plain for c in configs}
     tasks = list(tasks_of(prompts))
     cells = {(task, t, c.label): DraftCell() for t in temperatures for task in tasks for c in configs}
     outputs = {key: [] for key in cells}
@@ -166,21 +184,31 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
     for t in temperatures:
         params = {c.label: c.params(base, t, max_new_tokens) for c in configs}
         dec.reset_estimates()
+        plain.reset_estimates()
         for i, p in enumerate(prompts):              # warm-up: untimed; auto learns its estimates here
             for c in rotated(configs, i):
-                dec.generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i)
+                decoders[c.label].generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i)
                 tick()
         learned[t] = estimates_snapshot(dec.estimates)
         for r in range(repeats):
             for i, p in enumerate(prompts):
                 for c in rotated(configs, r + i):
-                    res = dec.generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i))
+                    res = decoders[c.label].generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i))
                     key = (task_of(p), t, c.label)
                     cells[key].add(r, res.stats)
                     if r == 0:
                         outputs[key].append(list(res.token_ids))
                     tick()
     return cells, outputs, learned
+
+
+def without_datastore(dec):
+    """A decoder over the same sessions whose lookup searches only the output and the source (the configurations
+    without "+datastore"), with its own workspace and auto estimates; `dec` itself when it has no datastore. The
+    two are used one request at a time, never together."""
+    if dec.datastore is None:
+        return dec
+    return type(dec)(dec.manifest, dec.provider, dec.target, dec.models, dec.stream_idle_s)
 
 
 # -- summaries ---------------------------------------------------------------------------------------------------

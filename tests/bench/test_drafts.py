@@ -94,6 +94,8 @@ def test_fixed_gamma_items(tiny_export, tmp_path):
     (["--draft", "auto", "--plot", "x.png"], "--plot belongs to the gamma sweep"),
     (["--draft", "auto", "--filters", "none,3:0.9"], "one filter"),
     (["--draft", ","], "--draft is empty"),
+    (["--draft", "lookup+datastore"], "this export has no datastore"),
+    (["--draft", "draft+datastore"], "the datastore is what the lookup searches"),
 ])
 def test_draft_option_errors(tiny_export, argv, needle):
     code, out, err = run(["--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
@@ -105,6 +107,36 @@ def test_parse_configs_keeps_order_adds_none_and_drops_duplicates():
     assert [(c.label, c.draft, c.gamma) for c in configs] == [
         ("none", "none", 0), ("lookup+draft", "lookup,draft", "auto"), ("draft:3", "draft", 3),
         ("auto", "auto", "auto"), ("lookup", "lookup", "auto")]
+
+
+def test_lookup_with_and_without_the_datastore_in_one_run(tiny_export, tmp_path):
+    """"lookup" searches the output and the source only, "lookup+datastore" the export's datastore too (here the
+    target's own greedy outputs for the prompts: it copies far more), "auto" as the runtime's default does."""
+    import shutil
+
+    from tinymodels import add_datastore
+
+    from specdec.runtime import SpeculativeDecoder
+
+    export = tmp_path / "export"
+    shutil.copytree(tiny_export, export)
+    prompts = prompts_file(tmp_path / "p.jsonl", 3)
+    dec = SpeculativeDecoder.load(export, provider="cpu")
+    ids = [json.loads(line)["input_ids"] for line in prompts.read_text().splitlines()]
+    add_datastore(export, [dec.generate(input_ids=i, draft="none", max_new_tokens=8).token_ids for i in ids])
+    code, out, err = run(["--engine", export, "--prompts", prompts, "--draft", "lookup:4,lookup+datastore:4,auto",
+                          "--temperature", "0", "--num-prompts", "4", "--repeat", "1", "--max-new-tokens", "8",
+                          "--probe-repeats", "1", "--json", tmp_path / "s.json", "--no-progress"])
+    assert code == 0, err
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert [(d["label"], d["draft"]) for d in report["settings"]["drafts"]] == [
+        ("none", "none"), ("lookup:4", "lookup"), ("lookup+datastore:4", "lookup"), ("auto", "auto")]
+    kept = {}
+    for r in report["draft_results"]:
+        kept[r["draft"]] = kept.get(r["draft"], 0) + r["sources"].get("lookup", {}).get("accepted", 0)
+    assert kept["lookup+datastore:4"] > kept["lookup:4"], kept
+    assert all(a == {"agree": 2, "prompts": 2} for task in report["draft_greedy_agreement"].values()
+               for a in task.values())
 
 
 def test_prompt_selection_gives_every_task_a_share():
