@@ -33,6 +33,7 @@ is a one-line SpecdecError before generation. What a lookup may then read is in 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ MAGIC = b"SPDCSTOR"
 VERSION = 1
 HEADER = struct.Struct("<8sIIIIQQQ32s")           # magic, version, token bytes, bits, m, vocab, N, segments, sha
 HEADER_BYTES = 128
-SAMPLE = 512                  # a match range longer than this is ranked on SAMPLE keys taken at a fixed stride
+SAMPLE = 64                  # a match range longer than this is ranked on SAMPLE keys taken at a fixed stride
 MAX_TOKENS = (1 << 32) - 1    # positions are uint32
 CHUNK = 1 << 22               # entries per chunk when the file is checked
 SUFFIX = ".sdds"
@@ -101,10 +102,15 @@ class Datastore:
         self.file_bytes = layout.size
         self.sep = vocab
         n_keys = n_tokens - 1
-        self._stream = np.memmap(path, layout.token_dtype, "r", layout.tokens_at, (n_tokens,))
-        self._keys = np.memmap(path, "<u8", "r", layout.keys_at, (n_keys,)) if n_keys else np.zeros(0, "<u8")
-        self._positions = np.memmap(path, "<u4", "r", layout.positions_at, (n_keys,)) if n_keys else \
-            np.zeros(0, "<u4")
+        # One read-only mapping, no read-ahead (a lookup reads a few scattered pages; read-ahead would map whole
+        # neighbourhoods of them), and plain ndarray views of it (np.memmap's indexing costs microseconds a lookup).
+        with open(path, "rb") as fh:
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            self._map.madvise(mmap.MADV_RANDOM)
+        self._stream = np.frombuffer(self._map, layout.token_dtype, n_tokens, layout.tokens_at)
+        self._keys = np.frombuffer(self._map, "<u8", n_keys, layout.keys_at)
+        self._positions = np.frombuffer(self._map, "<u4", n_keys, layout.positions_at)
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
@@ -168,14 +174,14 @@ class Datastore:
 
     def _ranked(self, lo: int, hi: int, n: int, k: int, count: int) -> list:
         stride = max(1, -(-(hi - lo) // SAMPLE))
-        keys = np.asarray(self._keys[lo:hi:stride])
-        firsts = keys >> np.uint64(self.bits * (self.digits - n - 1))      # g and the next token
-        values, counts = np.unique(firsts, return_counts=True)
+        keys = self._keys[lo:hi:stride]                                    # sorted: equal keys are runs
+        firsts = keys >> np.uint64(self.bits * (self.digits - n - 1))     # g and the next token
+        starts, sizes = _runs(firsts)
         out = []
-        for first in values[np.argsort(-counts, kind="stable")][:count]:
-            group = np.flatnonzero(firsts == first)
-            sub, at, often = np.unique(keys[group], return_index=True, return_counts=True)
-            j = lo + int(group[at[int(np.argmax(often))]]) * stride
+        for group in np.argsort(-sizes, kind="stable")[:count]:           # the most frequent next tokens first
+            a = int(starts[group])
+            sub_starts, sub_sizes = _runs(keys[a:a + int(sizes[group])])
+            j = lo + (a + int(sub_starts[int(np.argmax(sub_sizes))])) * stride    # its most frequent continuation
             pos = int(self._positions[j]) + n
             tail = self._stream[pos:pos + k].tolist()
             if self.sep in tail:
@@ -198,6 +204,18 @@ class Datastore:
         return {"path": str(self.path), "tokens": self.tokens, "segments": self.segments,
                 "vocab_size": self.vocab_size, "width": self.width, "bytes": self.file_bytes,
                 "tokenizer_sha256": self.tokenizer_sha256}
+
+
+def _runs(sorted_values: np.ndarray) -> tuple:
+    """(start, length) of each run of equal values in a sorted array (in plain Python for the short arrays most
+    matches have: numpy's per-call overhead is the larger cost there)."""
+    n = len(sorted_values)
+    if n <= 32:
+        values, starts = sorted_values.tolist(), [0]
+        starts += [i for i in range(1, n) if values[i] != values[i - 1]]
+        return np.array(starts), np.diff(starts + [n])
+    starts = np.concatenate(([0], np.flatnonzero(sorted_values[1:] != sorted_values[:-1]) + 1))
+    return starts, np.diff(np.append(starts, n))
 
 
 def _check_header(raw: bytes, size: int, shown: str, fix: str) -> tuple:

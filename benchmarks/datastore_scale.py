@@ -1,0 +1,134 @@
+"""How a datastore's host cost and memory grow with its size (runtime/datastore.py): build a synthetic datastore of
+N tokens in one process, then open it and time lookups in a fresh one, so that its memory is its own.
+
+    python -m specdec.bench.datastore_scale --tokens 1000000,100000000 [--vocab 32128] [--lookups 20000]
+
+The text is synthetic: segments of 5..45 ids drawn from a Zipf law over a T5-sized vocabulary (s = 1.1: a few
+ids are very frequent, as "the" and "," are in text, so some 1-grams have millions of occurrences). Each lookup asks
+for 8 tokens after a context of 3 ids cut from the stream (it matches) or drawn at random (it mostly falls back to
+shorter n-grams). Reported per size: build seconds and peak memory, file size, open seconds (the checks read the
+whole file once), resident memory after opening and after the lookups (anonymous and file-backed: mapped pages
+that were read count as file-backed), and lookup microseconds (median and 99th percentile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def rss() -> dict:
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(("RssAnon:", "RssFile:")):
+                key, value = line.split(":")
+                out[key] = int(value.split()[0]) / 1024       # MiB
+    return out
+
+
+def build(tokens: int, vocab: int, lookups: int, folder: str) -> dict:
+    """Write the datastore and the lookups' contexts (half cut from the stream, half random)."""
+    import numpy as np
+
+    from specdec.runtime.datastore_build import write
+
+    rng = np.random.default_rng(0)
+    ids = (rng.zipf(1.1, tokens) - 1) % vocab
+    lengths = rng.integers(5, 46, tokens // 5)
+    ends = np.cumsum(lengths)
+    ends = ends[ends < tokens]
+    segments = np.split(ids[:ends[-1]], ends[:-1])
+    began = time.perf_counter()
+    write(os.path.join(folder, f"scale-{tokens}.sdds"), segments, vocab, "00" * 32)
+    built = time.perf_counter() - began
+    contexts = []
+    for i in range(lookups):
+        at = int(rng.integers(3, len(ids)))
+        contexts.append([int(t) for t in (ids[at - 3:at] if i % 2 else rng.integers(0, vocab, 3))])
+    with open(os.path.join(folder, f"contexts-{tokens}.json"), "w") as fh:
+        json.dump(contexts, fh)
+    return {"build_s": built, "build_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def probe(tokens: int, vocab: int, folder: str) -> dict:
+    """Open the datastore in a fresh process and time the lookups."""
+    import numpy as np
+
+    from specdec.runtime.datastore import Datastore
+
+    with open(os.path.join(folder, f"contexts-{tokens}.json")) as fh:
+        contexts = json.load(fh)
+    before = rss()
+    began = time.perf_counter()
+    store = Datastore.open(os.path.join(folder, f"scale-{tokens}.sdds"), vocab)
+    opened = time.perf_counter() - began
+    after_open = rss()
+    times, hits = [], 0
+    for context in contexts:
+        began = time.perf_counter()
+        n, found = store.continuations(context, 8)
+        times.append(time.perf_counter() - began)
+        hits += n > 0
+    times = np.array(times) * 1e6
+    return {"tokens": store.tokens, "segments": store.segments, "file_mib": store.file_bytes / 2 ** 20,
+            "open_s": opened, "rss_before_open_mib": before, "rss_after_open_mib": after_open,
+            "rss_after_lookups_mib": rss(), "lookups": len(contexts), "matched": hits / len(contexts),
+            "lookup_us_median": float(np.median(times)), "lookup_us_p99": float(np.percentile(times, 99))}
+
+
+def _stage(stage: str, tokens: int, args, folder: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "specdec.bench.datastore_scale", "--stage", stage,
+                           "--tokens", str(tokens), "--vocab", str(args.vocab), "--lookups", str(args.lookups),
+                           "--dir", folder], capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"error: the {tokens}-token {stage} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m specdec.bench.datastore_scale", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokens", default="1000000,100000000", help="sizes, comma-separated")
+    p.add_argument("--vocab", type=int, default=32128)
+    p.add_argument("--lookups", type=int, default=20000)
+    p.add_argument("--dir", help="where the datastores are written (default: a temporary directory, removed)")
+    p.add_argument("--json", metavar="OUT.json")
+    p.add_argument("--stage", choices=("build", "probe"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.stage:
+        tokens = int(float(args.tokens))
+        row = build(tokens, args.vocab, args.lookups, args.dir) if args.stage == "build" else \
+            probe(tokens, args.vocab, args.dir)
+        print(json.dumps(row))
+        return 0
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.dir) as folder:
+        for tokens in (int(float(t)) for t in args.tokens.split(",")):
+            rows.append({**_stage("build", tokens, args, folder), **_stage("probe", tokens, args, folder)})
+            for name in (f"scale-{tokens}.sdds", f"contexts-{tokens}.json"):
+                os.unlink(os.path.join(folder, name))
+    print("| tokens | file | build | build peak RSS | open (checks) | RSS before open, anon / file | after open "
+          "| after lookups | lookup median | p99 | matched |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        z, a, b = r["rss_before_open_mib"], r["rss_after_open_mib"], r["rss_after_lookups_mib"]
+        print(f"| {r['tokens']:,} | {r['file_mib']:.0f} MiB | {r['build_s']:.1f} s | {r['build_peak_rss_mib']:.0f} MiB "
+              f"| {r['open_s']:.2f} s | {z['RssAnon']:.0f} / {z['RssFile']:.0f} MiB "
+              f"| {a['RssAnon']:.0f} / {a['RssFile']:.0f} MiB "
+              f"| {b['RssAnon']:.0f} / {b['RssFile']:.0f} MiB | {r['lookup_us_median']:.0f} us "
+              f"| {r['lookup_us_p99']:.0f} us | {r['matched']:.0%} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
