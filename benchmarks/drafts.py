@@ -236,7 +236,7 @@ def source_rows(sums: dict) -> dict:
 def source_cost(name: str, sums: dict, probe: dict) -> float | None:
     """c of a source in target steps per guess (module docstring); None where the probe measured nothing for it."""
     c = probe.get("c")
-    if name == "lookup":
+    if name in ("lookup", "datastore"):         # copies: no model run
         return 0.0
     if name == "draft":
         return c

@@ -263,7 +263,8 @@ typedef struct specdec_stats {
        "auto", which picks a kind per round. ---- */
     int64_t target_only_rounds;     /* rounds without guesses: gamma 0, draft "none", a lookup that found no
                                        match, the last token before max_new_tokens, or an auto choice      */
-    int64_t lookup_rounds;          /* rounds whose guesses the lookup copied, verified by the target      */
+    int64_t lookup_rounds;          /* rounds whose guesses the lookup copied (from the prompt, the output
+                                       or the datastore), verified by the target                          */
     int64_t lookup_proposed;        /* guesses the lookup offered the target                               */
     int64_t lookup_accepted;        /* of those, kept                                                      */
     int64_t model_rounds;           /* rounds whose guesses came from a draft model: alone ("draft") or the

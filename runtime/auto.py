@@ -219,6 +219,10 @@ class AutoDraft(DraftSource):
         self.produced = 0
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
+        # the lookup's proposals go by where they were copied from (runtime/lookup.py origins), each its own estimates
+        self.origins = tuple(getattr(self.lookup, "origins", ())) if self.lookup is not None else ()
+        if self.origins and self.lookup.name not in candidates:
+            self.origins = ()
 
     def start(self, source_ids, stats):
         if self.request is not None and self.produced:
@@ -236,46 +240,54 @@ class AutoDraft(DraftSource):
         est = self.estimates
         times = est.times(cap)
         none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
-        plain, per_copy = none, [none] * (cap + 1)        # per_copy[c]: the best with c guesses copied
+        origins = self.origins or ("lookup",)
+        plain = none                      # per_copy[origin][c]: the best when c guesses were copied from origin
+        per_copy = {origin: [none] * (cap + 1) for origin in origins}
         alphas = {}
-        for name, source in self.candidates.items():
-            alphas[name] = est.alpha(name, self.request)
+        for key, source in self.candidates.items():
             free = source is self.lookup
-            gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
-            remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
-            rates = est.rates(name, gammas, free, times, self.request, remaining)
-            if not self._uses_lookup(source):
-                g, rate = max(zip(gammas, rates), key=lambda x: x[1])
-                if rate > plain[2]:
-                    plain = (name, g, rate)
-                if not PREFER_COPY:
-                    per_copy = [max(c, (name, g, rate), key=lambda x: x[2]) for c in per_copy]
-                continue
-            overall = max(zip(gammas, rates), key=lambda x: x[1])
-            best = (name, gammas[0], rates[0])
-            for c in range(1, cap + 1):       # a lookup proposes at most what it copied; a chain above it does not
-                if not free:
-                    best = (name, *overall)
-                elif rates[c - 1] > best[2]:  # a lookup's gammas are 1..cap: the best of gamma <= c, as c grows
-                    best = (name, c, rates[c - 1])
-                if best[2] > per_copy[c][2]:
-                    per_copy[c] = best
+            for name in (self.origins if free and self.origins else (key,)):
+                alphas[name] = est.alpha(name, self.request)
+                gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
+                remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
+                rates = est.rates(name, gammas, free, times, self.request, remaining)
+                if not self._uses_lookup(source):
+                    g, rate = max(zip(gammas, rates), key=lambda x: x[1])
+                    if rate > plain[2]:
+                        plain = (name, g, rate)
+                    if not PREFER_COPY:
+                        for table in per_copy.values():
+                            table[:] = [max(c, (name, g, rate), key=lambda x: x[2]) for c in table]
+                    continue
+                overall = max(zip(gammas, rates), key=lambda x: x[1])
+                for origin, table in per_copy.items():
+                    if free and self.origins and name != origin:
+                        continue
+                    best = (name, gammas[0], rates[0])
+                    for c in range(1, cap + 1):   # a lookup proposes at most what it copied; a chain above it not
+                        if not free:
+                            best = (name, *overall)
+                        elif rates[c - 1] > best[2]:  # the lookup's gammas are 1..cap: the best of gamma <= c
+                            best = (name, c, rates[c - 1])
+                        if best[2] > table[c][2]:
+                            table[c] = best
         plan = _Plan()
         plan.cap, plan.until, plan.alpha = cap, est.round + REFIT, alphas
         plan.encodes = any(s.needs_encoder for s in self._models)     # an encoder run's cost is shared in the rates
         plan.plain = plain[:2]
-        plan.copy = [c[:2] for c in per_copy]
-        plan.copy_pays = self.lookup is not None and any(c[0] != "none" for c in per_copy[1:])
-        chosen_somewhere = {plain[0]} | {c[0] for c in per_copy[1:]}
+        plan.copy = {origin: [c[:2] for c in table] for origin, table in per_copy.items()}
+        plan.copy_pays = self.lookup is not None and any(c[0] != "none" for t in per_copy.values() for c in t[1:])
+        chosen_somewhere = {plain[0]} | {c[0] for t in per_copy.values() for c in t[1:]}
         plan.stale = None
-        for name, source in self.candidates.items():
-            wait = est.wait.get(name, EXPLORE)
-            if name in chosen_somewhere:
-                est.wait[name] = EXPLORE
-            elif est.round - est.last_chosen.get(name, est.round - wait) >= wait and plan.stale is None:
-                free = source is self.lookup
-                g = cap if not self.adaptive and not free else max(1, min(cap, 2))
-                plan.stale = (name, g, self._uses_lookup(source))
+        for key, source in self.candidates.items():
+            free = source is self.lookup
+            for name in (self.origins if free and self.origins else (key,)):
+                wait = est.wait.get(name, EXPLORE)
+                if name in chosen_somewhere:
+                    est.wait[name] = EXPLORE
+                elif est.round - est.last_chosen.get(name, est.round - wait) >= wait and plan.stale is None:
+                    g = cap if not self.adaptive and not free else max(1, min(cap, 2))
+                    plan.stale = (name, g, self._uses_lookup(source))
         return plan
 
     def choose(self, ws, cap: int) -> tuple[str, int]:
@@ -288,9 +300,17 @@ class AutoDraft(DraftSource):
         best, stale = plan.plain, plan.stale
         probe = plan.copy_pays or (stale is not None and stale[2])
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
+        origin = getattr(self.lookup, "origin", "lookup") if copied else None
         if copied:
-            best = plan.copy[len(copied)]
-        if stale is not None and stale[0] != best[0] and (copied or not stale[2]):
+            best = plan.copy.get(origin, plan.copy.get("lookup"))[len(copied)]
+            fallback = getattr(self.lookup, "fallback", None)
+            if best[0] == "none" and fallback:          # the datastore's longer match does not pay; the shorter
+                copied = self._copied = fallback        # copy of the output or the source may
+                origin = self.lookup.name
+                best = plan.copy[origin][len(copied)]
+                self.lookup.origin = origin
+        if stale is not None and stale[0] != best[0] and (copied or not stale[2]) and \
+                (stale[0] not in self.origins or stale[0] == origin):       # a copy origin is tried on its copies
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
             est.wait[stale[0]] = min(2 * est.wait.get(stale[0], EXPLORE), MAX_WAIT)
@@ -303,7 +323,7 @@ class AutoDraft(DraftSource):
         if gamma == 0:
             self.chosen = None
             return Proposal(0, source="none")
-        self.chosen = self.candidates[name]
+        self.chosen = self.lookup if name in self.origins else self.candidates[name]
         if self.chosen is self.lookup:               # already looked up by choose()
             return Proposal(self.lookup.propose_found(ws, self._copied[:gamma]).count, True, name)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)

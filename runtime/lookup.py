@@ -57,9 +57,18 @@ class LookupDraft(DraftSource):
             raise ValueError(f"lookup n-gram range must satisfy 1 <= min_n <= max_n (got {min_n}..{max_n})")
         self.min_n, self.max_n, self.datastore = min_n, max_n, datastore
         self._reach = max(max_n, datastore.width if datastore is not None else 0)
+        self.origin = self.name       # where the last guesses came from: self.name, or "datastore"
+        self.fallback = []            # after a datastore match: the output's or the source's shorter one, if any
         self.source = NgramIndex(min_n, max_n)
         self.generated = NgramIndex(min_n, max_n)
         self._started = None          # the source ids of the request indexed last
+
+    @property
+    def origins(self) -> tuple:
+        """The names its proposals go by: the output's and the source's copies, the datastore's. They are kept
+        apart in the stats and in auto's estimates (their acceptance differs: a copy of the source is a better
+        guess than a frequent continuation in other text)."""
+        return (self.name, "datastore") if self.datastore is not None else (self.name,)
 
     def start(self, source_ids: np.ndarray, stats: Stats) -> None:
         if source_ids is self._started:           # one lookup shared by several sources of an auto choice
@@ -73,6 +82,7 @@ class LookupDraft(DraftSource):
     def guesses(self, ws: Workspace, k: int) -> list:
         """What a proposal of up to k would copy (nothing written)."""
         seq, known = ws.seq, ws.known         # the final tokens (start token first) and this round's so far
+        self.origin, self.fallback = self.name, []
         if known is None or k < 1:            # a model wrote tokens the host has not read: nothing to match
             return []
         self._sync(seq)
@@ -87,18 +97,18 @@ class LookupDraft(DraftSource):
             context = last[-store.width:] if found else ([store.sep] + last)[-store.width:]    # SEP: the start
             stored, continuations = store.continuations(context, k, 1, n + 2 if found else self.min_n)
             if stored:
+                self.origin, self.fallback = "datastore", found
                 return continuations[0]
         return found
 
     def propose(self, ws: Workspace, k: int, rows, row: int, stats: Stats) -> Proposal:
         return self.propose_found(ws, self.guesses(ws, k))
 
-    @staticmethod
-    def propose_found(ws: Workspace, found: list) -> Proposal:
+    def propose_found(self, ws: Workspace, found: list) -> Proposal:
         """Propose guesses already found by `guesses` (a chooser that looked before deciding): point masses."""
         if found:
             ws.write_point_guesses(found)
-        return Proposal(len(found), point_mass=bool(found))
+        return Proposal(len(found), point_mass=bool(found), source=self.origin if found else "")
 
     def _sync(self, seq: list) -> None:
         """Index the final output incrementally. The n-grams ending at its newest token stay unindexed until more

@@ -117,3 +117,35 @@ def test_a_source_must_beat_target_only_rounds_by_the_margin():
         picks = run(auto, Workspace([0, 1]), 50)
         assert (sum(c == ("draft", 4) for c in picks) > 45) == chosen, (gain, picks[:3])
     assert MARGIN > 0.03
+
+
+def test_the_datastore_s_copies_have_their_own_estimates_and_fall_back_to_the_source_s(tmp_path):
+    """A lookup with a datastore proposes under two names: "lookup" (copies of the output and the source) and
+    "datastore". With the datastore's guesses learned to be useless and the source's good, a round where the
+    datastore has the longer match copies the source's shorter match instead; with both good, the datastore's.
+    """
+    from specdec.runtime.datastore import Datastore
+    from specdec.runtime.datastore_build import write
+
+    # the output ends "5 8 9": the source ("7 8 9 10 4") matches the 2-gram "8 9" -> "10 4", the datastore the
+    # longer 3-gram "5 8 9" -> "11 12"
+    store = Datastore.open(write(tmp_path / "s.sdds", [[5, 8, 9, 11, 12]] * 3, 50, "00" * 32))
+    ws = Workspace([0, 3, 5, 8, 9])
+
+    def auto_with(alpha_store, alpha_lookup):
+        lookup = LookupDraft(datastore=store)
+        lookup.start([7, 8, 9, 10, 4], None)
+        est = learned(alpha_draft=0.0, alpha_lookup=alpha_lookup, draft_cost=5e-4)
+        for _ in range(200):
+            est.learn("datastore", 4, int(alpha_store * 4), 1.2e-3, 1e-4)
+        return AutoDraft({"lookup": lookup, "draft": Source("draft")}, est), lookup
+
+    auto, lookup = auto_with(alpha_store=0.0, alpha_lookup=0.9)
+    assert lookup.guesses(ws, 4) == [11, 12] and lookup.origin == "datastore" and lookup.fallback == [10, 4]
+    name, gamma = auto.choose(ws, 4)
+    assert name == "lookup" and auto._copied == [10, 4] and gamma >= 1
+
+    auto, lookup = auto_with(alpha_store=0.9, alpha_lookup=0.9)
+    auto.choose(ws, 4)                                  # (the never-chosen draft model is tried once first)
+    name, gamma = auto.choose(ws, 4)
+    assert (name, auto._copied) == ("datastore", [11, 12]) and gamma == 2

@@ -1,0 +1,135 @@
+"""Would several candidates per round pay? An exact T = 0 replay of multi-candidate lookups, and the measured cost of
+the wider target run they need.
+
+    python -m specdec.bench.width --engine DIR [--wide-engine DIR64] [--num-prompts 128] [--gamma 8]
+
+At temperature 0 a round's outcome does not depend on how the candidates are verified, only on which were proposed:
+the target keeps the longest candidate prefix that equals its own greedy continuation, plus one token. So the
+tokens per target run of B candidates can be replayed exactly from each prompt's greedy output (draft="none"):
+at each position the lookup (runtime/lookup.py: the output, the source, then the datastore) proposes its candidate
+of up to gamma tokens, and the datastore's next-ranked continuations of the same context (distinct first tokens)
+fill up to B. B = 1 is the lookup as it runs today, and the replay's tokens per call for B = 1 equal the decoder's
+own (checked and reported: `replay_matches_runtime`).
+
+The cost side: a tree of B candidates of up to gamma tokens is one target run over 1 + (their tokens) positions
+(candidates with distinct first tokens share only the root). `--wide-engine` is an export of the same pair with a
+larger --gamma-max (e.g. 64), whose cost probe (benchmarks/costs.py) times target runs over 1 .. gamma_max + 1
+tokens; the prediction per B is then (tokens per run) / (T(nodes) / T(1)), the round's host work left out (the
+lookup's: tens of microseconds). A decoder graph that verifies a tree needs a tree attention mask and per-token
+positions; this tool measures whether building one would pay before it is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+
+class _Round:
+    """The part of the workspace a lookup reads: the final tokens (start token first) and this round's so far."""
+
+    def __init__(self, seq):
+        self.seq, self.known = seq, []
+
+
+def candidates(lookup, seq: list, gamma: int, width: int) -> list:
+    """Up to `width` candidates: the lookup's own, then the datastore's next-ranked continuations of the context."""
+    first = lookup.guesses(_Round(seq), gamma)
+    out = [first] if first else []
+    store = lookup.datastore
+    if store is not None and width > len(out):
+        last = seq[1:][-store.width:]
+        context = last if first and len(seq) - 1 >= store.width else ([store.sep] + seq[1:])[-store.width:]
+        _, more = store.continuations(context, gamma, width + 1)
+        seen = {c[0] for c in out}
+        for c in more:
+            if c[0] not in seen and len(out) < width:
+                out.append(c)
+                seen.add(c[0])
+    return out
+
+
+def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: int) -> tuple[int, int, int]:
+    """(target runs, tokens, candidate tokens verified) for one prompt at T = 0 with `width` candidates a round."""
+    lookup.start(source_ids, None)
+    pos, runs, nodes = 0, 0, 0
+    while pos < len(greedy):
+        seq = [start_id] + greedy[:pos]
+        found = candidates(lookup, seq, min(gamma, len(greedy) - pos - 1), width) if pos < len(greedy) - 1 else []
+        kept = 0
+        for c in found:
+            n = 0
+            while n < len(c) and pos + n < len(greedy) and c[n] == greedy[pos + n]:
+                n += 1
+            kept = max(kept, n)
+        runs += 1
+        nodes += sum(len(c) for c in found)
+        pos += kept + 1
+    return runs, len(greedy), nodes
+
+
+def main(argv=None) -> int:
+    from specdec.runtime import SpeculativeDecoder
+    from specdec.runtime.lookup import LookupDraft
+
+    from . import costs
+    from . import prompts as prompts_mod
+
+    p = argparse.ArgumentParser(prog="python -m specdec.bench.width", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--engine", required=True)
+    p.add_argument("--wide-engine", help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
+    p.add_argument("--prompts")
+    p.add_argument("--num-prompts", type=int, default=128)
+    p.add_argument("--gamma", type=int, default=8)
+    p.add_argument("--widths", default="1,2,4,8")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--probe-repeats", type=int, default=20)
+    p.add_argument("--json", metavar="OUT.json")
+    args = p.parse_args(argv)
+    widths = [int(w) for w in args.widths.split(",")]
+    dec = SpeculativeDecoder.load(args.engine, provider="cpu")
+    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True)
+    report = {"engine": args.engine, "prompts": origin, "gamma": args.gamma, "widths": widths, "tasks": {}}
+    for task in sorted({p.task or "-" for p in prompts}):
+        chosen = [p for p in prompts if (p.task or "-") == task]
+        runtime_runs = runtime_tokens = 0
+        greedy = []
+        for p in chosen:
+            ref = dec.generate(input_ids=p.ids, draft="none", max_new_tokens=args.max_new_tokens)
+            res = dec.generate(input_ids=p.ids, draft="lookup", gamma=args.gamma, max_new_tokens=args.max_new_tokens)
+            if res.token_ids != ref.token_ids:
+                raise SystemExit("error: the lookup's greedy output differs from target-only decoding")
+            runtime_runs += res.stats.target_calls
+            runtime_tokens += res.stats.new_tokens
+            greedy.append(ref.token_ids)
+        row = {"prompts": len(chosen), "runtime_lookup_runs": runtime_runs,
+               "runtime_lookup_tokens_per_run": runtime_tokens / runtime_runs}
+        settings = [("lookup", None, 1)] + [("datastore", dec.datastore, w) for w in widths
+                                           if dec.datastore is not None]
+        for name, store, width in settings:
+            runs = tokens = nodes = 0
+            for p, g in zip(chosen, greedy):
+                r, t, n = replay(LookupDraft(datastore=store), np.asarray(p.ids), g, dec.start_id, args.gamma, width)
+                runs, tokens, nodes = runs + r, tokens + t, nodes + n
+            row[f"{name} B={width}"] = {"tokens_per_run": tokens / runs, "nodes_per_run": 1 + nodes / runs,
+                                        "runs": runs}
+        last = "datastore B=1" if dec.datastore is not None else "lookup B=1"
+        row["replay_matches_runtime"] = row[last]["runs"] == runtime_runs
+        report["tasks"][task] = row
+    if args.wide_engine:
+        wide = SpeculativeDecoder.load(args.wide_engine, provider="cpu")
+        probe = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)
+        report["verify_ratio"] = probe["verify_ratio"]
+    print(json.dumps(report, indent=1))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
