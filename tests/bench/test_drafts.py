@@ -133,7 +133,8 @@ def test_lookup_with_and_without_the_datastore_in_one_run(tiny_export, tmp_path)
         ("none", "none"), ("lookup:4", "lookup"), ("lookup+datastore:4", "lookup"), ("auto", "auto")]
     kept = {}
     for r in report["draft_results"]:
-        kept[r["draft"]] = kept.get(r["draft"], 0) + r["sources"].get("lookup", {}).get("accepted", 0)
+        kept[r["draft"]] = kept.get(r["draft"], 0) + sum(r["sources"].get(name, {}).get("accepted", 0)
+                                                         for name in ("lookup", "datastore"))
     assert kept["lookup+datastore:4"] > kept["lookup:4"], kept
     assert all(a == {"agree": 2, "prompts": 2} for task in report["draft_greedy_agreement"].values()
                for a in task.values())

@@ -37,6 +37,8 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
     tok = AutoTokenizer.from_pretrained(str(MODELS / "target"))
     model = T5ForConditionalGeneration.from_pretrained(str(MODELS / "target"), dtype=torch.float32).eval()
     dec = SpeculativeDecoder.load(bundled_export, provider="cpu")
+    assert dec.datastore is not None and dec.datastore.tokens > 1_000_000     # the bundled datastore (models/)
+    stored = 0                # guesses the lookup copied from the datastore
     proposed = accepted = 0   # at gamma = 1 accepted / proposed estimates alpha (greedy) directly
     for text in prompts:
         ids = tok(text, return_tensors="pt").input_ids[:, :256]
@@ -53,6 +55,9 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
         for draft, gamma in (("lookup", 4), ("lookup,draft", 4), ("auto", "auto")):
             res = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=gamma, draft=draft)
             assert res.token_ids == ref, (draft, text)
+            if draft == "lookup":
+                stored += res.stats.sources["datastore"].proposed if "datastore" in res.stats.sources else 0
+    assert stored > 100, "the lookup must also copy from the datastore for this test to cover it"
     # A related, distilled pair agrees on about half the greedy tokens (models/README.md: alpha(T=0) ~0.55 on
     # 400 prompts, measured with PyTorch); an unrelated draft would agree on ~1/4096 of them.
     assert accepted / proposed > 0.4, f"the bundled draft agrees with the target on {accepted}/{proposed} tokens"
