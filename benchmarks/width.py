@@ -71,6 +71,37 @@ def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: i
     return runs, len(greedy), nodes
 
 
+def table(report: dict) -> str:
+    """Markdown: per task and setting, tokens and tree nodes per target run, and with --wide-engine the run's cost
+    T(nodes)/T(1) (the probe's ratios, linear between measured n) and the prediction."""
+    line = None
+    ratios = report.get("verify_ratio")
+    if ratios:
+        ks = np.array([int(k) for k in ratios], float)
+        line = (ks, np.array(list(ratios.values()), float))
+        head = (f"T(n)/T(1): the probe's median target run over n tokens / its 1-token run, linear between measured "
+                f"n (n = 1..{int(ks.max())}); " + ", ".join(f"n = {int(k)}: {v:.2f}" for k, v in zip(*line)
+                                                          if int(k) in (2, 5, 9, 17, 25, 33, 41)) + "\n\n")
+    else:
+        head = ""
+    rows = ["| task | setting | tokens per target run | nodes per run (1 + candidate tokens) |"
+            + (" T(nodes)/T(1) | tokens per run ÷ T(nodes)/T(1) |" if line else ""),
+            "|---|---|---:|---:|" + ("---:|---:|" if line else "")]
+    for task, row in report["tasks"].items():
+        rows.append(f"| {task} | decoder's own lookup (runtime) | {row['runtime_lookup_tokens_per_run']:.3f} | |"
+                    + (" | |" if line else ""))
+        for name, v in row.items():
+            if not isinstance(v, dict):
+                continue
+            text = f"| {task} | {name} | {v['tokens_per_run']:.3f} | {v['nodes_per_run']:.1f} |"
+            if line:
+                cost = float(np.interp(v["nodes_per_run"], *line))
+                text += f" {cost:.2f} | {v['tokens_per_run'] / cost:.2f} |"
+            rows.append(text)
+    checks = ", ".join(f"{t}: {'yes' if r['replay_matches_runtime'] else 'NO'}" for t, r in report["tasks"].items())
+    return head + "\n".join(rows) + f"\n\nreplay of B = 1 equals the decoder's target runs: {checks}"
+
+
 def main(argv=None) -> int:
     from specdec.runtime import SpeculativeDecoder
     from specdec.runtime.lookup import LookupDraft
@@ -124,7 +155,7 @@ def main(argv=None) -> int:
         wide = SpeculativeDecoder.load(args.wide_engine, provider="cpu")
         probe = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)
         report["verify_ratio"] = probe["verify_ratio"]
-    print(json.dumps(report, indent=1))
+    print(table(report))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)

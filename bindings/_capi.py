@@ -37,7 +37,7 @@ EXTERNS = {
     "specdec_decode": "_specdec_py_decode",
 }
 
-OPTION_TYPES = {"provider": str, "threads": int, "draft": str}
+OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str}
 
 # specdec_stats' per-source counters (API version 3), from Stats.sources: name -> SourceStats, where "none" is the
 # target-only rounds, "lookup" (and "datastore", its copies from the datastore) the lookup verified by the target, "X>" the lower levels of chains (verified by a
@@ -61,6 +61,11 @@ def source_counts(stats) -> dict:
             out[kind + "_proposed"] += s.proposed
             out[kind + "_accepted"] += s.accepted
     return out
+
+
+def _datastore_option(value):
+    """options_json "datastore": a path, "none" for no datastore, absent for the export's own."""
+    return None if value is None else False if value == "none" else value
 
 
 class Failure(Exception):
@@ -259,7 +264,8 @@ class CApi:
             raise Failure(lib.SPECDEC_E_PROVIDER, str(err)) from None
         try:
             decoder = SpeculativeDecoder.load(path, provider=provider, threads=options.get("threads", 0),
-                                              draft=options.get("draft"))
+                                              draft=options.get("draft"),
+                                              datastore=_datastore_option(options.get("datastore")))
         except SpecdecError as err:
             raise Failure(lib.SPECDEC_E_EXPORT, str(err)) from None
         except OSError as err:     # e.g. ENAMETOOLONG, EACCES while reading the directory

@@ -336,6 +336,8 @@ SPECDEC_API const char *specdec_status_name(specdec_status status);
                      "threads":  intra-op threads per model, integer >= 0 (default 0: ONNX Runtime's default)
                      "draft":    path of another export directory to take the draft model from (same target
                                  tokenizer); default: the draft exported together with the target
+                     "datastore": path of a datastore for the lookup (specdec-datastore build --export DIR),
+                                 or "none"; default: the export's own, if it has one
                    An unknown key or a wrongly typed value is SPECDEC_E_INVALID_ARGUMENT.
      out_session:  required; receives the new session on success, NULL on failure.
    Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_EXPORT, SPECDEC_E_PROVIDER, SPECDEC_E_PYTHON or

@@ -191,11 +191,12 @@ class Estimates:
 class _Plan:
     """What a refit decided for the next REFIT rounds, so a round's choice is a lookup and a comparison, not
     arithmetic: the best (source, gamma) when the lookup copies nothing (`plain`) and when it copies c guesses
-    (`copy[c]`), ("none", 0) wherever target-only decoding is expected to be fastest; whether a copy can pay at
-    all (`copy_pays`: else the lookup is not probed); and at most one source whose wait is over, to be tried once
+    (`copy[origin][c]`: by where the lookup copied from, with the expected rate), ("none", 0) wherever target-only
+    decoding is expected to be fastest; whether a copy can pay at all (`copy_pays`: else the lookup is not probed)
+    and a datastore copy (`store_pays`: else the datastore is not searched); and at most one source whose wait is over, to be tried once
     (`stale`: name, gamma, whether it needs a copy)."""
 
-    __slots__ = ("cap", "until", "encodes", "plain", "copy", "copy_pays", "stale", "alpha")
+    __slots__ = ("cap", "until", "encodes", "plain", "copy", "copy_pays", "store_pays", "stale", "alpha")
 
 
 class AutoDraft(DraftSource):
@@ -275,8 +276,9 @@ class AutoDraft(DraftSource):
         plan.cap, plan.until, plan.alpha = cap, est.round + REFIT, alphas
         plan.encodes = any(s.needs_encoder for s in self._models)     # an encoder run's cost is shared in the rates
         plan.plain = plain[:2]
-        plan.copy = {origin: [c[:2] for c in table] for origin, table in per_copy.items()}
+        plan.copy = {origin: [c[:3] for c in table] for origin, table in per_copy.items()}    # (name, gamma, rate)
         plan.copy_pays = self.lookup is not None and any(c[0] != "none" for t in per_copy.values() for c in t[1:])
+        plan.store_pays = "datastore" in per_copy and any(c[0] != "none" for c in per_copy["datastore"][1:])
         chosen_somewhere = {plain[0]} | {c[0] for t in per_copy.values() for c in t[1:]}
         plan.stale = None
         for key, source in self.candidates.items():
@@ -299,23 +301,26 @@ class AutoDraft(DraftSource):
             plan = self._plan = self._refit(cap)
         best, stale = plan.plain, plan.stale
         probe = plan.copy_pays or (stale is not None and stale[2])
+        if self.origins:                  # the datastore is searched only where its copies may pay (or are tried)
+            self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore")
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
         origin = getattr(self.lookup, "origin", "lookup") if copied else None
         if copied:
             best = plan.copy.get(origin, plan.copy.get("lookup"))[len(copied)]
             fallback = getattr(self.lookup, "fallback", None)
-            if best[0] == "none" and fallback:          # the datastore's longer match does not pay; the shorter
-                copied = self._copied = fallback        # copy of the output or the source may
-                origin = self.lookup.name
-                best = plan.copy[origin][len(copied)]
-                self.lookup.origin = origin
+            if fallback:                  # the datastore matched longer; the output's or the source's shorter copy
+                other = plan.copy[self.lookup.name][len(fallback)]          # is expected to make more per second?
+                if other[2] > best[2]:
+                    copied = self._copied = fallback
+                    origin = self.lookup.origin = self.lookup.name
+                    best = other
         if stale is not None and stale[0] != best[0] and (copied or not stale[2]) and \
                 (stale[0] not in self.origins or stale[0] == origin):       # a copy origin is tried on its copies
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
             est.wait[stale[0]] = min(2 * est.wait.get(stale[0], EXPLORE), MAX_WAIT)
         est.last_chosen[best[0]] = est.round
-        return best
+        return best[:2]
 
     def propose(self, ws, k, rows, row, stats: Stats):
         name, gamma = self.choose(ws, k)

@@ -59,6 +59,7 @@ class LookupDraft(DraftSource):
         self._reach = max(max_n, datastore.width if datastore is not None else 0)
         self.origin = self.name       # where the last guesses came from: self.name, or "datastore"
         self.fallback = []            # after a datastore match: the output's or the source's shorter one, if any
+        self.search_store = True      # a chooser turns the datastore's search off where its copies do not pay
         self.source = NgramIndex(min_n, max_n)
         self.generated = NgramIndex(min_n, max_n)
         self._started = None          # the source ids of the request indexed last
@@ -93,7 +94,7 @@ class LookupDraft(DraftSource):
             found = self.generated.continuation(key, k) or self.source.continuation(key, k)
             n -= 1
         store = self.datastore
-        if store is not None:        # only a longer match than the output's and the source's wins
+        if store is not None and self.search_store:     # only a longer match than the output's and the source's
             context = last[-store.width:] if found else ([store.sep] + last)[-store.width:]    # SEP: the start
             stored, continuations = store.continuations(context, k, 1, n + 2 if found else self.min_n)
             if stored:

@@ -189,6 +189,32 @@ static int case_open_draft_option(void)
     return healthy("the draft option");
 }
 
+static int case_open_datastore_option(void)
+{
+    /* "datastore": "none" opens (the tiny export has no datastore: outputs stay the reference); a missing file and
+       a file that is not a datastore are SPECDEC_E_EXPORT with one line naming the problem */
+    char options[4096];
+    specdec_session *s = NULL;
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    specdec_params p = greedy_params();
+    CHECK(specdec_open(export_dir, "{\"datastore\": \"none\"}", &s) == SPECDEC_OK, "open without a datastore: %s",
+          specdec_last_error());
+    CHECK(specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL) == SPECDEC_OK, "generate: %s",
+          specdec_last_error());
+    specdec_close(s);
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with datastore none");
+    snprintf(options, sizeof options, "{\"datastore\": \"%s/no-such.sdds\"}", missing_dir);
+    s = NULL;
+    CALL(expect_failure("missing datastore", specdec_open(export_dir, options, &s), SPECDEC_E_EXPORT, "specdec_open",
+                        "does not exist"));
+    snprintf(options, sizeof options, "{\"datastore\": \"%s/manifest.json\"}", export_dir);
+    CALL(expect_failure("not a datastore", specdec_open(export_dir, options, &s), SPECDEC_E_EXPORT, "specdec_open",
+                        "not a specdec datastore"));
+    CHECK(s == NULL, "out_session set on failure");
+    return healthy("the datastore option");
+}
+
 static int case_long_message_truncated(void)
 {
     /* a 3 KiB path of short components (no ENAMETOOLONG): the message quoting it must be cut */
@@ -881,6 +907,7 @@ int main(int argc, char **argv)
         {"open_bad_options", case_open_bad_options},
         {"open_bad_provider", case_open_bad_provider},
         {"open_draft_option", case_open_draft_option},
+        {"open_datastore_option", case_open_datastore_option},
         {"long_message_truncated", case_long_message_truncated},
         {"open_unreadable_path", case_open_unreadable_path},
         {"null_session", case_null_session},

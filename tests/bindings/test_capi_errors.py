@@ -13,7 +13,8 @@ from _capi_helpers import HERE, run_program, tap_results
 
 CASES = [
     "open_null_out_session", "open_null_export_dir", "open_missing_export", "open_corrupt_manifest",
-    "open_tampered_file", "open_bad_options", "open_bad_provider", "open_draft_option", "long_message_truncated",
+    "open_tampered_file", "open_bad_options", "open_bad_provider", "open_draft_option", "open_datastore_option",
+    "long_message_truncated",
     "open_unreadable_path",
     "null_session", "null_input_ids", "bad_token_ids", "null_outputs", "buffer_too_small_ids",
     "buffer_too_small_text", "invalid_gamma", "invalid_max_new_tokens", "invalid_temperature", "invalid_top_k",

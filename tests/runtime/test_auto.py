@@ -122,7 +122,8 @@ def test_a_source_must_beat_target_only_rounds_by_the_margin():
 def test_the_datastore_s_copies_have_their_own_estimates_and_fall_back_to_the_source_s(tmp_path):
     """A lookup with a datastore proposes under two names: "lookup" (copies of the output and the source) and
     "datastore". With the datastore's guesses learned to be useless and the source's good, a round where the
-    datastore has the longer match copies the source's shorter match instead; with both good, the datastore's.
+    datastore has the longer match copies the source's shorter match instead (the datastore is not even searched);
+    with both paying but the source's more, the source's; with both as good, the datastore's longer one.
     """
     from specdec.runtime.datastore import Datastore
     from specdec.runtime.datastore_build import write
@@ -145,7 +146,12 @@ def test_the_datastore_s_copies_have_their_own_estimates_and_fall_back_to_the_so
     name, gamma = auto.choose(ws, 4)
     assert name == "lookup" and auto._copied == [10, 4] and gamma >= 1
 
-    auto, lookup = auto_with(alpha_store=0.9, alpha_lookup=0.9)
+    auto, lookup = auto_with(alpha_store=0.5, alpha_lookup=1.0)    # both pay, the source's copy more
     auto.choose(ws, 4)                                  # (the never-chosen draft model is tried once first)
+    name, gamma = auto.choose(ws, 4)
+    assert lookup.search_store and name == "lookup" and auto._copied == [10, 4], (name, auto._copied)
+
+    auto, lookup = auto_with(alpha_store=0.9, alpha_lookup=0.9)
+    auto.choose(ws, 4)
     name, gamma = auto.choose(ws, 4)
     assert (name, auto._copied) == ("datastore", [11, 12]) and gamma == 2
