@@ -123,7 +123,8 @@ class Datastore:
         try:
             if not path.is_file():
                 raise SpecdecError(f"datastore '{shown}' " + ("is not a regular file" if path.exists()
-                                                             else "does not exist"), fix)
+                                                             else "does not exist"),
+                                   "check the path, or build one with specdec-datastore build --export DIR")
             size = path.stat().st_size
             with open(path, "rb") as fh:
                 raw = fh.read(HEADER_BYTES)
