@@ -109,7 +109,6 @@ def test_acceptance_counts_target_runs_by_guesses():
 
 
 # what the benchmark may touch on a SpeculativeDecoder: its documented public attributes and methods
-# SpeculativeDecoder's documented attributes (its class docstring)
 PUBLIC = {"target", "draft", "workspace", "tokenizer", "manifest", "provider", "gamma_max", "max_length",
           "vocab_size", "generate", "stream", "decode", "source", "estimates", "reset_estimates", "beam_model",
           "beam_estimates", "models", "datastore", "start_id", "eos_id", "stream_idle_s"}
