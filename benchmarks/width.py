@@ -88,8 +88,8 @@ def table(report: dict) -> str:
             + (" T(nodes)/T(1) | tokens per run ÷ T(nodes)/T(1) |" if line else ""),
             "|---|---|---:|---:|" + ("---:|---:|" if line else "")]
     for task, row in report["tasks"].items():
-        rows.append(f"| {task} | the decoder, draft=\"lookup\", gamma 8 | {row['runtime_lookup_tokens_per_run']:.3f} | |"
-                    + (" | |" if line else ""))
+        rows.append(f"| {task} | the decoder, draft=\"lookup\", gamma 8 | "
+                    f"{row['runtime_lookup_tokens_per_run']:.3f} | |" + (" | |" if line else ""))
         for name, v in row.items():
             if not isinstance(v, dict):
                 continue

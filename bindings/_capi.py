@@ -40,8 +40,9 @@ EXTERNS = {
 OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str}
 
 # specdec_stats' per-source counters (API version 3), from Stats.sources: name -> SourceStats, where "none" is the
-# target-only rounds, "lookup" (and "datastore", its copies from the datastore) the lookup verified by the target, "X>" the lower levels of chains (verified by a
-# model, not the target), and any other name a draft model or a chain whose top level the target verified.
+# target-only rounds, "lookup" (and "datastore", its copies from the datastore) the lookup verified by the target,
+# "X>" the lower levels of chains (verified by a model, not the target), and any other name a draft model or a chain
+# whose top level the target verified.
 SOURCE_FIELDS = ("target_only_rounds", "lookup_rounds", "lookup_proposed", "lookup_accepted", "model_rounds",
                  "model_proposed", "model_accepted", "chain_proposed", "chain_accepted")
 

@@ -6,7 +6,8 @@
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
 ``package``, ``datastore``, ``evaluate``).  Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package`` and ``datastore`` write the committed files (``models/target``,
-``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88 minutes on 2 cores.
+``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88
+minutes on 2 cores.
 """
 
 from __future__ import annotations

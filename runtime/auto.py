@@ -193,8 +193,8 @@ class _Plan:
     arithmetic: the best (source, gamma) when the lookup copies nothing (`plain`) and when it copies c guesses
     (`copy[origin][c]`: by where the lookup copied from, with the expected rate), ("none", 0) wherever target-only
     decoding is expected to be fastest; whether a copy can pay at all (`copy_pays`: else the lookup is not probed)
-    and a datastore copy (`store_pays`: else the datastore is not searched); and at most one source whose wait is over, to be tried once
-    (`stale`: name, gamma, whether it needs a copy)."""
+    and a datastore copy (`store_pays`: else the datastore is not searched); and at most one source whose wait is
+    over, to be tried once (`stale`: name, gamma, whether it needs a copy)."""
 
     __slots__ = ("cap", "until", "encodes", "plain", "copy", "copy_pays", "store_pays", "stale", "alpha")
 

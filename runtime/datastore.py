@@ -32,7 +32,6 @@ is a one-line SpecdecError before generation. What a lookup may then read is in 
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import struct
 from dataclasses import dataclass
@@ -49,7 +48,6 @@ HEADER_BYTES = 128
 SAMPLE = 64                  # a match range longer than this is ranked on SAMPLE keys taken at a fixed stride
 MAX_TOKENS = (1 << 32) - 1    # positions are uint32
 CHUNK = 1 << 22               # entries per chunk when the file is checked
-SUFFIX = ".sdds"
 
 
 def digit_bits(vocab_size: int) -> int:
@@ -78,14 +76,6 @@ class Layout:
 
 def token_bytes_for(vocab_size: int) -> int:
     return 2 if vocab_size < 0xFFFF else 4          # the separator, vocab_size, must fit
-
-
-def sha256_bytes(path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Datastore:
@@ -147,9 +137,9 @@ class Datastore:
     # -- lookups -----------------------------------------------------------------------------------------------
     def continuations(self, context, k: int, count: int = 1, min_n: int = 1) -> tuple[int, list]:
         """(n, [continuation, ...]): the longest n in min_n .. width such that the last n tokens of `context` (ids, and
-        `sep` for the start of the text: only as the first of them) occur followed by more text, and up to `count` continuations of up to k tokens after them, with distinct first
-        tokens, the most frequent first token first (each the most frequent continuation of that first token's
-        occurrences). (0, []) when nothing matches."""
+        `sep` for the start of the text: only as the first of them) occur followed by more text, and up to `count`
+        continuations of up to k tokens after them, with distinct first tokens, the most frequent first token first
+        (each the most frequent continuation of that first token's occurrences). (0, []) when nothing matches."""
         bits, width = self.bits, self.width
         top = min(len(context), width)
         if top < min_n or k < 1 or not len(self._keys):

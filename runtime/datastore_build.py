@@ -2,8 +2,9 @@
 one field of each record in .jsonl (or .jsonl.gz), tokenized with an export's tokenizer.json.
 
 Building sorts one 64-bit key per token (numpy, in memory: about 65 bytes a token at the peak, 6.5 GB at 100 M
-tokens, measured by specdec.bench.datastore_scale); the file it writes is then only mapped by the decoder. The file is written beside its destination and
-renamed into place, so an interrupted build never leaves a half-written datastore under the final name.
+tokens, measured by specdec.bench.datastore_scale); the file it writes is then only mapped by the decoder. The file
+is written beside its destination and renamed into place, so an interrupted build never leaves a half-written
+datastore under the final name.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from .datastore import HEADER, HEADER_BYTES, MAGIC, MAX_TOKENS, VERSION, Datastore, Layout, digit_bits, \
-    sha256_bytes, token_bytes_for
+    token_bytes_for
 from .errors import SpecdecError
+from .manifest import sha256_file
 
 BATCH = 4096          # lines tokenized per call
 
@@ -71,7 +73,7 @@ def load_tokenizer(tokenizer_json):
     except Exception as err:      # tokenizers raises its own Exception type for malformed files
         raise SpecdecError(f"'{path}' is not a valid tokenizer ({str(err).splitlines()[0][:80] if str(err) else ''})",
                            "pass the tokenizer.json of the export") from None
-    return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True), sha256_bytes(path)
+    return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True), sha256_file(path)
 
 
 def tokenize(tokenizer, texts, progress=None) -> list:
