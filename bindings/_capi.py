@@ -22,6 +22,7 @@ import json
 import threading
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
+from specdec.runtime.datastore import load_option
 from specdec.runtime.device import resolve_provider
 from specdec.runtime.errors import first_line
 
@@ -62,11 +63,6 @@ def source_counts(stats) -> dict:
             out[kind + "_proposed"] += s.proposed
             out[kind + "_accepted"] += s.accepted
     return out
-
-
-def _datastore_option(value):
-    """options_json "datastore": a path, "none" for no datastore, absent for the export's own."""
-    return None if value is None else False if value == "none" else value
 
 
 class Failure(Exception):
@@ -266,7 +262,7 @@ class CApi:
         try:
             decoder = SpeculativeDecoder.load(path, provider=provider, threads=options.get("threads", 0),
                                               draft=options.get("draft"),
-                                              datastore=_datastore_option(options.get("datastore")))
+                                              datastore=load_option(options.get("datastore")))
         except SpecdecError as err:
             raise Failure(lib.SPECDEC_E_EXPORT, str(err)) from None
         except OSError as err:     # e.g. ENAMETOOLONG, EACCES while reading the directory

@@ -100,11 +100,12 @@ def stats_line(stats, provider: str) -> str:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
+    from .datastore import load_option
     from .decoder import SpeculativeDecoder
     from .params import Params
 
-    store = None if args.datastore is None else False if args.datastore == "none" else args.datastore
-    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads, datastore=store)
+    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads,
+                                  datastore=load_option(args.datastore))
     params = Params(max_new_tokens=args.max_new_tokens, gamma=args.gamma, draft=args.draft,
                     temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, lenience=args.lenience, seed=args.seed,

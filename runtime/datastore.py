@@ -50,6 +50,12 @@ MAX_TOKENS = (1 << 32) - 1    # positions are uint32
 CHUNK = 1 << 22               # entries per chunk when the file is checked
 
 
+def load_option(value):
+    """A datastore option as specdec-generate and the C API spell it (absent, "none" or a path) in the terms of
+    SpeculativeDecoder.load(datastore=): None (the export's own), False (none) or the path."""
+    return None if value is None else False if value == "none" else value
+
+
 def digit_bits(vocab_size: int) -> int:
     """Bits of one key digit: 0 (past the segment's end), token + 1 for ids 0 .. vocab_size - 1, vocab_size + 1 for
     SEP."""
