@@ -91,14 +91,10 @@ def validate_options(opts: ExportOptions) -> None:
         raise SpecdecError("--dtype int8-wo is for drafts only: weight-only int8 kernels give a verify run other "
                            "logits than one-token steps, so an int8-wo target would not reproduce its own output",
                            "use --dtype int8, or --draft-dtype int8-wo with an fp32 or int8 target")
+    from specdec.runtime.datastore_build import check_text
+
     for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
-        name = Path(text).name.lower()
-        if not Path(text).is_file():
-            raise SpecdecError(f"--datastore file '{text}' " + ("is not a regular file" if Path(text).exists()
-                                                                else "does not exist"), "check the path")
-        if name.endswith((".jsonl", ".jsonl.gz")) and not opts.datastore_field:
-            raise SpecdecError(f"--datastore file '{text}' is JSON lines: say which field holds the text",
-                               "pass --datastore-field NAME (e.g. --datastore-field reference)")
+        check_text(text, opts.datastore_field, "--datastore file", "--datastore-field")
     draft = opts.weights("draft")
     if ("fp16" in (opts.dtype, draft)) and opts.dtype != draft:
         raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "

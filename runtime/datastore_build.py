@@ -25,18 +25,25 @@ from .manifest import sha256_file
 BATCH = 4096          # lines tokenized per call
 
 
+def check_text(path, field: str | None, what: str = "datastore text", flag: str = "--field") -> bool:
+    """What a text file must be before it is read: a regular file, and for .jsonl(.gz) a `field` named (`what` and
+    `flag` name the file and the option in the messages). Returns whether it is JSON lines."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecdecError(f"{what} '{path}' " + ("is not a regular file" if path.exists() else "does not exist"),
+                           "check the path")
+    jsonl = path.name.lower().endswith((".jsonl", ".jsonl.gz"))
+    if jsonl and not field:
+        raise SpecdecError(f"{what} '{path}' is JSON lines: say which field holds the text",
+                           f"pass {flag} NAME (e.g. {flag} reference)")
+    return jsonl
+
+
 def read_segments(path, field: str | None = None):
     """Yield the text segments of one file: its non-empty lines, or, for .jsonl, each record's `field`."""
     path = Path(path)
-    name = path.name.lower()
-    jsonl = name.endswith((".jsonl", ".jsonl.gz"))
-    if jsonl and not field:
-        raise SpecdecError(f"'{path}' is JSON lines: say which field holds the text",
-                           "pass --field NAME (e.g. --field reference)")
-    if not path.is_file():
-        raise SpecdecError(f"datastore text '{path}' " + ("is not a regular file" if path.exists()
-                                                          else "does not exist"), "check the path")
-    opener = gzip.open if name.endswith(".gz") else open
+    jsonl = check_text(path, field)
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as fh:
             for number, line in enumerate(fh, 1):
