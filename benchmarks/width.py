@@ -41,8 +41,7 @@ def candidates(lookup, seq: list, gamma: int, width: int) -> list:
     out = [first] if first else []
     store = lookup.datastore
     if store is not None and width > len(out):
-        last = seq[1:][-store.width:]
-        context = last if first and len(seq) - 1 >= store.width else ([store.sep] + seq[1:])[-store.width:]
+        context = ([store.sep] + seq[1:])[-store.width:]        # SEP (the start) only while the output is short
         _, more = store.continuations(context, gamma, width + 1)
         seen = {c[0] for c in out}
         for c in more:
