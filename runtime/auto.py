@@ -220,10 +220,11 @@ class AutoDraft(DraftSource):
         self.produced = 0
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
-        # the lookup's proposals go by where they were copied from (runtime/lookup.py origins), each its own estimates
-        self.origins = tuple(getattr(self.lookup, "origins", ())) if self.lookup is not None else ()
-        if self.origins and self.lookup.name not in candidates:
-            self.origins = ()
+        # the names the lookup's proposals go by, each with its own estimates: where they were copied from
+        # (runtime/lookup.py origins, its own name first), or just its key when it declares none or is keyed otherwise
+        key = next((k for k, s in candidates.items() if s is self.lookup), None)
+        origins = tuple(getattr(self.lookup, "origins", ()))
+        self.origins = origins if origins[:1] == (key,) else (key,) if key is not None else ()
 
     def start(self, source_ids, stats):
         if self.request is not None and self.produced:
@@ -241,13 +242,12 @@ class AutoDraft(DraftSource):
         est = self.estimates
         times = est.times(cap)
         none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
-        origins = self.origins or ("lookup",)
         plain = none                      # per_copy[origin][c]: the best when c guesses were copied from origin
-        per_copy = {origin: [none] * (cap + 1) for origin in origins}
+        per_copy = {origin: [none] * (cap + 1) for origin in self.origins}
         alphas = {}
         for key, source in self.candidates.items():
             free = source is self.lookup
-            for name in (self.origins if free and self.origins else (key,)):
+            for name in (self.origins if free else (key,)):
                 alphas[name] = est.alpha(name, self.request)
                 gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
                 remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
@@ -262,7 +262,7 @@ class AutoDraft(DraftSource):
                     continue
                 overall = max(zip(gammas, rates), key=lambda x: x[1])
                 for origin, table in per_copy.items():
-                    if free and self.origins and name != origin:
+                    if free and name != origin:
                         continue
                     best = (name, gammas[0], rates[0])
                     for c in range(1, cap + 1):   # a lookup proposes at most what it copied; a chain above it not
@@ -277,13 +277,13 @@ class AutoDraft(DraftSource):
         plan.encodes = any(s.needs_encoder for s in self._models)     # an encoder run's cost is shared in the rates
         plan.plain = plain[:2]
         plan.copy = {origin: [c[:3] for c in table] for origin, table in per_copy.items()}    # (name, gamma, rate)
-        plan.copy_pays = self.lookup is not None and any(c[0] != "none" for t in per_copy.values() for c in t[1:])
+        plan.copy_pays = any(c[0] != "none" for t in per_copy.values() for c in t[1:])
         plan.store_pays = "datastore" in per_copy and any(c[0] != "none" for c in per_copy["datastore"][1:])
         chosen_somewhere = {plain[0]} | {c[0] for t in per_copy.values() for c in t[1:]}
         plan.stale = None
         for key, source in self.candidates.items():
             free = source is self.lookup
-            for name in (self.origins if free and self.origins else (key,)):
+            for name in (self.origins if free else (key,)):
                 wait = est.wait.get(name, EXPLORE)
                 if name in chosen_somewhere:
                     est.wait[name] = EXPLORE
@@ -301,18 +301,20 @@ class AutoDraft(DraftSource):
             plan = self._plan = self._refit(cap)
         best, stale = plan.plain, plan.stale
         probe = plan.copy_pays or (stale is not None and stale[2])
-        if self.origins:                  # the datastore is searched only where its copies may pay (or are tried)
+        if "datastore" in self.origins:   # the datastore is searched only where its copies may pay (or are tried)
             self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore")
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
-        origin = getattr(self.lookup, "origin", "lookup") if copied else None
+        origin = None
         if copied:
-            best = plan.copy.get(origin, plan.copy.get("lookup"))[len(copied)]
+            origin = getattr(self.lookup, "origin", None)
+            origin = origin if origin in plan.copy else self.origins[0]
+            best = plan.copy[origin][len(copied)]
             fallback = getattr(self.lookup, "fallback", None)
             if fallback:                  # the datastore matched longer; the output's or the source's shorter copy
-                other = plan.copy[self.lookup.name][len(fallback)]          # is expected to make more per second?
+                other = plan.copy[self.origins[0]][len(fallback)]           # is expected to make more per second?
                 if other[2] > best[2]:
                     copied = self._copied = fallback
-                    origin = self.lookup.origin = self.lookup.name
+                    origin = self.lookup.origin = self.origins[0]
                     best = other
         if stale is not None and stale[0] != best[0] and (copied or not stale[2]) and \
                 (stale[0] not in self.origins or stale[0] == origin):       # a copy origin is tried on its copies
