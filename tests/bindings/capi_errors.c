@@ -70,6 +70,21 @@ static int expect_failure(const char *what, specdec_status got, specdec_status w
     return 1;
 }
 
+/* a session opened with options_json gives the reference greedy output, then is closed */
+static int opens_with_reference(const char *options, const char *what)
+{
+    specdec_session *s = NULL;
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    specdec_params p = greedy_params();
+    CHECK(specdec_open(export_dir, options, &s) == SPECDEC_OK, "open with %s: %s", what, specdec_last_error());
+    CHECK(specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL) == SPECDEC_OK, "generate: %s",
+          specdec_last_error());
+    specdec_close(s);
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with %s", what);
+    return 1;
+}
+
 /* the shared session still gives the reference outputs */
 static int healthy(const char *after)
 {
@@ -172,17 +187,9 @@ static int case_open_draft_option(void)
     /* "draft": another export's draft (here the same export's, so outputs stay the reference) */
     char options[4096];
     specdec_session *s = NULL;
-    int32_t out[MAX_NEW];
-    size_t len = 0;
-    specdec_params p = greedy_params();
     snprintf(options, sizeof options, "{\"provider\": \"cpu\", \"draft\": \"%s\"}", export_dir);
-    CHECK(specdec_open(export_dir, options, &s) == SPECDEC_OK, "open with a draft: %s", specdec_last_error());
-    CHECK(specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL) == SPECDEC_OK, "generate: %s",
-          specdec_last_error());
-    specdec_close(s);
-    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with the draft option");
+    CALL(opens_with_reference(options, "the draft option"));
     snprintf(options, sizeof options, "{\"draft\": \"%s\"}", missing_dir);
-    s = NULL;
     CALL(expect_failure("missing draft", specdec_open(export_dir, options, &s), SPECDEC_E_EXPORT, "specdec_open",
                         "does not exist"));
     CHECK(s == NULL, "out_session set on failure");
@@ -195,17 +202,8 @@ static int case_open_datastore_option(void)
        a file that is not a datastore are SPECDEC_E_EXPORT with one line naming the problem */
     char options[4096];
     specdec_session *s = NULL;
-    int32_t out[MAX_NEW];
-    size_t len = 0;
-    specdec_params p = greedy_params();
-    CHECK(specdec_open(export_dir, "{\"datastore\": \"none\"}", &s) == SPECDEC_OK, "open without a datastore: %s",
-          specdec_last_error());
-    CHECK(specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL) == SPECDEC_OK, "generate: %s",
-          specdec_last_error());
-    specdec_close(s);
-    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with datastore none");
+    CALL(opens_with_reference("{\"datastore\": \"none\"}", "datastore none"));
     snprintf(options, sizeof options, "{\"datastore\": \"%s/no-such.sdds\"}", missing_dir);
-    s = NULL;
     CALL(expect_failure("missing datastore", specdec_open(export_dir, options, &s), SPECDEC_E_EXPORT, "specdec_open",
                         "does not exist"));
     snprintf(options, sizeof options, "{\"datastore\": \"%s/manifest.json\"}", export_dir);
