@@ -171,7 +171,7 @@ def export_pair(target, draft, out, *extra):
 def add_datastore(export_dir, segments, rel: str = "datastore.sdds") -> Path:
     """Index `segments` (token id lists) with the export's tokenizer into `rel` and list it in the manifest as the
     export's datastore (what `specdec-export --datastore` does, without re-exporting the graphs)."""
-    import hashlib
+    from hostile_exports import sha256
 
     from specdec.runtime.datastore_build import write
 
@@ -179,6 +179,6 @@ def add_datastore(export_dir, segments, rel: str = "datastore.sdds") -> Path:
     raw = read_manifest(export_dir)
     path = write(export_dir / rel, segments, raw["vocab_size"], raw["files"][raw["tokenizer"]])
     raw["datastore"] = rel
-    raw["files"][rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    raw["files"][rel] = sha256(path)
     (export_dir / "manifest.json").write_text(json.dumps(raw, indent=2) + "\n")
     return path

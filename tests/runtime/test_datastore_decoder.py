@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from hostile_exports import sha256
 from tinymodels import add_datastore, random_prompts, read_manifest, run_export_cli, write_tiny_tokenizer
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
@@ -104,8 +105,7 @@ def test_bad_datastores_are_one_line_errors_and_the_decoder_stays_usable(stored,
     def truncated(e, r):
         path = e / "datastore.sdds"
         path.write_bytes(path.read_bytes()[:-8])
-        import hashlib
-        r["files"]["datastore.sdds"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        r["files"]["datastore.sdds"] = sha256(path)
     _refused("truncated or corrupt", "re-run specdec-export", export_dir=_edited(stored, tmp_path, "cut", truncated))
 
     def changed(e, r):
