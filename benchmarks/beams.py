@@ -4,7 +4,7 @@ gammas, gamma="auto", and transformers' own beam search on the same weights, per
 Configurations (labels as the report spells them):
 
     none           specdec, draft="none": target-only beam search, the baseline every speedup is taken against
-    draft:G        specdec, draft="draft", gamma=G: exact speculative beam search (runtime/beam_decode.py); its
+    draft:G        specdec, draft="draft", gamma=G: exact speculative beam search (runtime/decoding/beam_decode.py); its
                    outputs must equal none's, and every one is compared
     auto           specdec, draft="draft", gamma="auto": a speculative round of some gamma, or a target-only step,
                    chosen per round by measured beam steps per second (BeamEstimates)

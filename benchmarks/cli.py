@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import SpecdecError, run_cli
 
 from . import machine, report
 

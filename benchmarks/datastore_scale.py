@@ -1,4 +1,4 @@
-"""How a datastore's host cost and memory grow with its size (runtime/datastore.py): build a synthetic datastore of
+"""How a datastore's host cost and memory grow with its size (runtime/loading/datastore.py): build a synthetic datastore of
 N tokens in one process, then open it and time lookups in a fresh one, so that its memory is its own.
 
     python -m specdec.bench.datastore_scale --tokens 1000000,100000000 [--vocab 32128] [--lookups 20000]
@@ -37,7 +37,7 @@ def build(tokens: int, vocab: int, lookups: int, folder: str) -> dict:
     """Write the datastore and the lookups' contexts (half cut from the stream, half random)."""
     import numpy as np
 
-    from specdec.runtime.datastore_build import write
+    from specdec.runtime.tools.datastore_build import write
 
     rng = np.random.default_rng(0)
     ids = (rng.zipf(1.1, tokens) - 1) % vocab
@@ -61,7 +61,7 @@ def probe(tokens: int, vocab: int, folder: str) -> dict:
     """Open the datastore in a fresh process and time the lookups."""
     import numpy as np
 
-    from specdec.runtime.datastore import Datastore
+    from specdec.runtime.loading.datastore import Datastore
 
     with open(os.path.join(folder, f"contexts-{tokens}.json")) as fh:
         contexts = json.load(fh)

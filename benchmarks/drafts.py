@@ -6,7 +6,7 @@ chain such as "lookup+draft" -- "+" for "," since the list itself is comma-separ
 "lookup" searches the output and the source only, "+datastore" adds the export's datastore ("lookup+datastore",
 "lookup+datastore+draft"), and "auto" is the runtime's default, with the datastore when the export has one;
 `NAME:G` fixes it (e.g. `draft:3`), `NAME` alone runs with gamma="auto" (the runtime picks it each round from what
-it learned, runtime/auto.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
+it learned, runtime/decoding/auto.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
 
 Order: temperature by temperature. Each temperature starts from fresh auto estimates (`dec.reset_estimates()`),
 then one untimed warm-up pass generates every prompt with every configuration (it allocates ONNX Runtime's arenas
@@ -152,7 +152,7 @@ def rotated(configs: list, shift: int) -> list:
 
 
 def estimates_snapshot(est) -> dict:
-    """What draft="auto" and gamma="auto" have learned (runtime/auto.py Estimates), in ms: per-guess alpha and
+    """What draft="auto" and gamma="auto" have learned (runtime/decoding/auto.py Estimates), in ms: per-guess alpha and
     cost per guess by source, the target run by guesses k (the line fitted to the measured runs), the host time of a
     target-only round."""
     try:

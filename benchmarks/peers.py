@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError, first_line
+from specdec.runtime.core.errors import SpecdecError, first_line
 
 CT2_COMPUTE_TYPES = ("float32", "int8")
 

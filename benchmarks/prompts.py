@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError
 
 
 @dataclass

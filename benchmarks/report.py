@@ -203,7 +203,7 @@ DRAFT_NOTES = {
                   "what expected_tokens predicts",
     "predicted_mixture": "the same expectation over every kind of round of the configuration (target-only rounds: "
                          "1 token for 1 step): sum rounds E / sum rounds (g c + T(g)/T(0))",
-    "auto_estimates": "what auto learned (runtime/auto.py), snapshot after each temperature's warm-up pass",
+    "auto_estimates": "what auto learned (runtime/decoding/auto.py), snapshot after each temperature's warm-up pass",
 }
 
 

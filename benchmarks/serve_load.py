@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from specdec.runtime.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import SpecdecError, run_cli
 
 
 def _ints(text: str) -> list:

@@ -14,7 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError
 
 # The official T5 v1.0 configurations (config.json of t5-small, t5-base, t5-large), written down so that nothing
 # is downloaded. All: vocab 32128, ReLU feed-forward, 32 relative-attention buckets over max distance 128, tied
@@ -85,7 +85,7 @@ def pair_root(workdir: Path, target: str, draft: str, gamma_max: int, max_length
 def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int,
                   keep_checkpoints: bool = False, log=print) -> tuple[Path, dict | None]:
     """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export."""
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.loading.manifest import load_manifest
 
     root = pair_root(workdir, target, draft, gamma_max, max_length)
     out = root / "export"

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from specdec.export import quantize
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError
 
 # name -> (directory, ExportOptions dtype fields, or None for the benchmark-made weight-only variant)
 VARIANTS = {
@@ -124,7 +124,7 @@ def _info_file(root: Path, name: str) -> Path:
 
 
 def _usable(out: Path) -> bool:
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.loading.manifest import load_manifest
 
     if not (out / "manifest.json").is_file():
         return False
@@ -169,7 +169,7 @@ def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4)
     """A copy of the export `src` whose graphs have weight-only int8 MatMuls (export/quantize.py's
     `quantize_weight_only`, the one `--draft-dtype int8-wo` uses, here for both models and any accuracy_level), its
     manifest's `weights` and checksums updated. Same graph inputs and outputs, so the runtime loads it as is."""
-    from specdec.runtime.manifest import MANIFEST, sha256_file
+    from specdec.runtime.loading.manifest import MANIFEST, sha256_file
 
     manifest = json.loads((src / MANIFEST).read_text())
     tmp = dst.parent / (dst.name + ".partial")

@@ -6,7 +6,7 @@ the wider target run they need.
 At temperature 0 a round's outcome does not depend on how the candidates are verified, only on which were proposed:
 the target keeps the longest candidate prefix that equals its own greedy continuation, plus one token. So the
 tokens per target run of B candidates can be replayed exactly from each prompt's greedy output (draft="none"):
-at each position the lookup (runtime/lookup.py: the output, the source, then the datastore) proposes its candidate
+at each position the lookup (runtime/decoding/lookup.py: the output, the source, then the datastore) proposes its candidate
 of up to gamma tokens, and the datastore's next-ranked continuations of the same context (distinct first tokens)
 fill up to B. B = 1 is the lookup as it runs today, and the replay's tokens per call for B = 1 equal the decoder's
 own (checked and reported: `replay_matches_runtime`).
@@ -103,7 +103,7 @@ def table(report: dict) -> str:
 
 def main(argv=None) -> int:
     from specdec.runtime import SpeculativeDecoder
-    from specdec.runtime.lookup import LookupDraft
+    from specdec.runtime.decoding.lookup import LookupDraft
 
     from . import costs
     from . import prompts as prompts_mod

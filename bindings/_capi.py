@@ -22,9 +22,9 @@ import json
 import threading
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
-from specdec.runtime.datastore import load_option
-from specdec.runtime.device import resolve_provider
-from specdec.runtime.errors import first_line
+from specdec.runtime.loading.datastore import load_option
+from specdec.runtime.engine.device import resolve_provider
+from specdec.runtime.core.errors import first_line
 
 # extern "Python" functions: C name of the public entry point -> private name that cffi binds
 EXTERNS = {

@@ -7,7 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import SpecdecError, run_cli
 
 from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
 

@@ -7,13 +7,13 @@ Inputs added to the decoder's (input_ids [B, N], past_kv, cross_kv):
     uniforms    [G+1]  fp32   r_1 .. r_G for the acceptance tests, then one for the final draw
     temperature [1] fp32, top_k [1] int64, top_p [1] fp32, lenience [1] fp32
     logit_mask  [G+1, V] or [0, V] fp32   added to the last G+1 logits rows before anything else: 0 or -inf per
-                token, the logits processors (runtime/processors.py: min length, no-repeat n-gram); [0, V] for none
+                token, the logits processors (runtime/decoding/processors.py: min length, no-repeat n-gram); [0, V] for none
 Outputs added to (logits [B, N, V], new_kv):
     probs      [G+1, V] fp32  the standardized target rows p_1 .. p_{G+1} of the last G+1 positions
     accepted   [1] int64      n: guesses kept
     next_token [1] int64      drawn from norm(max(0, p_{n+1} - l q_{n+1})) after a rejection, else from p_{G+1}
 
-The head works on batch row 0. The speculative loop binds batch 1; beam search (runtime/beam_model.py) binds more
+The head works on batch row 0. The speculative loop binds batch 1; beam search (runtime/engine/beam_model.py) binds more
 rows and reads only their logits.
 
 With G = 0 the head is a plain sampling step (draw from p of the last position): that is how a draft proposes

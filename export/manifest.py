@@ -1,4 +1,4 @@
-"""Write manifest.json for an export directory (the reader and the format live in specdec.runtime.manifest)."""
+"""Write manifest.json for an export directory (the reader and the format live in specdec.runtime.loading.manifest)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from specdec import __version__
-from specdec.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST, sha256_file
+from specdec.runtime.loading.manifest import FORMAT, FORMAT_VERSION, MANIFEST, sha256_file
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 9: "bool"}
 

@@ -9,8 +9,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
-from specdec.runtime.manifest import MANIFEST
+from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.loading.manifest import MANIFEST
 
 MARKER = ".specdec-export"      # written first, so --force knows the directory is ours to replace
 # int8: int8 weights, float32 activations and KV cache; int8-wo: weight-only int8, drafts only (export/quantize.py)
@@ -91,7 +91,7 @@ def validate_options(opts: ExportOptions) -> None:
         raise SpecdecError("--dtype int8-wo is for drafts only: weight-only int8 kernels give a verify run other "
                            "logits than one-token steps, so an int8-wo target would not reproduce its own output",
                            "use --dtype int8, or --draft-dtype int8-wo with an fp32 or int8 target")
-    from specdec.runtime.datastore_build import check_text
+    from specdec.runtime.tools.datastore_build import check_text
 
     for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
         check_text(text, opts.datastore_field, "--datastore file", "--datastore-field")
@@ -237,7 +237,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
             elif stage == "datastore":
-                from specdec.runtime.datastore_build import build
+                from specdec.runtime.tools.datastore_build import build
 
                 store = build(out / DATASTORE, opts.datastore, out / "tokenizer.json", opts.datastore_field,
                               quiet=True)

@@ -23,7 +23,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError, first_line
+from specdec.runtime.core.errors import SpecdecError, first_line
 
 
 WO_BITS, WO_BLOCK, WO_ACCURACY = 8, 128, 4

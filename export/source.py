@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError
 
 SUPPORTED = ("T5 v1.0 (t5-small ... t5-11b), T5 v1.1 / flan-t5 / t5-efficient and mT5 "
              "checkpoints (model_type 't5' or 'mt5')")

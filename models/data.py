@@ -26,6 +26,9 @@ from collections import defaultdict
 SPLIT_SALT = "specdec-debian-descriptions-v1"
 SUMMARIZE_PREFIX = "summarize: "
 TRANSLATE_PREFIX = "translate English to German: "
+# token lengths the models are trained and evaluated at, per task
+MAX_SRC = {"summarize": 64, "translate": 64}
+MAX_TGT = {"summarize": 32, "translate": 48}
 
 
 # --------------------------------------------------------------------------- fetching
@@ -233,3 +236,22 @@ def write_jsonl(path: str, rows) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def encode_rows(tok, rows, drop_long: bool = True):
+    """-> list of (src_ids, tgt_ids) ready for training; src ends in </s>, tgt ends in </s>."""
+    src = tok([r["source"] for r in rows], add_special_tokens=True).input_ids
+    tgt = tok([r["reference"] for r in rows], add_special_tokens=True).input_ids
+    out = []
+    for r, s, t in zip(rows, src, tgt):
+        ms, mt = MAX_SRC[r["task"]], MAX_TGT[r["task"]]
+        if len(s) > ms:
+            if r["task"] == "translate" and drop_long:
+                continue
+            s = s[: ms - 1] + [1]
+        if len(t) > mt:
+            if drop_long:
+                continue
+            t = t[: mt - 1] + [1]
+        out.append((s, t))
+    return out

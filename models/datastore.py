@@ -1,4 +1,4 @@
-"""Stage `datastore`: the text the bundled pair's export indexes for the lookup (runtime/datastore.py).
+"""Stage `datastore`: the text the bundled pair's export indexes for the lookup (runtime/loading/datastore.py).
 
 The *training* split's target side only: the German translations and the English synopses the target learned to
 write, one a line, in the training file's order, duplicates kept (how often a continuation occurs is what the index

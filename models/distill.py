@@ -31,7 +31,7 @@ def target_outputs(work_dir: str, tok, n: int, seed: int, threads: int) -> list[
     from transformers import T5ForConditionalGeneration
 
     from .evaluate import decode_batch
-    from .train import MAX_TGT, encode_rows
+    from .data import MAX_TGT, encode_rows
 
     if n <= 0:
         return []

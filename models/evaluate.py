@@ -17,8 +17,7 @@ import json
 import os
 import random
 
-from .data import SUMMARIZE_PREFIX, TRANSLATE_PREFIX, load_jsonl, write_jsonl
-from .train import MAX_SRC, MAX_TGT
+from .data import MAX_SRC, MAX_TGT, SUMMARIZE_PREFIX, TRANSLATE_PREFIX, load_jsonl, write_jsonl
 
 N_PROMPTS_PER_TASK = 200
 MAX_NEW_TOKENS = 48

@@ -17,11 +17,9 @@ import os
 import random
 import time
 
-from .data import load_jsonl
+from .data import encode_rows, load_jsonl
 
 VOCAB_SIZE = 4096
-MAX_SRC = {"summarize": 64, "translate": 64}
-MAX_TGT = {"summarize": 32, "translate": 48}
 
 TARGET_CONFIG = dict(d_model=320, d_kv=64, num_heads=5, d_ff=1280, num_layers=4, num_decoder_layers=4)
 DRAFT_CONFIG = dict(d_model=128, d_kv=32, num_heads=4, d_ff=768, num_layers=3, num_decoder_layers=1)
@@ -49,25 +47,6 @@ def make_config(arch: dict, vocab_size: int = VOCAB_SIZE, dropout: float = 0.0):
 
 
 # --------------------------------------------------------------------------- data
-def encode_rows(tok, rows, drop_long: bool = True):
-    """-> list of (src_ids, tgt_ids) ready for training; src ends in </s>, tgt ends in </s>."""
-    src = tok([r["source"] for r in rows], add_special_tokens=True).input_ids
-    tgt = tok([r["reference"] for r in rows], add_special_tokens=True).input_ids
-    out = []
-    for r, s, t in zip(rows, src, tgt):
-        ms, mt = MAX_SRC[r["task"]], MAX_TGT[r["task"]]
-        if len(s) > ms:
-            if r["task"] == "translate" and drop_long:
-                continue
-            s = s[: ms - 1] + [1]
-        if len(t) > mt:
-            if drop_long:
-                continue
-            t = t[: mt - 1] + [1]
-        out.append((s, t))
-    return out
-
-
 class Batches:
     """Deterministic length-bucketed batches: batch(step) depends only on (seed, step)."""
 

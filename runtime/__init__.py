@@ -1,13 +1,13 @@
 """specdec.runtime: exact speculative decoding on ONNX Runtime (needs only onnxruntime, numpy, tokenizers)."""
 
+from .core.errors import SpecdecError
+from .core.params import Params
+from .core.stats import Result, Stats
 from .decoder import Piece, SpeculativeDecoder
-from .draft import DraftSource, ModelDraft
-from .errors import SpecdecError
-from .lookup import LookupDraft
-from .model import CachedSeq2Seq
-from .params import Params
-from .round import Proposal, Verdict
-from .stats import Result, Stats
+from .decoding.draft import DraftSource, ModelDraft
+from .decoding.lookup import LookupDraft
+from .decoding.round import Proposal, Verdict
+from .engine.model import CachedSeq2Seq
 
 __all__ = ["SpeculativeDecoder", "SpecdecError", "Params", "Result", "Stats", "Piece", "DraftSource", "ModelDraft", "LookupDraft",
            "CachedSeq2Seq", "Proposal", "Verdict"]

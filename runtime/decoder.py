@@ -8,23 +8,23 @@ from pathlib import Path
 
 import numpy as np
 
-from . import sources
-from .auto import AutoDraft, Estimates
-from .beam import BeamSearch
-from .beam_decode import BeamEstimates, BeamRun
-from .beam_model import BeamModel
-from .device import device_of, resolve_provider
-from .draft import DraftSource, ModelDraft
-from .errors import SpecdecError
-from .gate import Gate
-from .lookup import LookupDraft
-from .manifest import load_manifest
-from .model import CachedSeq2Seq
-from .params import Params
-from .processors import Processors
-from .speculative import speculative_step, target_step
-from .stats import Result, Stats
-from .workspace import Workspace
+from .core.errors import SpecdecError
+from .core.params import Params
+from .core.stats import Result, Stats
+from .decoding import sources
+from .decoding.auto import AutoDraft, Estimates
+from .decoding.beam import BeamSearch
+from .decoding.beam_decode import BeamEstimates, BeamRun
+from .decoding.draft import DraftSource, ModelDraft
+from .decoding.lookup import LookupDraft
+from .decoding.processors import Processors
+from .decoding.speculative import speculative_step, target_step
+from .engine.beam_model import BeamModel
+from .engine.device import device_of, resolve_provider
+from .engine.gate import Gate
+from .engine.model import CachedSeq2Seq
+from .engine.workspace import Workspace
+from .loading.manifest import load_manifest
 
 
 @dataclass
@@ -54,12 +54,12 @@ class SpeculativeDecoder:
     are created once and reused by every request. A request's `draft` parameter picks the source (sources.py).
 
     Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
-    default model draft, a ModelDraft), `estimates` (what draft="auto" / gamma="auto" learned, runtime/auto.py;
-    `reset_estimates()` forgets it), `workspace` (runtime/workspace.py), `tokenizer`, `manifest`, `provider`,
+    default model draft, a ModelDraft), `estimates` (what draft="auto" / gamma="auto" learned, runtime/decoding/auto.py;
+    `reset_estimates()` forgets it), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
     `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token), `datastore` (what the
-    lookup searches besides the output and the source, runtime/datastore.py; None without one).
+    lookup searches besides the output and the source, runtime/loading/datastore.py; None without one).
 
-    Threads: one request at a time (runtime/gate.py). generate(), beam search and reset_estimates() wait for the
+    Threads: one request at a time (runtime/engine/gate.py). generate(), beam search and reset_estimates() wait for the
     request before them; a stream holds the decoder from its first piece to its end, and loses it (its next piece
     raises SpecdecError) when it is left unadvanced for `stream_idle_s` seconds while another request waits, or when
     its own thread starts another request."""
@@ -129,7 +129,7 @@ class SpeculativeDecoder:
              datastore: str | Path | bool | None = None) -> "SpeculativeDecoder":
         """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
         named "draft" from another export directory made for the same target (same tokenizer). `datastore`: the
-        datastore the lookup searches (runtime/datastore.py): None, the export's own if it has one; a path, that
+        datastore the lookup searches (runtime/loading/datastore.py): None, the export's own if it has one; a path, that
         file instead (made with this export's tokenizer: specdec-datastore build --export DIR); False, none.
         `threads`: intra-op threads for the target (0: onnxruntime's default); the draft's one-token steps are too
         small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the

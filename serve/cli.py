@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from specdec.runtime.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import SpecdecError, run_cli
 
 
 class _Parser(argparse.ArgumentParser):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError
 
 from . import schema
 
@@ -24,7 +24,7 @@ import json
 
 import triton_python_backend_utils as pb_utils
 
-from specdec.runtime.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError
 from specdec.serve import schema
 
 
@@ -98,7 +98,7 @@ def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decouple
 def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0) -> Path:
     """Write the repository to `out` (created; existing model files there are replaced) for the export `engine`,
     which is checked first. Returns `out`."""
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.loading.manifest import load_manifest
 
     engine = Path(engine).resolve()
     load_manifest(engine)                      # a one-line SpecdecError if it is not a (complete) export

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specdec.runtime.errors import SpecdecError
-from specdec.runtime.params import Params
+from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.core.params import Params
 
 MODEL = "specdec"                 # one request -> one response
 STREAM_MODEL = "specdec_stream"   # decoupled: one response per accepted piece, then an empty final one

@@ -16,7 +16,7 @@ import os
 import sysconfig
 from pathlib import Path
 
-from specdec.runtime.errors import SpecdecError, first_line
+from specdec.runtime.core.errors import SpecdecError, first_line
 
 from . import schema
 

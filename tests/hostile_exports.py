@@ -600,7 +600,7 @@ def make_case(base, case_dir, seed: int, index: int) -> tuple[str, str]:
         rel = raw.get("datastore")
         if rel is None:
             return kind, "(no datastore in the base export)"
-        if how == "header":     # one of the header's numbers (runtime/datastore.py HEADER) set to an odd value
+        if how == "header":     # one of the header's numbers (runtime/loading/datastore.py HEADER) set to an odd value
             offset, width = rng.choice(((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (40, 8)))
             value = rng.choice((0, 1, 2, 3, 5, 63, 2 ** 31, 2 ** (8 * width) - 1, 2 ** (8 * width - 1)))
             data = bytearray((export / rel).read_bytes())

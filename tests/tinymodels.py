@@ -173,7 +173,7 @@ def add_datastore(export_dir, segments, rel: str = "datastore.sdds") -> Path:
     export's datastore (what `specdec-export --datastore` does, without re-exporting the graphs)."""
     from hostile_exports import sha256
 
-    from specdec.runtime.datastore_build import write
+    from specdec.runtime.tools.datastore_build import write
 
     export_dir = Path(export_dir)
     raw = read_manifest(export_dir)

@@ -163,7 +163,7 @@ def test_weight_only_copy_of_the_tiny_export(tiny_export, tmp_path):
     import onnx
 
     from specdec.runtime import SpeculativeDecoder
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.loading.manifest import load_manifest
 
     out = tmp_path / "wo"
     info = variants.weight_only_export(tiny_export, out, log=lambda m: None)

@@ -153,7 +153,7 @@ def test_force_replaces_an_earlier_export(tiny_pair, tiny_export, tmp_path):
     assert (after["gamma_max"], after["max_length"]) == (3, 32)
     assert "stale.txt" not in after["files"]
 
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.loading.manifest import load_manifest
     assert load_manifest(out).gamma_max == 3
 
 

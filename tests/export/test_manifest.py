@@ -114,8 +114,8 @@ def test_exported_tokenizer_encodes_like_the_checkpoint(tiny_export):
 
 
 def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp_path):
-    from specdec.runtime.errors import SpecdecError
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.core.errors import SpecdecError
+    from specdec.runtime.loading.manifest import load_manifest
 
     m = load_manifest(tiny_export)
     assert (m.gamma_max, m.max_length, m.dtype, m.vocab_size) == (8, 64, "fp32", 48)
@@ -135,8 +135,8 @@ def test_an_older_format_is_refused_with_a_one_line_fix(tiny_export, tmp_path, v
     fix it."""
     import json
 
-    from specdec.runtime.errors import SpecdecError
-    from specdec.runtime.manifest import load_manifest
+    from specdec.runtime.core.errors import SpecdecError
+    from specdec.runtime.loading.manifest import load_manifest
 
     copy = tmp_path / "old"
     shutil.copytree(tiny_export, copy)

@@ -35,7 +35,7 @@ def work(tmp_path):
 
 def test_target_outputs_are_greedy_generate(work):
     from specdec.models.distill import target_outputs
-    from specdec.models.train import MAX_TGT
+    from specdec.models.data import MAX_TGT
 
     tok = transformers.AutoTokenizer.from_pretrained(str(work / "target"))
     pairs = target_outputs(str(work), tok, N, seed=3, threads=2)

@@ -1,10 +1,10 @@
-"""draft="auto"'s chooser (runtime/auto.py) on made-up measurements: it follows the estimates, falls back to
+"""draft="auto"'s chooser (runtime/decoding/auto.py) on made-up measurements: it follows the estimates, falls back to
 target-only rounds where nothing pays (without probing the lookup), and its exploration of a source that never pays
 is bounded. The decoding itself is checked end to end in test_chains.py, test_greedy.py and test_distribution.py."""
 
-from specdec.runtime.auto import EXPLORE, MARGIN, MAX_WAIT, AutoDraft, Estimates
-from specdec.runtime.lookup import LookupDraft
-from specdec.runtime.round import DraftSource
+from specdec.runtime.decoding.auto import EXPLORE, MARGIN, MAX_WAIT, AutoDraft, Estimates
+from specdec.runtime.decoding.lookup import LookupDraft
+from specdec.runtime.decoding.round import DraftSource
 
 
 class Source(DraftSource):
@@ -125,8 +125,8 @@ def test_the_datastore_s_copies_have_their_own_estimates_and_fall_back_to_the_so
     datastore has the longer match copies the source's shorter match instead (the datastore is not even searched);
     with both paying but the source's more, the source's; with both as good, the datastore's longer one.
     """
-    from specdec.runtime.datastore import Datastore
-    from specdec.runtime.datastore_build import write
+    from specdec.runtime.loading.datastore import Datastore
+    from specdec.runtime.tools.datastore_build import write
 
     # the output ends "5 8 9": the source ("7 8 9 10 4") matches the 2-gram "8 9" -> "10 4", the datastore the
     # longer 3-gram "5 8 9" -> "11 12"

@@ -1,5 +1,5 @@
 """Beam search against transformers' generate(num_beams=...) on the same weights, and speculative beam search
-against target-only beam search (runtime/beam.py, runtime/beam_decode.py)."""
+against target-only beam search (runtime/decoding/beam.py, runtime/decoding/beam_decode.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_speculative_beam_search_is_target_only_beam_search(pairs, width, gamma)
 def test_a_replay_on_unscored_prefixes_is_caught(pairs, monkeypatch):
     """Broken control: a replay that takes the root's first row for a beam whatever its prefix (logits of another
     sequence) must make the equality test above fail on some prompt."""
-    from specdec.runtime.beam_decode import BeamRun
+    from specdec.runtime.decoding.beam_decode import BeamRun
 
     def any_row_of_the_root(scored, where):
         first = {}
@@ -179,7 +179,7 @@ def test_auto_beam_search_is_exact_and_learns(pairs):
 def test_auto_beam_choice_falls_back_to_target_only_where_speculation_does_not_pay():
     """BeamEstimates on made-up measurements: the gamma with the most beam steps per second wins after the warm-up;
     a gamma not chosen for EXPLORE rounds is tried again."""
-    from specdec.runtime.beam_decode import BeamEstimates
+    from specdec.runtime.decoding.beam_decode import BeamEstimates
 
     est = BeamEstimates()
     cost = {0: (1, 1.0), 1: (1.6, 2.0), 2: (2.0, 2.6), 3: (2.2, 3.2), 4: (2.3, 3.8)}   # steps, seconds

@@ -1,4 +1,4 @@
-"""The datastore index (runtime/datastore.py) against a brute-force search of the same token stream, and its file
+"""The datastore index (runtime/loading/datastore.py) against a brute-force search of the same token stream, and its file
 checks: every corrupt or foreign file is a one-line SpecdecError when it is opened."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from specdec.runtime import SpecdecError
-from specdec.runtime.datastore import HEADER_BYTES, SAMPLE, Datastore
-from specdec.runtime.datastore_build import write
+from specdec.runtime.loading.datastore import HEADER_BYTES, SAMPLE, Datastore
+from specdec.runtime.tools.datastore_build import write
 
 SHA = "ab" * 32
 

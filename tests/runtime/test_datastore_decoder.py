@@ -14,7 +14,7 @@ from hostile_exports import sha256
 from tinymodels import add_datastore, random_prompts, read_manifest, run_export_cli, write_tiny_tokenizer
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
-from specdec.runtime.datastore_build import write
+from specdec.runtime.tools.datastore_build import write
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ def test_export_and_datastore_cli(tiny_pair, tmp_path):
     assert code == 2 and "does not exist" in stderr and len(stderr.strip().splitlines()) == 1
 
     def cli(*args):
-        done = subprocess.run([sys.executable, "-m", "specdec.runtime.datastore_cli", *map(str, args)],
+        done = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.datastore", *map(str, args)],
                               capture_output=True, text=True, timeout=120)
         return done.returncode, done.stdout, done.stderr
 

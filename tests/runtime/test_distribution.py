@@ -20,8 +20,8 @@ from transformers.generation.logits_process import (LogitsProcessorList, Tempera
                                                     TopKLogitsWarper, TopPLogitsWarper)
 
 from specdec.runtime import SpeculativeDecoder
-from specdec.runtime.lookup import LookupDraft
-from specdec.runtime.manifest import sha256_file
+from specdec.runtime.decoding.lookup import LookupDraft
+from specdec.runtime.loading.manifest import sha256_file
 
 N_SAMPLES = 20_000
 P_PASS = 1e-3
@@ -199,8 +199,8 @@ N_STORE = 20_000
 def small_datastore(tmp_path, vocab):
     import numpy as np
 
-    from specdec.runtime.datastore import Datastore
-    from specdec.runtime.datastore_build import write
+    from specdec.runtime.loading.datastore import Datastore
+    from specdec.runtime.tools.datastore_build import write
 
     rng = np.random.default_rng(0)
     ids = np.array([0, 0, 0, 0, 3, 5, 7, 1])

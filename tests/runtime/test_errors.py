@@ -118,7 +118,7 @@ def test_draft_export_from_another_pair_is_refused(tiny_export, tmp_path):
 
 
 def test_unknown_provider():
-    from specdec.runtime.device import resolve_provider
+    from specdec.runtime.engine.device import resolve_provider
     with pytest.raises(SpecdecError, match="unknown provider"):
         resolve_provider("tpu")
 
@@ -126,25 +126,25 @@ def test_unknown_provider():
 def test_cli_errors_are_one_line(tiny_export, tmp_path):
     for args in (["--engine", str(tmp_path / "none"), "w5"], ["--engine", str(tiny_export), "--gamma", "20", "w5"],
                  ["--engine", str(tiny_export), "--top-p", "0", "w5"], ["--engine", str(tiny_export), ""]):
-        proc = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", *args], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", *args], capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in proc.stderr
 
 
 def test_cli_prints_output_and_stats(tiny_export):
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", "--engine", str(tiny_export), "--provider",
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), "--provider",
                            "cpu", "--max-new-tokens", "6", "--gamma", "3", "w5 w6"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith("w")
     assert "alpha" in proc.stderr and "tokens/target call" in proc.stderr
-    streamed = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", "--engine", str(tiny_export), "--provider",
+    streamed = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), "--provider",
                                "cpu", "--max-new-tokens", "6", "--gamma", "3", "--stream", "w5 w6"],
                               capture_output=True, text=True)
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout == proc.stdout
     assert "6 tokens" in streamed.stderr and "alpha" in streamed.stderr
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", "--engine", str(tiny_export), "--json",
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), "--json",
                            "--max-new-tokens", "6", "w5 w6"], capture_output=True, text=True)
     out = json.loads(proc.stdout)
     dec = SpeculativeDecoder.load(tiny_export, provider="cpu")

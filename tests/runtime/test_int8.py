@@ -193,7 +193,7 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
 
     from specdec.export.decoder import export_decoder
     from specdec.export.quantize import quantize_int8, target_float_nodes
-    from specdec.runtime.manifest import sha256_file
+    from specdec.runtime.loading.manifest import sha256_file
 
     settings = td.SETTINGS["temperature"]
     dist = int8_target_distribution(int8_both[0], 1.0)

@@ -39,7 +39,7 @@ def test_rss_flat_over_1000_generations(tiny_export):
 
 def test_ort_runs_per_iteration(tiny_export):
     dec = SpeculativeDecoder.load(tiny_export, provider="cpu")
-    import specdec.runtime.device as device
+    import specdec.runtime.engine.device as device
 
     counted = {"runs": 0}
     original = device.Binder.run

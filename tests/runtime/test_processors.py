@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specdec.runtime import SpeculativeDecoder
-from specdec.runtime.processors import Processors
+from specdec.runtime.decoding.processors import Processors
 from tinymodels import random_prompts
 
 import test_distribution as td
@@ -80,7 +80,7 @@ def test_speculative_sampling_with_processors_matches_the_processed_target(small
     """N = 20,000 seeded runs, gamma 2 with the draft model, temperature 1, EOS banned for 2 tokens and no repeated
     bigram; chi-square p >= 1e-3 against the enumerated processed distribution. Broken control: the mask left off
     the target's verification runs (the draft's q still processed) must give p < 1e-6."""
-    from specdec.runtime.workspace import Workspace
+    from specdec.runtime.engine.workspace import Workspace
 
     decoder = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
     dist = processed_distribution(small_vocab_pair[0], td.PROMPT, SAMPLED)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
-from specdec.runtime.manifest import sha256_file
+from specdec.runtime.loading.manifest import sha256_file
 
 
 def all_nodes(graph):

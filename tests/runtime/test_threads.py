@@ -1,4 +1,4 @@
-"""One SpeculativeDecoder used from several threads: requests are serialized on the decoder (runtime/gate.py), so
+"""One SpeculativeDecoder used from several threads: requests are serialized on the decoder (runtime/engine/gate.py), so
 every output equals the same request run alone; an abandoned stream gives the decoder back."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
-from specdec.runtime.manifest import load_manifest
+from specdec.runtime.loading.manifest import load_manifest
 
 from hostile_exports import HOSTILE, PROMPT, copy_export, make_hostile, with_external_data
 
@@ -106,7 +106,7 @@ def test_checksums_off_still_confines_and_checks(good, tmp_path):
 
 def test_cli_refuses_a_hostile_directory_in_one_line(good, tmp_path):
     export = make_hostile(good, tmp_path, "dotdot graph")
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.cli", "--engine", str(export), "--provider", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(export), "--provider", "cpu",
                            "w5"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -115,10 +115,10 @@ def test_cli_refuses_a_hostile_directory_in_one_line(good, tmp_path):
 
 
 def test_graph_reader_agrees_with_onnx(good):
-    """runtime/onnxfile.py (no onnx dependency) reads the inputs, outputs and external data that onnx reads."""
+    """runtime/loading/onnxfile.py (no onnx dependency) reads the inputs, outputs and external data that onnx reads."""
     import onnx
 
-    from specdec.runtime.onnxfile import read_graph_file
+    from specdec.runtime.loading.onnxfile import read_graph_file
 
     manifest = load_manifest(good)
     for info in manifest.models.values():
@@ -144,7 +144,7 @@ def test_graph_reader_refuses_what_is_not_a_graph(tmp_path):
     """Truncated, empty, deeply nested or shrinking files are a GraphFileError, never a crash or a deep recursion."""
     import os
 
-    from specdec.runtime import onnxfile
+    from specdec.runtime.loading import onnxfile
 
     def scan(data: bytes):
         path = tmp_path / "g.onnx"

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SpecdecError
+from ..core.errors import SpecdecError
 
 MAGIC = b"SPDCSTOR"
 VERSION = 1

@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
+from ..core.stats import Stats
 from .device import Binder, Buffer, create_session
 from .model import CachedSeq2Seq
-from .stats import Stats
 
 
 class BeamModel:

@@ -1,4 +1,4 @@
-"""specdec-datastore: build, extend and describe a datastore the lookup searches (runtime/datastore.py).
+"""specdec-datastore: build, extend and describe a datastore the lookup searches (runtime/loading/datastore.py).
 
     specdec-datastore build --export DIR --out store.sdds TEXT [TEXT ...] [--field NAME]
     specdec-datastore add store.sdds --export DIR TEXT [TEXT ...] [--field NAME]
@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-from .datastore import Datastore
+from ..core.errors import SpecdecError, run_cli
+from ..loading.datastore import Datastore
 from .datastore_build import build, load_tokenizer
-from .errors import SpecdecError, run_cli
 
 
 def parser() -> argparse.ArgumentParser:

@@ -6,10 +6,10 @@ The target verifies the round's proposal (speculative.py); a chain level verifie
 
 from __future__ import annotations
 
-from .device import Buffer
-from .model import CachedSeq2Seq
+from ..engine.device import Buffer
+from ..engine.model import CachedSeq2Seq
+from ..engine.workspace import Workspace
 from .round import Proposal, Verdict
-from .workspace import Workspace
 
 
 def verify(ws: Workspace, model: CachedSeq2Seq, proposal: Proposal, q_rows: Buffer, out: Buffer,

@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import SpecdecError
+from ..core.errors import SpecdecError
 
 MAX_PATH_CHARS = 512
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")

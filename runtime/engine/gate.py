@@ -17,7 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from .errors import SpecdecError
+from ..core.errors import SpecdecError
 
 
 class Hold:

@@ -24,8 +24,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.errors import SpecdecError
 from .confine import inside
-from .errors import SpecdecError
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
 
@@ -96,7 +96,7 @@ class Manifest:
         return inside(self.root, relative, "the manifest's path")
 
     def datastore(self, path=None):
-        """The export's datastore (runtime/datastore.py), or the file `path`, opened and checked against this
+        """The export's datastore (runtime/loading/datastore.py), or the file `path`, opened and checked against this
         export's tokenizer; None when `path` is None and the export has none."""
         from .datastore import Datastore
 

@@ -9,8 +9,8 @@ exceptions, and Rust panics, which pyo3 raises as a BaseException) become the Sp
 
 from __future__ import annotations
 
+from ..core.errors import SpecdecError
 from .confine import shown
-from .errors import SpecdecError
 
 MAX_TOKENIZER_BYTES = 256 << 20
 PROBE = "a b 1, x."

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from ..core.stats import Stats
+from ..engine.model import CachedSeq2Seq
+from ..engine.workspace import Workspace
 from . import verifier
-from .model import CachedSeq2Seq
 from .round import DraftSource, Proposal, Verdict
-from .stats import Stats
-from .workspace import Workspace
 
 
 def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stats) -> Verdict:
-    """One target run over the current token and x_1 .. x_k (runtime/verifier.py): p_1 .. p_{k+1} into the
+    """One target run over the current token and x_1 .. x_k (runtime/decoding/verifier.py): p_1 .. p_{k+1} into the
     workspace's p, x_i kept while r_i < p_i(x)/q_i(x), the next token drawn from the residual or the last p."""
     seconds, verdict = verifier.verify(ws, target, proposal, ws.rows(0), ws.p)
     stats.target_s += seconds

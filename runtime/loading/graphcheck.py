@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
+from ..core.errors import SpecdecError
 from .confine import inside, shown
-from .errors import SpecdecError
 from .onnxfile import GraphFileError, read_graph_file
 
 FIX = "re-run specdec-export, or copy the export again from a trusted source"

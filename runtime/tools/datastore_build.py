@@ -1,4 +1,4 @@
-"""Build a datastore file (runtime/datastore.py's format) from text: one segment a line in .txt (or .txt.gz), or
+"""Build a datastore file (runtime/loading/datastore.py's format) from text: one segment a line in .txt (or .txt.gz), or
 one field of each record in .jsonl (or .jsonl.gz), tokenized with an export's tokenizer.json.
 
 Building sorts one 64-bit key per token (numpy, in memory: about 65 bytes a token at the peak, 6.5 GB at 100 M
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .datastore import HEADER, HEADER_BYTES, MAGIC, MAX_TOKENS, VERSION, Datastore, Layout, digit_bits, \
+from ..loading.datastore import HEADER, HEADER_BYTES, MAGIC, MAX_TOKENS, VERSION, Datastore, Layout, digit_bits, \
     token_bytes_for
-from .errors import SpecdecError
-from .manifest import sha256_file
+from ..core.errors import SpecdecError
+from ..loading.manifest import sha256_file
 
 BATCH = 4096          # lines tokenized per call
 

@@ -1,19 +1,19 @@
 """Draft names: what `draft=` may say, and the DraftSource each name builds.
 
     "none"               target only (as gamma = 0)
-    "lookup"             copy from the output so far, the source and the export's datastore (runtime/lookup.py)
+    "lookup"             copy from the output so far, the source and the export's datastore (runtime/decoding/lookup.py)
     "draft", or another  a draft model of the export (specdec-export --draft NAME=CHECKPOINT adds more)
     model name
     "a,b,...,m"          a chain, lowest level first: a proposes to b, which verifies and proposes to ..., m
-                         proposes to the target (runtime/draft.py). "lookup" may only come first. "+" may stand
+                         proposes to the target (runtime/decoding/draft.py). "lookup" may only come first. "+" may stand
                          for "," ("lookup+draft", handy where a list is comma-separated, as in specdec-bench).
-    "auto"               each round, the best of none, lookup, draft and lookup,draft (runtime/auto.py)
+    "auto"               each round, the best of none, lookup, draft and lookup,draft (runtime/decoding/auto.py)
 """
 
 from __future__ import annotations
 
+from ..core.errors import SpecdecError
 from .draft import DraftSource, ModelDraft
-from .errors import SpecdecError
 from .lookup import LookupDraft
 
 AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")

@@ -1,6 +1,6 @@
 """A draft that costs no model run: copy the continuation of the longest n-gram that ends the text so far and
 occurred before, in the generated tokens, in the *source* (the encoder input of a seq2seq model, which a
-decoder-only prompt lookup never sees), or in a datastore of text in the output's language (runtime/datastore.py).
+decoder-only prompt lookup never sees), or in a datastore of text in the output's language (runtime/loading/datastore.py).
 
 Its guesses are deterministic, so q_i = delta(x_i): the target keeps x_i with probability p_i(x_i) and, after a
 rejection, draws from norm(max(0, p - delta(x))) with the same standardized p (temperature, top-k, top-p): exact
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.stats import Stats
+from ..engine.workspace import Workspace
 from .draft import DraftSource
 from .round import Proposal, Verdict
-from .stats import Stats
-from .workspace import Workspace
 
 
 class NgramIndex:
@@ -45,7 +45,7 @@ class NgramIndex:
 
 class LookupDraft(DraftSource):
     """Proposes up to k tokens copied after the longest matching suffix: n in min_n..max_n in the tokens generated
-    so far, then in the source, and n in min_n..datastore.width in `datastore` (a runtime/datastore.py Datastore,
+    so far, then in the source, and n in min_n..datastore.width in `datastore` (a runtime/loading/datastore.py Datastore,
     optional; there the start of the output counts as a token, so it also proposes the first tokens), the longest
     match first and, at equal n, in that order; nothing on a miss."""
 

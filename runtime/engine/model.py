@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
+from ..core.errors import SpecdecError
+from ..core.stats import Stats
+from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session
-from .errors import SpecdecError
-from .manifest import Manifest
-from .stats import Stats
 
 _NP = {"fp32": np.float32, "fp16": np.float16}
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import time
 
+from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
-from .stats import Stats
 
 PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
 EXPLORE = 100         # rounds after which an unchosen source is tried once more (its first wait)
@@ -38,7 +38,7 @@ PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as
 PRIOR_SLOPE = 0.1     # T(k) = a (1 + 0.1 k) before the slope is measured
 PRIOR_WEIGHT = 0.5    # pseudo-runs that hold the slope to the prior while runs cover one k only
 FIT_DECAY = 0.995     # the line fits remember ~200 rounds
-REFIT = 16            # rounds between refits of the plan (runtime/auto.py _Plan) and its lines
+REFIT = 16            # rounds between refits of the plan (runtime/decoding/auto.py _Plan) and its lines
 SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
 MARGIN = 0.05         # a source is chosen only when expected to beat target-only rounds by this fraction
 CALIBRATION_PRIOR = 8.0     # pseudo-tokens (as predicted) in a source's calibration before it has rounds
@@ -221,7 +221,7 @@ class AutoDraft(DraftSource):
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
         # the names the lookup's proposals go by, each with its own estimates: where they were copied from
-        # (runtime/lookup.py origins, its own name first), or just its key when it declares none or is keyed otherwise
+        # (runtime/decoding/lookup.py origins, its own name first), or just its key when it declares none or is keyed otherwise
         key = next((k for k, s in candidates.items() if s is self.lookup), None)
         origins = tuple(getattr(self.lookup, "origins", ()))
         self.origins = origins if origins[:1] == (key,) else (key,) if key is not None else ()

@@ -1,6 +1,6 @@
 """Beam search over the exported models: target-only, and exact speculative beam search.
 
-Target-only: one target run over the W running beams' last tokens per step, then BeamSearch.step (runtime/beam.py)
+Target-only: one target run over the W running beams' last tokens per step, then BeamSearch.step (runtime/decoding/beam.py)
 on their processed log-probabilities, then the cache follows the surviving beams (BeamModel.gather).
 
 Speculative (one round, gamma = g):
@@ -25,10 +25,10 @@ import time
 
 import numpy as np
 
+from ..core.stats import Stats
+from ..engine.beam_model import BeamModel
 from .beam import BeamSearch, candidates, log_softmax
-from .beam_model import BeamModel
 from .processors import Processors
-from .stats import Stats
 
 
 def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import onnxruntime as ort
 
-from .errors import SpecdecError, first_line
+from ..core.errors import SpecdecError, first_line
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],

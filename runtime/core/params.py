@@ -9,7 +9,6 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from .errors import SpecdecError
-from .round import DraftSource
 
 MAX_BEAMS = 16               # beam rows are allocated per request; speculative rounds score up to W x (gamma+1) rows
 
@@ -18,20 +17,20 @@ MAX_BEAMS = 16               # beam rows are allocated per request; speculative 
 class Params:
     max_new_tokens: int = 64     # output is at most this many tokens (an EOS included)
     gamma: int | str = "auto"    # guesses per target call, 0 .. the export's gamma_max (0 = target only), or
-    #                              "auto": chosen each round from measured acceptance and costs (runtime/auto.py)
+    #                              "auto": chosen each round from measured acceptance and costs (runtime/decoding/auto.py)
     draft: object = "auto"       # "auto", "none", "lookup", a draft model's name ("draft"), a chain lowest level
-    #                              first ("lookup,draft"), or a DraftSource object (runtime/sources.py)
+    #                              first ("lookup,draft"), or a DraftSource object (runtime/decoding/sources.py)
     temperature: float = 0.0     # 0 = greedy
     top_k: int = 0               # 0 = no top-k filter
     top_p: float = 1.0           # 1 = no nucleus filter
     lenience: float = 1.0        # 1 = exact; < 1 keeps more guesses (paper A.5; at temperature 0: p(x) >= l max p)
     seed: int = 0                # random seed (unused when greedy)
-    num_beams: int = 1           # > 1: beam search (runtime/beam_decode.py), transformers' semantics; greedy only
+    num_beams: int = 1           # > 1: beam search (runtime/decoding/beam_decode.py), transformers' semantics; greedy only
     length_penalty: float = 1.0  # beam search: finished scores are sum log p / length ** length_penalty
     early_stopping: object = False   # beam search: True, False (heuristic) or "never", as in transformers
     num_return_sequences: int = 1    # beam search: how many of the best finished beams to return (<= num_beams)
-    min_new_tokens: int = 0      # EOS banned before this many tokens (runtime/processors.py)
-    no_repeat_ngram_size: int = 0    # > 0: no n-gram of this size occurs twice (runtime/processors.py)
+    min_new_tokens: int = 0      # EOS banned before this many tokens (runtime/decoding/processors.py)
+    no_repeat_ngram_size: int = 0    # > 0: no n-gram of this size occurs twice (runtime/decoding/processors.py)
 
     @classmethod
     def of(cls, params: "Params | None" = None, **overrides) -> "Params":
@@ -103,7 +102,8 @@ class Params:
 
 
 def _is_source(value) -> bool:
-    return isinstance(value, DraftSource)
+    """A DraftSource (runtime/decoding/round.py) by what it does: the request layer does not import decoding."""
+    return all(callable(getattr(value, method, None)) for method in ("start", "propose", "commit"))
 
 
 def _is_int(value) -> bool:

@@ -34,8 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..core.params import Params
 from .device import Buffer
-from .params import Params
 
 UNIFORM_BLOCK = 1 << 10     # uniforms drawn at a time (a request takes a block at reset, more as it needs)
 
@@ -74,7 +74,7 @@ class Workspace:
 
     # -- per request and per round ----------------------------------------------------------------------------
     def reset(self, start_token: int, params: Params, processors=None) -> None:
-        """A new request. `processors` (runtime/processors.py) when active: every run's head rows are masked."""
+        """A new request. `processors` (runtime/decoding/processors.py) when active: every run's head rows are masked."""
         self.tokens.write([start_token])
         self.processors = processors if processors is not None and processors.active else None
         self.seq, self.end, self.known = [start_token], 0, []

@@ -1,6 +1,6 @@
 """Model drafts: a draft model proposing guesses with their distributions q, alone or as a level of a chain.
 
-The contract (runtime/round.py's DraftSource): `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`) and writes
+The contract (runtime/decoding/round.py's DraftSource): `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`) and writes
 q_1 .. q_k into the rows it is given (or the point rows) and returns a Proposal (k may be smaller than asked, 0 on
 a miss); `commit` gets the Verdict of the level above. A new kind of draft is a new class here, not a new loop.
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import Buffer
-from .model import CachedSeq2Seq
+from ..core.stats import Stats
+from ..engine.device import Buffer
+from ..engine.model import CachedSeq2Seq
+from ..engine.workspace import Workspace
 from .round import DraftSource, Proposal, Verdict
-from .stats import Stats
 from .verifier import verify
-from .workspace import Workspace
 
 __all__ = ["DraftSource", "ModelDraft"]
 

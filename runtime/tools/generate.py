@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .errors import SpecdecError, run_cli
+from ..core.errors import SpecdecError, run_cli
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,9 +100,9 @@ def stats_line(stats, provider: str) -> str:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
-    from .datastore import load_option
-    from .decoder import SpeculativeDecoder
-    from .params import Params
+    from ..loading.datastore import load_option
+    from ..decoder import SpeculativeDecoder
+    from ..core.params import Params
 
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads,
                                   datastore=load_option(args.datastore))

@@ -25,8 +25,8 @@ import math
 import os
 import re
 
+from ..core.errors import SpecdecError
 from .confine import FIX as PATH_FIX, lexical_problem, shown
-from .errors import SpecdecError
 
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_FILES = 256
@@ -161,8 +161,8 @@ def check_manifest(raw, where: str) -> None:
         _key(where, models, role, "models")
     gamma = numbers["gamma_max"]
     sizes = {role: _architecture(where, role, model, vocab) for role, model in models.items()}
-    # what the runtime allocates per model (runtime/model.py): the cache and the cross-attention K/V, max_length
-    # positions each, and logits rows; and the workspace's rows (runtime/workspace.py): a lower bound
+    # what the runtime allocates per model (runtime/engine/model.py): the cache and the cross-attention K/V, max_length
+    # positions each, and logits rows; and the workspace's rows (runtime/engine/workspace.py): a lower bound
     itemsize = 2 if dtype == "fp16" else 4
     needed = sum(2 * numbers["max_length"] * math.prod(s.values()) * 2 * itemsize + (gamma + 2) * vocab * 4 * 2
                  for s in sizes.values()) + 4 * (gamma + 1) * vocab * 4
@@ -209,7 +209,7 @@ def _physical_memory() -> int | None:
 def _check_graph(where, what: str, entry, expected: dict, dims: dict, files: dict) -> None:
     entry = _obj(where, entry, what)
     file = _path(where, _key(where, entry, "file", what), f"{what}'s file", files)
-    if "/" not in file:         # the TensorRT engine cache goes next to the graph's folder (runtime/device.py)
+    if "/" not in file:         # the TensorRT engine cache goes next to the graph's folder (runtime/engine/device.py)
         _fail(where, f"{what}'s file {shown(file)} is not in a model folder (NAME/FILE.onnx, as specdec-export "
                      "writes it)")
     for side in ("inputs", "outputs"):

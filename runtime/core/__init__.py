@@ -1,0 +1,1 @@
+"""Declarations every layer shares: the one error type, a request's parameters, the stats schema."""

@@ -1,0 +1,1 @@
+"""The runtime's command lines: specdec-generate and specdec-datastore."""
