@@ -22,6 +22,7 @@ import json
 import threading
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
+from specdec.runtime.core.params import PARAMETERS
 from specdec.runtime.loading.datastore import load_option
 from specdec.runtime.engine.device import resolve_provider
 from specdec.runtime.core.errors import first_line
@@ -38,32 +39,18 @@ EXTERNS = {
     "specdec_decode": "_specdec_py_decode",
 }
 
+DECLARED = {declared.name: declared for declared in PARAMETERS}
+# Numbers of a field whose numbers stand for words that C refuses in C's words, before Params.checked sees them: a
+# negative gamma other than SPECDEC_GAMMA_AUTO, an early_stopping outside specdec_early_stopping ("{}": the value).
+C_REFUSALS = {
+    "gamma": (lambda value: value < 0,
+              "gamma must be SPECDEC_GAMMA_AUTO (-1) or an integer in 0..gamma_max (got {})",
+              "use -1 for auto, or 0 <= gamma <= the export's gamma_max (specdec_get_info)"),
+    "early_stopping": (lambda value: True,
+                       "early_stopping must be SPECDEC_EARLY_STOPPING_FALSE (0), _TRUE (1) or _NEVER (2) (got {})",
+                       "use a specdec_early_stopping value"),
+}
 OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str}
-
-# specdec_stats' per-source counters (API version 3), from Stats.sources: name -> SourceStats, where "none" is the
-# target-only rounds, "lookup" (and "datastore", its copies from the datastore) the lookup verified by the target,
-# "X>" the lower levels of chains (verified by a model, not the target), and any other name a draft model or a chain
-# whose top level the target verified.
-SOURCE_FIELDS = ("target_only_rounds", "lookup_rounds", "lookup_proposed", "lookup_accepted", "model_rounds",
-                 "model_proposed", "model_accepted", "chain_proposed", "chain_accepted")
-
-
-def source_counts(stats) -> dict:
-    """The SOURCE_FIELDS of a runtime Stats."""
-    out = dict.fromkeys(SOURCE_FIELDS, 0)
-    for name, s in stats.sources.items():
-        if name.endswith(">"):
-            out["chain_proposed"] += s.proposed
-            out["chain_accepted"] += s.accepted
-        elif name == "none":
-            out["target_only_rounds"] += s.rounds
-        else:
-            kind = "lookup" if name in ("lookup", "datastore") else "model"    # copies (datastore: lookup's)
-            out[kind + "_rounds"] += s.rounds
-            out[kind + "_proposed"] += s.proposed
-            out[kind + "_accepted"] += s.accepted
-    return out
-
 
 class Failure(Exception):
     """A failed call: a specdec_status and the one-line message for specdec_last_error()."""
@@ -99,8 +86,6 @@ class CApi:
         self.stop_reasons = {"": lib.SPECDEC_STOP_NONE, "eos": lib.SPECDEC_STOP_EOS,
                              "max_new_tokens": lib.SPECDEC_STOP_MAX_NEW_TOKENS,
                              "max_length": lib.SPECDEC_STOP_MAX_LENGTH, "callback": lib.SPECDEC_STOP_CALLBACK}
-        self.early_stopping = {lib.SPECDEC_EARLY_STOPPING_FALSE: False, lib.SPECDEC_EARLY_STOPPING_TRUE: True,
-                               lib.SPECDEC_EARLY_STOPPING_NEVER: "never"}
         self.params_fields = self._field_ends("specdec_params")
         self.stats_fields = self._field_ends("specdec_stats")
 
@@ -182,31 +167,23 @@ class CApi:
             return Params()
         size = int(ptr.struct_size)
         given = {name: getattr(ptr, name) for name, end in self.params_fields.items() if end <= size}
-        values = {}
-        for name, value in given.items():
-            if name == "gamma":
-                value = int(value)
-                if value == self.lib.SPECDEC_GAMMA_AUTO:
-                    value = "auto"
-                elif value < 0:
-                    raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"gamma must be SPECDEC_GAMMA_AUTO (-1) or an "
-                                  f"integer in 0..gamma_max (got {value})", "use -1 for auto, or 0 <= gamma <= the "
-                                  "export's gamma_max (specdec_get_info)")
-            elif name == "draft":
-                value = "auto" if value == self.ffi.NULL else self._text(value, "params.draft")
-            elif name == "early_stopping":
-                value = int(value)
-                if value not in self.early_stopping:
-                    raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"early_stopping must be "
-                                  f"SPECDEC_EARLY_STOPPING_FALSE (0), _TRUE (1) or _NEVER (2) (got {value})",
-                                  "use a specdec_early_stopping value")
-                value = self.early_stopping[value]
-            elif name in ("temperature", "top_p", "lenience", "length_penalty"):
-                value = float(value)
-            else:
-                value = int(value)
-            values[name] = value
-        return Params.of(**values)
+        return Params.of(**{name: self._param(DECLARED[name], value) for name, value in given.items()})
+
+    def _param(self, declared, value):
+        """One specdec_params field as the Python value its declaration (runtime/core/params.py) says: a string
+        field's NULL is the default, a number in the declaration's c_values is the word it stands for (gamma -1:
+        "auto", early_stopping 0/1/2: False/True/"never"), anything else its int or float."""
+        if declared.c_type == "const char *":
+            return declared.default if value == self.ffi.NULL else self._text(value, f"params.{declared.name}")
+        if declared.c_type == "double":
+            return float(value)
+        value, words = int(value), dict(declared.c_values)
+        if value in words:
+            return words[value]
+        refused, problem, fix = C_REFUSALS.get(declared.name, (lambda v: False, "", ""))
+        if refused(value):
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, problem.format(value), fix)
+        return value
 
     def _input_ids(self, ptr, count: int):
         if ptr == self.ffi.NULL:
@@ -228,12 +205,8 @@ class CApi:
         """Write the C stats: only the fields inside the caller's struct_size (capi.c has zeroed those already)."""
         if out == self.ffi.NULL:
             return
-        values = {name: int(getattr(stats, name)) for name in ("target_calls", "draft_calls", "proposed", "accepted",
-                                                                "new_tokens", "ort_runs")}
-        values.update((name, float(getattr(stats, name))) for name in (
-            "acceptance_rate", "tokens_per_target_call", "encoder_s", "draft_s", "target_s", "host_s", "total_s"))
+        values = stats.figures()          # the declared figures (runtime/core/stats.py): the struct's fields
         values["stop_reason"] = self.stop_reasons.get(stop_reason, self.lib.SPECDEC_STOP_NONE)
-        values.update(source_counts(stats))
         size = int(out.struct_size)
         for name, end in self.stats_fields.items():
             if end <= size:

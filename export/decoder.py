@@ -18,10 +18,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS
+
 from .attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
 
-INPUTS = ("input_ids", "past_kv", "cross_kv")
-OUTPUTS = ("logits", "new_kv")
+INPUTS, OUTPUTS = DECODER_INPUTS, DECODER_OUTPUTS  # runtime/core/graph_io.py
 
 
 class DecoderWithCache(nn.Module):

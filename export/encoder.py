@@ -11,10 +11,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from specdec.runtime.core.graph_io import ENCODER_INPUTS, ENCODER_OUTPUTS
+
 from .attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
 
-INPUTS = ("input_ids",)
-OUTPUTS = ("cross_kv",)
+INPUTS, OUTPUTS = ENCODER_INPUTS, ENCODER_OUTPUTS  # runtime/core/graph_io.py
 
 
 class EncoderWithCrossKV(nn.Module):

@@ -36,9 +36,10 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
+from specdec.runtime.core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS
+
 CANDIDATES = 256
-INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
-OUTPUTS = ("probs", "accepted", "next_token")
+INPUTS, OUTPUTS = HEAD_INPUTS, HEAD_OUTPUTS        # runtime/core/graph_io.py
 
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

@@ -29,9 +29,9 @@ import copy
 import numpy as np
 from onnx import TensorProto, helper
 
-from .head import _onnx_type
+from specdec.runtime.core.graph_io import STEPS
 
-STEPS = "steps"
+from .head import _onnx_type
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 

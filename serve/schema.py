@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
-from specdec.runtime.core.params import Params
+from specdec.runtime.core.params import PARAMETERS, Params, flag_value
+from specdec.runtime.core.stats import STATS
 
 MODEL = "specdec"                 # one request -> one response
 STREAM_MODEL = "specdec_stream"   # decoupled: one response per accepted piece, then an empty final one
@@ -33,19 +34,14 @@ class Field:
         return {np.object_: "TYPE_STRING", np.int64: "TYPE_INT64", np.float64: "TYPE_FP64"}[self.dtype]
 
 
-# Every input is one value (shape [1]). An absent optional input takes the runtime's default (Params()): gamma and
-# draft "auto", greedy, 64 new tokens. gamma is INT64, so "auto" is spelled by leaving it out; floats are FP64 so a
-# value means what it means in Python (an FP32 0.7 would be 0.699999988).
-INPUTS = (
-    Field("prompt", np.object_, (1,), doc="UTF-8 text"),
-    Field("max_new_tokens", np.int64, (1,), True, "default 64"),
-    Field("gamma", np.int64, (1,), True, "0 .. the export's gamma_max; absent: auto"),
-    Field("draft", np.object_, (1,), True, "auto (default), none, lookup, draft, a chain such as lookup,draft"),
-    Field("temperature", np.float64, (1,), True, "0 = greedy (default)"),
-    Field("top_k", np.int64, (1,), True, "0 = off (default)"),
-    Field("top_p", np.float64, (1,), True, "1 = off (default)"),
-    Field("seed", np.int64, (1,), True, "default 0"),
-)
+# Every input is one value (shape [1]): the prompt, then one optional input per request parameter that its
+# declaration (runtime/core/params.py) gives to serve; an absent one takes the runtime's default (Params()): gamma
+# and draft "auto", greedy, 64 new tokens. gamma is INT64, so "auto" is spelled by leaving it out; early_stopping is
+# text (true, false or never); floats are FP64 so a value means what it means in Python (an FP32 0.7 would be
+# 0.699999988).
+_DTYPES = {str: np.object_, int: np.int64, float: np.float64}
+INPUTS = (Field("prompt", np.object_, (1,), doc="UTF-8 text"),) + tuple(
+    Field(declared.name, _DTYPES[declared.kind], (1,), True, declared.doc) for declared in PARAMETERS if declared.serve)
 
 # specdec: the whole output and the request's statistics. specdec_stream: the same names on every response, `text`
 # and `token_ids` being that piece's new text and tokens and the statistics those of the request so far;
@@ -54,17 +50,11 @@ OUTPUTS = (
     Field("text", np.object_, (1,), doc="the output text (stream: this piece's new text)"),
     Field("token_ids", np.int64, (-1,), doc="generated token ids (stream: this piece's)"),
     Field("stop_reason", np.object_, (1,), doc='"eos", "max_new_tokens" or "max_length" ("" before the end)'),
-    Field("new_tokens", np.int64, (1,), doc="tokens generated so far"),
-    Field("target_calls", np.int64, (1,), doc="target decoder runs (verify passes, or steps at gamma 0)"),
-    Field("draft_calls", np.int64, (1,), doc="draft decoder runs"),
-    Field("proposed", np.int64, (1,), doc="draft tokens offered for verification"),
-    Field("accepted", np.int64, (1,), doc="of those, kept"),
-    Field("acceptance_rate", np.float64, (1,), doc="accepted / proposed (alpha; 0 when nothing was proposed)"),
-    Field("tokens_per_target_call", np.float64, (1,), doc="new_tokens / target_calls"),
+    # the request's totals, as declared (runtime/core/stats.py): counts INT64, seconds and ratios FP64
+    *(Field(figure.name, np.int64 if figure.unit == "count" else np.float64, (1,), doc=figure.doc)
+      for figure in STATS if not figure.group),
     Field("stats_json", np.object_, (1,), doc="Stats.as_dict() as JSON: timings and per-source counts"),
 )
-
-_PARAMS = {f.name for f in INPUTS} - {"prompt"}
 
 
 def request(get) -> tuple[str, Params]:
@@ -84,7 +74,8 @@ def request(get) -> tuple[str, Params]:
             raise SpecdecError(f"input {field.name!r} must hold one value (got shape {list(array.shape)})",
                                "send shape [1]")
         if field.dtype is np.object_:
-            values[field.name] = _text(field.name, array)
+            text = _text(field.name, array)
+            values[field.name] = flag_value(field.name, text) if field.name != "draft" else text
         elif field.dtype is np.int64:
             values[field.name] = int(array.reshape(-1)[0])
         else:
@@ -109,17 +100,13 @@ def _text(name: str, array) -> str:
 
 def response(text: str, token_ids, stats, stop_reason: str) -> dict:
     """Output tensors by name (numpy arrays of the OUTPUTS dtypes and shapes)."""
+    figures = stats.figures()
     return {
         "text": np.array([text.encode("utf-8")], dtype=np.object_),
         "token_ids": np.asarray([int(t) for t in token_ids], dtype=np.int64),
         "stop_reason": np.array([stop_reason.encode("utf-8")], dtype=np.object_),
-        "new_tokens": np.array([stats.new_tokens], dtype=np.int64),
-        "target_calls": np.array([stats.target_calls], dtype=np.int64),
-        "draft_calls": np.array([stats.draft_calls], dtype=np.int64),
-        "proposed": np.array([stats.proposed], dtype=np.int64),
-        "accepted": np.array([stats.accepted], dtype=np.int64),
-        "acceptance_rate": np.array([stats.acceptance_rate], dtype=np.float64),
-        "tokens_per_target_call": np.array([stats.tokens_per_target_call], dtype=np.float64),
+        **{figure.name: np.array([figures[figure.name]], dtype=np.int64 if figure.unit == "count" else np.float64)
+           for figure in STATS if not figure.group},
         "stats_json": np.array([json.dumps(stats.as_dict()).encode("utf-8")], dtype=np.object_),
     }
 

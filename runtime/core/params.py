@@ -1,36 +1,151 @@
-"""One request's decoding parameters: made where a request enters (Python call, CLI, C struct), checked once, passed
-whole to the decoding loop."""
+"""A request's decoding parameters, declared once.
+
+Each field of `Params` is one declaration (`param(...)`): its default, the one line a user reads, the values it
+accepts and how a refused value is told, its C type in `specdec_params`, whether serve takes it as a Triton input.
+Every surface is made from `PARAMETERS` or tested against it (tests/test_surfaces.py): the Python keywords, the
+flags of specdec-generate (`add_flags`) and specdec-bench, the C struct's conversions (bindings/_capi.py), serve's
+inputs (serve/schema.py) and the docs' parameter table. Adding a parameter is one field here plus its use.
+
+A request is checked once, where it enters (`Params.checked`, called by SpeculativeDecoder with the export's
+gamma_max), so Python, the CLIs, C and serve accept and refuse exactly the same values with the same one line.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from .errors import SpecdecError
 
 MAX_BEAMS = 16               # beam rows are allocated per request; speculative rounds score up to W x (gamma+1) rows
+EARLY_STOPPING = (False, True, "never")     # transformers' values; specdec_early_stopping numbers them 0, 1, 2
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _is_source(value) -> bool:
+    """A DraftSource (runtime/decoding/round.py) by what it does: the request layer does not import decoding."""
+    return all(callable(getattr(value, method, None)) for method in ("start", "propose", "commit"))
+
+
+# What a value must be: (test, how the refusal says it). The message is "<name> must be <what> (got <value>)".
+def _integer_from(low: int):
+    return (lambda v: _is_int(v) and v >= low), ("a positive integer" if low == 1 else f"an integer >= {low}")
+
+
+def _real_in_unit(v) -> bool:
+    return _is_real(v) and 0 < v <= 1
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One request parameter's declaration (the metadata of a `Params` field)."""
+    name: str
+    default: object
+    doc: str                       # one line for users: --help, the docs' table, the C header's comment
+    values: str                    # the accepted values, in words
+    c_type: str | None             # its type in specdec_params (include/specdec.h), None: not in the C struct
+    serve: bool = True             # a Triton input of specdec-serve
+    group: str = ""                # "beam search": shown apart in --help
+    test: object = None            # value -> bool (None: checked in Params.checked with the other fields)
+    must_be: str = ""              # "<name> must be <must_be> (got ...)"
+    fix: str = ""                  # the second half of the one-line error
+    c_values: tuple = ()           # C integers that stand for Python values: ((-1, "auto"),) for gamma
+    words: bool = False            # its values are words on a command line and in serve's text inputs
+    bench: bool = True             # specdec-bench takes a flag for it (a list of values to compare, or one value)
+
+    @property
+    def flag(self) -> str:
+        """Its command-line flag (specdec-generate, specdec-bench)."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def c_field(self) -> str | None:
+        return self.name if self.c_type else None
+
+    @property
+    def kind(self) -> type:
+        """The Python type a command line parses a value into (gamma's and early_stopping's words aside)."""
+        if self.words or self.c_type in (None, "const char *"):
+            return str
+        return float if self.c_type == "double" else int
+
+    def refuse(self, value) -> None:
+        if self.test is not None and not self.test(value):
+            raise SpecdecError(f"{self.name} must be {self.must_be} (got {value!r})", self.fix or None)
+
+
+def param(default, doc: str, values: str, c_type: str | None, **declared):
+    """A Params field with its declaration."""
+    return field(default=default, metadata={"declared": dict(doc=doc, values=values, c_type=c_type, **declared)})
+
+
+_positive, _positive_text = _integer_from(1)
+_natural, _natural_text = _integer_from(0)
 
 
 @dataclass(frozen=True)
 class Params:
-    max_new_tokens: int = 64     # output is at most this many tokens (an EOS included)
-    gamma: int | str = "auto"    # guesses per target call, 0 .. the export's gamma_max (0 = target only), or
-    #                              "auto": chosen each round from measured acceptance and costs (runtime/decoding/auto.py)
-    draft: object = "auto"       # "auto", "none", "lookup", a draft model's name ("draft"), a chain lowest level
-    #                              first ("lookup,draft"), or a DraftSource object (runtime/decoding/sources.py)
-    temperature: float = 0.0     # 0 = greedy
-    top_k: int = 0               # 0 = no top-k filter
-    top_p: float = 1.0           # 1 = no nucleus filter
-    lenience: float = 1.0        # 1 = exact; < 1 keeps more guesses (paper A.5; at temperature 0: p(x) >= l max p)
-    seed: int = 0                # random seed (unused when greedy)
-    num_beams: int = 1           # > 1: beam search (runtime/decoding/beam_decode.py), transformers' semantics; greedy only
-    length_penalty: float = 1.0  # beam search: finished scores are sum log p / length ** length_penalty
-    early_stopping: object = False   # beam search: True, False (heuristic) or "never", as in transformers
-    num_return_sequences: int = 1    # beam search: how many of the best finished beams to return (<= num_beams)
-    min_new_tokens: int = 0      # EOS banned before this many tokens (runtime/decoding/processors.py)
-    no_repeat_ngram_size: int = 0    # > 0: no n-gram of this size occurs twice (runtime/decoding/processors.py)
+    """One request's parameters: `Params.of(**keywords)`, checked once where the request enters."""
+
+    max_new_tokens: int = param(
+        64, "output is at most this many tokens (an EOS included)", ">= 1", "int32_t",
+        test=_positive, must_be=_positive_text)
+    gamma: int | str = param(
+        "auto", "guesses per target call: auto (chosen each round from measured acceptance and costs) or fixed "
+        "(0 = target only)", "0 .. the export's gamma_max, or \"auto\"", "int32_t", c_values=((-1, "auto"),))
+    draft: object = param(
+        "auto", "where guesses come from: auto (the best of none, lookup, draft and lookup,draft each round), none, "
+        "lookup (copies from the source, the output so far and the datastore), a draft model's name (draft), or a "
+        "chain lowest level first (lookup,draft)", "a source name or chain, or a DraftSource object",
+        "const char *")
+    temperature: float = param(
+        0.0, "sampling temperature; 0 = greedy", "finite, >= 0", "double",
+        test=lambda v: _is_real(v) and math.isfinite(v) and v >= 0, must_be="a finite number >= 0",
+        fix="use 0 for greedy decoding")
+    top_k: int = param(
+        0, "keep the k most likely tokens before sampling; 0 = off", ">= 0", "int32_t",
+        test=_natural, must_be=_natural_text, fix="use 0 to disable top-k")
+    top_p: float = param(
+        1.0, "keep the smallest set of tokens with probability >= top_p (nucleus); 1 = off", "(0, 1]", "double",
+        test=_real_in_unit, must_be="in (0, 1]", fix="use 1.0 to disable top-p")
+    lenience: float = param(
+        1.0, "1 = exact; lower keeps more guesses and gives up exactness (paper A.5; at temperature 0 a guess x "
+        "is kept iff p(x) >= lenience * max p)", "(0, 1]", "double",
+        test=_real_in_unit, must_be="in (0, 1]", fix="use 1.0 for exact sampling")
+    seed: int = param(
+        0, "random seed (unused when greedy)", ">= 0", "uint64_t", test=_natural, must_be=_natural_text,
+        bench=False)     # the bench seeds each repeat itself
+    num_beams: int = param(
+        1, "1: no beam search; 2..16: beam search over that many beams (greedy only, transformers' semantics)",
+        f"1 .. {MAX_BEAMS}", "int32_t", group="beam search",
+        test=lambda v: _is_int(v) and 1 <= v <= MAX_BEAMS, must_be=f"an integer in 1..{MAX_BEAMS}",
+        fix="use num_beams=1 for greedy or sampling, 2..16 for beam search")
+    length_penalty: float = param(
+        1.0, "a finished beam scores sum log p / length ** length_penalty (> 0 favours longer outputs)", "finite",
+        "double", group="beam search", test=lambda v: _is_real(v) and math.isfinite(v), must_be="a finite number",
+        fix="use 1.0 (the default), > 0 to favour longer, < 0 shorter sequences")
+    early_stopping: object = param(
+        False, "True: stop once num_beams beams have finished; False: also when no running beam can beat them (a "
+        "heuristic); \"never\": only when none can at any length", "True, False or \"never\"", "int32_t",
+        group="beam search", test=lambda v: any(v is e if isinstance(e, bool) else v == e for e in EARLY_STOPPING),
+        must_be="True, False or 'never'", c_values=tuple(enumerate(EARLY_STOPPING)), words=True)
+    num_return_sequences: int = param(
+        1, "beam search: how many of the best finished beams to return", "1 .. num_beams", "int32_t",
+        group="beam search", serve=False, bench=False)     # serve and the bench take the best sequence
+    min_new_tokens: int = param(
+        0, "no EOS before this many tokens", ">= 0", "int32_t", test=_natural, must_be=_natural_text)
+    no_repeat_ngram_size: int = param(
+        0, "> 0: no n-gram of this size occurs twice in the output", ">= 0", "int32_t",
+        test=_natural, must_be=_natural_text, fix="use 0 to allow repeats")
 
     @classmethod
     def of(cls, params: "Params | None" = None, **overrides) -> "Params":
@@ -54,44 +169,17 @@ class Params:
         if not isinstance(self.draft, str) and not _is_source(self.draft):
             raise SpecdecError(f"draft must be a name such as 'auto', 'lookup', 'draft' or 'lookup,draft', or a "
                                f"DraftSource (got {type(self.draft).__name__})")
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise SpecdecError(f"max_new_tokens must be a positive integer (got {self.max_new_tokens!r})")
-        if not (_is_real(self.temperature) and math.isfinite(self.temperature) and self.temperature >= 0):
-            raise SpecdecError(f"temperature must be a finite number >= 0 (got {self.temperature!r})",
-                               "use 0 for greedy decoding")
-        if not _is_int(self.top_k) or self.top_k < 0:
-            raise SpecdecError(f"top_k must be an integer >= 0 (got {self.top_k!r})", "use 0 to disable top-k")
-        if not (_is_real(self.top_p) and 0 < self.top_p <= 1):
-            raise SpecdecError(f"top_p must be in (0, 1] (got {self.top_p!r})", "use 1.0 to disable top-p")
-        if not (_is_real(self.lenience) and 0 < self.lenience <= 1):
-            raise SpecdecError(f"lenience must be in (0, 1] (got {self.lenience!r})", "use 1.0 for exact sampling")
-        if not _is_int(self.seed) or self.seed < 0:
-            raise SpecdecError(f"seed must be an integer >= 0 (got {self.seed!r})")
-        self._check_beams()
-        return self
-
-    def _check_beams(self) -> None:
-        if not _is_int(self.num_beams) or not 1 <= self.num_beams <= MAX_BEAMS:
-            raise SpecdecError(f"num_beams must be an integer in 1..{MAX_BEAMS} (got {self.num_beams!r})",
-                               "use num_beams=1 for greedy or sampling, 2..16 for beam search")
+        for declared in PARAMETERS:
+            declared.refuse(getattr(self, declared.name))
         if not _is_int(self.num_return_sequences) or not 1 <= self.num_return_sequences <= self.num_beams:
             raise SpecdecError(f"num_return_sequences must be an integer in 1..num_beams ({self.num_beams}) "
                                f"(got {self.num_return_sequences!r})",
                                "ask for at most num_beams sequences, or raise num_beams")
-        if not (_is_real(self.length_penalty) and math.isfinite(self.length_penalty)):
-            raise SpecdecError(f"length_penalty must be a finite number (got {self.length_penalty!r})",
-                               "use 1.0 (the default), > 0 to favour longer, < 0 shorter sequences")
-        if not (self.early_stopping is True or self.early_stopping is False or self.early_stopping == "never"):
-            raise SpecdecError(f"early_stopping must be True, False or 'never' (got {self.early_stopping!r})")
-        if not _is_int(self.min_new_tokens) or self.min_new_tokens < 0:
-            raise SpecdecError(f"min_new_tokens must be an integer >= 0 (got {self.min_new_tokens!r})")
-        if not _is_int(self.no_repeat_ngram_size) or self.no_repeat_ngram_size < 0:
-            raise SpecdecError(f"no_repeat_ngram_size must be an integer >= 0 (got {self.no_repeat_ngram_size!r})",
-                               "use 0 to allow repeats")
         if self.num_beams > 1 and self.temperature > 0:
             raise SpecdecError(f"beam search is deterministic: temperature {self.temperature} with num_beams "
                                f"{self.num_beams} is not supported", "use temperature=0 with beams, or num_beams=1 "
                                "to sample")
+        return self
 
     def as_dict(self) -> dict:
         """Fields by name; a DraftSource object is given by its name."""
@@ -101,14 +189,68 @@ class Params:
         return out
 
 
-def _is_source(value) -> bool:
-    """A DraftSource (runtime/decoding/round.py) by what it does: the request layer does not import decoding."""
-    return all(callable(getattr(value, method, None)) for method in ("start", "propose", "commit"))
+PARAMETERS: tuple[Parameter, ...] = tuple(
+    Parameter(name=f.name, default=f.default, **f.metadata["declared"]) for f in fields(Params))
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+def add_flags(parser, names=None) -> None:
+    """Add the --flag of each declared parameter (or of those in `names`) to an argparse parser, its help from the
+    declaration; beam search's go in a group of their own. A flag left out stays None, so `from_flags` gives the
+    Params default; a number that is not one is argparse's one-line error, a word (early_stopping) `from_flags`'s."""
+    groups = {}
+    for declared in PARAMETERS:
+        if names is not None and declared.name not in names:
+            continue
+        target = parser
+        if declared.group:
+            if declared.group not in groups:
+                groups[declared.group] = parser.add_argument_group(declared.group)
+            target = groups[declared.group]
+        shown = str(declared.default).lower() if isinstance(declared.default, bool) else declared.default
+        parse = None if declared.words else _gamma_flag if declared.name == "gamma" else declared.kind
+        target.add_argument(declared.flag, dest=declared.name, type=parse, default=None,
+                            metavar=_METAVARS.get(declared.name, declared.kind.__name__.upper()),
+                            help=f"{declared.doc} ({declared.values}; default {shown})")
 
 
-def _is_real(value) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+def flag_value(name: str, text: str):
+    """A command-line word as the declared parameter's value ("auto" for gamma, true/false/never for
+    early_stopping); a word that is not one is a one-line SpecdecError naming the flag."""
+    declared = _BY_NAME[name]
+    if name == "early_stopping":
+        words = {"true": True, "false": False, "never": "never"}
+        if text.lower() not in words:
+            raise SpecdecError(f"{declared.flag} must be true, false or never (got {text!r})")
+        return words[text.lower()]
+    if name == "gamma" and text == "auto":
+        return text
+    try:
+        return declared.kind(text)
+    except ValueError:
+        word = {int: "an integer", float: "a number"}.get(declared.kind, "a value")
+        raise SpecdecError(f"{declared.flag} must be {word}{' or auto' if name == 'gamma' else ''} "
+                           f"(got {text!r})") from None
+
+
+def from_flags(namespace, params: "Params | None" = None) -> "Params":
+    """Params from an argparse namespace made with `add_flags`: the flags that were given, over `params` (a word
+    that is not a value is a one-line SpecdecError naming the flag)."""
+    given = {d.name: getattr(namespace, d.name) for d in PARAMETERS if getattr(namespace, d.name, None) is not None}
+    return Params.of(params, **{name: flag_value(name, value) if _BY_NAME[name].words else value
+                                for name, value in given.items()})
+
+
+def _gamma_flag(text: str):
+    """--gamma's word: "auto" or an integer (its range is checked with the export's gamma_max)."""
+    import argparse
+
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {text!r})") from None
+
+
+_METAVARS = {"gamma": "G|auto", "draft": "NAME", "early_stopping": "{true,false,never}"}
+_BY_NAME = {declared.name: declared for declared in PARAMETERS}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 @dataclass
@@ -28,19 +28,27 @@ class SourceStats:
         return self.accepted / (self.accepted + self.rejections) if self.accepted + self.rejections else 0.0
 
 
+def stat(unit: str, doc: str):
+    """A Stats field with its declaration."""
+    return field(default=0.0 if unit == "s" else 0, metadata={"unit": unit, "doc": doc})
+
+
 @dataclass
 class Stats:
-    target_calls: int = 0          # target decoder runs (verify passes, or steps at gamma = 0)
-    draft_calls: int = 0           # draft decoder runs
-    proposed: int = 0              # draft tokens offered for verification
-    accepted: int = 0              # of those, kept
-    new_tokens: int = 0
-    ort_runs: int = 0              # every ONNX Runtime session run: encoders, draft steps, target runs
-    encoder_s: float = 0.0         # encoder runs (once per model and request)
-    draft_s: float = 0.0           # draft runs: decoder step + its sampling head (standardize, draw q and x)
-    target_s: float = 0.0          # target runs: decoder over k+1 tokens + the accept/residual head
-    host_s: float = 0.0            # everything outside ORT runs: Python, binding, reading the verdict
-    total_s: float = 0.0
+    """What one request did. Each field is declared once (`stat(unit, doc)`); `STATS` lists them with the derived
+    figures and the counters by kind, and every renderer (specdec-generate --json, the C struct specdec_stats, serve's
+    outputs, the docs' table) is made from it or tested against it (tests/test_surfaces.py)."""
+    target_calls: int = stat("count", "target decoder runs (verify passes, or steps at gamma 0)")
+    draft_calls: int = stat("count", "draft decoder runs")
+    proposed: int = stat("count", "draft tokens offered for verification")
+    accepted: int = stat("count", "of those, kept")
+    new_tokens: int = stat("count", "tokens generated")
+    ort_runs: int = stat("count", "every ONNX Runtime session run: encoders, draft runs, target runs")
+    encoder_s: float = stat("s", "encoder runs (once per model and request)")
+    draft_s: float = stat("s", "draft runs: decoder step + its sampling head (standardize, draw q and x)")
+    target_s: float = stat("s", "target runs: decoder over k+1 tokens + the accept/residual head")
+    host_s: float = stat("s", "everything outside ONNX Runtime runs: Python, binding, reading the verdict")
+    total_s: float = stat("s", "the whole request")
     sources: dict = field(default_factory=dict)   # name -> SourceStats: "none" for target-only rounds, a source
     #   verified by the target under its name ("draft", "lookup", "lookup,draft", ...), and the lower levels of a
     #   chain under "name>" ("lookup>" for the lookup verified by the draft model in "lookup,draft")
@@ -58,10 +66,63 @@ class Stats:
     def tokens_per_target_call(self) -> float:
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
 
+    def by_kind(self) -> dict:
+        """The counters by kind of round (STATS' "by kind" group), folded from `sources`: target-only rounds, the
+        lookup's rounds (its copies from the datastore included), draft models' rounds (alone or a chain's top
+        level), and the guesses chain levels offered the model above them."""
+        out = dict.fromkeys(KIND_FIELDS, 0)
+        for name, s in self.sources.items():
+            if name.endswith(">"):
+                out["chain_proposed"] += s.proposed
+                out["chain_accepted"] += s.accepted
+            elif name == "none":
+                out["target_only_rounds"] += s.rounds
+            else:
+                kind = "lookup" if name in ("lookup", "datastore") else "model"
+                out[kind + "_rounds"] += s.rounds
+                out[kind + "_proposed"] += s.proposed
+                out[kind + "_accepted"] += s.accepted
+        return out
+
+    def figures(self) -> dict:
+        """Every declared figure by name (STATS' order): ints for counts, floats for seconds and ratios."""
+        by_kind = self.by_kind()
+        return {f.name: by_kind[f.name] if f.group == "by kind" else getattr(self, f.name) for f in STATS}
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "sources": {name: {**asdict(s), "alpha": s.alpha} for name, s in self.sources.items()},
-                "acceptance_rate": self.acceptance_rate,
-                "tokens_per_target_call": self.tokens_per_target_call}
+        return {**self.figures(), "sources": {name: {**asdict(s), "alpha": s.alpha}
+                                              for name, s in self.sources.items()}}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One declared figure of a request's Stats."""
+    name: str
+    unit: str            # "count", "s" (seconds) or "ratio"
+    doc: str
+    group: str = ""      # "": the request's totals; "by kind": folded from Stats.sources (Stats.by_kind)
+
+
+_KINDS = (
+    ("target_only_rounds", "rounds without guesses: gamma 0, draft none, a lookup that found nothing, or an auto "
+                           "choice"),
+    ("lookup_rounds", "rounds whose guesses the lookup copied (prompt, output or datastore), verified by the target"),
+    ("lookup_proposed", "guesses the lookup offered the target"),
+    ("lookup_accepted", "of those, kept"),
+    ("model_rounds", "rounds whose guesses came from a draft model (alone, or a chain's top level)"),
+    ("model_proposed", "guesses draft models offered the target"),
+    ("model_accepted", "of those, kept"),
+    ("chain_proposed", "inside chains: guesses a lower level offered the model above it"),
+    ("chain_accepted", "of those, kept by that model"),
+)
+KIND_FIELDS = tuple(name for name, _ in _KINDS)
+
+STATS: tuple[Figure, ...] = (
+    *(Figure(f.name, f.metadata["unit"], f.metadata["doc"]) for f in fields(Stats) if "unit" in f.metadata),
+    Figure("acceptance_rate", "ratio", "accepted / proposed (0 when nothing was proposed)"),
+    Figure("tokens_per_target_call", "ratio", "new_tokens / target_calls (0 when there was no target call)"),
+    *(Figure(name, "count", doc, "by kind") for name, doc in _KINDS),
+)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import SpecdecError
+from ..core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS
 from .confine import inside
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
@@ -33,8 +34,6 @@ FORMAT = "specdec-export"
 FORMAT_VERSION = 5
 MANIFEST = "manifest.json"
 ROLES = ("target", "draft")
-HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
-HEAD_OUTPUTS = ("probs", "accepted", "next_token")
 
 
 def sha256_file(path: Path) -> str:
