@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,12 +12,10 @@ from .core.params import Params
 from .core.stats import Result, Stats
 from .decoding import sources
 from .decoding.auto import AutoDraft, Estimates
-from .decoding.beam import BeamSearch
-from .decoding.beam_decode import BeamEstimates, BeamRun
+from .decoding.beam_decode import BeamEstimates
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.lookup import LookupDraft
-from .decoding.processors import Processors
-from .decoding.speculative import speculative_step, target_step
+from .decoding.request import BeamSearching, Request, Sampling
 from .engine.beam_model import BeamModel
 from .engine.device import device_of, resolve_provider
 from .engine.gate import Gate
@@ -176,50 +173,29 @@ class SpeculativeDecoder:
                                "shorten it, or re-export with a larger --max-length")
         return ids
 
-    def _run(self, ids, params: Params, source: DraftSource | None, stats: Stats):
-        """Yield the tokens each iteration adds (target-only steps without a source)."""
-        ws, target = self.workspace, self.target
-        ws.reset(self.start_id, params, Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size))
-        target.encode(ids, stats)
-        if source is not None:
-            source.start(ids, stats)
-        produced, limit = 0, params.max_new_tokens
-        cap = self.gamma_max if params.gamma == "auto" else params.gamma
-        while True:
-            # room for k guesses: the verify run appends k+1 tokens and must stay inside max_length
-            g = min(cap, limit - produced - 1, self.max_length - target.length - 1)
-            if g >= 1 and source is not None:
-                new = speculative_step(ws, target, source, g, stats)
-            else:
-                new = target_step(ws, target, stats)
-            new = new[:limit - produced]
-            if self.eos_id in new:
-                new = new[:new.index(self.eos_id) + 1]
-            produced += len(new)
-            stats.new_tokens = produced
-            done = ("eos" if new[-1] == self.eos_id else "max_new_tokens" if produced >= limit
-                    else "max_length" if target.length >= self.max_length else "")
-            yield new, done
-            if done:
-                return
+    def _strategy(self, params: Params):
+        """How a checked request is decoded: beam search, or speculative sampling with the source it asks for."""
+        if params.num_beams > 1:
+            draft = self._beam_draft(params)
+            return BeamSearching(self.beam_model("target"), self.beam_model(draft) if draft else None,
+                                 self.beam_estimates, self.eos_id, self.start_id, self.gamma_max, self.max_length)
+        return Sampling(self.workspace, self.target, self.source(params), self.eos_id, self.start_id,
+                        self.gamma_max, self.max_length)
 
-    def _tokens(self, prompt, input_ids, params: Params | None, overrides: dict):
-        """Yield (new tokens, stop reason or "", stats so far) per iteration; the text is left to the caller."""
-        params = Params.of(params, **overrides).checked(self.gamma_max)
-        source = self.source(params)
-        ids = self._source(prompt, input_ids)
-        stats = Stats()
-        began = time.perf_counter()
-        for new, done in self._run(ids, params, source, stats):
-            stats.total_s = time.perf_counter() - began
-            stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
-            yield new, done, stats
+    def _serve(self, prompt, input_ids, params: Params):
+        """The one request path: check the prompt, decode it with its strategy, time every iteration. Yields
+        (request, new tokens) per iteration; the request's stop_reason is set on the last."""
+        strategy = self._strategy(params)
+        request = Request(self._source(prompt, input_ids), params)
+        for new in strategy.run(request):
+            request.tick()
+            yield request, new
 
     def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
-        Parameters: a Params object and/or its fields as keywords (max_new_tokens, gamma, draft, temperature,
-        top_k, top_p, lenience, seed)."""
+        Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
+        temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size)."""
         out, shown = [], ""
         params = Params.of(params, **overrides).checked(self.gamma_max)
         if params.num_beams > 1:
@@ -227,10 +203,11 @@ class SpeculativeDecoder:
                                "use generate() with num_beams > 1, or stream with num_beams=1")
         hold = self._gate.acquire()
         try:
-            for new, done, stats in self._tokens(prompt, input_ids, params, {}):
+            for request, new in self._serve(prompt, input_ids, params):
                 out.extend(new)
                 text = self.decode(out)
-                piece = Piece(new, text[len(shown):] if text.startswith(shown) else text, stats, done)
+                piece = Piece(new, text[len(shown):] if text.startswith(shown) else text, request.stats,
+                              request.stop_reason)
                 shown = text
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
@@ -245,12 +222,11 @@ class SpeculativeDecoder:
         stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
         with self._gate.held():
-            if params.num_beams > 1:
-                return self._beam_search(prompt, input_ids, params)
-            out, done, stats = [], "", None
-            for new, done, stats in self._tokens(prompt, input_ids, params, {}):
+            out, request = [], None
+            for request, new in self._serve(prompt, input_ids, params):
                 out.extend(new)
-            return Result(self.decode(out), out, stats, done, [out])
+            return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
+                          request.scores)
 
     # -- beam search ------------------------------------------------------------------------------------------
     def beam_model(self, name: str) -> BeamModel:
@@ -261,47 +237,17 @@ class SpeculativeDecoder:
         return self._beam_models[name]
 
     def _beam_draft(self, params: Params) -> str | None:
-        """The draft model a beam search request speculates with, or None for target-only beam search."""
-        if params.gamma == 0 or params.draft == "none":
+        """The draft model a beam search request speculates with, or None for target-only beam search: the draft
+        name is parsed as for sampling (sources.parse), and must then be "none", "auto" or one draft model."""
+        parts = sources.parse(params.draft, list(self.models)) if isinstance(params.draft, str) else None
+        if params.gamma == 0 or parts == ["none"]:
             return None
-        if params.draft == "auto":
+        if parts == ["auto"]:
             return "draft" if "draft" in self.models else None
-        if isinstance(params.draft, str) and params.draft in self.models:
-            return params.draft
+        if parts is not None and len(parts) == 1 and parts[0] in self.models:
+            return parts[0]
         raise SpecdecError(f"beam search speculates with a draft model, not with draft={params.as_dict()['draft']!r}",
                            f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
-
-    def _beam_search(self, prompt, input_ids, params: Params) -> Result:
-        draft = self._beam_draft(params)
-        ids = self._source(prompt, input_ids)
-        stats = Stats()
-        began = time.perf_counter()
-        max_new = min(params.max_new_tokens, self.max_length)
-        search = BeamSearch(params.num_beams, max_new, self.eos_id, params.length_penalty, params.early_stopping)
-        processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size)
-        run = BeamRun(self.beam_model("target"), self.beam_model(draft) if draft else None, search, processors,
-                      self.start_id, self.max_length, stats)
-        auto = params.gamma == "auto"
-        run.begin(ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if auto else params.gamma)
-        while not search.done:
-            if draft is None:
-                run.target_step()
-            elif auto:
-                gamma = self.beam_estimates.choose(min(self.gamma_max, self.max_length))
-                t = time.perf_counter()
-                steps = run.speculative_step(gamma) if gamma else run.target_step()
-                self.beam_estimates.learn(gamma, steps, time.perf_counter() - t)
-            else:
-                run.speculative_step(params.gamma)
-        found = search.results(params.num_return_sequences)
-        sequences = [tokens for tokens, _ in found]
-        best = sequences[0]
-        stats.new_tokens = len(best)
-        stats.total_s = time.perf_counter() - began
-        stats.host_s = stats.total_s - (stats.encoder_s + stats.draft_s + stats.target_s)
-        done = "eos" if best and best[-1] == self.eos_id else \
-            "max_new_tokens" if len(best) >= params.max_new_tokens else "max_length"
-        return Result(self.decode(best), best, stats, done, sequences, [score for _, score in found])
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)
