@@ -1,0 +1,281 @@
+"""MkDocs hooks of the specdec site (mkdocs.yml, `hooks:`).
+
+1. Generated tables. A page line `<!-- parameters -->` becomes a table of every request parameter, made from
+   `specdec.runtime.core.params.PARAMETERS`; `<!-- stats -->` a table of every figure of a request's Stats, made
+   from `specdec.runtime.core.stats.STATS`. The declarations are the single source, so the tables cannot drift
+   from the code.
+2. Files outside docs/. Pages link to repository files as a reader of the Markdown in the repository sees them
+   (`../benchmarks/README.md`, `../include/specdec.h`). Every such file that exists is added to the site under
+   `repo/` (Markdown as a page, anything else as it is), the files those pages link to as well, and the links are
+   rewritten to point there. So one link works in the repository and on the site, and `mkdocs build --strict`
+   fails on a link that points nowhere.
+3. The API reference. The package's subpackages live in folders named otherwise (pyproject.toml maps `runtime/`
+   to `specdec.runtime`), a layout griffe (mkdocstrings' loader) does not follow through an editable install. A
+   temporary tree of symlinks with the package's import layout goes first on mkdocstrings' search path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import posixpath
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File, InclusionLevel
+
+PARAMETERS_MARKER = "<!-- parameters -->"
+STATS_MARKER = "<!-- stats -->"
+REPO_PREFIX = "repo"
+
+# An inline Markdown link or image: [text](target "title") or ![alt](target). The target stops at whitespace or ")".
+_LINK = re.compile(r"(!?\[[^\]\n]*\]\()([^)\s]+)((?:\s+\"[^\"\n]*\")?\))")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+_state = {"root": None, "docs": None, "repo_files": {}, "tree": None}
+
+
+# -- 1. tables from the declarations -----------------------------------------------------------------------------
+
+def _cell(text) -> str:
+    """A table cell: one line, pipes escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _code(value) -> str:
+    return f"`{value}`" if value not in (None, "") else ""
+
+
+def _python_value(value) -> str:
+    return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
+
+
+def parameters_table() -> str:
+    """Every request parameter: its Python keyword, default, accepted values, CLI flag, C field, Triton input."""
+    from specdec.runtime.core.params import PARAMETERS
+
+    rows = ["| keyword | default | values | flag | C field | Triton input | what it does |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for p in PARAMETERS:
+        rows.append(f"| `{p.name}` | {_python_value(p.default)} | {_cell(p.values)} | {_code(p.flag)} "
+                    f"| {_code(p.c_field)} | {'yes' if p.serve else 'no'} | {_cell(p.doc)} |")
+    return "\n".join(rows)
+
+
+_UNITS = {"count": "count", "s": "seconds", "ratio": "ratio"}
+
+
+def _c_field(figure) -> str | None:
+    """A figure's field in specdec_stats: its declared `c_field`, or else its own name (every declared figure is a
+    field of that name in include/specdec.h; tests/test_surfaces.py holds the header to STATS)."""
+    return getattr(figure, "c_field", figure.name)
+
+
+def stats_tables() -> str:
+    """Every declared figure of Stats: its name, unit, C field and meaning; one table per group of figures."""
+    from specdec.runtime.core.stats import STATS
+
+    groups: dict[str, list] = {}
+    for figure in STATS:
+        groups.setdefault(getattr(figure, "group", ""), []).append(figure)
+    out = []
+    for group, figures in groups.items():
+        if group:
+            out.append(f"Counted by kind of round (`{group}`):\n")
+        out += ["| figure | unit | C field | what it counts |", "| --- | --- | --- | --- |"]
+        out += [f"| `{f.name}` | {_UNITS.get(f.unit, f.unit)} | {_code(_c_field(f))} | {_cell(f.doc)} |"
+                for f in figures]
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+# -- 2. repository files outside docs/ ------------------------------------------------------------------------
+
+def links(markdown: str):
+    """(match) for every inline link or image outside fenced code blocks and inline code."""
+    fenced = False
+    for line_start, line in _lines(markdown):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        code = [m.span() for m in re.finditer(r"`+[^`]*`+", line)]
+        for m in _LINK.finditer(line):
+            if not any(a <= m.start() < b for a, b in code):
+                yield line_start, m
+
+
+def _lines(markdown: str):
+    start = 0
+    for line in markdown.splitlines(keepends=True):
+        yield start, line
+        start += len(line)
+
+
+def _split(target: str):
+    """(path, '#fragment') of a relative link; None for URLs, absolute paths and pure fragments."""
+    if not target or target.startswith(("#", "/")) or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
+        return None
+    path, hash_, fragment = target.partition("#")
+    return path, hash_ + fragment
+
+
+def _resolve(source: Path, path: str) -> Path | None:
+    """The file a link from `source` names: a file, or a folder's README.md / index.md."""
+    target = (source.parent / path).resolve()
+    if target.is_dir():
+        for name in ("README.md", "index.md"):
+            if (target / name).is_file():
+                return target / name
+        return None
+    return target if target.is_file() else None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _collect_repo_files(pages) -> dict:
+    """Every repository file outside docs/ that the docs link to, directly or through another such Markdown
+    file, and those of `pages` outside docs/: real path -> its src_uri on the site."""
+    root, docs = _state["root"], _state["docs"]
+    found = {page: posixpath.join(REPO_PREFIX, page.relative_to(root).as_posix())
+             for page in pages if not _inside(page, docs)}
+    queue = list(pages)
+    while queue:
+        source = queue.pop()
+        for _, m in links(source.read_text(encoding="utf-8")):
+            split = _split(m.group(2))
+            if split is None or not split[0]:
+                continue
+            target = _resolve(source, split[0])
+            if target is None or _inside(target, docs) or not _inside(target, root) or target in found:
+                continue
+            found[target] = posixpath.join(REPO_PREFIX, target.relative_to(root).as_posix())
+            if target.suffix == ".md":
+                queue.append(target)
+    return found
+
+
+def _rewrite_links(markdown: str, page) -> str:
+    """Links from a page to files outside docs/ (and, on pages brought in from the repository, to docs/) point to
+    where those files are on the site."""
+    docs, repo_files = _state["docs"], _state["repo_files"]
+    source = Path(page.file.abs_src_path).resolve()
+    here = posixpath.dirname(page.file.src_uri)
+    from_repo = not _inside(source, docs)
+    pieces, last = [], 0
+    for line_start, m in links(markdown):
+        split = _split(m.group(2))
+        if split is None or not split[0]:
+            continue
+        target = _resolve(source, split[0])
+        if target is None:
+            continue                 # left as written: mkdocs reports a link that points nowhere
+        if target in repo_files:
+            uri = repo_files[target]
+        elif from_repo and _inside(target, docs):
+            uri = target.relative_to(docs).as_posix()
+        else:
+            continue
+        start, end = line_start + m.start(2), line_start + m.end(2)
+        pieces += [markdown[last:start], posixpath.relpath(uri, here or ".") + split[1]]
+        last = end
+    return "".join(pieces) + markdown[last:]
+
+
+# -- 3. the package's import layout for mkdocstrings ------------------------------------------------------------
+
+def _subpackages(root: Path) -> list:
+    """The `specdec.*` subpackages pyproject.toml maps to folders of their own."""
+    text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    try:
+        import tomllib
+    except ImportError:                              # Python 3.10: the table's lines are `"specdec.x" = "folder"`
+        return re.findall(r'^"specdec\.(\w+)"\s*=', text, flags=re.M)
+    mapping = tomllib.loads(text)["tool"]["setuptools"]["package-dir"]
+    return [name.split(".", 1)[1] for name in mapping if name.startswith("specdec.")]
+
+
+def _import_tree(root: Path) -> str:
+    """A temporary folder holding `specdec/` with each subpackage as a symlink to its folder, as Python imports
+    them (asked of the installed package, so an editable install is what is documented)."""
+    tree = Path(tempfile.mkdtemp(prefix="specdec-docs-"))
+    package = tree / "specdec"
+    package.mkdir()
+    spec = importlib.util.find_spec("specdec")
+    if spec is None or not spec.submodule_search_locations:
+        raise PluginError("specdec is not installed: run pip install -e \".[dev]\" before building the docs")
+    top = Path(list(spec.submodule_search_locations)[0])
+    for entry in top.iterdir():
+        if entry.name != "__pycache__":
+            (package / entry.name).symlink_to(entry)
+    for name in _subpackages(root):
+        sub = importlib.util.find_spec(f"specdec.{name}")
+        if sub is None or not sub.submodule_search_locations:
+            raise PluginError(f"specdec.{name} is not importable: reinstall with pip install -e \".[dev]\"")
+        link = package / name
+        if not link.exists():
+            link.symlink_to(Path(list(sub.submodule_search_locations)[0]))
+    return str(tree)
+
+
+# -- MkDocs events ------------------------------------------------------------------------------------------------
+
+@event_priority(100)        # before mkdocstrings' own on_config, which already creates the Python handler
+def on_config(config):
+    root = Path(config.config_file_path).resolve().parent
+    _state.update(root=root, docs=Path(config.docs_dir).resolve(), repo_files={})
+    _state["tree"] = _import_tree(root)
+    plugin = config.plugins.get("mkdocstrings")
+    if plugin is not None:
+        python = plugin.config.handlers.setdefault("python", {})
+        python["paths"] = [_state["tree"], *python.get("paths", [])]
+    return config
+
+
+def _nav_entries(nav) -> list:
+    """Every page path named in the nav."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, dict):
+        return [entry for value in nav.values() for entry in _nav_entries(value)]
+    if isinstance(nav, list):
+        return [entry for value in nav for entry in _nav_entries(value)]
+    return []
+
+
+def on_files(files, config):
+    pages = [Path(f.abs_src_path).resolve() for f in files if f.is_documentation_page()]
+    # A repository file named in the nav (repo/models/README.md) is brought in like one a page links to.
+    root = _state["root"]
+    for entry in _nav_entries(config.nav or []):
+        if entry.startswith(REPO_PREFIX + "/"):
+            real = (root / entry[len(REPO_PREFIX) + 1:]).resolve()
+            if not real.is_file():
+                raise PluginError(f"mkdocs.yml's nav names {entry}, but {real} does not exist")
+            pages.append(real)
+    _state["repo_files"] = _collect_repo_files(pages)
+    for real, uri in sorted(_state["repo_files"].items(), key=lambda item: item[1]):
+        # Outside the nav unless mkdocs.yml names them: no "not included in the nav" warning for each.
+        files.append(File.generated(config, uri, abs_src_path=str(real), inclusion=InclusionLevel.NOT_IN_NAV))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    if PARAMETERS_MARKER in markdown:
+        markdown = markdown.replace(PARAMETERS_MARKER, parameters_table())
+    if STATS_MARKER in markdown:
+        markdown = markdown.replace(STATS_MARKER, stats_tables())
+    return _rewrite_links(markdown, page)
+
+
+def on_shutdown():
+    if _state["tree"]:
+        shutil.rmtree(_state["tree"], ignore_errors=True)
+        _state["tree"] = None
+

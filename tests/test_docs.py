@@ -1,0 +1,219 @@
+"""The user documentation: the MkDocs site builds with --strict, README.md stays a short guide whose links resolve,
+and no document names the project's internal work items."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README_MAX_LINES = 250
+
+
+def documents() -> list[Path]:
+    """Every document a user reads: README.md, the site's sources, the folders' READMEs and the benchmark results."""
+    found = [ROOT / "README.md", ROOT / "models" / "README.md", ROOT / "bindings" / "README.md",
+             ROOT / "benchmarks" / "README.md", ROOT / "mkdocs.yml"]
+    found += sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    found += sorted((ROOT / "benchmarks" / "results").rglob("*.md"))
+    return [p for p in found if p.is_file()]
+
+
+# -- internal work items -------------------------------------------------------------------------------------------
+
+WORK_ITEMS = (
+    (re.compile(r"\bissues?\s*#?\d+", re.I), "an issue number"),
+    (re.compile(r"\bwork\s+items?\b", re.I), "a work item"),
+    # "round" is mostly the speculative round: "each round", "16 rounds", "a round of Algorithm 1", and a bench's
+    # repeat ("3 rounds (interleaved)", "per round 0.061-0.069"). As a project phase it is "round" followed by a
+    # whole number ("round 2", "in round 1:"), never "per round <figure>" and never a decimal ("round 0.06").
+    (re.compile(r"(?<![Pp]er )\b[Rr]ound\s+\d+(?![\d.])"), "a project round"),
+    # "session" is also the C API's specdec_session and ONNX Runtime's InferenceSession, so only a session of
+    # work is matched: named as work, or by its place in a sequence of them, or by its number.
+    (re.compile(r"\b(?:work(?:ing)?|previous|last|earlier|prior|next)\s+session\b", re.I), "a work session"),
+    (re.compile(r"\bsession\s+#?\d+\b", re.I), "a numbered session"),
+    (re.compile(r"\bgoals?\s+(?:(?:was|were|is|are)\s+)?(?:not\s+)?(?:met|missed|reached)\b", re.I),
+     "a goal met or missed"),
+    (re.compile(r"\btargets?\s+(?:(?:was|were|is|are)\s+)?(?:not\s+)?(?:met|missed)\b", re.I),
+     "a target met or missed"),
+    (re.compile(r"\b(?:met|missed|reached|misses|meets)\s+(?:the\s+|its\s+|our\s+)?goals?\b", re.I),
+     "a goal met or missed"),
+    # a goal quoted beside a number: "(goal 1.5×)", "goal ≥ 0.97×", "the 0.6 goal", "the 90 % goal"
+    (re.compile(r"\bgoals?\s*(?:[≥≤<>=]|\d)|\d\s*%?\s+goals?\b", re.I), "a goal beside a figure"),
+    (re.compile(r"\bthe\s+(?:last|previous)\s+note\b", re.I), "a reference to an internal note"),
+)
+
+
+def work_items(text: str) -> list[tuple[int, str, str]]:
+    """(line number, matched text, what it is) for every reference to an internal work item in `text`."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for pattern, what in WORK_ITEMS:
+            found += [(number, m.group(0), what) for m in pattern.finditer(line)]
+    return found
+
+
+@pytest.mark.parametrize("text", [
+    "This was fixed in issue 27.",
+    "see issue #12 for details",
+    "Measured in round 2 of the project.",
+    "round 1: the first export",
+    "as the previous session found",
+    "in the last session",
+    "this is a work item",
+    "goal met: 1.5x",
+    "the goals were missed on translate",
+    "target missed",
+    "it missed the goal",
+    "1.15x on summarize (goal 1.5x)",
+    "auto 0.99x (goal ≥ 0.97×)",
+    "just under the 0.6 goal",
+    "session 3 measured it",
+    "as the last note said",
+])
+def test_checker_finds_a_planted_work_item(text):
+    assert work_items(text), f"not caught: {text!r}"
+
+
+@pytest.mark.parametrize("text", [
+    "Each round the runtime picks the source; a source not chosen for 100 rounds is tried once.",
+    "4 random prompts, 3 rounds (interleaved); per round 0.061-0.069.",
+    "A round of Algorithm 1 makes 2 ONNX Runtime runs.",
+    "specdec_session *s = NULL; one session may be shared by threads; a session stays usable.",
+    "ONNX Runtime sessions are created once; the second session holds its own weights.",
+    "The target model verifies the guesses; the target's step costs 58 ms.",
+    "The issue with fp16 is overflow in the FFN output.",
+    "the goal of speculative decoding is lower latency",
+])
+def test_checker_leaves_ordinary_text_alone(text):
+    assert work_items(text) == []
+
+
+@pytest.mark.parametrize("path", documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_document_names_internal_work_items(path):
+    found = work_items(path.read_text(encoding="utf-8"))
+    assert not found, "\n".join(f"{path.relative_to(ROOT)}:{n}: {text!r} ({what})" for n, text, what in found)
+
+
+# -- README.md ----------------------------------------------------------------------------------------------------
+
+def test_readme_is_a_short_guide():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move details into docs/"
+
+
+_LINK = re.compile(r"!?\[[^\]\n]*\]\(([^)\s]+)(?:\s+\"[^\"\n]*\")?\)")
+
+
+def relative_links(text: str) -> list[str]:
+    """The relative targets of inline Markdown links outside fenced code blocks and inline code."""
+    out, fenced = [], False
+    for line in text.splitlines():
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        line = re.sub(r"`+[^`]*`+", "", line)
+        for m in _LINK.finditer(line):
+            target = m.group(1)
+            if not target.startswith(("#", "/")) and not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target):
+                out.append(target)
+    return out
+
+
+def test_link_finder_on_a_planted_text():
+    text = ("[a](docs/x.md) ![b](img.png \"t\") [c](https://example.org) [d](#anchor) `[e](code.md)`\n"
+            "```\n[f](in-fence.md)\n```\n[g](../up.md#part)")
+    assert relative_links(text) == ["docs/x.md", "img.png", "../up.md#part"]
+
+
+@pytest.mark.parametrize("name", ["README.md", "models/README.md", "bindings/README.md"])
+def test_relative_links_point_to_files_that_exist(name):
+    source = ROOT / name
+    missing = [target for target in relative_links(source.read_text(encoding="utf-8"))
+               if not (source.parent / target.partition("#")[0]).exists()]
+    assert not missing, f"{name} links to missing files: {missing}"
+
+
+def test_docs_pages_link_to_files_that_exist():
+    """The same check for docs/ without MkDocs (its --strict build checks them too, and anchors)."""
+    missing = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        missing += [f"{page.relative_to(ROOT)} -> {t}" for t in relative_links(page.read_text(encoding="utf-8"))
+                    if not (page.parent / t.partition("#")[0]).exists()]
+    assert not missing, "\n".join(missing)
+
+
+# -- the MkDocs site ----------------------------------------------------------------------------------------------
+
+def _site_tools_missing() -> str | None:
+    for module, package in (("mkdocs", "mkdocs"), ("material", "mkdocs-material"),
+                            ("mkdocstrings", "mkdocstrings"), ("mkdocstrings_handlers.python", "mkdocstrings-python")):
+        try:
+            found = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            return package
+    return None
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    missing = _site_tools_missing()
+    if missing:
+        pytest.skip(f"{missing} is not installed (it is in the dev extra: pip install -e \".[dev]\")")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
+                          "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}\n{run.stderr}"
+    return out
+
+
+def _text(html_file: Path) -> str:
+    html = html_file.read_text(encoding="utf-8")
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_site_builds_with_strict(site):
+    assert (site / "index.html").is_file()
+
+
+def test_parameter_table_is_generated_from_the_declarations(site):
+    from specdec.runtime.core.params import PARAMETERS
+
+    text = _text(site / "reference" / "parameters" / "index.html")
+    assert "<!-- parameters -->" not in (site / "reference" / "parameters" / "index.html").read_text()
+    for declared in PARAMETERS:
+        assert declared.flag in text and declared.name in text, declared.name
+        assert " ".join(declared.doc.split())[:40] in text.replace("&gt;", ">").replace("&#39;", "'"), declared.name
+
+
+def test_stats_table_is_generated_from_the_declarations(site):
+    from specdec.runtime.core.stats import STATS
+
+    text = _text(site / "reference" / "stats" / "index.html")
+    for figure in STATS:
+        assert figure.name in text, figure.name
+
+
+def test_api_reference_is_generated_from_docstrings(site):
+    text = _text(site / "reference" / "api" / "index.html")
+    for name in ("specdec.runtime.decoder.SpeculativeDecoder", "specdec.runtime.core.params.Params",
+                 "specdec.runtime.core.stats.Stats", "specdec.runtime.decoding.round.DraftSource"):
+        assert name in text, name
+    assert "Open an export directory" in text           # SpeculativeDecoder.load's docstring
+
+
+def test_repository_pages_are_in_the_site(site):
+    """models/README.md and bindings/README.md (in the nav) and benchmarks/README.md (linked) become pages."""
+    for page in ("repo/models/index.html", "repo/bindings/index.html", "repo/benchmarks/index.html"):
+        assert (site / page).is_file(), page
