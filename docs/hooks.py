@@ -229,6 +229,7 @@ def _import_tree(root: Path) -> str:
 @event_priority(100)        # before mkdocstrings' own on_config, which already creates the Python handler
 def on_config(config):
     root = Path(config.config_file_path).resolve().parent
+    on_shutdown()                       # `mkdocs serve` configures again for each rebuild: one tree at a time
     _state.update(root=root, docs=Path(config.docs_dir).resolve(), repo_files={})
     _state["tree"] = _import_tree(root)
     plugin = config.plugins.get("mkdocstrings")
