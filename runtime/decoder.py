@@ -10,12 +10,9 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params
 from .core.stats import Result, Stats
-from .decoding import sources
-from .decoding.auto import AutoDraft, Estimates
-from .decoding.beam_decode import BeamEstimates
 from .decoding.draft import DraftSource, ModelDraft
-from .decoding.lookup import LookupDraft
 from .decoding.request import BeamSearching, Request, Sampling
+from .decoding.sources import Sources
 from .engine.beam_model import BeamModel
 from .engine.device import device_of, resolve_provider
 from .engine.gate import Gate
@@ -63,7 +60,7 @@ class SpeculativeDecoder:
 
     def __init__(self, manifest, provider: str, target: CachedSeq2Seq, models: dict, stream_idle_s: float = 30.0,
                  datastore=None):
-        self.manifest, self.provider, self.datastore = manifest, provider, datastore
+        self.manifest, self.provider = manifest, provider
         self.device = device_of(provider)
         self.gamma_max, self.max_length = manifest.gamma_max, manifest.max_length
         self.vocab_size = manifest.vocab_size
@@ -72,10 +69,8 @@ class SpeculativeDecoder:
         self.tokenizer = manifest.tokenizer()     # checked: confined, size-limited, ids inside the vocabulary
         self.target, self.models = target, dict(models)
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
-        self.estimates = Estimates()
-        self._sources = {}
+        self.sources = Sources(self.models, datastore)     # draft= and gamma= -> sources; what auto learns
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
-        self.beam_estimates = BeamEstimates()
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
 
@@ -91,34 +86,36 @@ class SpeculativeDecoder:
     def reset_estimates(self) -> None:
         """Forget what the auto choice learned (acceptance rates and costs) from earlier requests."""
         with self._gate.held():
-            self.estimates = Estimates()
-            self._sources.clear()
-            self.beam_estimates = BeamEstimates()
+            self.sources.reset()
+
+    @property
+    def estimates(self):
+        """What draft="auto" / gamma="auto" learned (runtime/decoding/auto.py)."""
+        return self.sources.estimates
+
+    @property
+    def beam_estimates(self):
+        """What gamma="auto" learned for beam search (runtime/decoding/beam_decode.py)."""
+        return self.sources.beam_estimates
+
+    @beam_estimates.setter
+    def beam_estimates(self, estimates) -> None:
+        self.sources.beam_estimates = estimates
+
+    @property
+    def datastore(self):
+        """What the lookup searches besides the output and the source (runtime/loading/datastore.py), or None."""
+        return self.sources.datastore
+
+    @datastore.setter
+    def datastore(self, store) -> None:
+        self.sources.datastore = store
+        self.sources.reset()
 
     def source(self, params: Params) -> DraftSource | None:
         """The draft source a request's (draft, gamma) asks for; None for target-only decoding. A bad name is a
         one-line SpecdecError naming the choices."""
-        draft, gamma = params.draft, params.gamma
-        names = list(self.models)
-        if isinstance(draft, DraftSource):
-            return None if gamma == 0 else AutoDraft({draft.name: draft}, self.estimates) if gamma == "auto" \
-                else draft
-        parts = sources.parse(draft, names)
-        if gamma == 0 or parts == ["none"]:
-            return None
-        draft = ",".join(parts)                  # one spelling per chain ("lookup+draft" is "lookup,draft")
-        key = (draft, gamma == "auto")
-        if key not in self._sources:
-            if parts == ["auto"]:
-                lookup = LookupDraft(datastore=self.datastore)
-                made = {spec: sources.build(spec.split(","), self.models, lookup)
-                        for spec in sources.AUTO_CANDIDATES if all(p == "lookup" or p in self.models
-                                                                   for p in spec.split(","))}
-                self._sources[key] = AutoDraft(made, self.estimates, adaptive=gamma == "auto")
-            else:
-                made = sources.build(parts, self.models, datastore=self.datastore)
-                self._sources[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
-        return self._sources[key]
+        return self.sources.for_sampling(params.draft, params.gamma)
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
@@ -176,7 +173,7 @@ class SpeculativeDecoder:
     def _strategy(self, params: Params):
         """How a checked request is decoded: beam search, or speculative sampling with the source it asks for."""
         if params.num_beams > 1:
-            draft = self._beam_draft(params)
+            draft = self.sources.for_beams(params.draft, params.gamma)
             return BeamSearching(self.beam_model("target"), self.beam_model(draft) if draft else None,
                                  self.beam_estimates, self.eos_id, self.start_id, self.gamma_max, self.max_length)
         return Sampling(self.workspace, self.target, self.source(params), self.eos_id, self.start_id,
@@ -235,19 +232,6 @@ class SpeculativeDecoder:
             model = self.target if name == "target" else self.models[name]
             self._beam_models[name] = BeamModel(model, buffers=2 if name == "target" else 3)
         return self._beam_models[name]
-
-    def _beam_draft(self, params: Params) -> str | None:
-        """The draft model a beam search request speculates with, or None for target-only beam search: the draft
-        name is parsed as for sampling (sources.parse), and must then be "none", "auto" or one draft model."""
-        parts = sources.parse(params.draft, list(self.models)) if isinstance(params.draft, str) else None
-        if params.gamma == 0 or parts == ["none"]:
-            return None
-        if parts == ["auto"]:
-            return "draft" if "draft" in self.models else None
-        if parts is not None and len(parts) == 1 and parts[0] in self.models:
-            return parts[0]
-        raise SpecdecError(f"beam search speculates with a draft model, not with draft={params.as_dict()['draft']!r}",
-                           f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
 
     def decode(self, token_ids) -> str:
         return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)

@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 from ..core.errors import SpecdecError
+from .auto import AutoDraft, Estimates
+from .beam_decode import BeamEstimates
 from .draft import DraftSource, ModelDraft
 from .lookup import LookupDraft
 
@@ -62,3 +64,54 @@ def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, dat
         else:
             source = ModelDraft(models[part], below=source, name=",".join(parts[:i + 1]), level=len(parts) - 1 - i)
     return source
+
+
+class Sources:
+    """What a request's `draft` and `gamma` resolve to on one decoder, for sampling and for beam search alike: the
+    sources (made on first use and kept, so a lookup's or a model's state is not rebuilt per request), what auto
+    learns across requests (`estimates`, and `beam_estimates` for beam search's gamma), and `datastore`, what the
+    lookups search besides the output and the source."""
+
+    def __init__(self, models: dict, datastore=None):
+        self.models, self.datastore = models, datastore
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the sources made and what auto learned."""
+        self.estimates, self.beam_estimates, self._made = Estimates(), BeamEstimates(), {}
+
+    def for_sampling(self, draft, gamma) -> DraftSource | None:
+        """The source a sampling request asks for; None for target-only decoding. A bad name is a one-line
+        SpecdecError naming the choices."""
+        if isinstance(draft, DraftSource):
+            return None if gamma == 0 else AutoDraft({draft.name: draft}, self.estimates) if gamma == "auto" \
+                else draft
+        parts = parse(draft, list(self.models))
+        if gamma == 0 or parts == ["none"]:
+            return None
+        draft = ",".join(parts)                  # one spelling per chain ("lookup+draft" is "lookup,draft")
+        key = (draft, gamma == "auto")
+        if key not in self._made:
+            if parts == ["auto"]:
+                lookup = LookupDraft(datastore=self.datastore)
+                made = {spec: build(spec.split(","), self.models, lookup) for spec in AUTO_CANDIDATES
+                        if all(p == "lookup" or p in self.models for p in spec.split(","))}
+                self._made[key] = AutoDraft(made, self.estimates, adaptive=gamma == "auto")
+            else:
+                made = build(parts, self.models, datastore=self.datastore)
+                self._made[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
+        return self._made[key]
+
+    def for_beams(self, draft, gamma) -> str | None:
+        """The draft model a beam search request speculates with, or None for target-only beam search: the name is
+        parsed as for sampling, and must then be "none", "auto" or one draft model."""
+        parts = parse(draft, list(self.models)) if isinstance(draft, str) else None
+        if gamma == 0 or parts == ["none"]:
+            return None
+        if parts == ["auto"]:
+            return "draft" if "draft" in self.models else None
+        if parts is not None and len(parts) == 1 and parts[0] in self.models:
+            return parts[0]
+        shown = draft if isinstance(draft, str) else getattr(draft, "name", type(draft).__name__)
+        raise SpecdecError(f"beam search speculates with a draft model, not with draft={shown!r}",
+                           f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
