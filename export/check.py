@@ -12,13 +12,13 @@ import numpy as np
 # float64 than PyTorch at that precision is; what a correct graph differs by depends on the model's conditioning
 # (T5's activations grow through the layers; a real checkpoint's fp32 forward can be off by 1e-2 in a logit).
 # The tolerance is therefore PyTorch's own error at the graph's precision, on the same input, times a margin for
-# other kernels and summation orders, plus a small floor relative to the logit scale; see README "Parity".
+# other kernels and summation orders, plus a small floor relative to the logit scale; see docs/guides/export.md, "The parity check".
 FP32_MARGIN = 4.0           # ONNX Runtime fp32 vs float64 / PyTorch fp32 vs float64: 0.6-2.3 measured
 FP32_FLOOR = 1e-5           # of the logit scale: a few fp32 roundings of the largest logit
 FP16_MARGIN = 2.0           # the fp16 graph keeps more in fp32 than PyTorch's .half(): 0.2-0.6 of its error measured
 FP16_FLOOR = 1e-3           # of the logit scale: fp16 keeps 11 significant bits
 FP16_PER_FP32 = 2.0 ** 13   # fp16's unit roundoff over fp32's: PyTorch fp16's error when its own forward overflows
-INT8_RELATIVE_TOLERANCE = 0.1    # of the logit scale; see README "int8"
+INT8_RELATIVE_TOLERANCE = 0.1    # of the logit scale; see docs/guides/int8.md
 
 
 def tolerance(dtype: str, scale: float, torch_fp32_error: float, torch_fp16_error: float | None = None) -> float:

@@ -29,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
                    help="longest prompt and longest decoder sequence, in tokens (default 256)")
     p.add_argument("--dtype", default="fp32",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
-                        "products, fp32 activations and KV cache; a target keeps its encoder and LM head in fp32)")
+                        "products, fp32 activations and KV cache; a target keeps its encoder, its first decoder "
+                        "block and its LM head in fp32)")
     p.add_argument("--draft-dtype", default=None,
                    help="the draft models' weights when they differ from --dtype: int8 (dynamic) or int8-wo "
                         "(weight-only int8, often the fastest draft step); an int8 draft keeps the output exactly "

@@ -6,7 +6,7 @@ opened in a second session without the batch-1 shape override, on first use. Its
 [max_length, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft): the live one holds the
 first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
 into a spare one, which becomes live (numpy.take with `out=`: no allocation per step; on a GPU provider the two buffers are
-device memory and the gather copies through the host staging copy: that path is unrun, see the README).
+device memory and the gather copies through the host staging copy: that path is unrun, see docs/guides/beam-search.md).
 The cross-attention K/V are computed once (batch 1) and repeated for every row.
 """
 

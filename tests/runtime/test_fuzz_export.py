@@ -9,13 +9,13 @@ while loading, and the good decoder still gives its reference tokens afterwards,
 
 A case that loads is then generated from, and what that did is counted apart ("run"), not asserted: the graphs are
 programs that ONNX Runtime executes, and a graph crafted (or mutated) to hit a bug in one of its kernels can crash
-it at run time however the loader checks the directory. (Such graphs exist: the larger run in the README found a draft
+it at run time however the loader checks the directory. (Such graphs exist: the larger run in docs/guides/reliability.md found a draft
 decoder whose Min node lost an input name, which ONNX Runtime 1.32 loads and then segfaults on when it runs.) The checksums are
-what guards against accidental corruption; the README's reliability notes say what this means for hostile exports.
+what guards against accidental corruption; docs/guides/reliability.md says what this means for hostile exports.
 
 Seeded and bounded: CI-sized by default (FUZZ_CASES cases, at most FUZZ_SECONDS seconds of new cases, seed 0);
 SPECDEC_FUZZ_CASES, SPECDEC_FUZZ_SECONDS and SPECDEC_FUZZ_SEED make a larger run, and SPECDEC_FUZZ_REPORT=DIR writes
-its summary (the figures in the README's reliability notes) to DIR/fuzz-python.json. The C API side is
+its summary (the figures in docs/guides/reliability.md) to DIR/fuzz-python.json. The C API side is
 tests/bindings/test_capi_untrusted.py.
 """
 

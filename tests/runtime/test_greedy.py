@@ -61,7 +61,7 @@ def test_stream_yields_the_generated_tokens_and_text(decoder):
 
 @pytest.mark.parametrize("draft", ["draft", "lookup", "lookup,draft"])
 def test_sampling_is_reproducible_per_seed(decoder, draft):
-    """With a fixed draft and gamma a seed fixes the sample (draft="auto" chooses by measured time: see README)."""
+    """With a fixed draft and gamma a seed fixes the sample (draft="auto" chooses by measured time: see docs/guides/draft-sources.md)."""
     runs = [decoder.generate(input_ids=[5, 6, 5, 6, 1], max_new_tokens=20, gamma=3, temperature=1.0, seed=s,
                              draft=draft).token_ids for s in (1, 1, 2)]
     assert runs[0] == runs[1]
