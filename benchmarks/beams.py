@@ -26,37 +26,19 @@ median and min-max over repeats), beam steps per target call, speculative rounds
 went (Stats: target_s, draft_s, encoder_s, host_s over total_s), and how many outputs equal none's (every prompt of
 every repeat and of the warm-up pass).
 
-Per-call costs (`probe`): on the batched sessions (`dec.beam_model`), at one past length, the target's run over W
-rows x 1 token (a target-only step) and over R rows x (g+1) tokens (a speculative round's scoring run) for the rows
-R seen in the warm-up pass (median), R = W (one path per beam) and R = W (g+1) (the most a round scores), and the
-draft's W x 1 step. Each shape is run twice in a row: the second run is its cost (`ms`), the first, right after a
-run of another shape, is `after_switch_ms` (ONNX Runtime's per-shape work on a change of shape, which the
-speculative loop pays on most target runs: its scoring runs change rows from round to round). The prediction uses
-the steady costs (what grows with the model), and beside them the costs measured in the loop: the draft's and the
-target's mean time per call in Stats, as c_in_loop = draft ms per call / none's target ms per call and
-verify_ratio_in_loop = this configuration's target ms per call / none's (the draft's time includes the proposal's
-host work between its runs). A speculative round of g guesses that makes s beam steps pays, run time alone, when
-g c + T(R, g+1) / T(W, 1) < s (c = the draft step / the target's W x 1 step): `verify_break_even` = s - g c is the
-largest scoring-run ratio at which it would, `c_break_even` = (s - T(R, g+1)/T(W, 1)) / g the largest c; `ceiling`
-= s / (g c + 1) is the speedup if the scoring run cost no more than a W x 1 step (hardware where a run's cost does
-not grow with its rows and tokens: the limit for large models on a GPU).
+Per-call costs: beam_costs.py; the rows of the report and the predictions: beam_summary.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from specdec.runtime import Params, SpecdecError, Stats
 
 from .drafts import rotated, task_of, tasks_of
-from .sweep import spread
 
-PARTS = ("target", "draft", "encoder", "host")
 SUMMED = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
           "host_s", "steps")
 SOURCE_KEYS = ("rounds", "proposed", "accepted", "tokens")
@@ -135,7 +117,7 @@ class TransformersBeam:
         self.torch, self.model, self.eos_id, self.settings = torch, model, eos_id, settings
 
     def run(self, ids: list) -> list:
-        from .peers import normalize
+        from .peer_engines import normalize
 
         torch, s = self.torch, self.settings
         x = torch.tensor([ids], dtype=torch.long)
@@ -153,7 +135,7 @@ def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threa
     given; "not installed" / the error when it cannot run."""
     from pathlib import Path
 
-    from .peers import load_hf
+    from .peer_engines import load_hf
     from .prompts import special_id
 
     path = checkpoint or dec.manifest.models["target"].source
@@ -332,187 +314,3 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
             compare((task_of(prompts[i]), TRANSFORMERS), pass_id, i, out)
     shapes = {name: census.shapes for name, census in censuses.items()}
     return cells, equality, shapes, learned
-
-
-# -- per-call costs ---------------------------------------------------------------------------------------------
-
-def rows_seen(shapes: list, guesses: int) -> dict | None:
-    """The rows of the target's scoring runs over guesses+1 tokens in a shape census: {min, median, mean, max,
-    runs}; None when there was none."""
-    rows = [r for r, n in shapes if n == guesses + 1]
-    if not rows:
-        return None
-    return {"min": min(rows), "median": statistics.median(rows), "mean": statistics.fmean(rows), "max": max(rows),
-            "runs": len(rows)}
-
-
-def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int, extra_rows=()) -> dict:
-    """Per-call run times (module docstring), ms, median over `repeats`, the order of the shapes rotated between
-    repeats. Each run is rolled back (`length` set back to `past`), so every one sees the same past."""
-    stats = Stats()
-    gammas = sorted({int(g) for g in gammas if g > 0})
-    g_max = max(gammas, default=0)
-    past = max(1, min(past, dec.max_length - g_max - 2))
-    src = np.asarray(ids, np.int64)
-    wanted = [(width, 1)]
-    seen = {}
-    for g in gammas:
-        seen[g] = rows_seen(shapes.get("target", []), g)
-        candidates = [width, width * (g + 1), *extra_rows] + ([int(round(seen[g]["median"]))] if seen[g] else [])
-        wanted += [(r, g + 1) for r in sorted(set(candidates))]
-    wanted = list(dict.fromkeys(wanted))
-    target = dec.beam_model("target")
-    target.encode(src, width, stats, max(r for r, _ in wanted), g_max + 1)
-    for k in range(past):
-        target.run(np.full((width, 1), src[k % src.size], np.int64))
-    times = {shape: [] for shape in wanted}
-    switched = {shape: [] for shape in wanted}
-    for rep in range(repeats):
-        for rows, count in rotated(wanted, rep):
-            if target.rows != rows:
-                target.gather([i % width for i in range(rows)])
-            for into in (switched, times):              # the first run after a change of shape, then another
-                target.run(np.resize(src, (rows, count)))
-                into[(rows, count)].append(target.elapsed)
-                target.length = past
-    ms = {shape: 1000.0 * statistics.median(ts) for shape, ts in times.items()}
-    ms_switched = {shape: 1000.0 * statistics.median(ts) for shape, ts in switched.items()}
-    step, step_switched = ms[(width, 1)], ms_switched[(width, 1)]
-    out = {"past_length": past, "num_beams": width, "repeats": repeats, "target_step_ms": step,
-           "target_step_after_switch_ms": step_switched,
-           "target_runs": [{"rows": r, "tokens": n, "ms": v, "over_step": v / step,
-                            "after_switch_ms": ms_switched[(r, n)],
-                            "after_switch_over_step": ms_switched[(r, n)] / step_switched}
-                           for (r, n), v in ms.items()],
-           "scoring": {}}
-    for g in gammas:
-        entry = {"rows_seen": seen[g], "rows_min_ms": ms[(width, g + 1)], "rows_max_ms": ms[(width * (g + 1), g + 1)]}
-        if seen[g]:
-            r = int(round(seen[g]["median"]))
-            entry.update({"rows": r, "ms": ms[(r, g + 1)], "over_step": ms[(r, g + 1)] / step})
-        else:
-            entry.update({"rows": None, "ms": None, "over_step": None})
-        out["scoring"][str(g)] = entry
-    out["draft_step_ms"] = out["c"] = None
-    if "draft" in dec.manifest.models:
-        draft = dec.beam_model("draft")
-        draft.encode(src, width, stats)
-        for k in range(past):
-            draft.run(np.full((width, 1), src[k % src.size], np.int64))
-        ts = []
-        for _ in range(repeats):                            # one shape throughout: no switch to absorb
-            draft.run(np.resize(src, (width, 1)))
-            ts.append(draft.elapsed)
-            draft.length = past
-        out["draft_step_ms"] = 1000.0 * statistics.median(ts)
-        out["c"] = out["draft_step_ms"] / step
-        first = [n for r, n in shapes.get("draft", []) if n > 1]
-        out["draft_first_step_tokens_mean"] = statistics.fmean(first) if first else None
-    return out
-
-
-# -- summaries --------------------------------------------------------------------------------------------------
-
-def _ratios(num: list, den: list) -> list:
-    return [a / b for a, b in zip(num, den) if b > 0]
-
-
-def summarize(cells: dict, cfgs, equality: dict, costs: dict | None) -> list[dict]:
-    """One row per (task, configuration), tasks in order of appearance, configurations in the run's order."""
-    by_label = {c.label: c for c in cfgs}
-    rows = []
-    for (task, label), cell in cells.items():
-        config = by_label[label]
-        pooled = cell.pooled()
-        requests = max(pooled["requests"], 1)
-        ms_tok = [1000.0 * r["total_s"] / max(r["new_tokens"], 1) for r in cell.per_repeat]
-        ms_req = [1000.0 * r["total_s"] / max(r["requests"], 1) for r in cell.per_repeat]
-        row = {"task": task, "config": label, "engine": "specdec" if config.specdec else TRANSFORMERS,
-               "draft": config.draft, "gamma": config.gamma, "repeats": len(cell.per_repeat),
-               "requests": pooled["requests"], "new_tokens": pooled["new_tokens"],
-               "ms_per_token": spread(ms_tok), "ms_per_request": spread(ms_req),
-               "tokens_per_s": 1000.0 / statistics.median(ms_tok)}
-        none = cells.get((task, NONE.label))
-        if none is not None:
-            row["speedup_vs_none"] = spread(_ratios(none.seconds(), cell.seconds()))
-        hf = cells.get((task, TRANSFORMERS))
-        if hf is not None:
-            row["speedup_vs_transformers"] = spread(_ratios(hf.seconds(), cell.seconds()))
-        eq = equality.get((task, label))
-        if eq is not None:
-            row["outputs_equal_none"] = {**eq, "mismatches": eq["compared"] - eq["equal"]}
-        if config.specdec:
-            row.update(_specdec_parts(pooled, cell.sources, requests))
-        rows.append(row)
-    by_key = {(r["task"], r["config"]): r for r in rows}
-    for r in rows:
-        if r["engine"] == "specdec":
-            r["prediction"] = prediction(r, by_label[r["config"]], costs, by_key.get((r["task"], NONE.label)))
-    return rows
-
-
-def _specdec_parts(pooled: dict, sources: dict, requests: int) -> dict:
-    total = pooled["total_s"] or 1e-12
-    calls = max(pooled["target_calls"], 1)
-    draft = sources.get("draft", {k: 0 for k in SOURCE_KEYS})
-    none = sources.get("none", {k: 0 for k in SOURCE_KEYS})
-    rounds = draft["rounds"]
-    return {
-        "target_calls": pooled["target_calls"], "draft_calls": pooled["draft_calls"], "beam_steps": pooled["steps"],
-        "beam_steps_per_target_call": pooled["steps"] / calls,
-        "time_share": {p: pooled[f"{p}_s"] / total for p in PARTS},
-        "ms_per_request_by_part": {p: 1000.0 * pooled[f"{p}_s"] / requests for p in PARTS},
-        "target_ms_per_call": 1000.0 * pooled["target_s"] / calls,
-        "draft_ms_per_call": 1000.0 * pooled["draft_s"] / pooled["draft_calls"] if pooled["draft_calls"] else None,
-        "host_ms_per_target_call": 1000.0 * pooled["host_s"] / calls,
-        "speculative": {"rounds": rounds, "proposed": draft["proposed"], "accepted": draft["accepted"],
-                        "steps": draft["tokens"], "target_only_rounds": none["rounds"],
-                        "round_share": rounds / calls,
-                        "mean_gamma": draft["proposed"] / rounds if rounds else None,
-                        "steps_per_round": draft["tokens"] / rounds if rounds else None,
-                        "accepted_per_guess": draft["accepted"] / draft["proposed"] if draft["proposed"] else None},
-    }
-
-
-def prediction(row: dict, config: BeamConfig, costs: dict | None, none: dict | None = None) -> dict | None:
-    """For draft:G: the speedup the runs alone predict, s / (g c + T(R, g+1)/T(W, 1)), with the probe's costs and
-    the measured beam steps per speculative round s, the ceiling s / (g c + 1) and the break-even values; and the
-    same with the costs in the loop (`none`: none's row of the same task) (module docstring)."""
-    if not costs or not isinstance(config.gamma, int) or config.gamma < 1:
-        return None
-    spec = row["speculative"]
-    g, s, c = config.gamma, spec["steps_per_round"], costs.get("c")
-    scoring = costs["scoring"].get(str(g)) or {}
-    v = scoring.get("over_step")
-    out = {"gamma": g, "steps_per_round": s, "rows": scoring.get("rows"), "c": c, "verify_ratio": v,
-           "predicted_speedup": None, "measured_over_predicted": None, "ceiling": None, "verify_break_even": None,
-           "c_break_even": None, "c_in_loop": None, "verify_ratio_in_loop": None, "predicted_in_loop": None}
-    base = none and none.get("target_ms_per_call")
-    if base and row.get("draft_ms_per_call") is not None:
-        out["c_in_loop"] = row["draft_ms_per_call"] / base
-        out["verify_ratio_in_loop"] = row["target_ms_per_call"] / base
-        if s is not None:                                  # draft runs per round: g, fewer when the proposal stops
-            runs = row["draft_calls"] / spec["rounds"]
-            out["predicted_in_loop"] = s / (runs * out["c_in_loop"] + out["verify_ratio_in_loop"])
-    if s is None or c is None:
-        return out
-    out["ceiling"] = s / (g * c + 1.0)
-    out["verify_break_even"] = s - g * c
-    if v is not None:
-        out["predicted_speedup"] = s / (g * c + v)
-        out["c_break_even"] = (s - v) / g
-        measured = row.get("speedup_vs_none", {}).get("median")
-        out["measured_over_predicted"] = measured / out["predicted_speedup"] if measured else None
-    return out
-
-
-def equality_summary(rows: list[dict]) -> dict:
-    """task -> label -> {equal, compared, mismatches} for the specdec configurations (must all be equal) and
-    transformers (agreement, informative: PyTorch and ONNX Runtime logits differ by round-off)."""
-    out: dict = {}
-    for r in rows:
-        if "outputs_equal_none" in r:
-            e = r["outputs_equal_none"]
-            out.setdefault(r["task"], {})[r["config"]] = {k: e[k] for k in ("equal", "compared", "mismatches",
-                                                                           "first_mismatch")}
-    return out

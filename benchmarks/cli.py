@@ -28,6 +28,12 @@ from pathlib import Path
 from specdec.runtime.core.errors import SpecdecError, run_cli
 
 from . import machine, report
+from .beam_tables import beam_costs_text, beam_estimates_lines, beam_lines, beam_prediction_lines
+from .draft_tables import draft_best_lines, draft_lines, draft_prediction_lines, estimates_lines
+from .markdown import markdown
+from .sweep_tables import (SAMP_HOST_NOTE, filter_cost_lines, generation_lines, peers_lines, prediction_lines,
+                           probe_text, summary_lines, sweep_filters_text, sweep_lines, time_lines)
+from .tables import table
 
 
 def _number_list(text: str, kind, example: str, what: str) -> list:
@@ -291,7 +297,8 @@ def _check_gammas(args, dec) -> None:
 
 def _setting_name(entry: dict, several: bool) -> str:
     """`T=1` of a `best` entry, with its filter when the sweep has several (`T=1, filter 50:0.9`)."""
-    from .sweep import filter_label, row_filter
+    from .sweep import filter_label
+    from .sweep_summary import row_filter
 
     return f"T={entry['temperature']:g}" + (f", filter {filter_label(row_filter(entry))}" if several else "")
 
@@ -311,7 +318,8 @@ def _print_agreement(agreement: dict, lenience: float, several: bool) -> None:
 
 
 def _main_engine(args) -> int:
-    from . import prompts as prompts_mod, sweep
+    from . import prompts as prompts_mod, sweep, sweep_summary
+    from .plots import plot
 
     _defaults(args, shapes=False)
     bars = _bar_factory(args.no_progress)
@@ -323,14 +331,14 @@ def _main_engine(args) -> int:
     _print_machine(mach)
     print(f"prompts: {len(prompts)} from {origin}; max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
           f"gamma {','.join(map(str, args.gamma))}, temperature {','.join(f'{t:g}' for t in args.temperature)}; "
-          f"{report.sweep_filters_text(_filter_settings(args))}")
+          f"{sweep_filters_text(_filter_settings(args))}")
     base = _base_params(args)
     several = len(args.filters) > 1
 
     started = time.perf_counter()
     probe = _probe(dec, prompts, args, args.temperature, max(args.gamma))
     print()
-    print(report.probe_table(probe))
+    print(probe_text(probe))
 
     total = (args.repeat * len(prompts) + 2) * len(args.temperature) * len(args.filters) * len(args.gamma)
     bar = bars(total, "specdec-bench")
@@ -340,11 +348,11 @@ def _main_engine(args) -> int:
                                                      filters=args.filters)
     finally:
         bar.close()
-    rows = sweep.summarize(cells, dec.gamma_max, acceptance, probe, base)
-    best = sweep.best_by_filter_and_temperature(rows, dec.gamma_max)
+    rows = sweep_summary.summarize(cells, dec.gamma_max, acceptance, probe, base)
+    best = sweep_summary.best_by_filter_and_temperature(rows, dec.gamma_max)
     greedy_best = best.get(sweep.filter_key(0.0, args.filters[0]), {})
-    agreement = sweep.greedy_agreement(outputs)
-    filter_cost = sweep.filter_cost(cells)
+    agreement = sweep_summary.greedy_agreement(outputs)
+    filter_cost = sweep_summary.filter_cost(cells)
     print()
     print("sweep (filter: top_k:top_p, none = plain sampling; "
           "ms/tok: median over repeats, +-: half the min-max range; acc.rate: accepted/proposed; alpha: "
@@ -354,21 +362,21 @@ def _main_engine(args) -> int:
           "same T and filter; "
           "thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: measured/thm3.8; w/costs: the prediction with the measured "
           "target-run cost and host time; best_g: gamma maximising thm3.8)")
-    print(f"{report.SAMP_HOST_NOTE}")
-    print(report.sweep_table(rows))
+    print(f"{SAMP_HOST_NOTE}")
+    print(table(*sweep_lines(rows)))
     print()
     print("where the time goes (ms per generated token; the sampling heads run inside the draft and target runs, "
           "their share estimated from the cost probe)")
-    print(report.time_table(rows))
+    print(table(*time_lines(rows)))
     if several:
         print()
         print("filters (ms/tok per generated token, median over repeats; x none: this filter's ms/token over plain "
               "sampling's at the same T and gamma, per repeat (interleaved), median over repeats, and its min-max)")
-        print(report.filter_cost_table(filter_cost))
+        print(table(*filter_cost_lines(filter_cost)))
     if best:
         print()
         print("summary (per temperature and filter: gamma=0 and the best measured gamma)")
-        print(report.summary_table(rows, best))
+        print(table(*summary_lines(rows, best)))
     verdicts = {}
     if greedy_best:
         verdicts["measured_ge_0.9_prediction_at_T0"] = greedy_best["measured_over_predicted"] >= 0.9
@@ -428,14 +436,15 @@ def _main_engine(args) -> int:
     if args.plot:
         title = (f"{Path(args.engine).name}: {mach['cpu_model']}, {mach['cpu_cores']} cores, {dec.provider}; "
                  f"{len(prompts)} prompts x {args.repeat}, {args.max_new_tokens} new tokens")
-        print(f"plot: {report.plot(rows, args.plot, title)}")
+        print(f"plot: {plot(rows, args.plot, title)}")
     return 0
 
 
 def _peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict:
     """Time the peers (benchmarks/peers.py) beside specdec's speculative path (the draft at `gamma`, or with
     `default` specdec's default) and print their table; `what` goes into its heading."""
-    from .peers import OPTIMUM_TIMEOUT_S, run_peers
+    from .optimum_client import OPTIMUM_TIMEOUT_S
+    from .peers import run_peers
 
     peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.workdir),
                       args.threads, args.target_checkpoint, args.draft_checkpoint, _bar_factory(args.no_progress),
@@ -445,7 +454,7 @@ def _peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict:
     print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}{what}; ratio = its "
           f"latency / the other's, >1: the other is faster; same tokens: prompts whose greedy output equals "
           f"specdec's)")
-    print(report.peers_table(peers))
+    print(table(*peers_lines(peers)))
     return peers
 
 
@@ -480,12 +489,12 @@ def _main_drafts(args) -> int:
     print(f"prompts: {len(prompts)} from {origin} ({', '.join(f'{t} {n}' for t, n in tasks.items())}); "
           f"max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
           f"draft {', '.join(c.label for c in configs)}, temperature {','.join(f'{t:g}' for t in args.temperature)}; "
-          f"{report.sweep_filters_text(_filter_settings(args))}")
+          f"{sweep_filters_text(_filter_settings(args))}")
 
     started = time.perf_counter()
     probe = _probe(dec, prompts, args, args.temperature, dec.gamma_max)
     print()
-    print(report.probe_table(probe))
+    print(probe_text(probe))
 
     total = len(args.temperature) * (1 + args.repeat) * len(prompts) * len(configs)
     bar = _bar_factory(args.no_progress)(total, "specdec-bench --draft")
@@ -502,7 +511,7 @@ def _main_drafts(args) -> int:
           "per-repeat ratios to none of the same task and T, min-max over repeats; tok/call: tokens per target "
           "call; sources: per source alpha = accepted/(accepted + rejections) per guess and share of the tokens, "
           "lookup> = the lookup as the draft model checked it in lookup+draft)")
-    print(report.draft_table(rows))
+    print(table(*draft_lines(rows)))
     print()
     print("Theorem 3.8 for the dominant source with measured costs: thm3.8 = E(alpha, g)/(g c + T(g)/T(0)), g: mean "
           "guesses per round, T(g)/T(0): the probe's target run over g+1 tokens over one token, c: the probe's "
@@ -510,14 +519,14 @@ def _main_drafts(args) -> int:
           "source's measured tokens per round, against E[tok]; mixture: the same "
           "over every kind of round the configuration had (target-only rounds included); meas/...: measured "
           "speedup over the prediction")
-    print(report.draft_prediction_table(rows))
+    print(table(*draft_prediction_lines(rows)))
     print()
     print(drafts.ESTIMATES_NOTE + " At the end of each warm-up pass:")
-    for line in report.estimates_lines(learned):
+    for line in estimates_lines(learned):
         print(f"  {line}")
     if best:
         print()
-        for line in report.draft_best_lines(best):
+        for line in draft_best_lines(best):
             print(line)
     if agreement:
         bad = [f"{task}/{label} {a['agree']}/{a['prompts']}" for task, by in agreement.items()
@@ -552,6 +561,7 @@ def _main_drafts(args) -> int:
 
 def _main_shapes(args) -> int:
     from . import prompts as prompts_mod, shapes
+    from .plots import plot_shapes
     from .sweep import filter_label
 
     _defaults(args, shapes=True)
@@ -579,7 +589,7 @@ def _main_shapes(args) -> int:
     base = _base_params(args)
     probe = _probe(dec, prompts, args, [0.0], dec.gamma_max)     # the head for every G the predictions use
     print()
-    print(report.probe_table(probe))
+    print(probe_text(probe))
     bars = _bar_factory(args.no_progress)
     bar = bars((args.repeat * len(prompts) + 2) * len(args.gamma), "specdec-bench --shapes")
     try:
@@ -591,24 +601,13 @@ def _main_shapes(args) -> int:
     print()
     print(f"real loop on {len(prompts)} random prompts x {args.repeat}, {args.max_new_tokens} new tokens, T=0 "
           f"(alpha is meaningless with random weights)")
-    print(report.SAMP_HOST_NOTE)
-    print(report.table(["gamma", "iteration ms", "target runs ms", "draft runs ms", "host ms", "host %", "ORT/iter",
-                        "samp+host ms/tok"],
-                       [[g, f"{r['iteration_ms']:.2f}", f"{r['target_ms_per_iteration']:.2f}",
-                         f"{r['draft_ms_per_iteration']:.2f}", f"{r['host_ms_per_iteration']:.3f}",
-                         f"{100 * r['host_fraction_of_iteration']:.2f}", f"{r['ort_runs_per_iteration']:.2f}",
-                         _fmt(r["sampling_host_ms_per_token"])]
-                        for g, r in runs.items()]))
+    print(SAMP_HOST_NOTE)
+    print(table(*generation_lines(runs)))
     print()
     print(f"Theorem 3.8 with the measured c = {probe['c']:.3f} for the paper's alpha values "
           f"(w/costs: with the measured fused target pass of gamma+1 tokens and host time; sampling is inside the "
           f"runs)")
-    gs = [str(g) for g in range(1, dec.gamma_max + 1)]
-    print(report.table(["alpha"] + [f"g={g}" for g in gs] + ["best g", "best g w/costs"],
-                       [[a] + [f"{curve[g]['theorem_3_8']:.2f}/{curve[g]['with_costs']:.2f}" for g in gs]
-                        + [str(analysis["best"][a]["theorem_best_gamma"]),
-                           str(analysis["best"][a]["with_costs_best_gamma"])]
-                        for a, curve in analysis["predictions"].items()]))
+    print(table(*prediction_lines(analysis)))
     print()
     print(f"acceptance: verify of 5 tokens = {verify_text(verdict)}; host overhead worst "
           f"{100 * verdict['host_fraction_worst']:.2f}% of an iteration "
@@ -627,7 +626,7 @@ def _main_shapes(args) -> int:
     _write(out, args)
     if args.plot:
         title = f"{target}:{draft} real shapes (random weights), {mach['cpu_model']}, {mach['cpu_cores']} cores"
-        print(f"plot: {report.plot_shapes(analysis, args.plot, title)}")
+        print(f"plot: {plot_shapes(analysis, args.plot, title)}")
     return 0
 
 
@@ -652,7 +651,7 @@ def _dtypes_conflicts(args) -> None:
 
 def _main_dtypes(args) -> int:
     """--shapes T:D --dtypes ...: the weight variants of one pair of random checkpoints and CTranslate2, one run."""
-    from . import peers, prompts as prompts_mod, shapes, variants
+    from . import peer_engines, prompts as prompts_mod, shapes, variant_runs, variants
 
     _dtypes_conflicts(args)
     names = variants.parse(args.dtypes)
@@ -666,7 +665,7 @@ def _main_dtypes(args) -> int:
     except ImportError:
         raise SpecdecError("--shapes builds and exports PyTorch models: torch and transformers are not installed",
                            "pip install 'specdec[bench]'") from None
-    log = variants.log_stderr
+    log = variant_runs.log_stderr
     dirs, infos, ckpts = variants.ensure_variants(target, draft, Path(args.workdir), args.gamma_max,
                                                    args.max_length, names, log=log)
     decs = {n: _load(d, args.provider, args.threads) for n, d in dirs.items()}
@@ -674,8 +673,9 @@ def _main_dtypes(args) -> int:
     gamma = max(g for g in args.gamma if g <= gamma_max)
     first = decs["fp32"]
     threads = args.threads or os.cpu_count() or 1
-    ct2, ct2_status = peers.ct2_engines(ckpts["target"]["path"], Path(args.workdir), threads, first.tokenizer,
-                                        prompts_mod.special_id(first, "eos_token_id"), log, variants.CT2_TYPES)
+    ct2, ct2_status = peer_engines.ct2_engines(ckpts["target"]["path"], Path(args.workdir), threads, first.tokenizer,
+                                               prompts_mod.special_id(first, "eos_token_id"), log,
+                                               variant_runs.CT2_TYPES)
     mach = machine.describe(first.provider, args.threads)
     print(f"specdec-bench --shapes {target}:{draft} --dtypes {','.join(names)} (random weights, official "
           f"configurations, the same checkpoints for every variant: target sha256 {ckpts['target']['sha256'][:12]}, "
@@ -698,24 +698,25 @@ def _main_dtypes(args) -> int:
     bar = _bar_factory(args.no_progress)(1 + args.repeat * (len(decs) + len(decs) * (2 if gamma else 1) + len(ct2)),
                                          "specdec-bench --dtypes")
     try:
-        raw = variants.measure(decs, ct2, prompts, gamma, args.max_new_tokens, args.repeat, args.probe_repeats,
+        raw = variant_runs.measure(decs, ct2, prompts, gamma, args.max_new_tokens, args.repeat, args.probe_repeats,
                                args.past, args.threads, bar)
     finally:
         bar.close()
     weights = {n: variants.export_weights(d) for n, d in dirs.items()}
-    result = variants.summarize(raw, weights)
+    result = variant_runs.summarize(raw, weights)
     print()
     print(f"variants (median over {result['rounds']} rounds, (min-max); steps at past {args.past}, fused runs with "
           f"their heads; vs fp32: fp32 target step / this one's, per round; c: draft step / this variant's target "
           f"step; verify 5 ×: 5-token target pass / one-token step; ms/tok: wall time per generated token incl. "
           f"encoders; spec: gamma {gamma}; tok/call: tokens per target call of the speculative runs (random weights: "
           f"what two random models happen to agree on, not a trained pair's alpha); "
-          f"Thm3.8: predicted speedup over its own target-only at alpha {variants.ALPHA} from this c, best gamma; "
+          f"Thm3.8: predicted speedup over its own target-only at alpha {variant_runs.ALPHA} from this c, best "
+          f"gamma; "
           f"same tokens: prompts whose greedy output at gamma 0 (g0) and at gamma {gamma} (spec) equals fp32 "
           f"target-only's, and spec=own g0: the speculative output equals this variant's own target-only output)")
-    print(report.table(*variants.table_lines(result, gamma)))
+    print(table(*variant_runs.table_lines(result, gamma)))
     print()
-    for line in variants.verdict_lines(result):
+    for line in variant_runs.verdict_lines(result):
         print(line)
     mach["load_average_at_end"] = machine.load_average()
     out = {"mode": "dtypes", "machine": mach,
@@ -749,7 +750,7 @@ def _write(out: dict, args) -> None:
     if args.markdown:
         path = Path(args.markdown)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.markdown(out))
+        path.write_text(markdown(out))
         print(f"Markdown: {path}")
 
 
@@ -782,10 +783,10 @@ def _beam_conflicts(args) -> None:
 def _main_beam_shapes(args) -> int:
     """--shapes T:D --num-beams W: the per-call costs of beam search at real shapes (random weights, so no
     generation): the target's W x 1 step against R x (g+1) scoring runs for the --beam-rows R, and the draft's
-    W x 1 step, as beams.probe measures them on an --engine export."""
+    W x 1 step, as beam_costs.probe measures them on an --engine export."""
     import numpy as np
 
-    from . import beams, shapes
+    from . import beam_costs, beams, shapes
 
     target, draft = shapes.parse_pair(args.shapes)
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
@@ -800,15 +801,15 @@ def _main_beam_shapes(args) -> int:
     census = {"target": [(r, g + 1) for g in gammas for r in rows]}
     ids = np.random.default_rng(0).integers(3, dec.vocab_size, size=args.source_length)
     past = 32 if args.past is None else args.past
-    costs = beams.probe(dec, ids, args.num_beams, gammas, census, past, args.probe_repeats, extra_rows=rows)
+    costs = beam_costs.probe(dec, ids, args.num_beams, gammas, census, past, args.probe_repeats, extra_rows=rows)
     print()
-    print(report.beam_costs_text(costs))
+    print(beam_costs_text(costs))
     _write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args)
     return 0
 
 
 def _main_beams(args) -> int:
-    from . import beams, prompts as prompts_mod
+    from . import beam_costs, beam_summary, beams, prompts as prompts_mod
 
     _beam_conflicts(args)
     if args.shapes:
@@ -855,14 +856,14 @@ def _main_beams(args) -> int:
         cells, equality, shapes, learned = beams.run_beams(dec, prompts, configs, settings, args.repeat, hf, bar)
     finally:
         bar.close()
-    costs = beams.probe(dec, prompts[0].ids, args.num_beams, gammas if has_draft else [], shapes, past,
+    costs = beam_costs.probe(dec, prompts[0].ids, args.num_beams, gammas if has_draft else [], shapes, past,
                         args.probe_repeats)
-    rows = beams.summarize(cells, configs, equality, costs)
-    exact = beams.equality_summary(rows)
+    rows = beam_summary.summarize(cells, configs, equality, costs)
+    exact = beam_summary.equality_summary(rows)
     auto_end = beams.estimates_snapshot(dec.beam_estimates)
 
     print()
-    print(report.beam_costs_text(costs))
+    print(beam_costs_text(costs))
     print()
     print("beam search per task (ms/tok: wall time per output token of the best sequence, median over repeats, +-: "
           "half the min-max range; ms/req: per request; vs none / vs transformers: their wall time over this "
@@ -870,7 +871,7 @@ def _main_beams(args) -> int:
           "target run; spec: share of the rounds that were speculative, and beam steps per speculative round; "
           "time shares of target runs, draft runs (with the proposal's host work), encoders, host; = none: outputs "
           "equal to target-only beam search / compared)")
-    print(report.beam_table(rows))
+    print(table(*beam_lines(rows)))
     predicted = [r for r in rows if r.get("prediction")]
     if predicted:
         print()
@@ -882,10 +883,10 @@ def _main_beams(args) -> int:
               "which it would; c loop, T-ratio loop: the same costs as the loop paid them (Stats: draft ms per "
               "call, the proposal's host work included, and target ms per call, over none's target ms per call), "
               "pred loop = s/(draft runs per round x c loop + T-ratio loop); speedup: measured, vs none)")
-        print(report.beam_prediction_table(predicted))
+        print(table(*beam_prediction_lines(predicted)))
     print()
     print(beams.ESTIMATES_NOTE)
-    for line in report.beam_estimates_lines({"after warm-up": learned, "at the end": auto_end}):
+    for line in beam_estimates_lines({"after warm-up": learned, "at the end": auto_end}):
         print(f"  {line}")
     print()
     bad = [f"{task}/{label} {e['mismatches']} of {e['compared']}" for task, by in exact.items()

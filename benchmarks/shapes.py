@@ -140,7 +140,8 @@ def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dic
         g_star, s_star = theory.best_gamma(alpha, c, gamma_max)
         g_cost = max(curve, key=lambda g: curve[g]["with_costs"])
         best[str(alpha)] = {"theorem_best_gamma": g_star, "theorem_best_speedup": s_star,
-                            "with_costs_best_gamma": int(g_cost), "with_costs_best_speedup": curve[g_cost]["with_costs"]}
+                            "with_costs_best_gamma": int(g_cost),
+                            "with_costs_best_speedup": curve[g_cost]["with_costs"]}
     return {"predictions": predictions, "best": best}
 
 
@@ -150,7 +151,8 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
     host work, ORT runs, and host + the heads' estimated in-graph cost per token (`probe`: the cost probe)."""
     from specdec.runtime import Params
 
-    from .sweep import head_ms_per_token, ort_runs_per_iteration, run_sweep
+    from .sweep import run_sweep
+    from .sweep_summary import head_ms_per_token, ort_runs_per_iteration
 
     base = base or Params()
     cells, _, acceptance = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress, base=base)

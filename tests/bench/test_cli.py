@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchrun import run
-from specdec.bench import cli, peers, prompts, shapes
+from specdec.bench import cli, optimum_client, peer_engines, peers, prompts, shapes
 
 ROW_KEYS = {"temperature", "gamma", "repeats", "ms_per_token", "tokens_per_s", "alpha", "tokens_per_target_call",
             "c", "verify_ratio", "host_ms_per_iteration", "host_fraction", "speedup", "predicted_speedup",
@@ -203,13 +203,13 @@ def test_ctranslate2_missing_is_reported(monkeypatch, tmp_path):
     import sys
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)      # import ctranslate2 -> ImportError
-    engine, why = peers._ct2(str(tmp_path), tmp_path, 1, None, 1, print)
+    engine, why = peer_engines._ct2(str(tmp_path), tmp_path, 1, None, 1, print)
     assert engine is None and why.startswith("not installed")
 
 
 def test_normalize_strips_start_token_and_padding():
-    assert peers.normalize([0, 5, 6, 1, 0, 0], eos_id=1, drop_first=True) == [5, 6, 1]
-    assert peers.normalize([5, 6, 7], eos_id=1) == [5, 6, 7]
+    assert peer_engines.normalize([0, 5, 6, 1, 0, 0], eos_id=1, drop_first=True) == [5, 6, 1]
+    assert peer_engines.normalize([5, 6, 7], eos_id=1) == [5, 6, 7]
 
 
 def test_peers_beside_the_draft_table(tiny_export, tmp_path):
@@ -276,8 +276,8 @@ def test_optimum_response_parsing():
     ok = {"status": "ok", "tokens": [[0, 5, 6, 1, 0], [0, 7, 8]], "seconds": [[0.5, 0.25], [0.4, 0.2], [0.3, 0.1]]}
     assisted = {"status": "error: ValueError: no assistant\nsecond line"}
     text = "a library's stray print\n" + json.dumps(_response(greedy=ok, assisted=assisted)) + "\n"
-    response = peers.parse_optimum_response(text, prompts=2, repeats=3)
-    results, status, info = peers.optimum_results(response, eos_id=1, gamma=3)
+    response = optimum_client.parse_optimum_response(text, prompts=2, repeats=3)
+    results, status, info = optimum_client.optimum_results(response, eos_id=1, gamma=3)
     greedy = results["optimum-ort greedy"]
     assert greedy["tokens"] == [[5, 6, 1], [7, 8]]         # the decoder start token and padding dropped
     assert greedy["seconds"] == ok["seconds"] and greedy["own_ar"] == "optimum-ort greedy"
@@ -286,11 +286,11 @@ def test_optimum_response_parsing():
     assert info["versions"]["onnxruntime"] == "1.32.0"
 
     missing = dict(_response(), error="ModuleNotFoundError: No module named 'optimum'", missing="optimum")
-    results, status, _ = peers.optimum_results(peers.parse_optimum_response(json.dumps(missing), 2, 3), 1, 3)
+    results, status, _ = optimum_client.optimum_results(optimum_client.parse_optimum_response(json.dumps(missing), 2, 3), 1, 3)
     assert results == {} and status["optimum-ort"].startswith("not installed") and "optimum-onnx" in status[
         "optimum-ort"]
     failed = dict(_response(), error="export/load failed: KeyError: 'x'\nmore")
-    results, status, _ = peers.optimum_results(peers.parse_optimum_response(json.dumps(failed), 2, 3), 1, 3)
+    results, status, _ = optimum_client.optimum_results(optimum_client.parse_optimum_response(json.dumps(failed), 2, 3), 1, 3)
     assert results == {} and status["optimum-ort"] == "error: export/load failed: KeyError: 'x' more"
 
     for text, needle in (("", "no JSON"), ("Traceback (most recent call last):\n  boom", "no JSON"),
@@ -301,7 +301,7 @@ def test_optimum_response_parsing():
                          (json.dumps(_response(greedy=dict(ok, seconds=[[0.5, -1.0]] * 3))), "3 x 2 seconds"),
                          (json.dumps(_response(greedy={"tokens": []})), "no status")):
         with pytest.raises(ValueError, match=needle):
-            peers.parse_optimum_response(text, prompts=2, repeats=3)
+            optimum_client.parse_optimum_response(text, prompts=2, repeats=3)
 
 
 FAKE_WORKER = """
@@ -338,8 +338,8 @@ def test_optimum_worker_subprocess(tmp_path, monkeypatch):
     def call(mode, timeout=60.0):
         worker = tmp_path / f"fake_{mode}.py"
         worker.write_text(FAKE_WORKER.format(mode=mode))
-        monkeypatch.setattr(peers, "OPTIMUM_WORKER", worker)
-        return peers.optimum_peers(sys.executable, str(target), str(draft), [[5, 6, 1], [7, 1]], 2, 3, 2, 1,
+        monkeypatch.setattr(optimum_client, "OPTIMUM_WORKER", worker)
+        return optimum_client.optimum_peers(sys.executable, str(target), str(draft), [[5, 6, 1], [7, 1]], 2, 3, 2, 1,
                                    tmp_path / "work", 1, timeout, logged.append)
 
     results, status, info = call("ok")
@@ -367,7 +367,7 @@ def test_optimum_worker_without_optimum(tmp_path):
 
     if importlib.util.find_spec("optimum") is not None:
         pytest.skip("optimum is installed in this interpreter")
-    results, status, _ = peers.optimum_peers(sys.executable, str(tmp_path), str(tmp_path), [[5, 1]], 2, 3, 1, 1,
+    results, status, _ = optimum_client.optimum_peers(sys.executable, str(tmp_path), str(tmp_path), [[5, 1]], 2, 3, 1, 1,
                                              tmp_path / "work", 1, 120.0, lambda m: None)
     assert results == {} and status["optimum-ort"].startswith("not installed in the --peer-python venv: optimum")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import specdec.bench
-from specdec.bench import costs, sweep
+from specdec.bench import costs, sweep, sweep_summary
 
 
 def _probe(entries):
@@ -63,7 +63,7 @@ def test_filter_cost_is_the_median_of_per_repeat_ratios_to_plain():
     plain, top = (0, 1.0), (50, 0.9)
     cells = {(1.0, plain, 0): _cell(1.0, 2.0, 1.0), (1.0, top, 0): _cell(1.1, 2.4, 1.3),
              (1.0, plain, 2): _cell(2.0, 2.0, 2.0), (1.0, top, 2): _cell(2.0, 3.0, 2.2)}
-    cost = sweep.filter_cost(cells)
+    cost = sweep_summary.filter_cost(cells)
     assert [(e["temperature"], e["top_k"], e["top_p"], e["gamma"]) for e in cost] == [(1.0, 50, 0.9, 0),
                                                                                     (1.0, 50, 0.9, 2)]
     first = cost[0]
@@ -72,7 +72,7 @@ def test_filter_cost_is_the_median_of_per_repeat_ratios_to_plain():
     assert (first["ratio_to_plain"]["min"], first["ratio_to_plain"]["max"]) == pytest.approx((1.1, 1.3))
     assert first["ms_per_token"] == pytest.approx(1.3) and first["plain_ms_per_token"] == pytest.approx(1.0)
     assert cost[1]["ratio_to_plain"]["median"] == pytest.approx(1.1)
-    assert sweep.filter_cost({(1.0, top, 0): _cell(1.0)}) == []          # no plain filter: nothing to compare
+    assert sweep_summary.filter_cost({(1.0, top, 0): _cell(1.0)}) == []          # no plain filter: nothing to compare
 
 
 def test_head_cost_per_token_weights_draft_and_target_runs():
@@ -82,22 +82,22 @@ def test_head_cost_per_token_weights_draft_and_target_runs():
     # 8 draft heads at 0.1; target runs: 4 verified 2 guesses (0.4), 1 was a plain step (0.2)
     mix = {2: 4, 0: 1}
     expected = (8 * 0.1 + 5 * (0.8 * 0.4 + 0.2 * 0.2)) / 10
-    assert sweep.head_ms_per_token(probe, pooled, 2, 0.0, runs_by_guesses=mix) == pytest.approx(expected)
+    assert sweep_summary.head_ms_per_token(probe, pooled, 2, 0.0, runs_by_guesses=mix) == pytest.approx(expected)
     # no mix known: every target run verifies gamma guesses
-    assert sweep.head_ms_per_token(probe, pooled, 2, 0.0) == pytest.approx((0.8 + 5 * 0.4) / 10)
+    assert sweep_summary.head_ms_per_token(probe, pooled, 2, 0.0) == pytest.approx((0.8 + 5 * 0.4) / 10)
     base = {"new_tokens": 4, "draft_calls": 0, "target_calls": 4}
-    assert sweep.head_ms_per_token(probe, base, 0, 0.0) == pytest.approx(0.2)
-    assert sweep.head_ms_per_token(probe, pooled, 2, 1.0) is None     # temperature not timed
-    assert sweep.head_ms_per_token(None, pooled, 2, 0.0) is None
+    assert sweep_summary.head_ms_per_token(probe, base, 0, 0.0) == pytest.approx(0.2)
+    assert sweep_summary.head_ms_per_token(probe, pooled, 2, 1.0) is None     # temperature not timed
+    assert sweep_summary.head_ms_per_token(None, pooled, 2, 0.0) is None
 
 
 def test_ort_runs_per_iteration_leaves_the_encoders_out():
     # 3 requests at gamma 4: 6 encoder runs, 10 target runs, 36 draft steps
     pooled = {"requests": 3, "ort_runs": 6 + 10 + 36, "target_calls": 10}
-    assert sweep.encoder_runs(pooled, 4) == 6
-    assert sweep.ort_runs_per_iteration(pooled, 4) == pytest.approx(4.6)
+    assert sweep_summary.encoder_runs(pooled, 4) == 6
+    assert sweep_summary.ort_runs_per_iteration(pooled, 4) == pytest.approx(4.6)
     base = {"requests": 3, "ort_runs": 3 + 30, "target_calls": 30}     # gamma 0: the draft is never started
-    assert sweep.ort_runs_per_iteration(base, 0) == 1.0
+    assert sweep_summary.ort_runs_per_iteration(base, 0) == 1.0
 
 
 def test_acceptance_counts_target_runs_by_guesses():
