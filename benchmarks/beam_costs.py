@@ -1,4 +1,4 @@
-"""The per-call costs of beam search's runs (`specdec-bench --num-beams`).
+"""The per-call costs of beam search's runs (`specdec-bench beams`).
 
 Per-call costs (`probe`): on the batched sessions (`dec.beam_model`), at one past length, the target's run over W
 rows x 1 token (a target-only step) and over R rows x (g+1) tokens (a speculative round's scoring run) for the rows

@@ -1,4 +1,4 @@
-"""The rows of `specdec-bench --num-beams`: per (task, configuration) from the cells beams.run_beams filled, with
+"""The rows of `specdec-bench beams`: per (task, configuration) from the cells beams.run_beams filled, with
 the speedups, where the time went, the outputs equal to none's, and what the runs predict (beam_costs.py has the
 costs they use).
 """

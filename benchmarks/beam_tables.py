@@ -1,4 +1,4 @@
-"""The tables and lines of `specdec-bench --num-beams` (the same on stdout and in Markdown)."""
+"""The tables and lines of `specdec-bench beams` (the same on stdout and in Markdown)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Beam search (`specdec-bench --num-beams W`): target-only beam search, exact speculative beam search at fixed
-gammas, gamma="auto", and transformers' own beam search on the same weights, per task, in one run.
+"""Beam search (`specdec-bench beams --engine DIR --num-beams W`): target-only beam search, exact speculative beam
+search at fixed gammas, gamma="auto", and transformers' own beam search on the same weights, per task, in one run.
 
 Configurations (labels as the report spells them):
 

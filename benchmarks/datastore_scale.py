@@ -1,7 +1,9 @@
-"""How a datastore's host cost and memory grow with its size (runtime/loading/datastore.py): build a synthetic datastore of
-N tokens in one process, then open it and time lookups in a fresh one, so that its memory is its own.
+"""How a datastore's host cost and memory grow with its size (runtime/loading/datastore.py): build a synthetic
+datastore of N tokens in one process, then open it and time lookups in a fresh one, so that its memory is its own.
 
-    python -m specdec.bench.datastore_scale --tokens 1000000,100000000 [--vocab 32128] [--lookups 20000]
+    specdec-bench datastore-scale --tokens 1000000,100000000 [--vocab 32128] [--lookups 20000]
+
+(`python -m specdec.bench.datastore_scale` takes the same flags.)
 
 The text is synthetic: segments of 5..45 ids drawn from a Zipf law over a T5-sized vocabulary (s = 1.1: a few
 ids are very frequent, as "the" and "," are in text, so some 1-grams have millions of occurrences). Each lookup asks
@@ -92,16 +94,16 @@ def _stage(stage: str, tokens: int, args, folder: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m specdec.bench.datastore_scale", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p) -> None:
     p.add_argument("--tokens", default="1000000,100000000", help="sizes, comma-separated")
     p.add_argument("--vocab", type=int, default=32128)
     p.add_argument("--lookups", type=int, default=20000)
     p.add_argument("--dir", help="where the datastores are written (default: a temporary directory, removed)")
     p.add_argument("--json", metavar="OUT.json")
     p.add_argument("--stage", choices=("build", "probe"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+
+
+def run(args) -> int:
     if args.stage:
         tokens = int(float(args.tokens))
         row = build(tokens, args.vocab, args.lookups, args.dir) if args.stage == "build" else \
@@ -128,6 +130,14 @@ def main(argv=None) -> int:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
     return 0
+
+
+def main(argv=None) -> int:
+    """`python -m specdec.bench.datastore_scale`: the same as `specdec-bench datastore-scale`; its stages run it
+    this way, in fresh processes."""
+    from .cli_options import tool_main
+
+    return tool_main("python -m specdec.bench.datastore_scale", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The draft-source sweep (`specdec-bench --draft none,draft,lookup,lookup+draft,auto`): which source of guesses
-pays, per task and temperature, on the same sessions and prompts.
+"""The draft-source sweep (`specdec-bench drafts --draft none,draft,lookup,lookup+draft,auto`): which source of
+guesses pays, per task and temperature, on the same sessions and prompts.
 
 A configuration is a draft name as the runtime takes it (Params.draft: "none", "lookup", a draft model's name, a
 chain such as "lookup+draft" -- "+" for "," since the list itself is comma-separated --, or "auto") with a gamma:

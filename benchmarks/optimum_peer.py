@@ -1,4 +1,4 @@
-"""Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM) as a peer of `specdec-bench --peers`.
+"""Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM) as a peer of `specdec-bench sweep|drafts --peers`.
 
 Run by the benchmark as a script, in a subprocess, with the interpreter given to --peer-python: a separate venv
 with optimum-onnx, onnxruntime and a CPU torch (optimum-onnx pins transformers < 4.58, which the project's own

@@ -1,8 +1,10 @@
 """Load on specdec-serve: requests/s and p50/p99 latency of the `specdec` model at several client counts and
 instance counts, the same prompts and parameters in every cell.
 
-    python -m specdec.bench.serve_load --engine DIR [--instances 1,2] [--clients 1,4,16] [--requests 160]
-                                       [--max-new-tokens 32] [--protocol http|grpc] [--json OUT]
+    specdec-bench serve-load --engine DIR [--instances 1,2] [--clients 1,4,16] [--requests 160]
+                             [--max-new-tokens 32] [--protocol http|grpc] [--json OUT]
+
+(`python -m specdec.bench.serve_load` takes the same flags.)
 
 For each instance count it starts the real server (specdec.serve.Server: PyTriton's tritonserver, 127.0.0.1, free
 ports), warms every instance up, then for each client count runs C client threads (one tritonclient each) that
@@ -21,7 +23,7 @@ import time
 
 import numpy as np
 
-from specdec.runtime.core.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import SpecdecError
 
 
 def _ints(text: str) -> list:
@@ -34,20 +36,19 @@ def _ints(text: str) -> list:
     return values
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m specdec.bench.serve_load", description=__doc__.split("\n\n")[0])
-    p.add_argument("--engine", required=True, help="export directory")
+def add_arguments(p) -> None:
+    p.add_argument("--engine", required=True, metavar="DIR", help="export directory")
     p.add_argument("--instances", type=_ints, default=[1, 2], help="instance counts (default 1,2)")
     p.add_argument("--clients", type=_ints, default=[1, 4, 16], help="concurrent clients (default 1,4,16)")
     p.add_argument("--requests", type=int, default=160, help="requests per cell (default 160)")
-    p.add_argument("--prompts", default=None,
+    p.add_argument("--prompts", default=None, metavar="FILE",
                    help="JSONL ({\"source\": ...}) or text file of prompts (default: the bundled test prompts)")
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per request (default 32)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per instance (0: cores / instances)")
     p.add_argument("--warmup", type=int, default=8, help="untimed requests per instance before the cells")
-    p.add_argument("--json", default=None, help="write the results and the machine description here")
-    return p
+    p.add_argument("--json", default=None, metavar="OUT.json",
+                   help="write the results and the machine description here")
 
 
 def _prompts(path, count: int) -> list:
@@ -115,8 +116,8 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
             "mean_ms": float(lat.mean() * 1000), "answers": answers}
 
 
-def _main(argv) -> int:
-    args = parser().parse_args(argv)
+def run(args) -> int:
+    """The load cells of the parsed flags; the JSON report's "command" is args.command_line, as it was typed."""
     from specdec.serve.server import Server, free_ports
 
     from .machine import describe, load_average
@@ -150,14 +151,17 @@ def _main(argv) -> int:
     print("\n".join(table))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"command": "python -m specdec.bench.serve_load " + " ".join(argv or sys.argv[1:]),
+            json.dump({"command": args.command_line,
                        "machine": machine, "protocol": args.protocol, "max_new_tokens": args.max_new_tokens,
                        "requests_per_cell": args.requests, "results": results, "table": table}, fh, indent=1)
     return 0 if all(r["mismatches"] == 0 for r in results) else 1
 
 
 def main(argv=None) -> int:
-    return run_cli(_main, argv)
+    """`python -m specdec.bench.serve_load`: the same as `specdec-bench serve-load`."""
+    from .cli_options import tool_main
+
+    return tool_main("python -m specdec.bench.serve_load", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Real-shape mode: random-initialised T5 v1.0 models with the official t5-small/base/large configurations,
-exported once (cached under the work directory) and measured for per-call costs only.
+"""Real shapes (`specdec-bench shapes T:D`, and `dtypes`, `beams --shapes`): random-initialised T5 v1.0 models with
+the official t5-small/base/large configurations, exported once (cached under the work directory) and measured for
+per-call costs only.
 
 Random weights make the acceptance rate meaningless, so this mode reports the cost side (target step, draft step,
 c, the verify-cost ratio for 1..gamma_max+1 tokens, all fused runs with their sampling head; the head alone as
@@ -35,8 +36,8 @@ PAPER_ALPHAS = (0.6, 0.7, 0.8)
 def parse_pair(text: str) -> tuple[str, str]:
     parts = text.split(":")
     if len(parts) != 2 or not all(p in CONFIGS for p in parts):
-        raise SpecdecError(f"--shapes takes TARGET:DRAFT from {', '.join(CONFIGS)} (got '{text}')",
-                           "e.g. --shapes t5-large:t5-small")
+        raise SpecdecError(f"TARGET:DRAFT names two of {', '.join(CONFIGS)} (got '{text}')",
+                           "e.g. t5-large:t5-small")
     return parts[0], parts[1]
 
 

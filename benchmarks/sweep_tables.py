@@ -1,5 +1,5 @@
-"""The tables of the gamma sweep and of `--shapes` (a sweep at temperature 0 on real-shape models), and the cost
-probe's and the peers' tables that other modes print too; each in both renderings (tables.py)."""
+"""The tables of `specdec-bench sweep` and `shapes` (a sweep at temperature 0 on real-shape models), and the cost
+probe's and the peers' tables that other commands print too; each in both renderings (tables.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The interleaved run of `specdec-bench --dtypes` over the weight variants and CTranslate2 (variants.py's docstring
+"""The interleaved run of `specdec-bench dtypes` over the weight variants and CTranslate2 (variants.py's docstring
 has the method), its summary, the verdicts against GOALS and the lines it prints.
 """
 

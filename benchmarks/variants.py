@@ -1,10 +1,10 @@
-"""`--shapes T:D --dtypes fp32,int8-draft,int8[,int8-wo]`: the weight variants of ONE pair of random-weight
-real-shape checkpoints, exported side by side and measured in one interleaved run, with CTranslate2 greedy
-(compute_type int8 and float32) on the same target checkpoint.
+"""`specdec-bench dtypes T:D --dtypes fp32,int8-draft,int8[,int8-wo]`: the weight variants of ONE pair of
+random-weight real-shape checkpoints, exported side by side and measured in one interleaved run, with CTranslate2
+greedy (compute_type int8 and float32) on the same target checkpoint.
 
 Variants (each its own export directory next to the fp32 one, under workdir/shapes/T_D-gG-lL/):
 
-    fp32         export/              both models fp32 (what plain --shapes measures)
+    fp32         export/              both models fp32 (what `specdec-bench shapes` measures)
     int8-draft   export-int8-draft/   specdec-export --draft-dtype int8: int8 draft, fp32 target
     int8-wo-draft export-int8-wo-draft/ specdec-export --draft-dtype int8-wo: weight-only int8 draft, fp32 target
     int8         export-int8/         specdec-export --dtype int8: both int8 (onnxruntime.quantization's dynamic

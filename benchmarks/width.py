@@ -1,14 +1,16 @@
 """Would several candidates per round pay? An exact T = 0 replay of multi-candidate lookups, and the measured cost of
 the wider target run they need.
 
-    python -m specdec.bench.width --engine DIR [--wide-engine DIR64] [--num-prompts 128] [--gamma 8]
+    specdec-bench width --engine DIR [--wide-engine DIR64] [--num-prompts 128] [--gamma 8]
+
+(`python -m specdec.bench.width` takes the same flags.)
 
 At temperature 0 a round's outcome does not depend on how the candidates are verified, only on which were proposed:
 the target keeps the longest candidate prefix that equals its own greedy continuation, plus one token. So the
 tokens per target run of B candidates can be replayed exactly from each prompt's greedy output (draft="none"):
-at each position the lookup (runtime/decoding/lookup.py: the output, the source, then the datastore) proposes its candidate
-of up to gamma tokens, and the datastore's next-ranked continuations of the same context (distinct first tokens)
-fill up to B. B = 1 is the lookup as it runs today, and the replay's tokens per call for B = 1 equal the decoder's
+at each position the lookup (runtime/decoding/lookup.py: the output, the source, then the datastore) proposes its
+candidate of up to gamma tokens, and the datastore's next-ranked continuations of the same context (distinct first
+tokens) fill up to B. B = 1 is the lookup as it runs today, and the replay's tokens per call for B = 1 equal the decoder's
 own (checked and reported: `replay_matches_runtime`).
 
 The cost side: a tree of B candidates of up to gamma tokens is one target run over 1 + (their tokens) positions
@@ -21,7 +23,6 @@ positions; this tool measures whether building one would pay before it is built.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -101,25 +102,26 @@ def table(report: dict) -> str:
     return head + "\n".join(rows) + f"\n\nreplay of B = 1 equals the decoder's target runs: {checks}"
 
 
-def main(argv=None) -> int:
+def add_arguments(p) -> None:
+    p.add_argument("--engine", required=True, metavar="DIR", help="export directory (with a datastore for B > 1)")
+    p.add_argument("--wide-engine", metavar="DIR",
+                   help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
+    p.add_argument("--prompts", metavar="FILE")
+    p.add_argument("--num-prompts", type=int, default=128)
+    p.add_argument("--gamma", type=int, default=8, help="the candidates' length (default 8)")
+    p.add_argument("--widths", default="1,2,4,8", help="candidates per round B (default 1,2,4,8)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--probe-repeats", type=int, default=20)
+    p.add_argument("--json", metavar="OUT.json")
+
+
+def run(args) -> int:
     from specdec.runtime import SpeculativeDecoder
     from specdec.runtime.decoding.lookup import LookupDraft
 
     from . import costs
     from . import prompts as prompts_mod
 
-    p = argparse.ArgumentParser(prog="python -m specdec.bench.width", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engine", required=True)
-    p.add_argument("--wide-engine", help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
-    p.add_argument("--prompts")
-    p.add_argument("--num-prompts", type=int, default=128)
-    p.add_argument("--gamma", type=int, default=8)
-    p.add_argument("--widths", default="1,2,4,8")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--probe-repeats", type=int, default=20)
-    p.add_argument("--json", metavar="OUT.json")
-    args = p.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     dec = SpeculativeDecoder.load(args.engine, provider="cpu")
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True)
@@ -159,6 +161,13 @@ def main(argv=None) -> int:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)
     return 0
+
+
+def main(argv=None) -> int:
+    """`python -m specdec.bench.width`: the same as `specdec-bench width`."""
+    from .cli_options import tool_main
+
+    return tool_main("python -m specdec.bench.width", __doc__, add_arguments, run, argv)
 
 
 if __name__ == "__main__":

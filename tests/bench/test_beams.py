@@ -21,7 +21,8 @@ def _spread_ok(spread) -> bool:
 
 def test_beam_mode_report(tiny_export, tmp_path):
     repeats = 2
-    code, out, err = run(["--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2), "--num-beams", 3,
+    code, out, err = run(["beams", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2),
+                          "--num-beams", 3,
                           "--gamma", "1,2", "--num-prompts", 4, "--repeat", repeats, "--max-new-tokens", 6,
                           "--early-stopping", "true", "--length-penalty", "0.8", "--probe-repeats", 1,
                           "--json", tmp_path / "b.json", "--markdown", tmp_path / "b.md", "--no-progress"])
@@ -109,7 +110,8 @@ def test_mismatches_are_counted(tiny_export, tmp_path, monkeypatch):
         return res
 
     monkeypatch.setattr(SpeculativeDecoder, "generate", broken)
-    code, out, err = run(["--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2), "--num-beams", 2,
+    code, out, err = run(["beams", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2),
+                          "--num-beams", 2,
                           "--gamma", "1,2", "--num-prompts", 2, "--repeat", 1, "--max-new-tokens", 5,
                           "--probe-repeats", 1, "--no-transformers", "--json", tmp_path / "m.json", "--no-progress"])
     assert code == 0, err
@@ -126,19 +128,31 @@ def test_mismatches_are_counted(tiny_export, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--num-beams", "4", "--temperature", "1"], "temperature 0 only"),
-    (["--num-beams", "4", "--draft", "auto"], "--draft does not apply to --num-beams"),
-    (["--num-beams", "4", "--filters", "none,3:0.9"], "--filters does not apply"),
-    (["--num-beams", "4", "--plot", "x.png"], "--plot does not apply"),
-    (["--num-beams", "0"], "--num-beams must be at least 2"),
-    (["--num-beams", "99"], "num_beams must be an integer in 1..16"),
-    (["--num-beams", "4", "--gamma", "1,99"], "draft:99: gamma must be an integer in 0..8"),
-    (["--early-stopping", "true"], "--early-stopping belongs to beam search"),
-    (["--no-transformers"], "--no-transformers belongs to beam search"),
+    (["beams", "--num-beams", "4", "--temperature", "1"], "temperature 0 only"),
+    (["beams", "--num-beams", "4", "--draft", "auto"], "--draft does not apply to beams"),
+    (["beams", "--num-beams", "4", "--filters", "none,3:0.9"], "--filters does not apply"),
+    (["beams", "--num-beams", "4", "--plot", "x.png"], "--plot does not apply"),
+    (["beams", "--num-beams", "0"], "--num-beams must be at least 2"),
+    (["beams", "--num-beams", "99"], "num_beams must be an integer in 1..16"),
+    (["beams", "--num-beams", "4", "--gamma", "1,99"], "draft:99: gamma must be an integer in 0..8"),
+    (["beams", "--num-beams", "4", "--beam-rows", "4,8"], "--beam-rows does not apply to beams --engine"),
+    (["beams"], "--num-beams"),                                      # required
+    (["sweep", "--early-stopping", "true"], "--early-stopping does not apply to sweep (a flag of beams)"),
+    (["sweep", "--no-transformers"], "--no-transformers does not apply to sweep (a flag of beams)"),
 ])
 def test_beam_option_errors(tiny_export, argv, needle):
-    code, out, err = run(["--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
+    code, out, err = run(argv[:1] + ["--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv[1:])
     assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
+
+
+def test_beam_costs_at_shapes_take_only_their_flags():
+    """--shapes measures costs only: the flags of the runs on an export are one-line errors there (--markdown too:
+    the report has no tables of runs to render)."""
+    for flag, value in (("--markdown", "x.md"), ("--repeat", "3"), ("--no-transformers", None)):
+        argv = ["beams", "--shapes", "t5-large:t5-small", "--num-beams", "2", flag] + ([value] if value else [])
+        code, out, err = run(argv)
+        assert code == 2 and err.strip().count("\n") == 0, (flag, err)
+        assert f"{flag} does not apply to beams --shapes" in err, (flag, err)
 
 
 def _stats(total_s, new_tokens, target_calls, draft_calls=0, none=0, draft=None, parts=(0.0, 0.0, 0.0)):

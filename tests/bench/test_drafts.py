@@ -15,7 +15,7 @@ DRAFTS = ["none", "draft", "lookup", "lookup+draft", "auto"]
 
 
 def test_draft_sweep_smoke(tiny_export, tmp_path):
-    code, out, err = run(["--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
+    code, out, err = run(["drafts", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
                           "--draft", ",".join(DRAFTS), "--temperature", "0,1", "--num-prompts", "4", "--repeat", "1",
                           "--max-new-tokens", "6", "--probe-repeats", "1", "--json", tmp_path / "d.json",
                           "--markdown", tmp_path / "d.md", "--no-progress"])
@@ -69,7 +69,8 @@ def test_draft_sweep_smoke(tiny_export, tmp_path):
 
 def test_fixed_gamma_items(tiny_export, tmp_path):
     """NAME:G runs that source at a fixed gamma; `none` is added when missing; random prompts form one task."""
-    code, out, err = run(["--engine", tiny_export, "--draft", "draft:2", "--draft", "lookup:3", "--temperature", "0",
+    code, out, err = run(["drafts", "--engine", tiny_export, "--draft", "draft:2", "--draft", "lookup:3",
+                          "--temperature", "0",
                           "--num-prompts", "1", "--repeat", "2", "--max-new-tokens", "5", "--probe-repeats", "1",
                           "--json", tmp_path / "g.json", "--no-progress"])
     assert code == 0, err
@@ -90,15 +91,17 @@ def test_fixed_gamma_items(tiny_export, tmp_path):
     (["--draft", "lookup+"], "empty name"),
     (["--draft", "bogus"], "--draft bogus: unknown draft 'bogus'"),
     (["--draft", "draft:99"], "--draft draft:99: gamma must be an integer in 0..8"),
-    (["--draft", "auto", "--gamma", "0,2"], "--gamma and --draft both given"),
-    (["--draft", "auto", "--plot", "x.png"], "--plot belongs to the gamma sweep"),
+    (["--draft", "auto", "--gamma", "0,2"], "--gamma does not apply to drafts (give a fixed gamma per draft as NAME:G"),
+    (["--draft", "auto", "--plot", "x.png"], "--plot does not apply to drafts (a flag of sweep, shapes)"),
+    (["--draft", "auto", "--profile", "p.txt"], "--profile does not apply to drafts (a flag of sweep)"),
+    ([], "--draft"),                                                # required
     (["--draft", "auto", "--filters", "none,3:0.9"], "one filter"),
     (["--draft", ","], "--draft is empty"),
     (["--draft", "lookup+datastore"], "this export has no datastore"),
     (["--draft", "draft+datastore"], "the datastore is what the lookup searches"),
 ])
 def test_draft_option_errors(tiny_export, argv, needle):
-    code, out, err = run(["--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
+    code, out, err = run(["drafts", "--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
     assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
 
 
@@ -124,7 +127,8 @@ def test_lookup_with_and_without_the_datastore_in_one_run(tiny_export, tmp_path)
     dec = SpeculativeDecoder.load(export, provider="cpu")
     ids = [json.loads(line)["input_ids"] for line in prompts.read_text().splitlines()]
     add_datastore(export, [dec.generate(input_ids=i, draft="none", max_new_tokens=8).token_ids for i in ids])
-    code, out, err = run(["--engine", export, "--prompts", prompts, "--draft", "lookup:4,lookup+datastore:4,auto",
+    code, out, err = run(["drafts", "--engine", export, "--prompts", prompts,
+                          "--draft", "lookup:4,lookup+datastore:4,auto",
                           "--temperature", "0", "--num-prompts", "4", "--repeat", "1", "--max-new-tokens", "8",
                           "--probe-repeats", "1", "--json", tmp_path / "s.json", "--no-progress"])
     assert code == 0, err

@@ -26,7 +26,7 @@ def tiny_shapes(monkeypatch):
 
 
 def argv_for(tmp_path, dtypes: str, name: str = "d"):
-    return ["--shapes", "tiny-t:tiny-d", "--dtypes", dtypes, "--workdir", tmp_path / "work", "--gamma-max", "4",
+    return ["dtypes", "tiny-t:tiny-d", "--dtypes", dtypes, "--workdir", tmp_path / "work", "--gamma-max", "4",
             "--max-length", "32", "--max-new-tokens", "5", "--num-prompts", "2", "--source-length", "6",
             "--past", "8", "--probe-repeats", "2", "--repeat", "2", "--json", tmp_path / f"{name}.json",
             "--markdown", tmp_path / f"{name}.md", "--no-progress"]
@@ -181,12 +181,13 @@ def test_weight_only_copy_of_the_tiny_export(tiny_export, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--engine", "x", "--dtypes", "int8"], "--dtypes compares the weight variants of --shapes models"),
-    (["--shapes", "t5-large:t5-small", "--dtypes", "int4"], "--dtypes takes a comma-separated list"),
-    (["--shapes", "t5-large:t5-small", "--dtypes", "int8", "--num-beams", "2"], "--dtypes does not apply to"),
-    (["--shapes", "t5-large:t5-small", "--dtypes", "int8", "--temperature", "1"], "temperature 0 only"),
-    (["--shapes", "t5-large:t5-small", "--dtypes", "int8", "--gamma", "2,4"], "one speculative gamma"),
-    (["--shapes", "t5-large:t5-small", "--dtypes", "int8", "--plot", "x.png"], "--plot does not apply"),
+    (["dtypes", "--engine", "x", "--dtypes", "int8"], "dtypes compares the weight variants of real-shape models"),
+    (["dtypes", "t5-large:t5-small", "--dtypes", "int4"], "--dtypes takes a comma-separated list"),
+    (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--num-beams", "2"], "--num-beams does not apply to dtypes"),
+    (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--temperature", "1"], "temperature 0 only"),
+    (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--gamma", "2,4"], "one speculative gamma"),
+    (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--plot", "x.png"], "--plot does not apply"),
+    (["dtypes", "t5-large:t5-small"], "--dtypes"),                                      # required
 ])
 def test_dtypes_argument_errors(argv, message):
     code, out, err = run(argv)
