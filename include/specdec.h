@@ -195,7 +195,7 @@ typedef struct specdec_params {
                                 the library keeps no pointer to it). NULL or "auto" (the default): each
                                 round the best of none, lookup, the draft model and lookup,draft, from
                                 measured acceptance and costs. "none": target only (as gamma 0). "lookup":
-                                copies from the prompt and the output so far (no model). A draft model's
+                                copies from the prompt, the output so far and the datastore (no model). A draft model's
                                 name: "draft" (an export may hold more, e.g. "mid"). A chain, lowest level
                                 first, "," or "+" between levels: "lookup,draft", "draft,mid" (each level
                                 verifies the one below; "lookup" only first). An unknown name or a
@@ -233,15 +233,16 @@ typedef struct specdec_params {
 
 /* What one generation did and where its time went (seconds, wall clock). A versioned struct (see "Versioned
    structs" above): start from specdec_stats_empty(), which sets struct_size; the library zeroes the fields it
-   knows at the start of every call that takes it. Sampling runs inside the decoder graphs (fused heads), so
-   each draft token costs one ONNX Runtime run and each verification one more: a speculative iteration with k
-   guesses is k + 1 runs. encoder_s + draft_s + target_s + host_s = total_s. */
+   knows at the start of every call that takes it. Sampling runs inside the decoder graphs (fused heads), and a
+   draft model's k guesses are one ONNX Runtime run: a round with a draft model is 1 draft run + 1 target run (k + 1
+   runs with min_new_tokens / no_repeat_ngram_size, or with a weight-only int8 draft, which step one token a run).
+   encoder_s + draft_s + target_s + host_s = total_s. */
 typedef struct specdec_stats {
     size_t struct_size;             /* sizeof(specdec_stats) as the host was compiled; set by
                                        specdec_stats_empty(). Always first; the library never writes it.   */
     /* ---- API version 2 fields (every layout has them) ---- */
     int64_t target_calls;           /* target runs: verify passes (or single steps when gamma = 0)        */
-    int64_t draft_calls;            /* draft runs (one per draft token)                                   */
+    int64_t draft_calls;            /* draft runs (one per proposal; one per guess in the cases above)   */
     int64_t proposed;               /* draft tokens offered for verification                              */
     int64_t accepted;               /* of those, kept                                                     */
     int64_t new_tokens;             /* tokens generated                                                   */

@@ -55,7 +55,6 @@ class Request:
 class Sampling:
     """Speculative sampling on the decoder's workspace: a round with `source` where k >= 1 guesses fit, a
     target-only step otherwise (or always, without a source)."""
-    streams = True
 
     def __init__(self, workspace, target, source: DraftSource | None, eos_id: int, start_id: int, gamma_max: int,
                  max_length: int):
@@ -89,7 +88,6 @@ class Sampling:
 class BeamSearching:
     """Beam search over the batched sessions: target-only (`draft` None), or speculative with a draft model at a
     fixed gamma or the one `estimates` chooses each step."""
-    streams = False
 
     def __init__(self, target, draft, estimates: BeamEstimates, eos_id: int, start_id: int, gamma_max: int,
                  max_length: int):
