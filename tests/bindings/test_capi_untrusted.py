@@ -1,5 +1,5 @@
 """Untrusted export directories through the C API (tests/bindings/capi_open.c): specdec_open returns a status and a
-one-line message for every hostile directory of tests/hostile_exports.py (HOSTILE) and for fuzzed ones (KINDS), never
+one-line message for every hostile directory of tests/hostile_exports.py (HOSTILE) and for fuzzed ones (tests/fuzz_exports.py KINDS), never
 a crash or a hang, and a session opened on a good export keeps giving its reference tokens in the same process.
 
 The fuzz cases run one subprocess each (a signal or a time-out while opening is a failure of that case; what
@@ -21,8 +21,8 @@ from _capi_helpers import HERE, run_program
 
 from tinymodels import add_datastore, random_prompts
 
-from hostile_exports import (HOSTILE, FuzzSettings, copy_export, finish_fuzz, make_case, make_hostile,
-                             with_external_data)
+from fuzz_exports import FuzzSettings, finish_fuzz, make_case
+from hostile_exports import HOSTILE, copy_export, make_hostile, with_external_data
 
 FUZZ_CASES, FUZZ_SECONDS = 40, 45
 CASE_TIMEOUT = 120

@@ -1,4 +1,4 @@
-"""Fuzzed export directories opened from Python: random mutations of a good export (tests/hostile_exports.py KINDS:
+"""Fuzzed export directories opened from Python: random mutations of a good export (tests/fuzz_exports.py KINDS:
 manifest.json's types, missing keys, numbers, shapes, paths, ids and raw bytes; graph files truncated, bit-flipped,
 with hostile external-data entries or a malformed model inside well-formed protobuf; tokenizer.json truncated,
 bit-flipped or mangled; files swapped for symlinks out), every edited file's sha256 rewritten so that the loader's own
@@ -29,8 +29,9 @@ import pytest
 
 from tinymodels import add_datastore, random_prompts
 
-from hostile_exports import (KINDS, FuzzSettings, PythonWorker, copy_export, finish_fuzz, make_case,
-                             with_external_data)
+from export_worker import PythonWorker
+from fuzz_exports import KINDS, FuzzSettings, finish_fuzz, make_case
+from hostile_exports import copy_export, with_external_data
 
 FUZZ_CASES, FUZZ_SECONDS = 300, 60
 CASE_TIMEOUT = 120      # seconds without an answer: a hang
