@@ -22,7 +22,7 @@ import json
 import threading
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
-from specdec.runtime.core.params import PARAMETERS
+from specdec.runtime.core.params import DECLARED
 from specdec.runtime.loading.datastore import load_option
 from specdec.runtime.engine.device import resolve_provider
 from specdec.runtime.core.errors import first_line
@@ -39,7 +39,6 @@ EXTERNS = {
     "specdec_decode": "_specdec_py_decode",
 }
 
-DECLARED = {declared.name: declared for declared in PARAMETERS}
 # Numbers of a field whose numbers stand for words that C refuses in C's words, before Params.checked sees them: a
 # negative gamma other than SPECDEC_GAMMA_AUTO, an early_stopping outside specdec_early_stopping ("{}": the value).
 C_REFUSALS = {

@@ -115,7 +115,7 @@ class SpeculativeDecoder:
     def source(self, params: Params) -> DraftSource | None:
         """The draft source a request's (draft, gamma) asks for; None for target-only decoding. A bad name is a
         one-line SpecdecError naming the choices."""
-        return self.sources.for_sampling(params.draft, params.gamma)
+        return self.sources.for_sampling(params)
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
@@ -173,7 +173,7 @@ class SpeculativeDecoder:
     def _strategy(self, params: Params):
         """How a checked request is decoded: beam search, or speculative sampling with the source it asks for."""
         if params.num_beams > 1:
-            draft = self.sources.for_beams(params.draft, params.gamma)
+            draft = self.sources.for_beams(params)
             return BeamSearching(self.beam_model("target"), self.beam_model(draft) if draft else None,
                                  self.beam_estimates, self.eos_id, self.start_id, self.gamma_max, self.max_length)
         return Sampling(self.workspace, self.target, self.source(params), self.eos_id, self.start_id,

@@ -74,8 +74,7 @@ def request(get) -> tuple[str, Params]:
             raise SpecdecError(f"input {field.name!r} must hold one value (got shape {list(array.shape)})",
                                "send shape [1]")
         if field.dtype is np.object_:
-            text = _text(field.name, array)
-            values[field.name] = flag_value(field.name, text) if field.name != "draft" else text
+            values[field.name] = flag_value(field.name, _text(field.name, array))
         elif field.dtype is np.int64:
             values[field.name] = int(array.reshape(-1)[0])
         else:

@@ -193,14 +193,12 @@ PARAMETERS: tuple[Parameter, ...] = tuple(
     Parameter(name=f.name, default=f.default, **f.metadata["declared"]) for f in fields(Params))
 
 
-def add_flags(parser, names=None) -> None:
-    """Add the --flag of each declared parameter (or of those in `names`) to an argparse parser, its help from the
-    declaration; beam search's go in a group of their own. A flag left out stays None, so `from_flags` gives the
-    Params default; a number that is not one is argparse's one-line error, a word (early_stopping) `from_flags`'s."""
+def add_flags(parser) -> None:
+    """Add the --flag of each declared parameter to an argparse parser, its help from the declaration; beam
+    search's go in a group of their own. A flag left out stays None, so `from_flags` gives the Params default; a
+    number that is not one is argparse's one-line error, a word (early_stopping) `from_flags`'s."""
     groups = {}
     for declared in PARAMETERS:
-        if names is not None and declared.name not in names:
-            continue
         target = parser
         if declared.group:
             if declared.group not in groups:
@@ -216,9 +214,9 @@ def add_flags(parser, names=None) -> None:
 def flag_value(name: str, text: str):
     """A command-line word as the declared parameter's value ("auto" for gamma, true/false/never for
     early_stopping); a word that is not one is a one-line SpecdecError naming the flag."""
-    declared = _BY_NAME[name]
+    declared = DECLARED[name]
     if name == "early_stopping":
-        words = {"true": True, "false": False, "never": "never"}
+        words = {str(value).lower(): value for value in EARLY_STOPPING}
         if text.lower() not in words:
             raise SpecdecError(f"{declared.flag} must be true, false or never (got {text!r})")
         return words[text.lower()]
@@ -227,30 +225,28 @@ def flag_value(name: str, text: str):
     try:
         return declared.kind(text)
     except ValueError:
-        word = {int: "an integer", float: "a number"}.get(declared.kind, "a value")
-        raise SpecdecError(f"{declared.flag} must be {word}{' or auto' if name == 'gamma' else ''} "
-                           f"(got {text!r})") from None
+        word = "'auto' or an integer" if name == "gamma" else {int: "an integer", float: "a number"}[declared.kind]
+        raise SpecdecError(f"{declared.flag} must be {word} (got {text!r})") from None
 
 
-def from_flags(namespace, params: "Params | None" = None) -> "Params":
-    """Params from an argparse namespace made with `add_flags`: the flags that were given, over `params` (a word
-    that is not a value is a one-line SpecdecError naming the flag)."""
+def from_flags(namespace) -> "Params":
+    """Params from an argparse namespace made with `add_flags`: the flags that were given (a word that is not a
+    value is a one-line SpecdecError naming the flag)."""
     given = {d.name: getattr(namespace, d.name) for d in PARAMETERS if getattr(namespace, d.name, None) is not None}
-    return Params.of(params, **{name: flag_value(name, value) if _BY_NAME[name].words else value
-                                for name, value in given.items()})
+    return Params.of(**{name: flag_value(name, value) if DECLARED[name].words else value
+                        for name, value in given.items()})
 
 
 def _gamma_flag(text: str):
-    """--gamma's word: "auto" or an integer (its range is checked with the export's gamma_max)."""
+    """--gamma's word as argparse's type: flag_value's, its refusal argparse's one-line error (the range is checked
+    with the export's gamma_max)."""
     import argparse
 
-    if text == "auto":
-        return text
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer (got {text!r})") from None
+        return flag_value("gamma", text)
+    except SpecdecError as err:
+        raise argparse.ArgumentTypeError(err.problem.removeprefix("--gamma ")) from None
 
 
 _METAVARS = {"gamma": "G|auto", "draft": "NAME", "early_stopping": "{true,false,never}"}
-_BY_NAME = {declared.name: declared for declared in PARAMETERS}
+DECLARED = {declared.name: declared for declared in PARAMETERS}     # name -> its Parameter

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from ..core.errors import SpecdecError
+from ..core.params import Params
 from .auto import AutoDraft, Estimates
 from .beam_decode import BeamEstimates
 from .draft import DraftSource, ModelDraft
@@ -80,9 +81,10 @@ class Sources:
         """Forget the sources made and what auto learned."""
         self.estimates, self.beam_estimates, self._made = Estimates(), BeamEstimates(), {}
 
-    def for_sampling(self, draft, gamma) -> DraftSource | None:
+    def for_sampling(self, params: Params) -> DraftSource | None:
         """The source a sampling request asks for; None for target-only decoding. A bad name is a one-line
         SpecdecError naming the choices."""
+        draft, gamma = params.draft, params.gamma
         if isinstance(draft, DraftSource):
             return None if gamma == 0 else AutoDraft({draft.name: draft}, self.estimates) if gamma == "auto" \
                 else draft
@@ -102,9 +104,10 @@ class Sources:
                 self._made[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
         return self._made[key]
 
-    def for_beams(self, draft, gamma) -> str | None:
+    def for_beams(self, params: Params) -> str | None:
         """The draft model a beam search request speculates with, or None for target-only beam search: the name is
         parsed as for sampling, and must then be "none", "auto" or one draft model."""
+        draft, gamma = params.draft, params.gamma
         parts = parse(draft, list(self.models)) if isinstance(draft, str) else None
         if gamma == 0 or parts == ["none"]:
             return None
@@ -112,6 +115,5 @@ class Sources:
             return "draft" if "draft" in self.models else None
         if parts is not None and len(parts) == 1 and parts[0] in self.models:
             return parts[0]
-        shown = draft if isinstance(draft, str) else getattr(draft, "name", type(draft).__name__)
-        raise SpecdecError(f"beam search speculates with a draft model, not with draft={shown!r}",
+        raise SpecdecError(f"beam search speculates with a draft model, not with draft={params.as_dict()['draft']!r}",
                            f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
