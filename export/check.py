@@ -86,8 +86,9 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     cache = np.zeros((0, layers, 2, batch, heads, d_kv), dtype=cross.dtype)
     outputs, pos = [], 0
     for n in steps:
-        logits, new_kv = dec.run(["logits", "new_kv"], {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache,
-                                                        "cross_kv": cross, **plain_step_feed(vocab, session=dec)})
+        feed = {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache, "cross_kv": cross,
+                **plain_step_feed(vocab, session=dec, new=n)}
+        logits, new_kv = dec.run(["logits", "new_kv"], feed)
         cache = np.concatenate([cache, new_kv])
         outputs.append(logits)
         pos += n

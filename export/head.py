@@ -13,6 +13,13 @@ Outputs added to (logits [B, N, V], new_kv):
     accepted   [1] int64      n: guesses kept
     next_token [1] int64      drawn from norm(max(0, p_{n+1} - l q_{n+1})) after a rejection, else from p_{G+1}
 
+The target's head (`tree=True`, format 6) also has
+    tree_uniforms [M] fp32  -> draws [M] int64   one inverse-CDF draw per row of `probs` (M = G+1; at temperature 0
+                              the row's argmax). A tree verify run binds M = G+1 = N, zero q rows and the decoder's
+                              tree_depth/tree_mask (export/decoder.py), and reads `probs` and `draws` of every node.
+                              Any other run binds tree_uniforms and draws of shape [0]: the branch is then an empty
+                              constant, the cost one If on Size(tree_uniforms).
+
 The head works on batch row 0. The speculative loop binds batch 1; beam search (runtime/engine/beam_model.py) binds more
 rows and reads only their logits.
 
@@ -36,10 +43,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from specdec.runtime.core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS
+from specdec.runtime.core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS, TREE_INPUTS, TREE_OUTPUTS
 
 CANDIDATES = 256
 INPUTS, OUTPUTS = HEAD_INPUTS, HEAD_OUTPUTS        # runtime/core/graph_io.py
+TREE_INPUT, TREE_OUTPUT = TREE_INPUTS[2], TREE_OUTPUTS[0]     # tree_uniforms, draws (tree=True only)
 
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
@@ -162,8 +170,9 @@ def _leading_kept(g: Nodes, rejected: str) -> str:
     return g.op("ReduceSum", g.op("Cast", clean, to=_I), g.const([0]), keepdims=1)
 
 
-def add_head(graph, residual: bool = True) -> None:
-    """Append the head to a decoder GraphProto in place (its `logits` and `input_ids` feed it).
+def add_head(graph, residual: bool = True, tree: bool = False) -> None:
+    """Append the head to a decoder GraphProto in place (its `logits` and `input_ids` feed it). `tree=True` (a
+    target's graph) adds tree_uniforms -> draws.
 
     `residual=False` draws from p instead of norm(max(0, p - l q)) after a rejection: a deliberately wrong sampler
     that the distribution tests use to show they can fail. Never export it for users."""
@@ -238,28 +247,45 @@ def add_head(graph, residual: bool = True) -> None:
         return p, n, _draw(s, dist, u_last)
 
     g.cond(greedy, greedy_path, sampling_path, [_F, _I, _I], names=OUTPUTS)
+    outputs = [("probs", _F, ["gamma_plus_1", "vocab"]), ("accepted", _I, [1]), ("next_token", _I, [1])]
+    if tree:
+        graph.input.append(helper.make_tensor_value_info(TREE_INPUT, _F, ["tree_rows"]))
+        # one draw per row of probs (one-hot at temperature 0: the argmax); none when tree_uniforms is empty
+        wanted = g.op("Greater", g.op("Size", TREE_INPUT), g.const(0))
+        g.cond(wanted, lambda s: _draw(s, "probs", TREE_INPUT),
+               lambda s: s.op("Identity", s.const(np.zeros(0, np.int64))), [_I], names=[TREE_OUTPUT])
+        outputs.append((TREE_OUTPUT, _I, ["tree_rows"]))
     graph.node.extend(g.nodes)
-    for name, kind, shape in (("probs", _F, ["gamma_plus_1", "vocab"]), ("accepted", _I, [1]),
-                              ("next_token", _I, [1])):
+    for name, kind, shape in outputs:
         graph.output.append(helper.make_tensor_value_info(name, kind, shape))
 
 
-def head_only_model(opset: int = 17, residual: bool = True):
+def head_only_model(opset: int = 17, residual: bool = True, tree: bool = False):
     """The head as a graph of its own (inputs logits [B, N, V] and input_ids [B, N]; it reads batch row 0): for
-    tests and for timing the sampling work apart from the decoder."""
+    tests and for timing the sampling work apart from the decoder. `tree=True`: the target's head."""
     graph = helper.make_graph([], "speculative_head",
                               [helper.make_tensor_value_info("input_ids", _I, ["batch", "new"]),
                                helper.make_tensor_value_info("logits", _F, ["batch", "new", "vocab"])], [])
-    add_head(graph, residual)
+    add_head(graph, residual, tree)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def plain_step_feed(vocab: int, temperature: float = 0.0, session=None) -> dict:
-    """Head inputs for a plain one-token step (G = 0), e.g. to run a decoder graph for its logits alone; with an
-    onnxruntime `session` of a format-5 draft graph also `steps` = 1 (export/loop.py)."""
-    steps = {"steps": np.ones(1, np.int64)} if session is not None and \
-        "steps" in {i.name for i in session.get_inputs()} else {}
-    return {**steps, "draft_probs": np.zeros((0, vocab), np.float32), "uniforms": np.zeros(1, np.float32),
+def plain_step_feed(vocab: int, temperature: float = 0.0, session=None, new: int = 1) -> dict:
+    """Head inputs for a plain step over `new` tokens (G = 0), e.g. to run a decoder graph for its logits alone; with
+    an onnxruntime `session` also what that graph's extra inputs need: `steps` = 1 for a format-5 draft graph
+    (export/loop.py), and for a target graph (format 6) a chain's tree_depth = arange(new) and tree_mask = the lower
+    triangle, and no tree draws (tree_uniforms [0])."""
+    names = {i.name for i in session.get_inputs()} if session is not None else set()
+    extra = {"steps": np.ones(1, np.int64)} if "steps" in names else {}
+    if TREE_INPUT in names:
+        extra.update(chain_tree_feed(new))
+    return {**extra, "draft_probs": np.zeros((0, vocab), np.float32), "uniforms": np.zeros(1, np.float32),
             "temperature": np.array([temperature], np.float32), "top_k": np.zeros(1, np.int64),
             "top_p": np.ones(1, np.float32), "lenience": np.ones(1, np.float32),
             "logit_mask": np.zeros((0, vocab), np.float32)}
+
+
+def chain_tree_feed(new: int) -> dict:
+    """The tree inputs of a target graph's chain run over `new` tokens: what a format-5 target graph computed."""
+    return {"tree_depth": np.arange(new, dtype=np.int64), "tree_mask": np.tril(np.ones((new, new), np.bool_)),
+            TREE_INPUT: np.zeros(0, np.float32)}

@@ -9,3 +9,9 @@ DECODER_OUTPUTS = ("logits", "new_kv")          # new_kv is bound in place, afte
 HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
 HEAD_OUTPUTS = ("probs", "accepted", "next_token")
 STEPS = "steps"                                 # a draft decoder's trip count: its k steps in one run
+# the TARGET decoder only (format 6): verify a token tree in one run. tree_depth int64 [new] (new token i sits at
+# position past + tree_depth[i]) and tree_mask bool [new, new] (token i sees new token j iff tree_mask[i, j]: j is i
+# or an ancestor) go to the decoder (export/decoder.py); tree_uniforms fp32 [M] -> draws int64 [M], one draw per
+# row of `probs`, go to the head (export/head.py). A chain run binds arange(new), the lower triangle, [0] and [0].
+TREE_INPUTS = ("tree_depth", "tree_mask", "tree_uniforms")
+TREE_OUTPUTS = ("draws",)

@@ -33,13 +33,13 @@ def off_by_one_bucket(attn, query_pos, key_pos, bidirectional):
     return position_bias(attn, query_pos + 1, key_pos, bidirectional)       # distances one too large
 
 
-def unscaled_init(self, model):
-    original_init(self, model)
+def unscaled_init(self, model, *tree):
+    original_init(self, model, *tree)
     self.output_scale = 1.0                                                  # d_model^-0.5 forgotten
 
 
-def cache_one_slot_off(self, input_ids, past_kv, cross_kv):
-    logits, new_kv = original_forward(self, input_ids, past_kv, cross_kv)
+def cache_one_slot_off(self, input_ids, past_kv, cross_kv, *tree):        # tree: a target's tree_depth, tree_mask
+    logits, new_kv = original_forward(self, input_ids, past_kv, cross_kv, *tree)
     return logits, torch.cat([new_kv[:1], new_kv[:-1]])                      # token i's K/V in slot i+1
 
 
