@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.core.graph_io import TREE_INPUTS, TREE_OUTPUTS
 from specdec.runtime.loading.manifest import MANIFEST
 
 MARKER = ".specdec-export"      # written first, so --force knows the directory is ours to replace
@@ -227,7 +228,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 if stage == "encoder":
                     write_graph(lambda p: encoder.export_encoder(model, p, opts.opset), out / rel)
                 else:
-                    write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset), out / rel)
+                    # the target's graph verifies token trees (format 6); a draft's proposes chains
+                    write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset, tree=role == "target"),
+                                out / rel)
                 quant = quantize_stage(opts, role, stage, out / rel, configs[role])
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
@@ -273,7 +276,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                                    **({"quantization": quantization[role]} if role in quantization else {})}
                             for role in names},
                     head={"candidates": head.CANDIDATES, "inputs": list(head.INPUTS),
-                          "outputs": list(head.OUTPUTS)},
+                          "outputs": list(head.OUTPUTS),
+                          "tree": {"models": ["target"], "inputs": list(TREE_INPUTS),
+                                   "outputs": list(TREE_OUTPUTS)}},
                     tokenizer_file="tokenizer.json", datastore=DATASTORE if opts.datastore else None,
                     special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
                                  "unk_token_id": tok.unk_token_id,

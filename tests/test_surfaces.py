@@ -224,11 +224,14 @@ def test_the_loader_checks_the_declared_graph_names():
 
     decoder = EXPECTED["decoder"]
     assert {n.lstrip("!") for n in decoder["inputs"]} == {*graph_io.DECODER_INPUTS, *graph_io.HEAD_INPUTS,
-                                                           graph_io.STEPS}
-    assert {n.lstrip("!") for n in decoder["outputs"]} == {*graph_io.DECODER_OUTPUTS, *graph_io.HEAD_OUTPUTS}
+                                                           graph_io.STEPS, *graph_io.TREE_INPUTS}
+    assert {n.lstrip("!") for n in decoder["outputs"]} == {*graph_io.DECODER_OUTPUTS, *graph_io.HEAD_OUTPUTS,
+                                                            *graph_io.TREE_OUTPUTS}
     pytest.importorskip("torch")
     from specdec.export import decoder as export_decoder, encoder as export_encoder, head
 
     assert (export_decoder.INPUTS, export_decoder.OUTPUTS) == (graph_io.DECODER_INPUTS, graph_io.DECODER_OUTPUTS)
     assert (export_encoder.INPUTS, export_encoder.OUTPUTS) == (graph_io.ENCODER_INPUTS, graph_io.ENCODER_OUTPUTS)
     assert (head.INPUTS, head.OUTPUTS) == (graph_io.HEAD_INPUTS, graph_io.HEAD_OUTPUTS)
+    assert (*export_decoder.DECODER_TREE_INPUTS, head.TREE_INPUT, head.TREE_OUTPUT) == \
+        (*graph_io.TREE_INPUTS, *graph_io.TREE_OUTPUTS)

@@ -55,11 +55,13 @@ EXPECTED = {
                            "draft_probs": ("float32", None), "uniforms": ("float32", None),
                            "temperature": ("float32", None), "top_k": ("int64", None),
                            "top_p": ("float32", None), "lenience": ("float32", None),
-                           "logit_mask": ("float32", None), "steps": ("int64", (1,))},
+                           "logit_mask": ("float32", None), "steps": ("int64", (1,)),
+                           "tree_depth": ("int64", (None,)), "tree_mask": ("bool", (None, None)),
+                           "tree_uniforms": ("float32", (None,))},
                 "outputs": {"!logits": ("float32", (None, None, "V")),
                             "!new_kv": ("kv", (None, "L", 2, None, "H", "D")),
                             "probs": ("float32", None), "accepted": ("int64", None),
-                            "next_token": ("int64", None)}},
+                            "next_token": ("int64", None), "draws": ("int64", (None,))}},
 }
 VOCAB_LAST = ("draft_probs", "probs", "logit_mask")     # their last axis, when fixed, is the vocabulary
 

@@ -1,11 +1,14 @@
 """The export directory's manifest.json: what the exporter writes and what the runtime trusts after checking.
 
-Layout of an export directory (format_version 5):
+Layout of an export directory (format_version 6):
     manifest.json                  this file's content, below
     tokenizer.json                 the shared tokenizer (tokenizers library format)
     target/encoder.onnx            source ids -> cross-attention K/V of every decoder layer
     target/decoder.onnx            N new tokens + KV cache + the speculative head's inputs -> logits, the new
-                                   tokens' K/V, standardized rows, accepted count, next token (export/head.py)
+                                   tokens' K/V, standardized rows, accepted count, next token (export/head.py);
+                                   also the tree inputs (graph_io.TREE_INPUTS: tree_depth [N], tree_mask [N, N],
+                                   tree_uniforms [M]) and output (draws [M]): the N tokens may be a token tree,
+                                   each at its depth, attending to its ancestors, verified in one run
     draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft; its decoder also takes `steps` and
                                                then runs a whole proposal of k tokens in one run, after verifying
                                                a lower chain level's guesses when given (export/loop.py)
@@ -14,7 +17,8 @@ Layout of an export directory (format_version 5):
 
 Format 1 had separate sampler graphs (sampler/*.onnx) and decoders without the head; format 2's head took batch 1
 only and had no `logit_mask` input (logits processors, beam search); format 3's drafts made one run per guess (no
-`steps` input). All are refused with a message to re-export.
+`steps` input); format 4's proposal loop could not verify a lower chain level's guesses; format 5's target could
+not verify a token tree (no tree inputs). All are refused with a message to re-export.
 """
 
 from __future__ import annotations
@@ -25,13 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS
+from ..core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS, STEPS, TREE_INPUTS, TREE_OUTPUTS
 from .confine import inside
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
 
 FORMAT = "specdec-export"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 MANIFEST = "manifest.json"
 ROLES = ("target", "draft")
 
@@ -147,8 +151,7 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
-                           f"format {FORMAT_VERSION} (a draft's proposal, and a chain level's check of the level "
-                           f"below and its own continuation, in one run)",
+                           f"format {FORMAT_VERSION} (the target verifies a tree of guesses in one run)",
                            "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
@@ -166,8 +169,15 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
                    n not in info.decoder.outputs]
         if missing:
             raise SpecdecError(f"{path}: the {role} decoder has no speculative head ({missing[0]} is missing)", fix)
-        if role != "target" and "steps" not in info.decoder.inputs:
+        if role != "target" and STEPS not in info.decoder.inputs:
             raise SpecdecError(f"{path}: the {role} decoder has no proposal loop (input 'steps' is missing)", fix)
+        # the target verifies token trees; a draft's graph has none of their tensors (nothing would bind them)
+        odd = [n for n in (*TREE_INPUTS, *TREE_OUTPUTS)
+               if (n in info.decoder.inputs or n in info.decoder.outputs) != (role == "target")]
+        if odd and role == "target":
+            raise SpecdecError(f"{path}: the target decoder cannot verify a token tree ({odd[0]} is missing)", fix)
+        if odd:
+            raise SpecdecError(f"{path}: the {role} decoder has {odd[0]}, a tensor of the target's alone", fix)
     for rel, digest in files.items():
         file = inside(root, rel, "the 'files' entry")
         if not file.is_file():

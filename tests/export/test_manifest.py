@@ -16,7 +16,9 @@ GRAPH_IO = {
                  "lenience", "logit_mask"], ["logits", "new_kv", "probs", "accepted", "next_token"]),
 }
 GRAPH_IO["draft-decoder"] = (GRAPH_IO["decoder"][0] + ["steps"], GRAPH_IO["decoder"][1])   # the proposal loop
-RANKS = {"steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
+GRAPH_IO["target-decoder"] = (GRAPH_IO["decoder"][0][:3] + ["tree_depth", "tree_mask"] + GRAPH_IO["decoder"][0][3:]
+                              + ["tree_uniforms"], GRAPH_IO["decoder"][1] + ["draws"])      # token trees, format 6
+RANKS = {"tree_depth": 1, "tree_mask": 2, "tree_uniforms": 1, "draws": 1, "steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
          "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1}
 
 
@@ -36,7 +38,7 @@ def all_graphs(manifest):
 
 
 def test_format_and_options(manifest):
-    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 5
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 6
     assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
     assert manifest["vocab_size"] == 48
     assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,
@@ -44,6 +46,8 @@ def test_format_and_options(manifest):
     assert manifest["tokenizer"] == "tokenizer.json"
     assert "samplers" not in manifest
     assert manifest["head"]["inputs"] == GRAPH_IO["decoder"][0][3:]
+    assert manifest["head"]["tree"] == {"models": ["target"], "inputs": ["tree_depth", "tree_mask", "tree_uniforms"],
+                                        "outputs": ["draws"]}
 
 
 def test_every_file_is_listed_with_its_sha256(manifest, tiny_export):
@@ -63,13 +67,14 @@ def test_graph_io_names_dtypes_and_shapes(manifest, tiny_export):
     import onnx
 
     for path, kind, entry in all_graphs(manifest):
-        inputs, outputs = GRAPH_IO["draft-decoder" if path == "draft/decoder" else kind]
+        inputs, outputs = GRAPH_IO[path.replace("/", "-") if kind == "decoder" else kind]
         assert [t["name"] for t in entry["inputs"]] == inputs, path
         assert [t["name"] for t in entry["outputs"]] == outputs, path
         graph = onnx.load(str(tiny_export / entry["file"])).graph
         assert [i.name for i in graph.input] == inputs and [o.name for o in graph.output] == outputs, path
         for tensor in entry["inputs"] + entry["outputs"]:
-            assert tensor["dtype"] in ("float32", "int64"), (path, tensor)
+            assert tensor["dtype"] == "bool" if tensor["name"] == "tree_mask" else \
+                tensor["dtype"] in ("float32", "int64"), (path, tensor)
             assert len(tensor["shape"]) == rank(kind, tensor["name"]), (path, tensor)
             assert all(isinstance(d, str) and d or isinstance(d, int) and d > 0 for d in tensor["shape"]), tensor
 
@@ -128,11 +133,11 @@ def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp
         load_manifest(copy)
 
 
-@pytest.mark.parametrize("version", [1, 3, 4])
+@pytest.mark.parametrize("version", [1, 3, 4, 5])
 def test_an_older_format_is_refused_with_a_one_line_fix(tiny_export, tmp_path, version):
-    """Format 1 (separate sampler graphs), format 3 (a draft run per guess, no proposal loop) and format 4 (a
-    proposal loop that cannot verify a lower chain level's guesses) cannot run on this runtime: say so and how to
-    fix it."""
+    """Format 1 (separate sampler graphs), format 3 (a draft run per guess, no proposal loop), format 4 (a
+    proposal loop that cannot verify a lower chain level's guesses) and format 5 (a target that cannot verify a
+    token tree) cannot run on this runtime: say so and how to fix it."""
     import json
 
     from specdec.runtime.core.errors import SpecdecError
