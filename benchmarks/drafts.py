@@ -6,7 +6,9 @@ chain such as "lookup+draft" -- "+" for "," since the list itself is comma-separ
 "lookup" searches the output and the source only, "+datastore" adds the export's datastore ("lookup+datastore",
 "lookup+datastore+draft"), and "auto" is the runtime's default, with the datastore when the export has one;
 `NAME:G` fixes it (e.g. `draft:3`), `NAME` alone runs with gamma="auto" (the runtime picks it each round from what
-it learned, runtime/decoding/auto.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
+it learned, runtime/decoding/auto.py). `NAME*B` sets Params.candidates: a lookup round verifies up to B
+continuations in one target run, as a token tree (`lookup+datastore*4`, `lookup+datastore*4:8`); without it the
+runtime's default, 0 (auto, runtime/decoding/width.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
 
 Order: temperature by temperature. Each temperature starts from fresh auto estimates (`dec.reset_estimates()`),
 then one untimed warm-up pass generates every prompt with every configuration (it allocates ONNX Runtime's arenas
@@ -52,6 +54,7 @@ class DraftConfig:
     draft: str          # as the runtime takes it: "none", "draft", "lookup,draft", "auto"
     gamma: object       # an int (fixed) or "auto"
     store: bool = False     # the lookup also searches the export's datastore ("+datastore"; "auto" always does)
+    candidates: int = 0     # Params.candidates ("*B"; 0: the runtime chooses)
 
     @property
     def uses_store(self) -> bool:
@@ -59,30 +62,39 @@ class DraftConfig:
 
     def params(self, base: Params, temperature: float, max_new_tokens: int) -> Params:
         return Params.of(base, draft=self.draft, gamma=self.gamma, temperature=temperature,
-                         max_new_tokens=max_new_tokens)
+                         max_new_tokens=max_new_tokens, candidates=self.candidates)
 
     def as_dict(self) -> dict:
-        return {"label": self.label, "draft": self.draft, "gamma": self.gamma}
+        return {"label": self.label, "draft": self.draft, "gamma": self.gamma, "candidates": self.candidates}
 
 
 NONE = DraftConfig("none", "none", 0)
 
 
 def parse_item(item: str) -> DraftConfig:
-    """One --draft entry: NAME or NAME:G; NAME a draft name with "+" between the levels of a chain."""
+    """One --draft entry: NAME, NAME:G, NAME*B or NAME*B:G; NAME a draft name with "+" between the levels of a
+    chain."""
     name, colon, gamma_text = item.strip().partition(":")
+    name, star, width_text = name.partition("*")
+    candidates = 0
+    if star:
+        try:
+            candidates = int(width_text)
+        except ValueError:
+            raise SpecdecError(f"--draft entry '{item}': the number of candidates after '*' must be an integer",
+                               "e.g. lookup+datastore*4 or lookup+datastore*4:8") from None
     levels = [p.strip() for p in name.replace(",", "+").split("+")]
     if not name.strip() or any(not p for p in levels):
         raise SpecdecError(f"--draft entry '{item}' has an empty name",
                            "e.g. --draft none,draft,lookup,lookup+draft,auto or draft:3")
-    label, store = "+".join(levels), "datastore" in levels
+    label, store = "+".join(levels) + (f"*{candidates}" if star else ""), "datastore" in levels
     levels = [p for p in levels if p != "datastore"]
     if store and "lookup" not in levels:
         raise SpecdecError(f"--draft entry '{item}': the datastore is what the lookup searches",
                            "write lookup+datastore (or lookup+datastore+draft)")
     runtime_name = ",".join(levels)
     if not colon:
-        return NONE if label == "none" else DraftConfig(label, runtime_name, "auto", store)
+        return NONE if label == "none" else DraftConfig(label, runtime_name, "auto", store, candidates)
     try:
         gamma = int(gamma_text)
     except ValueError:
@@ -94,7 +106,7 @@ def parse_item(item: str) -> DraftConfig:
         if label != "none":
             raise SpecdecError(f"--draft entry '{item}': gamma 0 is target-only decoding", "write none")
         return NONE
-    return DraftConfig(f"{label}:{gamma}", runtime_name, gamma, store)
+    return DraftConfig(f"{label}:{gamma}", runtime_name, gamma, store, candidates)
 
 
 def parse_configs(texts) -> list[DraftConfig]:

@@ -135,6 +135,7 @@ SPECDEC_API specdec_status specdec_params_init(specdec_params *params, size_t st
     d.num_return_sequences = 1;
     d.min_new_tokens = 0;
     d.no_repeat_ngram_size = 0;
+    d.candidates = 0;               /* API version 5: chosen by the runtime */
     memcpy(params, &d, known);      /* an older host's struct: only what it has */
     if (struct_size > known)        /* a newer host's struct: its fields this library does not know */
         memset((char *)params + known, 0, struct_size - known);

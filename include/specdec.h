@@ -81,8 +81,10 @@ extern "C" {
         against version 3 need no recompiling: their struct_size leaves these out, so they take their defaults,
         which are version 3's behaviour). New functions: specdec_generate_sequences (the num_return_sequences
         best sequences of a beam search, best first, with their scores) and specdec_decode (token ids to text).
-        specdec_stream with num_beams > 1 is SPECDEC_E_INVALID_ARGUMENT (a beam search cannot stream). */
-#define SPECDEC_API_VERSION 4
+        specdec_stream with num_beams > 1 is SPECDEC_E_INVALID_ARGUMENT (a beam search cannot stream).
+     5: specdec_params appends `candidates` (continuations a lookup round verifies in one target run; 0, the
+        default, lets the runtime choose; hosts built against version 3 or 4 need no recompiling). */
+#define SPECDEC_API_VERSION 5
 
 /* params.gamma: let the runtime choose the number of guesses each round (0 .. the export's gamma_max) from the
    acceptance and the costs it measures. The default. */
@@ -229,6 +231,13 @@ typedef struct specdec_params {
     int32_t no_repeat_ngram_size; /* >= 0. Default 0 (off). > 0: no n-gram of this many tokens occurs twice
                                 in the output (a token that would repeat one is banned; transformers'
                                 no_repeat_ngram_size). Applies to every decoding, as min_new_tokens.       */
+    /* ---- appended in API version 5: several candidates verified in one target run ---- */
+    int32_t candidates;      /* 0..8. Default 0: chosen by the runtime from measured acceptance and run costs
+                                (1 where a wider run does not pay, as on the CPUs measured so far). 1: one
+                                candidate a lookup round. B > 1: a lookup round verifies up to B copied
+                                continuations in one target run, merged into a token tree (exact at every
+                                temperature; not with lenience < 1 or min_new_tokens / no_repeat_ngram_size,
+                                which verify one). Needs an export of format 6.                            */
 } specdec_params;
 
 /* What one generation did and where its time went (seconds, wall clock). A versioned struct (see "Versioned
@@ -368,7 +377,8 @@ SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_se
    struct_size (pass sizeof(specdec_params); specdec_params_default() does). The defaults are the Python
    API's: max_new_tokens 64, gamma SPECDEC_GAMMA_AUTO, draft NULL ("auto"), temperature 0 (greedy), top_k 0,
    top_p 1, lenience 1, seed 0; num_beams 1 (no beam search), length_penalty 1, early_stopping
-   SPECDEC_EARLY_STOPPING_FALSE, num_return_sequences 1, min_new_tokens 0, no_repeat_ngram_size 0. Bytes past the fields this library knows (a newer header's fields) are zeroed.
+   SPECDEC_EARLY_STOPPING_FALSE, num_return_sequences 1, min_new_tokens 0, no_repeat_ngram_size 0, candidates 0.
+   Bytes past the fields this library knows (a newer header's fields) are zeroed.
    Returns SPECDEC_OK, or SPECDEC_E_INVALID_ARGUMENT (params NULL, or struct_size below
    SPECDEC_PARAMS_SIZE_MIN or above SPECDEC_STRUCT_SIZE_MAX; *params untouched). Does not start Python;
    thread-safe; leaves the last error alone when it succeeds. */

@@ -159,7 +159,7 @@ def test_serve_inputs_are_the_declared_ones():
     # every served input reaches Params
     values = {"max_new_tokens": 5, "gamma": 2, "draft": "lookup", "temperature": 0.5, "top_k": 4, "top_p": 0.9,
               "lenience": 0.75, "seed": 7, "num_beams": 3, "length_penalty": 0.5, "early_stopping": "never",
-              "min_new_tokens": 1, "no_repeat_ngram_size": 2}
+              "min_new_tokens": 1, "no_repeat_ngram_size": 2, "candidates": 3}
     assert set(values) == {d.name for d in PARAMETERS if d.serve}
 
     def get(name):

@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import SpecdecError
 
+MAX_CANDIDATES = 8           # continuations a lookup round may verify in one target run (a token tree)
 MAX_BEAMS = 16               # beam rows are allocated per request; speculative rounds score up to W x (gamma+1) rows
 EARLY_STOPPING = (False, True, "never")     # transformers' values; specdec_early_stopping numbers them 0, 1, 2
 
@@ -146,6 +147,13 @@ class Params:
     no_repeat_ngram_size: int = param(
         0, "> 0: no n-gram of this size occurs twice in the output", ">= 0", "int32_t",
         test=_natural, must_be=_natural_text, fix="use 0 to allow repeats")
+    candidates: int = param(
+        0, "continuations a lookup round verifies in one target run, as a token tree: 0 = auto (chosen from "
+        "measured acceptance and run costs; 1 where width does not pay), 1 = one, up to 8",
+        f"0 .. {MAX_CANDIDATES}", "int32_t",
+        test=lambda v: _is_int(v) and 0 <= v <= MAX_CANDIDATES, must_be=f"an integer in 0..{MAX_CANDIDATES}",
+        fix="use 0 to let the runtime choose, 1 for one continuation a round",
+        bench=False)     # the bench sets it per configuration (specdec-bench drafts --draft lookup*4)
 
     @classmethod
     def of(cls, params: "Params | None" = None, **overrides) -> "Params":

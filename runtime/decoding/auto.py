@@ -27,6 +27,7 @@ import time
 
 from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
+from .tree import matched
 
 PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
 EXPLORE = 100         # rounds after which an unchosen source is tried once more (its first wait)
@@ -169,11 +170,12 @@ class Estimates:
         return (made + CALIBRATION_PRIOR) / (expected + CALIBRATION_PRIOR)
 
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
-              encoder_s: float = 0.0, expected: float | None = None) -> None:
+              encoder_s: float = 0.0, expected: float | None = None, run_tokens: int | None = None) -> None:
         """One round: `proposed` guesses of `source` ("none", 0 for a target-only round), `accepted` kept, the
         target run's seconds, the rest of the round's (host, draft runs) and the encoder's; `expected`: the tokens
-        the chooser expected of the round from the alpha it decided with (None: not recorded)."""
-        self.target.add(proposed, target_s)
+        the chooser expected of the round from the alpha it decided with (None: not recorded); `run_tokens`: the
+        guesses the target run verified when they were not `proposed` (a tree's nodes)."""
+        self.target.add(proposed if run_tokens is None else run_tokens, target_s)
         if encoder_s > 0:
             self.encoder.setdefault(source, _Mean()).add(encoder_s)
         if proposed == 0:
@@ -216,6 +218,7 @@ class AutoDraft(DraftSource):
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
         self._copied = []
+        self._tree, self._gamma = None, 0
         self.request = None
         self.produced = 0
         self._plan: _Plan | None = None
@@ -326,13 +329,16 @@ class AutoDraft(DraftSource):
 
     def propose(self, ws, k, rows, row, stats: Stats):
         name, gamma = self.choose(ws, k)
+        self._tree, self._gamma = None, gamma
         self._mark, self._stats = (name, time.perf_counter(), stats.target_s, stats.encoder_s), stats
         if gamma == 0:
             self.chosen = None
             return Proposal(0, source="none")
         self.chosen = self.lookup if name in self.origins else self.candidates[name]
-        if self.chosen is self.lookup:               # already looked up by choose()
-            return Proposal(self.lookup.propose_found(ws, self._copied[:gamma]).count, True, name)
+        if self.chosen is self.lookup:               # already looked up by choose(); may widen into a tree
+            found = self.lookup.propose_found(ws, self._copied[:gamma], room=k)
+            self._tree = found.tree
+            return Proposal(found.count, True, name, tree=found.tree)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
         if self._plan.encodes:                # a model's first use in the request may have run its encoder: the
             self._plan.until = 0              # plan shared that run's cost over the rounds left; refit next round
@@ -348,10 +354,14 @@ class AutoDraft(DraftSource):
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
         alpha = self._plan.alpha.get(name) if verdict.proposed else None
-        self.estimates.learn(name if verdict.proposed else "none", verdict.proposed, verdict.accepted, target_s,
-                             other, encoder_s, None if alpha is None else expected_tokens(alpha, verdict.proposed))
+        proposed, accepted = verdict.proposed, verdict.accepted
+        if self._tree is not None:    # a tree round: alpha learns from the first candidate, T(k) from the nodes
+            first = self._copied[:self._gamma]
+            proposed, accepted = len(first), min(matched(first, verdict.tokens), len(first))
+        self.estimates.learn(name if proposed else "none", proposed, accepted, target_s, other, encoder_s,
+                             None if alpha is None else expected_tokens(alpha, proposed), run_tokens=verdict.proposed)
         self.produced += len(verdict.tokens)
-        if verdict.proposed:
+        if proposed:
             mine = self.request.setdefault(name, [0, 0])
-            mine[0] += verdict.accepted
-            mine[1] += int(verdict.accepted < verdict.proposed)
+            mine[0] += accepted
+            mine[1] += int(accepted < proposed)

@@ -13,12 +13,15 @@ numpy search of its mapped keys for the n-grams longer than what the output and 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ..core.stats import Stats
 from ..engine.workspace import Workspace
 from .draft import DraftSource
 from .round import Proposal, Verdict
+from .tree import Tree
 
 
 class NgramIndex:
@@ -63,6 +66,13 @@ class LookupDraft(DraftSource):
         self.source = NgramIndex(min_n, max_n)
         self.generated = NgramIndex(min_n, max_n)
         self._started = None          # the source ids of the request indexed last
+        # several candidates a round (runtime/decoding/tree.py), only where this lookup proposes to the target:
+        # `top` (it is the whole draft) or a chooser passing `room` to propose_found
+        self.top = False
+        self.width: int | None = None   # the request's candidates (0: chosen by `chooser`), None: one a round
+        self.chooser = None             # a runtime/decoding/width.py Width
+        self._context: list = []
+        self._round = None              # (candidates looked up, their host seconds, room) of the round at hand
 
     @property
     def origins(self) -> tuple:
@@ -88,6 +98,7 @@ class LookupDraft(DraftSource):
             return []
         self._sync(seq)
         last = seq[max(1, len(seq) - self._reach):] + known       # the output's last tokens
+        self._context = last if len(seq) - self._reach > 1 else [None] + last      # None: the start of the output
         found, n = [], min(len(last), self.max_n)
         while n >= self.min_n and not found:
             key = tuple(last[-n:])
@@ -103,13 +114,52 @@ class LookupDraft(DraftSource):
         return found
 
     def propose(self, ws: Workspace, k: int, rows, row: int, stats: Stats) -> Proposal:
-        return self.propose_found(ws, self.guesses(ws, k))
+        return self.propose_found(ws, self.guesses(ws, k), k if self.top else 0)
 
-    def propose_found(self, ws: Workspace, found: list) -> Proposal:
-        """Propose guesses already found by `guesses` (a chooser that looked before deciding): point masses."""
+    def propose_found(self, ws: Workspace, found: list, room: int = 0) -> Proposal:
+        """Propose guesses already found by `guesses` (a chooser that looked before deciding): point masses. With
+        `room` (this lookup proposes to the target: at most that many guesses in a row) and `width` set, several
+        candidates of len(found) tokens each, merged into a tree of at most ws.tree_room() nodes
+        (runtime/decoding/tree.py), when more than one is found."""
+        self._round = None
+        if found and room and self.width is not None:
+            auto = self.width == 0 and self.chooser is not None
+            want = self.chooser.wanted() if auto else max(self.width, 1)
+            use = self.chooser.choice if auto else want
+            found, nodes = found[:room], ws.tree_room()
+            began = time.perf_counter()
+            candidates = self.alternatives(found, want) if want > 1 else [found]
+            self._round = (candidates, time.perf_counter() - began, nodes)
+            if use > 1 and len(candidates) > 1:
+                tree = Tree(candidates[:use], nodes)
+                if tree.candidates > 1:
+                    ws.write_tree(tree)
+                    return Proposal(tree.size, True, self.origin, tree=tree)
         if found:
             ws.write_point_guesses(found)
         return Proposal(len(found), point_mass=bool(found), source=self.origin if found else "")
+
+    def alternatives(self, found: list, count: int) -> list:
+        """Up to `count` candidates of len(found) tokens, distinct first tokens, best first: `found`, the output's
+        or the source's shorter match when the datastore's was longer, the datastore's next-ranked continuations
+        of the same context."""
+        k = len(found)
+        out, firsts = [found], {found[0]}
+        if self.fallback and self.fallback[0] not in firsts:
+            out.append(self.fallback[:k])
+            firsts.add(self.fallback[0])
+        store = self.datastore
+        if store is not None and len(out) < count:
+            context = self._context
+            context = ([store.sep] + context[1:] if context[:1] == [None] else context)[-store.width:]
+            _, more = store.continuations(context, k, count + 1)
+            for c in more:
+                if len(out) >= count:
+                    break
+                if c and c[0] not in firsts:
+                    out.append(c)
+                    firsts.add(c[0])
+        return out
 
     def _sync(self, seq: list) -> None:
         """Index the final output incrementally. The n-grams ending at its newest token stay unindexed until more
@@ -121,4 +171,16 @@ class LookupDraft(DraftSource):
             gen.index(before - 1, len(gen.tokens) - 1)
 
     def commit(self, ws: Workspace, verdict: Verdict) -> None:
-        pass                                  # no state but the index, which follows ws.seq
+        """Only the width chooser learns (the index follows ws.seq)."""
+        if self._round is not None and self.chooser is not None:
+            candidates, extra_s, room = self._round
+            self.chooser.learn(candidates, verdict.tokens, room, verdict.seconds, verdict.proposed, extra_s)
+        self._round = None
+
+
+def proposing_lookup(source) -> "LookupDraft | None":
+    """The lookup that proposes to the target in `source` (the lookup itself when it is the whole draft, or auto's
+    lookup), if any: the one whose rounds may verify several candidates."""
+    if isinstance(source, LookupDraft):
+        return source if source.top else None
+    return getattr(source, "lookup", None)

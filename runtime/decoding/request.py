@@ -23,6 +23,7 @@ from ..core.params import Params
 from ..core.stats import Stats
 from .beam import BeamSearch
 from .beam_decode import BeamEstimates, BeamRun
+from .lookup import proposing_lookup
 from .processors import Processors
 from .round import DraftSource
 from .speculative import speculative_step, target_step
@@ -67,6 +68,9 @@ class Sampling:
         target.encode(request.ids, stats)
         if source is not None:
             source.start(request.ids, stats)
+            lookup = proposing_lookup(source)
+            if lookup is not None:        # a tree of candidates is exact only with lenience 1, no processors
+                lookup.width = params.candidates if params.lenience == 1 and ws.processors is None else None
         out, limit = [], params.max_new_tokens
         cap = self.gamma_max if params.gamma == "auto" else params.gamma
         while True:

@@ -15,6 +15,8 @@ class Proposal:
     count: int
     point_mass: bool = False
     source: str = ""          # the name of the source that made it (a choice of draft="auto"), for the stats
+    tree: object = None       # several candidates merged into a token tree (runtime/decoding/tree.py): then
+    #                           count is its M nodes, written by ws.write_tree, and the target walks it
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Verdict:
     accepted: int
     tokens: list
     base: int = 0
+    seconds: float = 0.0      # the verify run's
 
     @property
     def next_token(self) -> int:

@@ -18,6 +18,7 @@ from .auto import AutoDraft, Estimates
 from .beam_decode import BeamEstimates
 from .draft import DraftSource, ModelDraft
 from .lookup import LookupDraft
+from .width import Width
 
 AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")
 
@@ -80,12 +81,15 @@ class Sources:
     def reset(self) -> None:
         """Forget the sources made and what auto learned."""
         self.estimates, self.beam_estimates, self._made = Estimates(), BeamEstimates(), {}
+        self.width = Width()        # how many candidates a lookup round verifies, when a request leaves it open
 
     def for_sampling(self, params: Params) -> DraftSource | None:
         """The source a sampling request asks for; None for target-only decoding. A bad name is a one-line
         SpecdecError naming the choices."""
         draft, gamma = params.draft, params.gamma
         if isinstance(draft, DraftSource):
+            if isinstance(draft, LookupDraft):      # a lookup object proposes to the target itself
+                draft.top, draft.chooser = gamma != "auto", draft.chooser or self.width
             return None if gamma == 0 else AutoDraft({draft.name: draft}, self.estimates) if gamma == "auto" \
                 else draft
         parts = parse(draft, list(self.models))
@@ -101,7 +105,12 @@ class Sources:
                 self._made[key] = AutoDraft(made, self.estimates, adaptive=gamma == "auto")
             else:
                 made = build(parts, self.models, datastore=self.datastore)
+                if isinstance(made, LookupDraft):
+                    made.top = gamma != "auto"           # it proposes to the target itself (auto's: via auto)
                 self._made[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
+            for level in _levels(self._made[key]):
+                if isinstance(level, LookupDraft):
+                    level.chooser = self.width
         return self._made[key]
 
     def for_beams(self, params: Params) -> str | None:
@@ -117,3 +126,15 @@ class Sources:
             return parts[0]
         raise SpecdecError(f"beam search speculates with a draft model, not with draft={params.as_dict()['draft']!r}",
                            f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
+
+
+def _levels(source) -> list:
+    """Every source a choice or a chain is made of (auto's candidates, the levels below a model)."""
+    out, todo = [], [source]
+    while todo:
+        s = todo.pop()
+        if s is None or s in out:
+            continue
+        out.append(s)
+        todo += list(getattr(s, "candidates", {}).values()) + [getattr(s, "below", None)]
+    return out

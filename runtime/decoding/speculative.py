@@ -11,8 +11,10 @@ from .round import DraftSource, Proposal, Verdict
 
 def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stats) -> Verdict:
     """One target run over the current token and x_1 .. x_k (runtime/decoding/verifier.py): p_1 .. p_{k+1} into the
-    workspace's p, x_i kept while r_i < p_i(x)/q_i(x), the next token drawn from the residual or the last p."""
-    seconds, verdict = verifier.verify(ws, target, proposal, ws.rows(0), ws.p)
+    workspace's p, x_i kept while r_i < p_i(x)/q_i(x), the next token drawn from the residual or the last p; or, for a
+    tree of candidates, one draw per node and the walk down the nodes the draws chose (tree.py)."""
+    seconds, verdict = verifier.verify_tree(ws, target, proposal.tree) if proposal.tree is not None else \
+        verifier.verify(ws, target, proposal, ws.rows(0), ws.p)
     stats.target_s += seconds
     stats.target_calls += 1
     stats.ort_runs += 1

@@ -10,6 +10,7 @@ from ..engine.device import Buffer
 from ..engine.model import CachedSeq2Seq
 from ..engine.workspace import Workspace
 from .round import Proposal, Verdict
+from .tree import Tree
 
 
 def verify(ws: Workspace, model: CachedSeq2Seq, proposal: Proposal, q_rows: Buffer, out: Buffer,
@@ -25,4 +26,19 @@ def verify(ws: Workspace, model: CachedSeq2Seq, proposal: Proposal, q_rows: Buff
     seconds = model.run(*ws.run(model.length, guesses=k, q=q, out=out, out_row=out_row))
     n, tokens = ws.judged(k)
     model.rollback(base + n + 1)                         # forget the rejected guesses' keys and values
-    return seconds, Verdict(k, n, tokens, base)
+    return seconds, Verdict(k, n, tokens, base, seconds)
+
+
+def verify_tree(ws: Workspace, model: CachedSeq2Seq, tree: Tree) -> tuple[float, Verdict]:
+    """One run of the target over the current token and the tree's M nodes (written by ws.write_tree): each node's
+    draw y_i ~ p_i, then the walk (runtime/decoding/tree.py): the longest path whose tokens the draws chose, and the
+    draw after it. The path's keys and values move to the positions after the current token; the rest are
+    forgotten. Returns (seconds of the run, the verdict: `proposed` = M nodes)."""
+    start = ws.start
+    seconds = model.run(*ws.tree_run(tree.size))
+    path, z = tree.walk(ws.draws.flat())
+    tokens = [tree.tokens[node] for node in path] + [z]
+    model.keep(start, path)
+    model.rollback(start + len(path) + 1)
+    ws.tree_verdict(path, tokens)
+    return seconds, Verdict(tree.size, len(path), tokens, start, seconds)

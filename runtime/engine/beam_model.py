@@ -19,6 +19,7 @@ import numpy as np
 from ..core.stats import Stats
 from .device import Binder, Buffer, create_session
 from .model import CachedSeq2Seq
+from .positions import ChainPositions
 
 
 class BeamModel:
@@ -55,6 +56,7 @@ class BeamModel:
         self.decoder.output("probs", self.probs, (1, v))
         self.decoder.output("accepted", self.scalars["accepted"], (1,))
         self.decoder.output("next_token", self.scalars["next_token"], (1,))
+        self.chain = ChainPositions(dev)              # a format-6 target's tree inputs: the chain's
 
     def reserve(self, rows: int, tokens: int) -> None:
         """Buffers for `rows` sequences and runs of up to `tokens` tokens: grown (keeping what the caches and the
@@ -133,6 +135,7 @@ class BeamModel:
         b.input("past_kv", live, (self.length, *kv))
         b.output("new_kv", live, (count, *kv), self.length * int(np.prod(kv)))
         b.output("logits", self.logits, (rows, count, self.vocab))
+        self.chain.bind(b, count)
         if self.length + count > m.max_length:
             raise AssertionError("beam run past max_length")
         t = time.perf_counter()

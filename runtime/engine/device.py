@@ -103,6 +103,17 @@ class Buffer:
         values = np.asarray(values, dtype=self.dtype).reshape(-1)
         self._patch(slice(offset, offset + values.size), values)
 
+    def copy_within(self, source: int, dest: int, count: int) -> None:
+        """Elements source .. source+count-1 copied to dest .. (the ranges may overlap only if dest <= source)."""
+        if self.value is None:
+            flat = self.host.reshape(-1)
+            flat[dest:dest + count] = flat[source:source + count]
+            return
+        self.host[...] = self.value.numpy()          # unrun: device memory goes through the staging copy
+        flat = self.host.reshape(-1)
+        flat[dest:dest + count] = flat[source:source + count]
+        self.value.update_inplace(self.host)
+
     def scatter(self, indices, values) -> None:
         """Set single elements (flat indices; a later index wins over an earlier equal one)."""
         self._patch(np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=self.dtype))
@@ -126,6 +137,7 @@ class Binder:
         self.session, self.device = session, device
         self.binding = session.io_binding()
         self.names = {i.name for i in session.get_inputs()}
+        self.outputs = {o.name for o in session.get_outputs()}
         self.bound: dict = {}           # name -> (pointer, shape) bound now
         # The public bind_* methods rebuild an OrtDevice on every call, which is most of the host time of a
         # small model's step; bind through the pybind objects with one prebuilt device when this onnxruntime has it.

@@ -16,6 +16,7 @@ from ..core.errors import SpecdecError
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session
+from .positions import ChainPositions
 
 _NP = {"fp32": np.float32, "fp16": np.float16}
 
@@ -48,6 +49,8 @@ class CachedSeq2Seq:
         self.loops = self.steps_input and info.weights != "int8-wo"
         self.steps = Buffer((1,), np.int64, device)
         self._steps = 0
+        self.chain = ChainPositions(device, rows)     # the tree inputs of a format-6 target's plain runs
+        self.trees = "tree_depth" in self.decoder.names
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call."""
@@ -89,6 +92,8 @@ class CachedSeq2Seq:
                 self.steps.write([steps])
                 self._steps = steps
             binder.input("steps", self.steps, (1,))
+        if self.trees and "tree_depth" not in inputs:
+            self.chain.bind(binder, count)
         binder.input("past_kv", self.cache, (self.length, *kv))
         binder.output("logits", self.logits, (1, count if steps == 1 else 0, self.vocab))
         binder.output("new_kv", self.cache, (rows, *kv), self.length * self.row)
@@ -97,6 +102,13 @@ class CachedSeq2Seq:
         elapsed = time.perf_counter() - t
         self.length += rows
         return elapsed
+
+    def keep(self, start: int, slots: list) -> None:
+        """After a tree run: the cache rows of the accepted path's nodes (at start + slot) move to start + 1, ...,
+        in path order (slots ascend and slot i >= i, so no row is overwritten before it is read)."""
+        for i, slot in enumerate(slots, 1):
+            if slot != i:
+                self.cache.copy_within((start + slot) * self.row, (start + i) * self.row, self.row)
 
     def rollback(self, length: int) -> None:
         """Forget every position from `length` on (rejected draft tokens)."""

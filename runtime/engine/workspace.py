@@ -65,6 +65,9 @@ class Workspace:
         self.top_k = Buffer((1,), np.int64, device)
         self.top_p = Buffer((1,), np.float32, device)
         self.lenience = Buffer((1,), np.float32, device)
+        self.depth = Buffer((gamma_max + 1,), np.int64, device)       # a tree round's (runtime/decoding/tree.py)
+        self.tree_mask = Buffer(((gamma_max + 1) ** 2,), np.bool_, device)
+        self.draws = Buffer((gamma_max + 1,), np.int64, device)
         self._rng = np.random.default_rng(0)
         self._used = 0        # uniforms of the current block taken
         self.seq: list = []
@@ -164,6 +167,35 @@ class Workspace:
             self._views[key] = self._make(first, self.end, guesses, q, out, out_row, self.end - guesses + 1, draws=k)
         inputs, outputs = self._views[key]
         return {**inputs, "uniforms": self._take(guesses + k)}, outputs
+
+    def tree_room(self) -> int:
+        """The most nodes a tree round may verify now: the rows the buffers hold, and the target's cache room (the
+        run appends the current token and every node)."""
+        return max(0, min(self.gamma_max, self.slots - self.gamma_max - 1 - self.start - 1))
+
+    def write_tree(self, tree) -> None:
+        """A tree round's nodes 1 .. M at positions start+1 .. start+M (slot order), their depths and ancestor mask.
+        The host then knows no chain of guesses (`known` None) until the verdict."""
+        m = tree.size
+        self.tokens.write(tree.tokens[1:], self.start + 1)
+        self.depth.write(tree.depth)
+        self.tree_mask.write(tree.mask())
+        self.end, self.known = self.start + m, None
+
+    def tree_run(self, size: int) -> tuple[dict, dict]:
+        """The target's run over the current token and a tree of `size` nodes (after write_tree): the head's rows
+        p_0 .. p_M to `p` (its acceptance outputs are not read: the q rows bound are the point rows, whatever they
+        hold), one draw y_i ~ p_i per node with fresh uniforms to `draws`."""
+        inputs, outputs = self.run(self.start, guesses=size, q=self.point, out=self.p)
+        n = size + 1
+        inputs = {**inputs, "tree_depth": View(self.depth, (n,)), "tree_mask": View(self.tree_mask, (n, n)),
+                  "tree_uniforms": self._take(n)}
+        return inputs, {**outputs, "draws": View(self.draws, (n,))}
+
+    def tree_verdict(self, path: list, tokens: list) -> None:
+        """The walk's result: the kept nodes' tokens and the next token at start+1 ..; the round ends after them."""
+        self.tokens.write(tokens, self.start + 1)
+        self.end, self.known = self.start + len(path) + 1, list(tokens)
 
     def accepted(self) -> int:
         """The kept count a verifying run wrote (one read)."""
