@@ -18,8 +18,9 @@ GRAPH_IO = {
 GRAPH_IO["draft-decoder"] = (GRAPH_IO["decoder"][0] + ["steps"], GRAPH_IO["decoder"][1])   # the proposal loop
 GRAPH_IO["target-decoder"] = (GRAPH_IO["decoder"][0][:3] + ["tree_depth", "tree_mask"] + GRAPH_IO["decoder"][0][3:]
                               + ["tree_uniforms"], GRAPH_IO["decoder"][1] + ["draws"])      # token trees, format 6
-RANKS = {"tree_depth": 1, "tree_mask": 2, "tree_uniforms": 1, "draws": 1, "steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
-         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1}
+RANKS = {"steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
+         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1,
+         "tree_depth": 1, "tree_mask": 2, "tree_uniforms": 1, "draws": 1}
 
 
 def rank(kind, name):
