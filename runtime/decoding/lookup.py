@@ -21,7 +21,7 @@ from ..core.stats import Stats
 from ..engine.workspace import Workspace
 from .draft import DraftSource
 from .round import Proposal, Verdict
-from .tree import Tree
+from .tree import Tree, allocate
 
 
 class NgramIndex:
@@ -131,7 +131,7 @@ class LookupDraft(DraftSource):
             candidates = self.alternatives(found, want) if want > 1 else [found]
             self._round = (candidates, time.perf_counter() - began, nodes)
             if use > 1 and len(candidates) > 1:
-                tree = Tree(candidates[:use], nodes)
+                tree = Tree(allocate(candidates[:use], nodes), nodes)
                 if tree.candidates > 1:
                     ws.write_tree(tree)
                     return Proposal(tree.size, True, self.origin, tree=tree)
@@ -141,8 +141,8 @@ class LookupDraft(DraftSource):
 
     def alternatives(self, found: list, count: int) -> list:
         """Up to `count` candidates of len(found) tokens, distinct first tokens, best first: `found`, the output's
-        or the source's shorter match when the datastore's was longer, the datastore's next-ranked continuations
-        of the same context."""
+        or the source's shorter match when the datastore's was longer, then the datastore's continuations of the
+        context, by frequency, the longest matching context first and shorter ones while more are wanted."""
         k = len(found)
         out, firsts = [found], {found[0]}
         if self.fallback and self.fallback[0] not in firsts:
@@ -152,13 +152,16 @@ class LookupDraft(DraftSource):
         if store is not None and len(out) < count:
             context = self._context
             context = ([store.sep] + context[1:] if context[:1] == [None] else context)[-store.width:]
-            _, more = store.continuations(context, k, count + 1)
-            for c in more:
-                if len(out) >= count:
-                    break
-                if c and c[0] not in firsts:
-                    out.append(c)
-                    firsts.add(c[0])
+            n = len(context)
+            while n >= 1 and len(out) < count:      # the longest match first; shorter ones add other continuations
+                found_n, more = store.continuations(context[len(context) - n:], k, count + 1)
+                for c in more:
+                    if len(out) >= count:
+                        break
+                    if c and c[0] not in firsts:
+                        out.append(c)
+                        firsts.add(c[0])
+                n = min(n, found_n) - 1 if found_n else 0
         return out
 
     def _sync(self, seq: list) -> None:

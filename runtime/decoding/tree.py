@@ -82,6 +82,25 @@ class Tree:
             node = child
 
 
+ALT_DEPTH = 2     # tokens an alternative candidate keeps (the first, best-ranked one keeps the rest of the budget)
+
+
+def allocate(candidates: list, nodes: int) -> list:
+    """The candidates cut to fit `nodes` tree nodes: the alternatives (all but the first) keep up to ALT_DEPTH tokens
+    each, together at most half the budget (their deeper tokens are rarely kept: a lower-ranked continuation that
+    was right once is often wrong next), the first keeps what is left, up to its length."""
+    if len(candidates) <= 1:
+        return [c[:nodes] for c in candidates]
+    alternatives, spare = [], nodes // 2
+    for c in candidates[1:]:
+        cut = c[:min(ALT_DEPTH, spare)]
+        if not cut:
+            break
+        alternatives.append(cut)
+        spare -= len(cut)
+    return [candidates[0][:nodes - sum(len(c) for c in alternatives)]] + alternatives
+
+
 def matched(candidate, tokens) -> int:
     """How many leading tokens of `candidate` equal `tokens` (what a round made)."""
     n = 0

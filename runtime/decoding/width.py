@@ -18,7 +18,7 @@ MIN_SAMPLES measured rounds. On this CPU a wider run costs nearly what its token
 from __future__ import annotations
 
 from .auto import MARGIN, PRIOR_WEIGHT, REFIT, _Line, _Mean
-from .tree import Tree, matched
+from .tree import Tree, allocate, matched
 
 WIDTHS = (1, 2, 4)
 SAMPLE = 8           # every SAMPLE-th lookup round measures what max(WIDTHS) candidates would make
@@ -33,24 +33,27 @@ class Width:
         self.cost = _Line()                           # target run seconds by nodes verified
         self.samples = self.rounds = 0
         self.choice = 1
+        self.measuring = False      # this round looked up max(WIDTHS) candidates to learn from
 
     def wanted(self) -> int:
         """Candidates to look up this round: the choice, or max(WIDTHS) on a measuring round."""
         self.rounds += 1
         if self.rounds % REFIT == 0:
             self._refit()
-        return WIDTHS[-1] if self.rounds % SAMPLE == 0 else self.choice
+        self.measuring = self.rounds % SAMPLE == 0 or self.choice == WIDTHS[-1]
+        return WIDTHS[-1] if self.measuring else self.choice
 
     def learn(self, candidates: list, tokens: list, limit: int, seconds: float, nodes: int,
               extra_s: float) -> None:
         """A lookup round: the `candidates` it looked up (best first, max(WIDTHS) of them on a measuring round),
         what it made, its run's `seconds` over `nodes` verified, the host seconds of the extra lookups."""
         self.cost.add(nodes, seconds)
-        if len(candidates) < 1 or self.rounds % SAMPLE:
+        if not candidates or not self.measuring:
             return
+        self.measuring = False
         self.samples += 1
         for b in WIDTHS:
-            some = candidates[:b]
+            some = allocate(candidates[:b], limit)
             self.made[b].add(1 + max(matched(c, tokens) for c in some))
             self.nodes[b].add(Tree(some, limit).size)
             self.extra[b].add(extra_s if b > 1 else 0.0)
