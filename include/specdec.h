@@ -232,7 +232,7 @@ typedef struct specdec_params {
                                 in the output (a token that would repeat one is banned; transformers'
                                 no_repeat_ngram_size). Applies to every decoding, as min_new_tokens.       */
     /* ---- appended in API version 5: several candidates verified in one target run ---- */
-    int32_t candidates;      /* 0..8. Default 0: chosen by the runtime from measured acceptance and run costs
+    int64_t candidates;      /* 0..8 (8 bytes wide so that the struct has no trailing padding). Default 0: chosen by the runtime from measured acceptance and run costs
                                 (1 where a wider run does not pay, as on the CPUs measured so far). 1: one
                                 candidate a lookup round. B > 1: a lookup round verifies up to B copied
                                 continuations in one target run, merged into a token tree (exact at every

@@ -150,7 +150,7 @@ class Params:
     candidates: int = param(
         0, "continuations a lookup round verifies in one target run, as a token tree: 0 = auto (chosen from "
         "measured acceptance and run costs; 1 where width does not pay), 1 = one, up to 8",
-        f"0 .. {MAX_CANDIDATES}", "int32_t",
+        f"0 .. {MAX_CANDIDATES}", "int64_t",     # 8 bytes: the C struct stays free of trailing padding
         test=lambda v: _is_int(v) and 0 <= v <= MAX_CANDIDATES, must_be=f"an integer in 0..{MAX_CANDIDATES}",
         fix="use 0 to let the runtime choose, 1 for one continuation a round",
         bench=False)     # the bench sets it per configuration (specdec-bench drafts --draft lookup*4)

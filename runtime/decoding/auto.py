@@ -174,8 +174,14 @@ class Estimates:
         """One round: `proposed` guesses of `source` ("none", 0 for a target-only round), `accepted` kept, the
         target run's seconds, the rest of the round's (host, draft runs) and the encoder's; `expected`: the tokens
         the chooser expected of the round from the alpha it decided with (None: not recorded); `run_tokens`: the
-        guesses the target run verified when they were not `proposed` (a tree's nodes)."""
-        self.target.add(proposed if run_tokens is None else run_tokens, target_s)
+        guesses the target run verified when they were not `proposed` (a tree's nodes): then only the source's
+        alpha learns (from the first candidate, `proposed` and `accepted`), not T(k), the source's costs or its
+        calibration, which are those of single-candidate rounds (the tree's costs are width.py's)."""
+        if run_tokens is not None and run_tokens != proposed:
+            acc, rej = self.counts.get(source, PRIOR_ALPHA)
+            self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+            return
+        self.target.add(proposed, target_s)
         if encoder_s > 0:
             self.encoder.setdefault(source, _Mean()).add(encoder_s)
         if proposed == 0:

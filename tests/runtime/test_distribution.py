@@ -108,7 +108,7 @@ def broken_export(target_dir, export_dir, tmp_path, role="target", how="residual
     broken = tmp_path / f"broken-{role}-{how}"
     shutil.copytree(export_dir, broken)
     model = T5ForConditionalGeneration.from_pretrained(str(Path(target_dir).parent / role)).eval()
-    export_decoder(model, broken / f"{role}/decoder.onnx", residual=how != "residual")
+    export_decoder(model, broken / f"{role}/decoder.onnx", residual=how != "residual", tree=role == "target")
     if role != "target":                 # a draft's graph carries its proposal loop (export format 4)
         add_proposal_loop_file(broken / f"{role}/decoder.onnx", one_uniform=how == "one_uniform")
     manifest = json.loads((broken / "manifest.json").read_text())

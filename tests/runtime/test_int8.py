@@ -164,7 +164,7 @@ def int8_target_distribution(export_dir, temperature) -> dict:
             ids = np.array([[0, *prefix]], np.int64)
             logits = dec.run(["logits"], {"input_ids": ids, "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv),
                                                                                 np.float32),
-                                          "cross_kv": cross, **plain_step_feed(vocab, session=dec)})[0][0, -1].astype(np.float64)
+                                          "cross_kv": cross, **plain_step_feed(vocab, session=dec, new=ids.shape[1])})[0][0, -1].astype(np.float64)
             z = logits / temperature
             p = np.exp(z - z.max())
             p /= p.sum()
@@ -205,7 +205,7 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
     broken = tmp_path / "broken"
     shutil.copytree(int8_both[0], broken)
     model = T5ForConditionalGeneration.from_pretrained(str(small_vocab_pair[0])).eval()
-    export_decoder(model, broken / "target/decoder.onnx", residual=False)
+    export_decoder(model, broken / "target/decoder.onnx", residual=False, tree=True)
     path = broken / "target/decoder.onnx"
     quantize_int8(path, "target decoder", target_float_nodes(path, model.config.vocab_size,
                                                                     model.config.num_decoder_layers))
