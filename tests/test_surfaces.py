@@ -22,7 +22,7 @@ from specdec.runtime.core.params import PARAMETERS, flag_value, from_flags
 from specdec.runtime.core.stats import KIND_FIELDS, STATS
 
 HEADER = Path(__file__).resolve().parents[1] / "include" / "specdec.h"
-C_TYPES = {"int32_t", "uint64_t", "double", "const char *"}
+C_TYPES = {"int32_t", "int64_t", "uint64_t", "double", "const char *"}
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:

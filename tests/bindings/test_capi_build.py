@@ -57,7 +57,7 @@ def struct_fields(name: str) -> list:
 APPENDED = {
     "specdec_params": [("draft", 3)] + [(name, 4) for name in ("num_beams", "length_penalty", "early_stopping",
                                                                 "num_return_sequences", "min_new_tokens",
-                                                                "no_repeat_ngram_size")],
+                                                                "no_repeat_ngram_size")] + [("candidates", 5)],
     "specdec_stats": [(name, 3) for name in ("target_only_rounds", "lookup_rounds", "lookup_proposed",
                                              "lookup_accepted", "model_rounds", "model_proposed", "model_accepted",
                                              "chain_proposed", "chain_accepted")],
@@ -88,12 +88,14 @@ def test_header_structs_match_the_python_api():
     assert "target_s" in stats and "verify_s" not in stats and "sampling_s" not in stats
     text = HEADER.read_text()
     version = int(re.search(r"#define SPECDEC_API_VERSION (\d+)", text).group(1))
-    assert version == max(v for fields_ in APPENDED.values() for _, v in fields_) == 4
+    assert version == max(v for fields_ in APPENDED.values() for _, v in fields_) == 5
     # the version comment describes every version, and the struct comments mark where the appended fields begin
     assert re.search(r"^\s+3: specdec_params and specdec_stats are versioned", text, re.M)
     assert re.search(r"^\s+4: beam search", text, re.M)
+    assert re.search(r"^\s+5: specdec_params appends `candidates`", text, re.M)
     assert text.count("---- appended in API version 3") == 2
     assert text.count("---- appended in API version 4") == 1
+    assert text.count("---- appended in API version 5") == 1
     assert "gamma 4" not in text and "Default 4" not in text
 
 
