@@ -52,9 +52,11 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
             assert res.token_ids == ref, (gamma, text)
             if gamma == 1:
                 proposed, accepted = proposed + res.stats.proposed, accepted + res.stats.accepted
-        for draft, gamma in (("lookup", 4), ("lookup,draft", 4), ("auto", "auto")):
-            res = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=gamma, draft=draft)
-            assert res.token_ids == ref, (draft, text)
+        for draft, gamma, b in (("lookup", 4, 0), ("lookup,draft", 4, 0), ("auto", "auto", 0), ("lookup", 8, 2),
+                                ("lookup", 8, 4)):     # b > 1: several candidates a round, as a token tree
+            res = dec.generate(input_ids=ids[0].tolist(), max_new_tokens=MAX_NEW, gamma=gamma, draft=draft,
+                               candidates=b)
+            assert res.token_ids == ref, (draft, b, text)
             if draft == "lookup":
                 stored += res.stats.sources["datastore"].proposed if "datastore" in res.stats.sources else 0
     assert stored > 100, "the lookup must also copy from the datastore for this test to cover it"
