@@ -952,10 +952,11 @@ int main(int argc, char **argv)
     printf("version: %s\n", specdec_version());
     printf("defaults: struct_size=%zu max_new_tokens=%d gamma=%d temperature=%g top_k=%d top_p=%g lenience=%g "
            "seed=%llu draft=%s num_beams=%d length_penalty=%g early_stopping=%d num_return_sequences=%d "
-           "min_new_tokens=%d no_repeat_ngram_size=%d\n", p.struct_size, (int)p.max_new_tokens, (int)p.gamma,
+           "min_new_tokens=%d no_repeat_ngram_size=%d candidates=%lld\n", p.struct_size, (int)p.max_new_tokens,
+           (int)p.gamma,
            p.temperature, (int)p.top_k, p.top_p, p.lenience, (unsigned long long)p.seed, p.draft ? p.draft : "NULL",
            (int)p.num_beams, p.length_penalty, (int)p.early_stopping, (int)p.num_return_sequences,
-           (int)p.min_new_tokens, (int)p.no_repeat_ngram_size);
+           (int)p.min_new_tokens, (int)p.no_repeat_ngram_size, (long long)p.candidates);
     printf("sizes: params=%zu params_min=%zu stats=%zu stats_min=%zu gamma_auto=%d api=%d\n",
            sizeof(specdec_params), (size_t)SPECDEC_PARAMS_SIZE_MIN, sizeof(specdec_stats),
            (size_t)SPECDEC_STATS_SIZE_MIN, SPECDEC_GAMMA_AUTO, SPECDEC_API_VERSION);

@@ -212,12 +212,12 @@ def test_layout_and_defaults(beams_run):
     from specdec.runtime import Params
 
     sizes = {k: int(v) for k, v in beams_run["header"]["sizes"].items()}
-    assert sizes["api"] == 4
+    assert sizes["api"] == 5
     assert sizes["num_beams"] == sizes["params_min"] + 8                # after const char *draft
     assert sizes["length_penalty"] == sizes["num_beams"] + 8             # int32 + padding to a double
     assert [sizes[k] for k in ("early_stopping", "num_return_sequences", "min_new_tokens", "no_repeat_ngram_size")] \
         == [sizes["length_penalty"] + 8 + 4 * i for i in range(4)]
-    assert sizes["params"] == sizes["no_repeat_ngram_size"] + 4          # ends with its last field
+    assert sizes["params"] == sizes["no_repeat_ngram_size"] + 4 + 8      # + version 5's int64 candidates, no padding
     got = beams_run["header"]["defaults"]
     assert got.pop("enum") == "0,1,2"
     py = Params()

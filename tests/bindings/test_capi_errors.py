@@ -81,14 +81,15 @@ def test_params_defaults_match_the_python_api(errors_run):
 
 
 def test_struct_sizes(errors_run):
-    """The smallest accepted layouts are struct_size plus the API version 2 fields, and versions 3 and 4 append to
-    them."""
+    """The smallest accepted layouts are struct_size plus the API version 2 fields, and versions 3, 4 and 5 append
+    to them."""
     sizes = {k: int(v) for k, v in (item.split("=") for item in _line(errors_run, "sizes:").split())}
-    assert sizes["api"] == 4 and sizes["gamma_auto"] == -1
+    assert sizes["api"] == 5 and sizes["gamma_auto"] == -1
     assert sizes["params_min"] == 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8        # struct_size .. seed (top_k padded to 8)
-    assert sizes["params"] == sizes["params_min"] + 8 + 8 + 8 + 4 * 4  # + const char *draft (3), + the beam fields
-    #                                                                    (4: num_beams padded to 8, length_penalty,
-    #                                                                    4 int32: no padding at the end)
+    assert sizes["params"] == sizes["params_min"] + 8 + 8 + 8 + 4 * 4 + 8  # + const char *draft (3), + the beam
+    #                                                                    fields (4: num_beams padded to 8,
+    #                                                                    length_penalty, 4 int32), + int64 candidates
+    #                                                                    (5): no padding at the end
     assert sizes["stats_min"] == 8 + 6 * 8 + 7 * 8 + 8                 # struct_size .. stop_reason (padded)
     assert sizes["stats"] == sizes["stats_min"] + 9 * 8                # + the per-source counters
 
