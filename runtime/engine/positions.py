@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.graph_io import TREE_INPUTS, TREE_OUTPUTS
 from .device import Binder, Buffer
 
-TREE_INPUTS = ("tree_depth", "tree_mask", "tree_uniforms")   # runtime/core/graph_io.py, on the target decoder only
+DEPTH, MASK, UNIFORMS = TREE_INPUTS       # on the target decoder only
+(DRAWS,) = TREE_OUTPUTS
 
 
 class ChainPositions:
@@ -34,12 +36,12 @@ class ChainPositions:
 
     def bind(self, binder: Binder, count: int) -> None:
         """Bind the chain's tree inputs for a run of `count` new tokens (a graph without them: nothing)."""
-        if "tree_depth" not in binder.names:
+        if DEPTH not in binder.names:
             return
         if count > self.most:
             self._grow(max(count, 2 * self.most))
-        binder.input("tree_depth", self.depth, (count,))
-        binder.input("tree_mask", self.masks, (count, count), int(self.offsets[count - 1]))
-        binder.input("tree_uniforms", self.nothing, (0,))
-        if "draws" in binder.outputs:
-            binder.output("draws", self.no_draws, (0,))
+        binder.input(DEPTH, self.depth, (count,))
+        binder.input(MASK, self.masks, (count, count), int(self.offsets[count - 1]))
+        binder.input(UNIFORMS, self.nothing, (0,))
+        if DRAWS in binder.outputs:
+            binder.output(DRAWS, self.no_draws, (0,))
