@@ -18,7 +18,9 @@ Two guards keep the choice from losing to target-only decoding. A source's expec
 its chosen rounds delivered (kappa_s = tokens made / tokens expected at the choice, decayed): a source is chosen when
 its alpha estimate is high, so a raw estimate is biased upwards exactly where it decides (a request's first lucky
 guesses, say), and kappa measures that bias. And a source must be expected to beat target-only rounds by MARGIN,
-measured costs and calibrated tokens included, before it is chosen.
+measured costs and calibrated tokens included, before it is chosen. Over both, a Switch (switch.py) measures the
+wall time per token of auto's rounds against plain target steps, and where auto's rounds are the slower it runs
+plain steps, which cost nothing to choose, with a bounded share of measuring stretches of auto's rounds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 
 from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
+from .switch import Switch
 from .tree import matched
 
 PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
@@ -229,6 +232,8 @@ class AutoDraft(DraftSource):
         self.produced = 0
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
+        self.switch = Switch()          # auto's rounds, or plain target steps where those are faster
+        self._unstarted = None          # (source ids, stats) until a round of this request uses the sources
         # the names the lookup's proposals go by, each with its own estimates: where they were copied from
         # (runtime/decoding/lookup.py origins, its own name first), or just its key when it declares none or is keyed otherwise
         key = next((k for k, s in candidates.items() if s is self.lookup), None)
@@ -241,8 +246,18 @@ class AutoDraft(DraftSource):
         self.request = {}               # source -> [accepted, rejections] of this request
         self.produced = 0
         self._plan = None               # this request's own alphas start empty: refit at its first round
-        for source in self.candidates.values():
-            source.start(source_ids, stats)
+        self._unstarted = (source_ids, stats)   # the sources start at the first round that is not plain
+        self.switch.start()
+
+    def plain(self, produced: int) -> bool:
+        return self.switch.plain(produced)
+
+    def _start_sources(self) -> None:
+        """The request's first round that is not plain starts the candidates (a lookup indexes the source)."""
+        if self._unstarted is not None:
+            for source in self.candidates.values():
+                source.start(*self._unstarted)
+            self._unstarted = None
 
     def _uses_lookup(self, source: DraftSource) -> bool:
         return self.lookup is not None and (source is self.lookup or source.below is self.lookup)
@@ -303,6 +318,7 @@ class AutoDraft(DraftSource):
 
     def choose(self, ws, cap: int) -> tuple[str, int]:
         """(source name or "none", gamma) for this round."""
+        self._start_sources()
         est = self.estimates
         est.round += 1
         plan = self._plan
@@ -334,6 +350,7 @@ class AutoDraft(DraftSource):
         return best[:2]
 
     def propose(self, ws, k, rows, row, stats: Stats):
+        self._start_sources()
         name, gamma = self.choose(ws, k)
         self._tree, self._gamma = None, gamma
         self._mark, self._stats = (name, time.perf_counter(), stats.target_s, stats.encoder_s), stats

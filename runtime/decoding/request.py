@@ -76,7 +76,8 @@ class Sampling:
         while True:
             # room for k guesses: the verify run appends k+1 tokens and must stay inside max_length
             g = min(cap, limit - len(out) - 1, self.max_length - target.length - 1)
-            new = speculative_step(ws, target, source, g, stats) if g >= 1 and source is not None \
+            plain = source is None or source.plain(len(out))
+            new = speculative_step(ws, target, source, g, stats) if g >= 1 and not plain \
                 else target_step(ws, target, stats)
             new = new[:limit - len(out)]
             if self.eos_id in new:

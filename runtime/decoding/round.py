@@ -56,6 +56,11 @@ class DraftSource:
         """A new request: prepare for the prompt (the target's decoder sequence starts with the start token)."""
         raise NotImplementedError
 
+    def plain(self, produced: int) -> bool:
+        """Asked at each round's start (`produced`: the request's tokens so far): True when the round is to be a
+        plain target step instead of a proposal (auto's measured switch, runtime/decoding/switch.py)."""
+        return False
+
     def propose(self, ws, k: int, rows, row: int, stats) -> Proposal:
         """Append up to k guesses to the round and write q_i into `rows` from row `row` on (or the point rows)."""
         raise NotImplementedError

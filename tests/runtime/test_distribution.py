@@ -279,3 +279,61 @@ def test_the_chain_tests_have_teeth(chain, small_vocab_pair, decoder, tmp_path):
     dist = exact_distribution(small_vocab_pair[0], **settings, prompt=CHAIN_PROMPT)
     p_value = chi_square_p(empirical(wrong, settings, how["n"], chain, how["gamma"], CHAIN_PROMPT), dist)
     assert p_value < P_TEETH, f"a broken {how['broken']} level in {chain} passed the chi-square test (p = {p_value:.3g})"
+
+
+# -- auto's switch: plain target steps and draft rounds mixed in one request ----------------------------------------
+# draft="auto" runs plain target steps where they measure faster than its rounds (runtime/decoding/switch.py), so
+# one request may mix both, and a source starts in the middle of a request. Here a switch flips every round (across
+# requests too) and the rounds that are not plain always use the draft model at gamma 2. N = 20,000, p >= 1e-3
+# (measured: p = 0.62 at T = 1 and with top-k 3, ~20,000 rounds of each kind); the broken control (the residual draw
+# replaced by a draw from p) must give p < 1e-6 (measured: 9.5e-58).
+
+class _Alternate:
+    def __init__(self):
+        self._plain, self.rounds = True, {True: 0, False: 0}
+
+    def start(self):
+        pass
+
+    def plain(self, produced):
+        self._plain = not self._plain
+        self.rounds[self._plain] += 1
+        return self._plain
+
+
+def switching_draft(decoder):
+    """draft="auto" over the draft model alone, choosing it on every round its switch does not make plain."""
+    from specdec.runtime.decoding.auto import AutoDraft, Estimates
+    from specdec.runtime.decoding.draft import ModelDraft
+
+    class Always(AutoDraft):
+        def choose(self, ws, cap):
+            super().choose(ws, cap)          # the sources start, the plan is made
+            return "draft", cap
+
+    source = Always({"draft": ModelDraft(decoder.sources.models["draft"])}, Estimates())
+    source.switch = _Alternate()
+    return source
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_k"])
+def test_switching_between_plain_steps_and_draft_rounds_keeps_the_target_distribution(name, small_vocab_pair,
+                                                                                      decoder):
+    settings = SETTINGS[name]
+    source = switching_draft(decoder)
+    counts = empirical(decoder, settings, draft=source)
+    p_value = chi_square_p(counts, exact_distribution(small_vocab_pair[0], **settings))
+    assert p_value >= P_PASS, f"switching {name}: chi-square p = {p_value:.3g}"
+    assert min(source.switch.rounds.values()) > N_SAMPLES // 2      # both kinds of round, many of each
+    stats = [decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, draft=source, **settings).stats
+             for s in range(200)]
+    proposed, accepted = sum(s.proposed for s in stats), sum(s.accepted for s in stats)
+    assert 0 < accepted < proposed
+
+
+def test_the_switching_test_has_teeth(small_vocab_pair, tmp_path):
+    settings = SETTINGS["temperature"]
+    wrong = SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path), provider="cpu")
+    p_value = chi_square_p(empirical(wrong, settings, draft=switching_draft(wrong)),
+                           exact_distribution(small_vocab_pair[0], **settings))
+    assert p_value < P_TEETH, f"a broken residual draw passed the switching test (p = {p_value:.3g})"

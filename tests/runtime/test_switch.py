@@ -1,0 +1,162 @@
+"""Auto's switch (runtime/decoding/switch.py): auto's rounds or plain target steps, whichever measures faster.
+
+The first part drives the switch with a made-up clock: rounds of each mode cost a set time per token, and the
+switch must settle on the faster mode with a bounded share of rounds spent measuring the slower one, follow a
+change, and survive noise. The second part decodes with switches that flip every round (so auto's sources start in
+the middle of a request, after plain steps) or never leave plain steps: greedy output equals target-only decoding,
+and plain rounds are exactly target-only rounds. The distribution of the mixture is checked in
+test_distribution.py (test_switching_between_plain_steps_and_draft_rounds_keeps_the_target_distribution).
+"""
+
+import random
+
+import torch
+from transformers import T5ForConditionalGeneration
+
+from tinymodels import random_prompts as prompts
+
+from specdec.runtime import Params
+from specdec.runtime.decoding import switch as sw
+from specdec.runtime.decoding.switch import Switch
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def drive(switch, clock, cost, rounds, per_request=10):
+    """`rounds` one-token rounds in requests of `per_request` tokens; cost(auto, i) is round i's seconds in that mode.
+    Returns the modes, True for an auto round."""
+    modes, produced = [], 0
+    switch.start()
+    for i in range(rounds):
+        if produced == per_request:
+            switch.start()
+            clock.t += 5.0                   # a request's set-up (encoder run): not a round's time
+            produced = 0
+        auto = not switch.plain(produced)
+        modes.append(auto)
+        clock.t += cost(auto, i)
+        produced += 1
+    return modes
+
+
+def measuring_bound(rounds: int) -> int:
+    """The most rounds the slower mode can get in `rounds` once the faster is known: FIRST, then one EPOCH after
+    each stretch of the faster one, whose stretch doubles from EPOCH up to MAX_STRETCH."""
+    total, stretch, slower = sw.FIRST, sw.EPOCH, sw.FIRST
+    while total < rounds:
+        total += sw.EPOCH + stretch
+        slower += sw.EPOCH
+        stretch = min(2 * stretch, sw.MAX_STRETCH)
+    return slower
+
+
+def test_plain_steps_that_are_faster_take_almost_every_round():
+    clock = Clock()
+    modes = drive(Switch(clock), clock, lambda auto, i: 1.03e-3 if auto else 1.00e-3, 20_000)
+    assert sum(modes) <= measuring_bound(20_000) + 2 * sw.EPOCH
+    assert sum(modes) / len(modes) < 0.03
+    assert not any(modes[-sw.MAX_STRETCH // 2:]) or sum(modes[-sw.MAX_STRETCH:]) <= sw.EPOCH
+
+
+def test_auto_rounds_that_are_faster_take_almost_every_round():
+    clock = Clock()
+    modes = drive(Switch(clock), clock, lambda auto, i: 0.90e-3 if auto else 1.00e-3, 20_000)
+    plain = len(modes) - sum(modes)
+    assert plain <= measuring_bound(20_000) + 2 * sw.EPOCH
+    assert plain / len(modes) < 0.03
+
+
+def test_a_change_is_followed():
+    """Auto's rounds pay for 10,000 rounds, then cost 20 % more: within a few stretches plain steps take over."""
+    clock = Clock()
+    modes = drive(Switch(clock), clock, lambda auto, i: (0.9e-3 if i < 10_000 else 1.2e-3) if auto else 1e-3, 30_000)
+    later = modes[10_000 + 2 * sw.MAX_STRETCH:]
+    assert sum(later) / len(later) < 0.02
+    assert sum(modes[:10_000]) / 10_000 > 0.95
+
+
+def test_noisy_rounds_still_settle_on_the_faster_mode():
+    """Each round's time varies by +-30 % (uniform, seeded); the faster mode is 6 % faster."""
+    for faster_auto in (True, False):
+        rng, clock = random.Random(7), Clock()
+        base = {faster_auto: 0.94e-3, not faster_auto: 1.0e-3}
+        modes = drive(Switch(clock), clock, lambda auto, i: base[auto] * rng.uniform(0.7, 1.3), 40_000)
+        share = sum(modes) / len(modes) if faster_auto else 1 - sum(modes) / len(modes)
+        assert share > 0.9, (faster_auto, share)
+
+
+def test_the_switch_catches_a_slower_auto_that_a_blind_one_would_keep():
+    """The control: the same run with the switch's comparison reversed keeps the slower mode."""
+
+    class Reversed(Switch):
+        def faster(self):
+            best = super().faster()
+            return None if best is None else not best
+
+    clock = Clock()
+    modes = drive(Reversed(clock), clock, lambda auto, i: 1.03e-3 if auto else 1.00e-3, 20_000)
+    assert sum(modes) / len(modes) > 0.5
+
+
+# -- decoding ----------------------------------------------------------------------------------------------------
+
+class Alternate:
+    """A switch that flips every round, across requests too: auto's sources start after plain steps."""
+
+    def __init__(self):
+        self.rounds = {True: 0, False: 0}
+        self._plain = True
+
+    def start(self):
+        pass
+
+    def plain(self, produced):
+        self._plain = not self._plain
+        self.rounds[self._plain] += 1
+        return self._plain
+
+
+class Plain(Alternate):
+    def plain(self, produced):
+        self.rounds[True] += 1
+        return True
+
+
+def test_greedy_output_is_unchanged_when_rounds_switch(related_pair, related_decoder):
+    decoder = related_decoder
+    model = T5ForConditionalGeneration.from_pretrained(str(related_pair[0])).eval()
+    proposed = 0
+    for draft, gamma in (("auto", "auto"), ("lookup", "auto"), ("draft", "auto")):
+        source = decoder.source(Params(draft=draft, gamma=gamma))
+        source.switch = Alternate()
+        for ids in prompts(48, 12, seed=5):
+            with torch.no_grad():
+                ref = model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False)[0, 1:].tolist()
+            while ref and ref[-1] == 0:
+                ref.pop()
+            res = decoder.generate(input_ids=ids, max_new_tokens=20, draft=draft, gamma=gamma)
+            assert res.token_ids == ref, (draft, ids)
+            proposed += res.stats.proposed
+        assert source.switch.rounds[True] > 20 and source.switch.rounds[False] > 20
+    assert proposed > 0, "no auto round proposed anything: the sources' late start was not exercised"
+    decoder.reset_estimates()
+
+
+def test_plain_rounds_are_target_only_rounds(related_decoder):
+    decoder = related_decoder
+    source = decoder.source(Params(draft="auto"))
+    source.switch = Plain()
+    for ids in prompts(48, 6, seed=9):
+        res = decoder.generate(input_ids=ids, max_new_tokens=16, draft="auto")
+        baseline = decoder.generate(input_ids=ids, max_new_tokens=16, gamma=0)
+        assert res.token_ids == baseline.token_ids
+        s = res.stats
+        assert s.proposed == 0 and s.draft_calls == 0 and s.target_calls == s.new_tokens
+        assert set(s.sources) == {"none"}
+    decoder.reset_estimates()
