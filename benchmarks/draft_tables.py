@@ -81,5 +81,17 @@ def estimates_lines(learned: dict) -> list[str]:
         cost = ", ".join(f"{n} {c:.3f}" for n, c in e["cost_per_guess_ms"].items()) or "-"
         runs = ", ".join(f"{k}: {v:.3f}" for k, v in e["target_run_ms"].items()) or "-"
         out.append(f"T={float(t):g} ({e['rounds']} rounds): alpha {alpha}; cost per guess ms {cost}; target run ms "
-                   f"by guesses {runs}; host ms per round {e['host_ms_per_round']:.3f}")
+                   f"by guesses {runs}; host ms per round {e['host_ms_per_round']:.3f}"
+                   + _switch(e.get("switch"), "") + _switch(e.get("switch_at_end"), " after the timed repeats"))
     return out
+
+
+def _switch(sw, when: str) -> str:
+    """auto's switch (runtime/decoding/switch.py) as measured: ms per token of auto's rounds and of plain steps."""
+    if not sw or "auto_rounds_lead" not in sw:
+        return ""
+    ms = ", ".join(f"{mode} {sw[key]:.3f} ms/token" for mode, key in
+                   (("auto's rounds", "auto_ms_per_token"), ("plain steps", "plain_ms_per_token"))
+                   if sw.get(key) is not None)
+    lead = {True: "auto's rounds lead", False: "plain steps lead", None: "still measuring"}[sw["auto_rounds_lead"]]
+    return f"; switch{when}: {ms or 'not measured'}, {lead} (the other runs {sw['slower_share']:.0%} of the rounds)"

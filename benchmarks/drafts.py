@@ -177,6 +177,20 @@ def estimates_snapshot(est) -> dict:
         return {"unavailable": f"{type(err).__name__}: {err}"}
 
 
+def switch_snapshot(dec) -> dict:
+    """Where draft="auto"'s switch (runtime/decoding/switch.py) stands: the measured ms per token of auto's rounds
+    and of plain target steps, which leads (True: auto's rounds, None: still measuring) and the other's share of
+    the rounds now."""
+    try:
+        switch = dec.source(Params(draft="auto")).switch
+        ms = {mode: switch.seconds_per_token(mode) for mode in (True, False)}
+        return {"auto_ms_per_token": None if ms[True] is None else 1000.0 * ms[True],
+                "plain_ms_per_token": None if ms[False] is None else 1000.0 * ms[False],
+                "auto_rounds_lead": switch.lead, "slower_share": switch.share()}
+    except (AttributeError, TypeError) as err:
+        return {"unavailable": f"{type(err).__name__}: {err}"}
+
+
 def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats: int, progress=None,
                base: Params | None = None):
     """Run everything (module docstring). Returns ({(task, T, label): DraftCell}, {(task, T, label): [token ids of
@@ -201,7 +215,7 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
             for c in rotated(configs, i):
                 decoders[c.label].generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i)
                 tick()
-        learned[t] = estimates_snapshot(dec.estimates)
+        learned[t] = {**estimates_snapshot(dec.estimates), "switch": switch_snapshot(dec)}
         for r in range(repeats):
             for i, p in enumerate(prompts):
                 for c in rotated(configs, r + i):
@@ -211,6 +225,7 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
                     if r == 0:
                         outputs[key].append(list(res.token_ids))
                     tick()
+        learned[t]["switch_at_end"] = switch_snapshot(dec)
     return cells, outputs, learned
 
 
