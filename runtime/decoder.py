@@ -48,8 +48,8 @@ class SpeculativeDecoder:
     are created once and reused by every request. A request's `draft` parameter picks the source (sources.py).
 
     Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
-    default model draft, a ModelDraft), `estimates` (what draft="auto" / gamma="auto" learned, runtime/decoding/auto.py;
-    `reset_estimates()` forgets it), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
+    default model draft, a ModelDraft), `estimates` (what the default request, draft="auto" / gamma="auto", learned,
+    runtime/decoding/auto.py; each kind of gamma="auto" request learns its own; `reset_estimates()` forgets them), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
     `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token), `datastore` (what the
     lookup searches besides the output and the source, runtime/loading/datastore.py; None without one).
 
@@ -90,7 +90,7 @@ class SpeculativeDecoder:
 
     @property
     def estimates(self):
-        """What draft="auto" / gamma="auto" learned (runtime/decoding/auto.py)."""
+        """What the default request (draft="auto", gamma="auto") learned (runtime/decoding/auto.py)."""
         return self.sources.estimates
 
     @property

@@ -80,8 +80,16 @@ class Sources:
 
     def reset(self) -> None:
         """Forget the sources made and what auto learned."""
-        self.estimates, self.beam_estimates, self._made = Estimates(), BeamEstimates(), {}
+        self.beam_estimates, self._made = BeamEstimates(), {}
         self.width = Width()        # how many candidates a lookup round verifies, when a request leaves it open
+
+    @property
+    def estimates(self) -> Estimates:
+        """What the default request (draft="auto", gamma="auto", candidates=0) has learned. Each kind of
+        gamma="auto" request (its draft and candidates) learns its own: their rounds cost differently (a lookup
+        asked for 4 candidates searches the datastore for them), and one kind's costs would mislead another's
+        choice."""
+        return self.for_sampling(Params()).estimates
 
     def for_sampling(self, params: Params) -> DraftSource | None:
         """The source a sampling request asks for; None for target-only decoding. A bad name is a one-line
@@ -90,24 +98,28 @@ class Sources:
         if isinstance(draft, DraftSource):
             if isinstance(draft, LookupDraft):      # a lookup object proposes to the target itself
                 draft.top, draft.chooser = gamma != "auto", draft.chooser or self.width
-            return None if gamma == 0 else AutoDraft({draft.name: draft}, self.estimates) if gamma == "auto" \
-                else draft
+            if gamma != "auto":
+                return None if gamma == 0 else draft
+            key = (draft, True, params.candidates)      # kept, with what it learned, while the object is used
+            if key not in self._made:
+                self._made[key] = AutoDraft({draft.name: draft}, Estimates())
+            return self._made[key]
         parts = parse(draft, list(self.models))
         if gamma == 0 or parts == ["none"]:
             return None
         draft = ",".join(parts)                  # one spelling per chain ("lookup+draft" is "lookup,draft")
-        key = (draft, gamma == "auto")
+        key = (draft, gamma == "auto", params.candidates if gamma == "auto" else None)
         if key not in self._made:
             if parts == ["auto"]:
                 lookup = LookupDraft(datastore=self.datastore)
                 made = {spec: build(spec.split(","), self.models, lookup) for spec in AUTO_CANDIDATES
                         if all(p == "lookup" or p in self.models for p in spec.split(","))}
-                self._made[key] = AutoDraft(made, self.estimates, adaptive=gamma == "auto")
+                self._made[key] = AutoDraft(made, Estimates(), adaptive=gamma == "auto")
             else:
                 made = build(parts, self.models, datastore=self.datastore)
                 if isinstance(made, LookupDraft):
                     made.top = gamma != "auto"           # it proposes to the target itself (auto's: via auto)
-                self._made[key] = AutoDraft({draft: made}, self.estimates) if gamma == "auto" else made
+                self._made[key] = AutoDraft({draft: made}, Estimates()) if gamma == "auto" else made
             for level in _levels(self._made[key]):
                 if isinstance(level, LookupDraft):
                     level.chooser = self.width

@@ -12,7 +12,8 @@ comparison of stretches of rounds would compare whatever the prompts of each str
 measured (the first FIRST rounds) each runs half the rounds; then the slower one's share falls as
 FIRST / (2 (FIRST + n)) after n rounds with the same leader, down to MIN_SHARE, which it keeps so that a change
 (other prompts, another temperature) is seen. Measurements are decayed means with a half-life of HALF_LIFE rounds.
-Auto's rounds take the lead only when they are MARGIN faster, and keep it while they are faster at all.
+Auto's rounds take the lead only when they are MARGIN faster, and keep it while they are KEEP_MARGIN faster: a
+small difference is within the noise of a share of 1/32 of the rounds, and plain steps are what cannot lose.
 
 A plain step costs the switch a clock reading and a few additions. The output's distribution does not depend on
 the mode: every round is exact either way; only the speed does. A round's clock runs from its `plain()` call to the
@@ -28,7 +29,8 @@ FIRST = 256           # rounds measured half and half before a mode leads
 MIN_SHARE = 1 / 32    # the slower mode's least share of the rounds
 HALF_LIFE = 4096      # rounds after which a measurement weighs half
 DECIDE = 32           # rounds between two comparisons
-MARGIN = 0.01         # auto's rounds take the lead only when their seconds per token are this much lower
+MARGIN = 0.03         # auto's rounds take the lead only when their seconds per token are this much lower,
+KEEP_MARGIN = 0.01    # and keep it while they are this much lower (a lead that flips on noise costs a new measuring)
 _DECAY = 0.5 ** (1 / HALF_LIFE)
 _STEP = 0.6180339887498949      # the golden ratio's fraction: an evenly spread sequence of phases
 
@@ -83,6 +85,6 @@ class Switch:
         on, off = self.seconds_per_token(True), self.seconds_per_token(False)
         if on is None or off is None:
             return
-        lead = on < off if self.lead else on < off * (1 - MARGIN)
+        lead = on < off * (1 - (KEEP_MARGIN if self.lead else MARGIN))
         if lead != self.lead:
             self.lead, self.led = lead, 0
