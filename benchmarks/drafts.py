@@ -196,8 +196,8 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
     """Run everything (module docstring). Returns ({(task, T, label): DraftCell}, {(task, T, label): [token ids of
     repeat 0, one per prompt of the task]}, {T: estimates_snapshot after the warm-up pass})."""
     base = base or Params()
-    plain = without_datastore(dec)
-    decoders = {c.label: dec if c.uses_store else plain for c in configs}
+    sources = {True: dec.sources, False: without_datastore(dec)}
+    uses = {c.label: sources[c.uses_store] for c in configs}
     tasks = list(tasks_of(prompts))
     cells = {(task, t, c.label): DraftCell() for t in temperatures for task in tasks for c in configs}
     outputs = {key: [] for key in cells}
@@ -209,33 +209,41 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
 
     for t in temperatures:
         params = {c.label: c.params(base, t, max_new_tokens) for c in configs}
-        dec.reset_estimates()
-        plain.reset_estimates()
+        for s in set(sources.values()):
+            s.reset()
         for i, p in enumerate(prompts):              # warm-up: untimed; auto learns its estimates here
             for c in rotated(configs, i):
-                decoders[c.label].generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i)
+                dec.sources = uses[c.label]
+                dec.generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i)
                 tick()
+        dec.sources = sources[True]
         learned[t] = {**estimates_snapshot(dec.estimates), "switch": switch_snapshot(dec)}
         for r in range(repeats):
             for i, p in enumerate(prompts):
                 for c in rotated(configs, r + i):
-                    res = decoders[c.label].generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i))
+                    dec.sources = uses[c.label]
+                    res = dec.generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i))
                     key = (task_of(p), t, c.label)
                     cells[key].add(r, res.stats)
                     if r == 0:
                         outputs[key].append(list(res.token_ids))
                     tick()
+        dec.sources = sources[True]
         learned[t]["switch_at_end"] = switch_snapshot(dec)
     return cells, outputs, learned
 
 
 def without_datastore(dec):
-    """A decoder over the same sessions whose lookup searches only the output and the source (the configurations
-    without "+datastore"), with its own workspace and auto estimates; `dec` itself when it has no datastore. The
-    two are used one request at a time, never together."""
+    """The draft sources of the configurations without "+datastore" (runtime/decoding/sources.py Sources: a lookup
+    that searches only the output and the source, and auto estimates of their own); `dec.sources` itself when it
+    has no datastore. The run swaps `dec.sources` per request, so every configuration runs on the same workspace:
+    two decoders of one export, generating the same target-only requests alternately, differed by 2-3 % (which
+    one was faster depended on the order they were loaded), enough to hide what is measured."""
     if dec.datastore is None:
-        return dec
-    return type(dec)(dec.manifest, dec.provider, dec.target, dec.models, dec.stream_idle_s)
+        return dec.sources
+    from specdec.runtime.decoding.sources import Sources
+
+    return Sources(dec.models)
 
 
 # -- summaries ---------------------------------------------------------------------------------------------------
