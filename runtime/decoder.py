@@ -49,7 +49,10 @@ class SpeculativeDecoder:
 
     Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
     default model draft, a ModelDraft), `estimates` (what the default request, draft="auto" / gamma="auto", learned,
-    runtime/decoding/auto.py; each kind of gamma="auto" request learns its own; `reset_estimates()` forgets them), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
+    runtime/decoding/auto.py; each kind of gamma="auto" request learns its own; `reset_estimates()` forgets them),
+    `sources` (runtime/decoding/sources.py Sources: the draft sources made for requests and what they learned; one
+    may be swapped for another over the same models between requests, as specdec-bench does to run configurations
+    with and without the datastore on one workspace), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
     `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token), `datastore` (what the
     lookup searches besides the output and the source, runtime/loading/datastore.py; None without one).
 
