@@ -288,7 +288,10 @@ def test_the_chain_tests_have_teeth(chain, small_vocab_pair, decoder, tmp_path):
 # (measured: p = 0.62 at T = 1 and with top-k 3, ~20,000 rounds of each kind); the broken control (the residual draw
 # replaced by a draw from p) must give p < 1e-6 (measured: 9.5e-58).
 
-class _Alternate:
+class Alternate:
+    """A switch that flips every round, across requests too: auto's sources start after plain steps (also used by
+    test_switch.py)."""
+
     def __init__(self):
         self._plain, self.rounds = True, {True: 0, False: 0}
 
@@ -312,7 +315,7 @@ def switching_draft(decoder):
             return "draft", cap
 
     source = Always({"draft": ModelDraft(decoder.sources.models["draft"])}, Estimates())
-    source.switch = _Alternate()
+    source.switch = Alternate()
     return source
 
 
