@@ -350,8 +350,7 @@ class AutoDraft(DraftSource):
         return best[:2]
 
     def propose(self, ws, k, rows, row, stats: Stats):
-        self._start_sources()
-        name, gamma = self.choose(ws, k)
+        name, gamma = self.choose(ws, k)       # (which starts the request's sources on its first call)
         self._tree, self._gamma = None, gamma
         self._mark, self._stats = (name, time.perf_counter(), stats.target_s, stats.encoder_s), stats
         if gamma == 0:

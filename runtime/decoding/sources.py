@@ -80,7 +80,7 @@ class Sources:
 
     def reset(self) -> None:
         """Forget the sources made and what auto learned."""
-        self.beam_estimates, self._made = BeamEstimates(), {}
+        self.beam_estimates, self._made, self._object_auto = BeamEstimates(), {}, (None, None)
         self.width = Width()        # how many candidates a lookup round verifies, when a request leaves it open
 
     @property
@@ -100,10 +100,10 @@ class Sources:
                 draft.top, draft.chooser = gamma != "auto", draft.chooser or self.width
             if gamma != "auto":
                 return None if gamma == 0 else draft
-            key = (draft, True, params.candidates)      # kept, with what it learned, while the object is used
-            if key not in self._made:
-                self._made[key] = AutoDraft({draft.name: draft}, Estimates())
-            return self._made[key]
+            key = (draft, params.candidates)    # kept, with what it learned, while requests pass the same object;
+            if self._object_auto[0] != key:     # one slot, so a new object per request does not pile them up
+                self._object_auto = (key, AutoDraft({draft.name: draft}, Estimates()))
+            return self._object_auto[1]
         parts = parse(draft, list(self.models))
         if gamma == 0 or parts == ["none"]:
             return None

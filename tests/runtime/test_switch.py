@@ -13,6 +13,7 @@ import random
 import torch
 from transformers import T5ForConditionalGeneration
 
+from test_distribution import Alternate
 from tinymodels import random_prompts as prompts
 
 from specdec.runtime import Params
@@ -106,22 +107,6 @@ def test_the_switch_catches_a_slower_auto_that_a_blind_one_would_keep():
 
 # -- decoding ----------------------------------------------------------------------------------------------------
 
-class Alternate:
-    """A switch that flips every round, across requests too: auto's sources start after plain steps."""
-
-    def __init__(self):
-        self.rounds = {True: 0, False: 0}
-        self._plain = True
-
-    def start(self):
-        pass
-
-    def plain(self, produced):
-        self._plain = not self._plain
-        self.rounds[self._plain] += 1
-        return self._plain
-
-
 class Plain(Alternate):
     def plain(self, produced):
         self.rounds[True] += 1
@@ -160,3 +145,16 @@ def test_plain_rounds_are_target_only_rounds(related_decoder):
         assert s.proposed == 0 and s.draft_calls == 0 and s.target_calls == s.new_tokens
         assert set(s.sources) == {"none"}
     decoder.reset_estimates()
+
+
+def test_a_source_object_keeps_its_switch_and_a_new_object_takes_its_slot(related_decoder):
+    """draft=<DraftSource> at gamma="auto": the same object gets the same AutoDraft (its switch and estimates go on
+    learning); a new object replaces it, so a new object per request does not pile AutoDrafts up."""
+    from specdec.runtime.decoding.lookup import LookupDraft
+
+    sources, a, b = related_decoder.sources, LookupDraft(), LookupDraft()
+    first = sources.for_sampling(Params(draft=a))
+    assert sources.for_sampling(Params(draft=a)) is first
+    assert sources.for_sampling(Params(draft=b)) is not first
+    assert sources.for_sampling(Params(draft=a)) is not first
+    assert len([k for k in sources._made if isinstance(k[0], LookupDraft)]) == 0
