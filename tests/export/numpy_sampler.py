@@ -87,3 +87,35 @@ def verify(target_logits, draft_probs, draft_tokens, uniforms, temperature: floa
     else:
         dist = p[gamma]
     return n, draw(dist, uniforms[gamma]), {"p": p, "dist": dist}
+
+
+def verify_batch(logits, draft_probs, guesses, uniforms, temperature, top_k, top_p, lenience, guess_counts=None,
+                 mask=None):
+    """The batched head, row by row. logits [B, G+1, V] (each row's last G+1 positions), guesses [B, G]; draft_probs
+    [G, V] (every row) or [B, G, V], uniforms [G+1] or [B, G+1], the parameters and guess_counts scalars or [1] or [B]
+    (guess_counts None or -1: G), mask None, [G+1, V] or [B*(G+1), V]. Row b alone is verify() of its first G_b
+    guesses with its own parameters, uniforms r_1 .. r_{G_b} and the LAST column for the draw; its probs are all G+1
+    rows standardized. -> list of (probs [G+1, V], n, token, details) per row."""
+    logits = np.asarray(logits, np.float64)
+    rows, positions, vocab = logits.shape
+    gamma = positions - 1
+    if mask is not None:
+        logits = logits + np.asarray(mask, np.float64).reshape(-1, positions, vocab)
+
+    def per_row(value, shared_ndim):
+        value = np.asarray(value)
+        return value[None].repeat(rows, 0) if value.ndim == shared_ndim else value
+
+    q = per_row(np.asarray(draft_probs, np.float64), 2)
+    u = per_row(uniforms, 1)
+    params = [np.broadcast_to(np.asarray(x).reshape(-1), (rows,))
+              for x in (temperature, top_k, top_p, lenience, -1 if guess_counts is None else guess_counts)]
+    out = []
+    for b in range(rows):
+        t, k, p, l, g = (float(params[0][b]), int(params[1][b]), float(params[2][b]), float(params[3][b]),
+                         int(params[4][b]))
+        g = gamma if g < 0 else g
+        r = np.concatenate([u[b, :g], u[b, gamma:]])
+        n, token, details = verify(logits[b, :g + 1], q[b, :g], np.asarray(guesses[b])[:g], r, t, k, p, l)
+        out.append((standardize(logits[b], t, k, p), n, token, details))
+    return out
