@@ -1,7 +1,7 @@
 """One exported T5 run over many sequences at once, for beam search: a KV cache with a beam (batch) axis that is
 reordered between steps.
 
-The decoder graph is the same file the speculative loop runs (its head works on batch row 0 and is ignored here),
+The decoder graph is the same file the speculative loop runs (its head samples every row and is ignored here),
 opened in a second session without the batch-1 shape override, on first use. Its cache is two flat buffers of
 [max_length, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft): the live one holds the
 first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
@@ -39,11 +39,9 @@ class BeamModel:
     def _head_buffers(self) -> None:
         v, dev = self.vocab, self.device
         self.empty = Buffer((1, v), np.float32, dev)            # zero-row views for draft_probs and logit_mask
-        self.probs = Buffer((1, v), np.float32, dev)
         self.scalars = {name: Buffer((1,), dtype, dev) for name, dtype in
                         (("uniforms", np.float32), ("temperature", np.float32), ("top_k", np.int64),
-                         ("top_p", np.float32), ("lenience", np.float32), ("accepted", np.int64),
-                         ("next_token", np.int64))}
+                         ("top_p", np.float32), ("lenience", np.float32))}
         self.scalars["top_p"].write([1.0])
         self.scalars["lenience"].write([1.0])
         for name in ("uniforms", "temperature", "top_k", "top_p", "lenience"):
@@ -53,10 +51,14 @@ class BeamModel:
         self.decoder.input("steps", self.steps, (1,))
         self.decoder.input("draft_probs", self.empty, (0, v))
         self.decoder.input("logit_mask", self.empty, (0, v))
-        self.decoder.output("probs", self.probs, (1, v))
-        self.decoder.output("accepted", self.scalars["accepted"], (1,))
-        self.decoder.output("next_token", self.scalars["next_token"], (1,))
+        self._head_outputs(1)
         self.chain = ChainPositions(dev)              # a format-6 target's tree inputs: the chain's
+
+    def _head_outputs(self, rows: int) -> None:
+        """The head's outputs for up to `rows` rows (one per row: a plain step, G = 0), bound at each run's rows."""
+        self.head_out = {"probs": Buffer((rows, self.vocab), np.float32, self.device),
+                         "accepted": Buffer((rows,), np.int64, self.device),
+                         "next_token": Buffer((rows,), np.int64, self.device)}
 
     def reserve(self, rows: int, tokens: int) -> None:
         """Buffers for `rows` sequences and runs of up to `tokens` tokens: grown (keeping what the caches and the
@@ -75,6 +77,7 @@ class BeamModel:
             self.cross = Buffer((m.layers * 2 * rows * m.heads * m.max_length * m.d_kv,), dtype, self.device)
             if cross is not None:
                 self.cross.write(cross.flat())
+            self._head_outputs(rows)
             self.capacity = rows
         if rows * tokens > self.tokens_cap:
             self.logits = Buffer((rows * tokens * self.vocab,), np.float32, self.device)
@@ -135,6 +138,9 @@ class BeamModel:
         b.input("past_kv", live, (self.length, *kv))
         b.output("new_kv", live, (count, *kv), self.length * int(np.prod(kv)))
         b.output("logits", self.logits, (rows, count, self.vocab))
+        b.output("probs", self.head_out["probs"], (rows, self.vocab))
+        b.output("accepted", self.head_out["accepted"], (rows,))
+        b.output("next_token", self.head_out["next_token"], (rows,))
         self.chain.bind(b, count)
         if self.length + count > m.max_length:
             raise AssertionError("beam run past max_length")
