@@ -3,7 +3,11 @@
     input_ids  int64 [batch, new]                                   new = 1 ... gamma+1 (any N works)
     past_kv    dtype [past, dec_layers, 2, batch, heads, d_kv]      past = tokens already in the cache (may be 0)
     cross_kv   dtype [dec_layers, 2, batch, heads, src_len, d_kv]   from the encoder graph
-    tree_depth int64 [new]          (target only, format 6) new token i sits at absolute position past + depth[i]
+    row_lengths    int64 [batch] or [1]  (format 7) cache positions row b owns: slots 0 .. row_lengths[b]-1 of
+                                    past_kv; -1 (the default, an overridable initializer) = past for every row
+    source_lengths int64 [batch] or [1]  (format 7) encoder positions of row b in cross_kv (the rest is padding);
+                                    -1 (the default) = src_len for every row
+    tree_depth int64 [new]          (target only, format 6) new token i sits at absolute position length + depth[i]
     tree_mask  bool  [new, new]     (target only, format 6) new token i attends to new token j iff mask[i, j]
  -> logits     fp32  [batch, new, vocab]
     new_kv     dtype [new, dec_layers, 2, batch, heads, d_kv]       K/V of the new tokens only, in slot order
@@ -14,6 +18,12 @@ past ... past+new-1. Rolling back rejected tokens is setting the length; nothing
 Position i of an N-token call attends causally to the cache and to new tokens 0..i, with T5's relative-position
 bias for absolute position past+i, so it gives the logits of i one-token steps.
 
+Rows of a batch may hold sequences of different lengths (format 7): row b owns cache slots 0 .. row_lengths[b]-1,
+its new token i sits at position row_lengths[b] + i (or + tree_depth[i]) and attends to its own slots only; the
+new tokens' K/V still land in slots past .. past+new-1 of every row, and the runtime moves a shorter row's kept
+ones down to its own length (runtime/engine/batch_model.py). Cross-attention of row b sees its first
+source_lengths[b] encoder positions. Left at their defaults, both inputs give exactly the single-length graph.
+
 The target's graph (`tree=True`) verifies a token TREE in one run: the N new tokens are nodes in any slot order,
 token i at position past + tree_depth[i] attends to every cached position and to the new tokens tree_mask[i] marks
 (itself and its ancestors), with the relative-position bias of those positions. Each node's logits and K/V are
@@ -23,10 +33,11 @@ triangle (diagonal included): the same table indices as a draft's graph, so the 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
-from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS, TREE_INPUTS
+from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS, ROW_INPUTS, TREE_INPUTS
 
 from .attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
 
@@ -49,27 +60,38 @@ class DecoderWithCache(nn.Module):
         self.output_scale = cfg.d_model ** -0.5 if getattr(cfg, "scale_decoder_outputs", True) else 1.0
         self.register_buffer("bias_table", bias_table(self.blocks[0].layer[0].SelfAttention))
 
-    def forward(self, input_ids, past_kv, cross_kv, tree_depth=None, tree_mask=None):
+    def forward(self, input_ids, past_kv, cross_kv, row_lengths=None, source_lengths=None, tree_depth=None,
+                tree_mask=None):
         new = input_ids.shape[1]
         past = past_kv.shape[0]
         dtype = past_kv.dtype
         far = self.bias_table.shape[0] - 2
-        # relative-position bias and causal mask in one lookup: row 0 of the table masks a key after its query,
-        # row 1 + d holds the bias at distance d (constant from max_distance on); a few nodes instead of the
-        # bucket arithmetic on every run
+        # each row's length (-1: the whole cache), [B] or [1]
+        cached = torch.arange(past, device=input_ids.device)
+        row_lengths = _default(row_lengths, input_ids)
+        source_lengths = _default(source_lengths, input_ids)
+        lengths = torch.where(row_lengths < 0, torch.zeros_like(row_lengths) + past, row_lengths)
+        # relative-position bias and causal mask in one lookup: row 0 of the table masks a key after its query (or
+        # a slot the row does not own), row 1 + d holds the bias at distance d (constant from max_distance on)
         if self.tree:
-            # query i at past + depth_i; keys: cached positions 0..past-1, then new token j at past + depth_j,
+            # query i at length + depth_i; keys: cached positions 0..length-1, then new token j at length + depth_j,
             # masked (row 0) unless tree_mask[i, j]. The distances to the cache are >= 1 for any depth >= 0.
-            cached = torch.arange(past, device=input_ids.device)
-            to_past = (tree_depth[:, None] + past - cached[None, :]).clamp(-1, far) + 1
+            depth = tree_depth
             to_new = (tree_depth[:, None] - tree_depth[None, :]).clamp(-1, far) + 1
             to_new = torch.where(tree_mask, to_new, torch.zeros_like(to_new))
-            distance = torch.cat([to_past, to_new], dim=1)
         else:
-            query_pos = torch.arange(new, device=input_ids.device) + past
-            key_pos = torch.arange(past + new, device=input_ids.device)
-            distance = (query_pos[:, None] - key_pos[None, :]).clamp(-1, far) + 1
-        bias = nn.functional.embedding(distance, self.bias_table).permute(2, 0, 1).unsqueeze(0)   # [1, H, Q, K]
+            depth = torch.arange(new, device=input_ids.device)
+            to_new = (depth[:, None] - depth[None, :]).clamp(-1, far) + 1
+        to_past = (lengths[:, None, None] + depth[None, :, None] - cached[None, None, :]).clamp(-1, far) + 1
+        owned = cached[None, None, :] < lengths[:, None, None]                             # [B|1, 1, past]
+        to_past = torch.where(owned, to_past, torch.zeros_like(to_past))
+        distance = torch.cat([to_past, to_new[None].expand(to_past.shape[0], -1, -1)], dim=2)   # [B|1, Q, K]
+        bias = nn.functional.embedding(distance, self.bias_table).permute(0, 3, 1, 2)          # [B|1, H, Q, K]
+        src = torch.arange(cross_kv.shape[4], device=input_ids.device)
+        sources = torch.where(source_lengths < 0, torch.zeros_like(source_lengths) + cross_kv.shape[4],
+                              source_lengths)
+        cross_bias = torch.where(src[None, :] < sources[:, None], 0.0, torch.finfo(torch.float32).min)
+        cross_bias = cross_bias[:, None, None, :]                                           # [B|1, 1, 1, S]
 
         h = self.embed(input_ids).float()
         new_kv = []
@@ -87,11 +109,16 @@ class DecoderWithCache(nn.Module):
             ca = block.layer[1].EncDecAttention
             x = rms_norm(h, block.layer[1].layer_norm)
             q = split_heads(linear(x, ca.q), self.heads, self.d_kv, input_ids)
-            h = h + attend(q, cross_kv[i, 0], cross_kv[i, 1], None, ca.o, input_ids)
+            h = h + attend(q, cross_kv[i, 0], cross_kv[i, 1], cross_bias, ca.o, input_ids)
             h = feed_forward(h, block.layer[2])
         h = rms_norm(h, self.final_norm) * self.output_scale
         logits = linear(h, self.lm_head)
         return logits, torch.stack(new_kv, dim=1)
+
+
+def _default(lengths, like):
+    """None (a PyTorch caller that passes no lengths): [-1], the graph input's default."""
+    return torch.full((1,), -1, dtype=torch.long, device=like.device) if lengths is None else lengths
 
 
 def bias_table(attn) -> torch.Tensor:
@@ -121,6 +148,18 @@ def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int =
     onnx.save(graph_model, str(path))
 
 
+def optional_inputs(graph, defaults: dict) -> None:
+    """Give graph inputs a default value: an initializer of the same name, which a run may override by feeding or
+    binding the input (ONNX Runtime's overridable initializers). Callers that know nothing of an input leave it."""
+    from onnx import numpy_helper
+
+    present = {i.name for i in graph.input}
+    for name, value in defaults.items():
+        if name not in present:
+            raise ValueError(f"the graph has no input {name!r}")
+        graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
+
+
 def trace_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, tree: bool = False) -> None:
     cfg = model.config
     module = DecoderWithCache(model, tree).eval()
@@ -128,8 +167,10 @@ def trace_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 
     ids = torch.tensor([[3, 4]], dtype=torch.long)
     past = torch.zeros(3, layers, 2, 1, heads, d_kv, dtype=dtype)
     cross = torch.zeros(layers, 2, 1, heads, 5, d_kv, dtype=dtype)
-    args, names = (ids, past, cross), list(INPUTS)
+    lengths = torch.tensor([-1], dtype=torch.long)
+    args, names = (ids, past, cross, lengths, lengths.clone()), [*INPUTS, *ROW_INPUTS]
     axes = {"input_ids": {0: "batch", 1: "new"}, "past_kv": {0: "past", 3: "batch"},
+            **{name: {0: "length_rows"} for name in ROW_INPUTS},
             "cross_kv": {2: "batch", 4: "src_len"}, "logits": {0: "batch", 1: "new"}, "new_kv": {0: "new", 3: "batch"}}
     if tree:
         args += (torch.tensor([0, 1]), torch.tensor([[True, False], [True, True]]))
@@ -138,3 +179,8 @@ def trace_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 
     with torch.no_grad():
         torch.onnx.export(module, args, str(path), input_names=names, output_names=list(OUTPUTS), dynamic_axes=axes,
                           opset_version=opset, dynamo=False, do_constant_folding=True)
+    import onnx
+
+    traced = onnx.load(str(path), load_external_data=False)         # weights stay where torch wrote them
+    optional_inputs(traced.graph, {name: [-1] for name in ROW_INPUTS})
+    onnx.save(traced, str(path))

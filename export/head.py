@@ -53,12 +53,11 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from specdec.runtime.core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS, TREE_INPUTS, TREE_OUTPUTS
+from specdec.runtime.core.graph_io import GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, TREE_INPUTS, TREE_OUTPUTS
 
 CANDIDATES = 256
 INPUTS, OUTPUTS = HEAD_INPUTS, HEAD_OUTPUTS        # runtime/core/graph_io.py
 TREE_INPUT, TREE_OUTPUT = TREE_INPUTS[2], TREE_OUTPUTS[0]     # tree_uniforms, draws (tree=True only)
-GUESS_COUNTS = "guess_counts"       # optional input (an overridable initializer, default [-1]); see the docstring
 
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 

@@ -224,7 +224,8 @@ def test_the_loader_checks_the_declared_graph_names():
 
     decoder = EXPECTED["decoder"]
     assert {n.lstrip("!") for n in decoder["inputs"]} == {*graph_io.DECODER_INPUTS, *graph_io.HEAD_INPUTS,
-                                                           graph_io.STEPS, *graph_io.TREE_INPUTS}
+                                                           graph_io.STEPS, *graph_io.TREE_INPUTS,
+                                                           *graph_io.ROW_INPUTS, graph_io.GUESS_COUNTS}
     assert {n.lstrip("!") for n in decoder["outputs"]} == {*graph_io.DECODER_OUTPUTS, *graph_io.HEAD_OUTPUTS,
                                                             *graph_io.TREE_OUTPUTS}
     pytest.importorskip("torch")

@@ -136,7 +136,8 @@ class Binder:
     def __init__(self, session: ort.InferenceSession, device: str):
         self.session, self.device = session, device
         self.binding = session.io_binding()
-        self.names = {i.name for i in session.get_inputs()}
+        # inputs with a default (format 7's row_lengths, source_lengths, guess_counts) are bound like the others
+        self.names = {i.name for i in (*session.get_inputs(), *session.get_overridable_initializers())}
         self.outputs = {o.name for o in session.get_outputs()}
         self.bound: dict = {}           # name -> (pointer, shape) bound now
         # The public bind_* methods rebuild an OrtDevice on every call, which is most of the host time of a

@@ -1,6 +1,6 @@
 """The export directory's manifest.json: what the exporter writes and what the runtime trusts after checking.
 
-Layout of an export directory (format_version 6):
+Layout of an export directory (format_version 7):
     manifest.json                  this file's content, below
     tokenizer.json                 the shared tokenizer (tokenizers library format)
     target/encoder.onnx            source ids -> cross-attention K/V of every decoder layer
@@ -8,7 +8,9 @@ Layout of an export directory (format_version 6):
                                    tokens' K/V, standardized rows, accepted count, next token (export/head.py);
                                    also the tree inputs (graph_io.TREE_INPUTS: tree_depth [N], tree_mask [N, N],
                                    tree_uniforms [M]) and output (draws [M]): the N tokens may be a token tree,
-                                   each at its depth, attending to its ancestors, verified in one run
+                                   each at its depth, attending to its ancestors, verified in one run; and
+                                   (every decoder) graph_io.ROW_INPUTS and GUESS_COUNTS, which let one run serve
+                                   a batch of sequences of different lengths, the head working on every row
     draft/encoder.onnx, draft/decoder.onnx     the same graphs for the draft; its decoder also takes `steps` and
                                                then runs a whole proposal of k tokens in one run, after verifying
                                                a lower chain level's guesses when given (export/loop.py)
@@ -18,7 +20,8 @@ Layout of an export directory (format_version 6):
 Format 1 had separate sampler graphs (sampler/*.onnx) and decoders without the head; format 2's head took batch 1
 only and had no `logit_mask` input (logits processors, beam search); format 3's drafts made one run per guess (no
 `steps` input); format 4's proposal loop could not verify a lower chain level's guesses; format 5's target could
-not verify a token tree (no tree inputs). All are refused with a message to re-export.
+not verify a token tree (no tree inputs); format 6's decoders took one sequence length for all batch rows and its
+head worked on row 0 only. All are refused with a message to re-export.
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import HEAD_INPUTS, HEAD_OUTPUTS, STEPS, TREE_INPUTS, TREE_OUTPUTS
+from ..core.graph_io import GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, ROW_INPUTS, STEPS, TREE_INPUTS, TREE_OUTPUTS
 from .confine import inside
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
 
 FORMAT = "specdec-export"
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
 ROLES = ("target", "draft")
 
@@ -151,7 +154,7 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         raise SpecdecError(f"{path} is not a specdec manifest", fix)
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
-                           f"format {FORMAT_VERSION} (the target verifies a tree of guesses in one run)",
+                           f"format {FORMAT_VERSION} (one run decodes a batch of requests of different lengths)",
                            "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
@@ -169,6 +172,10 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
                    n not in info.decoder.outputs]
         if missing:
             raise SpecdecError(f"{path}: the {role} decoder has no speculative head ({missing[0]} is missing)", fix)
+        unbatched = [n for n in (*ROW_INPUTS, GUESS_COUNTS) if n not in info.decoder.inputs]
+        if unbatched:
+            raise SpecdecError(f"{path}: the {role} decoder cannot run a batch of different lengths ({unbatched[0]} "
+                               "is missing)", fix)
         if role != "target" and STEPS not in info.decoder.inputs:
             raise SpecdecError(f"{path}: the {role} decoder has no proposal loop (input 'steps' is missing)", fix)
         # the target verifies token trees; a draft's graph has none of their tensors (nothing would bind them)

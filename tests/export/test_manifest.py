@@ -12,15 +12,18 @@ from tinymodels import read_manifest
 
 GRAPH_IO = {
     "encoder": (["input_ids"], ["cross_kv"]),
-    "decoder": (["input_ids", "past_kv", "cross_kv", "draft_probs", "uniforms", "temperature", "top_k", "top_p",
-                 "lenience", "logit_mask"], ["logits", "new_kv", "probs", "accepted", "next_token"]),
+    "decoder": (["input_ids", "past_kv", "cross_kv", "row_lengths", "source_lengths", "draft_probs", "uniforms",
+                 "temperature", "top_k", "top_p", "lenience", "logit_mask", "guess_counts"],
+                ["logits", "new_kv", "probs", "accepted", "next_token"]),
 }
+HEAD = GRAPH_IO["decoder"][0][5:-1]         # the head's inputs every caller binds (guess_counts has a default)
 GRAPH_IO["draft-decoder"] = (GRAPH_IO["decoder"][0] + ["steps"], GRAPH_IO["decoder"][1])   # the proposal loop
-GRAPH_IO["target-decoder"] = (GRAPH_IO["decoder"][0][:3] + ["tree_depth", "tree_mask"] + GRAPH_IO["decoder"][0][3:]
+GRAPH_IO["target-decoder"] = (GRAPH_IO["decoder"][0][:5] + ["tree_depth", "tree_mask"] + GRAPH_IO["decoder"][0][5:]
                               + ["tree_uniforms"], GRAPH_IO["decoder"][1] + ["draws"])      # token trees, format 6
-RANKS = {"steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 1, "temperature": 1,
-         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 2, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1,
-         "tree_depth": 1, "tree_mask": 2, "tree_uniforms": 1, "draws": 1}
+RANKS = {"steps": 1, "input_ids": 2, "cross_kv": 6, "past_kv": 6, "logits": 3, "new_kv": 6, "uniforms": 0, "temperature": 1,
+         "top_k": 1, "top_p": 1, "probs": 2, "draft_probs": 0, "lenience": 1, "logit_mask": 2, "accepted": 1, "next_token": 1,
+         "tree_depth": 1, "tree_mask": 2, "tree_uniforms": 1, "draws": 1, "row_lengths": 1, "source_lengths": 1,
+         "guess_counts": 1}
 
 
 def rank(kind, name):
@@ -39,14 +42,14 @@ def all_graphs(manifest):
 
 
 def test_format_and_options(manifest):
-    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 6
+    assert manifest["format"] == "specdec-export" and manifest["format_version"] == 7
     assert (manifest["gamma_max"], manifest["max_length"], manifest["dtype"]) == (8, 64, "fp32")
     assert manifest["vocab_size"] == 48
     assert manifest["special_ids"] == {"pad_token_id": 0, "eos_token_id": 1, "unk_token_id": 2,
                                        "decoder_start_token_id": 0}
     assert manifest["tokenizer"] == "tokenizer.json"
     assert "samplers" not in manifest
-    assert manifest["head"]["inputs"] == GRAPH_IO["decoder"][0][3:]
+    assert manifest["head"]["inputs"] == HEAD
     assert manifest["head"]["tree"] == {"models": ["target"], "inputs": ["tree_depth", "tree_mask", "tree_uniforms"],
                                         "outputs": ["draws"]}
 
@@ -134,11 +137,11 @@ def test_runtime_reads_the_manifest_and_catches_a_modified_file(tiny_export, tmp
         load_manifest(copy)
 
 
-@pytest.mark.parametrize("version", [1, 3, 4, 5])
+@pytest.mark.parametrize("version", [1, 3, 4, 5, 6])
 def test_an_older_format_is_refused_with_a_one_line_fix(tiny_export, tmp_path, version):
     """Format 1 (separate sampler graphs), format 3 (a draft run per guess, no proposal loop), format 4 (a
-    proposal loop that cannot verify a lower chain level's guesses) and format 5 (a target that cannot verify a
-    token tree) cannot run on this runtime: say so and how to fix it."""
+    proposal loop that cannot verify a lower chain level's guesses), format 5 (a target that cannot verify a
+    token tree) and format 6 (one length for every batch row, the head on row 0) cannot run on this runtime: say so and how to fix it."""
     import json
 
     from specdec.runtime.core.errors import SpecdecError

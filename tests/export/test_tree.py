@@ -5,7 +5,7 @@ A tree run gives every node the logits and K/V of a chain run over its path root
 Hugging Face's T5 on the whole sequence, DecoderWithCache for the K/V); the chain defaults (arange, lower triangle)
 give a draft-style graph's outputs bit for bit; draws are the NumPy reference sampler's draws from each row; the
 zero-size tree_uniforms / draws of a chain run bind through the runtime's Binder; drafts have no tree inputs, and
-a format-5 export is refused with the one-line re-export error.
+an export of an older format is refused with the one-line re-export error.
 
 Tolerances (fp32): a tree run against chain runs of the same graph 1e-5 (the same values summed over other masked
 keys; 1e-7 seen); against PyTorch 1e-4 in a logit (tests/export/test_parity.py's) and 1e-5 in K/V."""
@@ -129,7 +129,8 @@ def test_each_node_of_a_tree_run_is_a_chain_run_over_its_path(graphs, past):
         assert logits.shape == (1, n, VOCAB) and new_kv.shape == (n, *cache.shape[1:])
         with torch.no_grad():
             module_logits = torch_tree(torch.from_numpy(ids), torch.from_numpy(cache), torch.from_numpy(cross),
-                                       torch.from_numpy(tree_depth), torch.from_numpy(tree_mask))[0].numpy()
+                                       tree_depth=torch.from_numpy(tree_depth),
+                                       tree_mask=torch.from_numpy(tree_mask))[0].numpy()
         np.testing.assert_allclose(module_logits, logits, rtol=0, atol=TREE_TOL)
         for i in range(n):
             path = tokens[path_of(parent, i)]
@@ -339,7 +340,7 @@ def test_format_5_and_trees_in_the_wrong_graph_are_one_line_errors(tiny_export, 
         raw["models"]["draft"]["graphs"]["decoder"]["inputs"].append(
             {"name": "tree_depth", "dtype": "int64", "shape": ["new"]})
 
-    cases = [(lambda raw: raw.update(format_version=5), "format version 5, this specdec reads format 6 "),
+    cases = [(lambda raw: raw.update(format_version=6), "format version 6, this specdec reads format 7 "),
              (drop_from_target, "the target decoder cannot verify a token tree (tree_mask is missing)"),
              (add_to_draft, "the draft decoder has tree_depth, a tensor of the target's alone")]
     for i, (edit, message) in enumerate(cases):
