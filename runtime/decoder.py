@@ -10,15 +10,21 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params
 from .core.stats import Result, Stats
+from .decoding.batch import BATCH_GAMMA, Batching, batch_source
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.sources import Sources
+from .decoding.switch import Switch
+from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
 from .engine.device import device_of, resolve_provider
 from .engine.gate import Gate
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
 from .loading.manifest import load_manifest
+
+
+MAX_BATCH = 256         # rows of one batched run (each holds a KV cache of max_length positions)
 
 
 @dataclass
@@ -74,6 +80,7 @@ class SpeculativeDecoder:
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
         self.sources = Sources(self.models, datastore)     # draft= and gamma= -> sources; what auto learns
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
+        self._batch_switches = {}       # batch capacity -> Switch (runtime/decoding/switch.py)
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
 
@@ -227,6 +234,89 @@ class SpeculativeDecoder:
                 out.extend(new)
             return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
                           request.scores)
+
+    # -- batches ----------------------------------------------------------------------------------------------
+    def generate_batch(self, prompts=None, *, input_ids=None, params=None, max_batch: int = 16,
+                       **overrides) -> list:
+        """Generate many requests together: up to `max_batch` at a time share every target run (runtime/decoding/
+        batch.py), the others wait and take the place of requests that finish. `prompts`: a list of texts, or
+        `input_ids`: a list of id sequences. `params`: one Params for all, or a list with one per request;
+        keywords override fields of every request. Returns one Result per request, in order; a request with bad
+        input gets a Result whose `error` is its one-line message, and the others are generated."""
+        return self._collect(self._batch(prompts, input_ids, params, max_batch, overrides))
+
+    def stream_batch(self, prompts=None, *, input_ids=None, params=None, max_batch: int = 16, **overrides):
+        """As generate_batch, but yield (index, Piece) as each request's tokens are accepted; a request with bad
+        input yields one Piece with no tokens and its error in `stop_reason` ("error: ...")."""
+        texts: dict = {}
+        for index, request, new in self._batch(prompts, input_ids, params, max_batch, overrides):
+            if isinstance(request, SpecdecError):
+                yield index, Piece([], "", None, f"error: {request}")
+                continue
+            out, shown = texts.get(index, ([], ""))
+            out = out + new
+            text = self.decode(out)
+            piece = Piece(new, text[len(shown):] if text.startswith(shown) else text, request.stats,
+                          request.stop_reason)
+            texts[index] = (out, text)
+            yield index, piece
+
+    def _collect(self, events) -> list:
+        outs: dict = {}
+        results: dict = {}
+        for index, request, new in events:
+            if isinstance(request, SpecdecError):
+                results[index] = Result("", [], Stats(), "", [], [], str(request))
+                continue
+            outs.setdefault(index, []).extend(new)
+            if request.stop_reason:
+                out = outs[index]
+                results[index] = Result(self.decode(out), out, request.stats, request.stop_reason, [out], [])
+        return [results[i] for i in range(len(results))]
+
+    def _batch(self, prompts, input_ids, params, max_batch: int, overrides):
+        """Check every request (a bad one becomes its error), then decode the good ones in batches. Yields
+        (index, Request or SpecdecError, new tokens)."""
+        if (prompts is None) == (input_ids is None):
+            raise SpecdecError("pass exactly one of prompts (a list of texts) or input_ids (a list of id lists)")
+        items = prompts if prompts is not None else input_ids
+        if isinstance(items, (str, bytes)) or not hasattr(items, "__len__"):
+            raise SpecdecError("generate_batch takes a list of prompts", "pass [text, ...], or use generate() "
+                               "for one")
+        if len(items) == 0:
+            raise SpecdecError("the batch is empty", "pass at least one prompt")
+        if type(max_batch) is not int or not 1 <= max_batch <= MAX_BATCH:
+            raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {max_batch!r})",
+                               f"use 1 <= max_batch <= {MAX_BATCH}")
+        if isinstance(params, (list, tuple)) and len(params) != len(items):
+            raise SpecdecError(f"params has {len(params)} entries for {len(items)} prompts",
+                               "pass one Params for all, or one per prompt")
+        queue, failed = [], []
+        for i, item in enumerate(items):
+            try:
+                p = params[i] if isinstance(params, (list, tuple)) else params
+                checked = Params.of(p, **overrides).checked(self.gamma_max)
+                batch_source(checked)
+                ids = self._source(item, None) if prompts is not None else self._source(None, item)
+                queue.append((i, Request(ids, checked)))
+            except SpecdecError as err:
+                failed.append((i, err))
+        for i, err in failed:
+            yield i, err, []
+        if not queue:
+            return
+        capacity = min(len(queue), max_batch)
+        gamma = min(self.gamma_max, max(BATCH_GAMMA if r.params.gamma == "auto" else int(r.params.gamma)
+                                        for _, r in queue))
+        with self._gate.held():
+            model = BatchModel(self.target, capacity, max(len(r.ids) for _, r in queue), gamma)
+            # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
+            auto = any(r.params.gamma == "auto" and batch_source(r.params) == "lookup" for _, r in queue)
+            switch = self._batch_switches.setdefault(capacity, Switch()) if auto else None
+            batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch)
+            for row, new in batching.run(queue):
+                row.request.tick()
+                yield row.index, row.request, new
 
     # -- beam search ------------------------------------------------------------------------------------------
     def beam_model(self, name: str) -> BeamModel:

@@ -134,3 +134,4 @@ class Result:
     sequences: list = field(default_factory=list)    # beam search: the num_return_sequences best, best first
     #                                                  (token_ids and text are the first); [token_ids] otherwise
     scores: list = field(default_factory=list)       # beam search: their scores (sum log p / length ** penalty)
+    error: str = ""                                  # generate_batch: this request's one-line error (then no text)

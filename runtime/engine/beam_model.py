@@ -2,7 +2,8 @@
 reordered between steps.
 
 The decoder graph is the same file the speculative loop runs (its head samples every row and is ignored here),
-opened in a second session without the batch-1 shape override, on first use. Its cache is two flat buffers of
+opened in a second session without the batch-1 shape override, on first use (CachedSeq2Seq.free_session:
+batched requests share it). Its cache is two flat buffers of
 [max_length, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft): the live one holds the
 first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
 into a spare one, which becomes live (numpy.take with `out=`: no allocation per step; on a GPU provider the two buffers are
@@ -17,7 +18,7 @@ import time
 import numpy as np
 
 from ..core.stats import Stats
-from .device import Binder, Buffer, create_session
+from .device import Binder, Buffer
 from .model import CachedSeq2Seq
 from .positions import ChainPositions
 
@@ -26,8 +27,7 @@ class BeamModel:
     def __init__(self, model: CachedSeq2Seq, buffers: int = 2):
         self.model = model
         self.device = model.device
-        self.decoder = Binder(create_session(model.decoder_path, model.provider, model.threads, batch=None),
-                              self.device)
+        self.decoder = Binder(model.free_session(), self.device)     # shared with batched requests
         self.capacity = self.tokens_cap = 0
         self.live, self.pinned = 0, None
         self.buffers = buffers    # 3 for a draft, whose round-start cache stays pinned while it proposes

@@ -51,6 +51,14 @@ class CachedSeq2Seq:
         self._steps = 0
         self.chain = ChainPositions(device, rows)     # the tree inputs of a format-6 target's plain runs
         self.trees = "tree_depth" in self.decoder.names
+        self._free = None        # free_session()
+
+    def free_session(self):
+        """The decoder graph in a session without the batch-1 shape override (beam search and batched requests
+        share it), opened on first use."""
+        if self._free is None:
+            self._free = create_session(self.decoder_path, self.provider, self.threads, batch=None)
+        return self._free
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call."""

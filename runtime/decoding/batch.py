@@ -1,0 +1,179 @@
+"""Many requests decoded together: every round is one target run over all of them (continuous batching).
+
+Each row of the batch is a request with its own parameters, uniform stream, output and lookup. A round is either
+plain (every row appends its pending token: a target-only step for all) or a lookup round (each row that asks for
+a draft proposes up to its gamma tokens copied from its output, its source or the datastore, and the others none;
+the head judges every row's guesses with that row's parameters). So each row keeps its own number of accepted
+guesses and its own length; rows that finish leave between rounds and queued requests take their places.
+
+Exactness per row: a row's guesses are point masses, judged by Algorithm 1 with the row's own standardized p and
+uniforms, in a run where the row attends to its own cache positions only (export/decoder.py's row_lengths and
+source_lengths). Whether a round is plain or a lookup round never depends on the row's uniforms, so each row's
+output has the target's distribution, and at temperature 0 it is the target's greedy output: the same tokens the
+request gives alone.
+
+Which rounds pay is measured like a single request's auto rounds (switch.py): a batch's Switch compares the wall
+seconds per token of lookup rounds and plain rounds, round by round interleaved, one Switch per batch capacity.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..core.errors import SpecdecError
+from ..core.params import Params
+from .lookup import LookupDraft
+from .request import Request
+from .switch import Switch
+
+BATCH_GAMMA = 4          # a lookup row's most guesses a round at gamma="auto": every row's run grows with the widest
+
+
+@dataclass
+class Row:
+    index: int                       # the request's place in the caller's list
+    request: Request
+    lookup: LookupDraft | None       # None: draft="none" (target-only rounds for this row)
+    gamma: int
+    rng: np.random.Generator
+    pending: int                     # the last token, not yet in the cache
+    seq: list = field(default_factory=list)     # the start token and every final token (the lookup reads it)
+    out: list = field(default_factory=list)
+
+
+def batch_source(params: Params) -> str:
+    """The batched path's draft for a request: "lookup" or "none"; a one-line error for what it does not run."""
+    if params.num_beams > 1:
+        raise SpecdecError("beam search cannot run in a batch", "generate it alone with generate(num_beams=...)")
+    if params.min_new_tokens or params.no_repeat_ngram_size:
+        raise SpecdecError("logits processors (min_new_tokens, no_repeat_ngram_size) do not run in a batch yet",
+                           "generate this request alone with generate()")
+    if params.lenience != 1:
+        raise SpecdecError("lenience < 1 does not run in a batch", "generate this request alone with generate()")
+    if params.gamma == 0 or params.draft == "none":
+        return "none"
+    if params.draft in ("auto", "lookup"):
+        return "lookup"
+    raise SpecdecError(f"draft={params.draft!r} does not run in a batch: a batch's guesses come from the lookup",
+                       "use draft='auto', 'lookup' or 'none' in generate_batch, or generate this request alone")
+
+
+class Batching:
+    """Decode queued requests on a BatchModel (runtime/engine/batch_model.py), `capacity` rows at a time."""
+
+    def __init__(self, model, eos_id: int, start_id: int, max_length: int, datastore=None, switch: Switch | None = None):
+        self.model, self.eos_id, self.start_id, self.max_length = model, eos_id, start_id, max_length
+        self.datastore = datastore
+        self.switch = switch
+
+    def run(self, queue: list):
+        """`queue`: (index, Request) pairs, checked. Yields (row, new tokens) after each round for every row that
+        gained tokens; a row's request has its stop_reason set on its last."""
+        model = self.model
+        rows: list = [None] * model.capacity
+        waiting = list(queue)
+        produced = 0
+        switch = self.switch
+        if switch is not None:
+            switch.start()
+        while True:
+            for b in range(model.capacity):
+                if rows[b] is None and waiting:
+                    rows[b] = self._join(b, *waiting.pop(0))
+            live = [b for b in range(model.capacity) if rows[b] is not None]
+            if not live:
+                return
+            if not waiting and len(live) <= model.capacity // 2:
+                self._shrink(rows, live)
+                live = list(range(len(live)))
+            lookups = any(rows[b].lookup is not None for b in live)
+            plain = not lookups or (switch is not None and switch.plain(produced))
+            guesses = [[] for _ in range(model.capacity)]
+            if not plain:
+                # the run's new tokens land after the longest row's: the guesses must fit there
+                room = self.max_length - 1 - max(len(rows[b].seq) - 1 for b in live)
+                for b in live:
+                    guesses[b] = self._guesses(rows[b], room)
+            g = max(len(x) for x in guesses)
+            uniforms = np.zeros((model.capacity, g + 1), np.float32)
+            for b in live:
+                row = rows[b]
+                if row.request.params.temperature > 0:
+                    k = len(guesses[b])
+                    u = row.rng.random(k + 1, dtype=np.float32)
+                    uniforms[b, :k], uniforms[b, g] = u[:k], u[k]
+            pending = np.array([rows[b].pending if rows[b] is not None else 0 for b in range(model.capacity)])
+            began = time.perf_counter()
+            accepted, following = model.run(pending, guesses, uniforms, _Shared())
+            elapsed = time.perf_counter() - began
+            for b in live:
+                row = rows[b]
+                n = int(accepted[b])
+                new = guesses[b][:n] + [int(following[b])]
+                new = self._record(row, guesses[b], n, new, elapsed, plain)
+                produced += len(new)
+                yield row, new
+                if row.request.stop_reason:
+                    rows[b] = None
+                    model.leave(b)
+
+    def _join(self, b: int, index: int, request: Request) -> Row:
+        params = request.params
+        self.model.join(b, request.ids, params, request.stats)
+        lookup = None
+        if batch_source(params) == "lookup":
+            lookup = LookupDraft(datastore=self.datastore)
+            lookup.start(request.ids, request.stats)
+        gamma = BATCH_GAMMA if params.gamma == "auto" else int(params.gamma)
+        return Row(index, request, lookup, min(gamma, self.model.gamma), np.random.default_rng(params.seed),
+                   self.start_id, [self.start_id])
+
+    def _guesses(self, row: Row, room: int) -> list:
+        """Up to the row's gamma tokens its lookup copies: at most `room` (what the run has inside max_length) and
+        one fewer than the tokens the row still may make."""
+        if row.lookup is None:
+            return []
+        room = min(row.gamma, row.request.params.max_new_tokens - len(row.out) - 1, room)
+        if room < 1:
+            return []
+        return row.lookup.guesses(SimpleNamespace(seq=row.seq, known=[]), room)
+
+    def _record(self, row: Row, proposed: list, n: int, new: list, elapsed: float, plain: bool) -> list:
+        """Append a round's tokens to the row (cut at max_new_tokens and eos), its stats and stop reason."""
+        request, stats = row.request, row.request.stats
+        limit = request.params.max_new_tokens
+        new = new[:limit - len(row.out)]
+        if self.eos_id in new:
+            new = new[:new.index(self.eos_id) + 1]
+        stats.target_calls += 1
+        stats.ort_runs += 1
+        stats.target_s += elapsed
+        if proposed:
+            stats.proposed += len(proposed)
+            stats.accepted += n
+            stats.source(row.lookup.origin).add(len(proposed), n, len(new))
+        else:
+            stats.source("none").add(0, 0, len(new))
+        row.out += new
+        row.seq += new
+        row.pending = new[-1] if new else row.pending
+        stats.new_tokens = len(row.out)
+        request.stop(row.out, self.eos_id, len(row.seq) - 1 >= self.max_length)   # the cache is full
+        return new
+
+    def _shrink(self, rows: list, live: list) -> None:
+        """Fewer rows than half the capacity and none waiting: lay the batch out for the rows it still has."""
+        capacity = 1 << (len(live) - 1).bit_length()
+        self.model.resize(capacity, live)
+        kept = [rows[b] for b in live]
+        rows[:] = kept + [None] * (capacity - len(kept))
+
+
+class _Shared:
+    """The run's own Stats sink: a batched run is recorded on each row's request (Batching._record)."""
+    target_s = 0.0
+    ort_runs = 0

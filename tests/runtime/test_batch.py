@@ -1,0 +1,170 @@
+"""Batched decoding (runtime/decoding/batch.py, runtime/engine/batch_model.py): many requests share every target
+run, each row with its own length, source, parameters and uniforms.
+
+Exactness per row: greedy output of every row equals that prompt generated alone (which test_greedy.py holds
+against PyTorch), with rows of mixed lengths joining and leaving mid-batch, for target-only rows, lookup rows and
+the datastore; the output distribution of every row at T = 1 and with top-k equals the target's, enumerated
+(test_distribution.py's reference and chi-square), with a deliberately broken control that the test catches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_datastore_decoder import stored  # noqa: F401  (fixture: an export with a datastore of its own outputs)
+from test_distribution import (P_PASS, P_TEETH, PROMPT, SETTINGS, TOKENS, chi_square_p, exact_distribution,
+                               small_datastore)
+from tinymodels import random_prompts
+
+from specdec.runtime import Params, SpecdecError, SpeculativeDecoder
+from specdec.runtime.engine.batch_model import BatchModel
+
+
+def alone(dec, prompts, **kw):
+    return [dec.generate(input_ids=p, draft="none", **kw).token_ids for p in prompts]
+
+
+@pytest.mark.parametrize("draft,gamma", [("none", "auto"), ("lookup", 3), ("lookup", 8), ("auto", "auto")])
+def test_every_row_equals_the_prompt_generated_alone(related_decoder, draft, gamma):
+    """20 prompts of 3-14 tokens, at most 6 rows at a time: rows join and leave mid-batch, and the batch shrinks."""
+    prompts = random_prompts(related_decoder.vocab_size, 20, seed=3)
+    ref = alone(related_decoder, prompts, max_new_tokens=24)
+    results = related_decoder.generate_batch(input_ids=prompts, draft=draft, gamma=gamma, max_new_tokens=24,
+                                             max_batch=6)
+    assert [r.token_ids for r in results] == ref
+    assert all(r.stop_reason in ("eos", "max_new_tokens") and not r.error for r in results)
+    if draft == "lookup":
+        assert sum(r.stats.proposed for r in results) > 50
+        assert 0 < sum(r.stats.accepted for r in results) < sum(r.stats.proposed for r in results)
+
+
+def test_batches_of_one_to_sixteen_and_per_row_params(related_decoder):
+    """B = 1, 4, 16 at once; each row its own max_new_tokens and draft; the same answers as alone."""
+    prompts = random_prompts(related_decoder.vocab_size, 16, seed=5)
+    lengths = [3 + (i * 7) % 20 for i in range(16)]
+    params = [Params(max_new_tokens=n, draft="lookup" if i % 2 else "none", gamma=4) for i, n in enumerate(lengths)]
+    ref = [related_decoder.generate(input_ids=p, draft="none", max_new_tokens=n).token_ids
+           for p, n in zip(prompts, lengths)]
+    for batch in (1, 4, 16):
+        results = related_decoder.generate_batch(input_ids=prompts, params=params, max_batch=batch)
+        assert [r.token_ids for r in results] == ref, batch
+
+
+def test_rows_near_max_length(related_decoder):
+    """max_length 64: rows that reach it stop as they do alone, the others go on."""
+    prompts = random_prompts(related_decoder.vocab_size, 6, seed=8)
+    ref = [related_decoder.generate(input_ids=p, draft="none", max_new_tokens=200) for p in prompts]
+    results = related_decoder.generate_batch(input_ids=prompts, draft="lookup", gamma=8, max_new_tokens=200)
+    assert [r.token_ids for r in results] == [r.token_ids for r in ref]
+    assert [r.stop_reason for r in results] == [r.stop_reason for r in ref]
+
+
+def test_datastore_rows_equal_alone(stored):  # noqa: F811
+    export, prompts_a, prompts_b = stored
+    dec = SpeculativeDecoder.load(export, provider="cpu")
+    prompts = prompts_a + prompts_b
+    ref = alone(dec, prompts, max_new_tokens=24)
+    results = dec.generate_batch(input_ids=prompts, draft="lookup", gamma=8, max_new_tokens=24, max_batch=8)
+    assert [r.token_ids for r in results] == ref
+    assert sum(r.stats.accepted for r in results) > 100, "the datastore holds these outputs: rows must copy them"
+    assert any("datastore" in r.stats.sources for r in results)
+
+
+def test_stream_batch_pieces_add_up(related_decoder):
+    prompts = random_prompts(related_decoder.vocab_size, 5, seed=9)
+    ref = alone(related_decoder, prompts, max_new_tokens=16)
+    got = {i: [] for i in range(5)}
+    last = {}
+    for index, piece in related_decoder.stream_batch(input_ids=prompts, draft="lookup", gamma=3, max_new_tokens=16,
+                                                     max_batch=3):
+        assert index not in last, "a request yielded after its last piece"
+        got[index] += piece.token_ids
+        if piece.stop_reason:
+            last[index] = piece
+    assert [got[i] for i in range(5)] == ref
+    assert sorted(last) == list(range(5))
+
+
+def test_bad_input(related_decoder):
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 4, seed=2)
+    for call, message in ((lambda: dec.generate_batch(input_ids=[]), "the batch is empty"),
+                          (lambda: dec.generate_batch(input_ids=prompts, max_batch=0), "max_batch must be"),
+                          (lambda: dec.generate_batch(input_ids=prompts, max_batch=10 ** 6), "max_batch must be"),
+                          (lambda: dec.generate_batch("a prompt"), "takes a list of prompts"),
+                          (lambda: dec.generate_batch(input_ids=prompts, params=[Params()]), "params has 1 entries")):
+        with pytest.raises(SpecdecError) as err:
+            call()
+        assert message in str(err.value) and "\n" not in str(err.value)
+    # one bad row fails alone, with its one-line error; the others finish
+    rows = [prompts[0], [dec.vocab_size + 5], prompts[1], prompts[2], prompts[3]]
+    params = [Params(max_new_tokens=8), Params(max_new_tokens=8), Params(max_new_tokens=8, temperature=-1),
+              Params(max_new_tokens=8, draft="draft"), Params(max_new_tokens=8, num_beams=2)]
+    results = dec.generate_batch(input_ids=rows, params=params)
+    assert results[0].token_ids == dec.generate(input_ids=prompts[0], max_new_tokens=8).token_ids
+    for r, words in zip(results[1:], ("outside the vocabulary", "temperature", "does not run in a batch",
+                                      "beam search cannot run in a batch")):
+        assert words in r.error and "\n" not in r.error and r.token_ids == [], (words, r.error)
+    assert dec.generate(input_ids=prompts[0], max_new_tokens=8).token_ids == results[0].token_ids   # still usable
+
+
+# -- distributions ---------------------------------------------------------------------------------------------------
+# N = 20,000 requests of the 3-token test (test_distribution.py) in one generate_batch call, at most 16 rows at a
+# time, every request its own seed, two prompts alternating (row b's neighbours decode the other prompt), the lookup
+# with the small datastore at gamma 2 so that rows copy, keep and reject guesses. Pass: chi-square p >= 1e-3 for
+# each prompt against its own enumerated distribution. Broken control: the same batch where each joining request's
+# encoder output lands in the next row (a row reads another row's source): p < 1e-6.
+N_BATCH = 20_000
+OTHER = [4, 6, 3, 3, 7, 1]
+
+
+def batch_counts(dec, settings, prompts=(PROMPT, OTHER), n=N_BATCH) -> list:
+    inputs = [prompts[i % len(prompts)] for i in range(n)]
+    params = [Params(max_new_tokens=TOKENS, gamma=2, draft="lookup", seed=i, **settings) for i in range(n)]
+    results = dec.generate_batch(input_ids=inputs, params=params, max_batch=16)
+    counts = [{} for _ in prompts]
+    for i, r in enumerate(results):
+        out = tuple(r.token_ids)
+        counts[i % len(prompts)][out] = counts[i % len(prompts)].get(out, 0) + 1
+    return counts, results
+
+
+@pytest.fixture(scope="module")
+def batch_decoder(small_vocab_pair, tmp_path_factory):
+    dec = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
+    dec.datastore = small_datastore(tmp_path_factory.mktemp("store"), dec.vocab_size)
+    return dec
+
+
+@pytest.mark.parametrize("name", ["temperature", "top_k"])
+def test_every_row_keeps_the_target_distribution(name, small_vocab_pair, batch_decoder):
+    settings = SETTINGS[name]
+    counts, results = batch_counts(batch_decoder, settings)
+    for prompt, count in zip((PROMPT, OTHER), counts):
+        p_value = chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))
+        assert p_value >= P_PASS, f"batched lookup, {name}, prompt {prompt}: chi-square p = {p_value:.3g}"
+    proposed, accepted = sum(r.stats.proposed for r in results), sum(r.stats.accepted for r in results)
+    assert 0 < accepted < proposed and proposed >= 5000, (proposed, accepted)
+
+
+class WrongRow(BatchModel):
+    """A joining request's row reads the cross-attention K/V of the next row (deliberately broken): another
+    request's source, mostly the other prompt's."""
+
+    def join(self, row, ids, params, stats):
+        super().join(row, ids, params, stats)
+        other = (row + 1) % self.capacity
+        self.cross.host[:, :, row] = self.cross.host[:, :, other]
+        self.sources[row] = self.sources[other]
+        self.buf["source_lengths"].write([self.sources[row]], row)
+
+
+def test_the_batch_test_has_teeth(small_vocab_pair, batch_decoder, monkeypatch):
+    import specdec.runtime.decoder as decoder_module
+
+    monkeypatch.setattr(decoder_module, "BatchModel", WrongRow)
+    settings = SETTINGS["temperature"]
+    counts, _ = batch_counts(batch_decoder, settings)
+    p_values = [chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))
+                for prompt, count in zip((PROMPT, OTHER), counts)]
+    assert min(p_values) < P_TEETH, f"a row reading another row's source passed the chi-square test ({p_values})"
