@@ -1,0 +1,159 @@
+"""Batched decoding: tokens/s and per-token latency at each batch size B, speculative against target-only.
+
+    specdec-bench batch --engine DIR [--batch 1,4,16] [--draft none,auto] [--temperature 0,1]
+                        [--num-prompts 128] [--repeat 3] [--max-new-tokens 64]
+
+Each cell decodes every prompt once through `generate_batch(..., max_batch=B)`: B requests share every target run
+and the others wait for a row (continuous batching). Cells run interleaved (repeat, temperature, B, draft), so
+each ratio compares cells measured side by side. Reported per cell: tokens/s (all generated tokens / the cell's
+wall time), the mean per-token latency a request sees (its own wall time / its tokens), target runs, tokens per
+request per run, and the ratios: tokens/s against `none` at the same B, and against `none` at the smallest B.
+Greedy rows are checked against `none` at the same B (exactness per row). The auto rows report the share of
+target runs that were lookup rounds: the batch's switch (runtime/decoding/switch.py) keeps lookup rounds only
+where they are measured to pay.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--engine", required=True, metavar="DIR", help="export directory")
+    p.add_argument("--batch", default="1,4,16", help="batch sizes B, comma-separated (default 1,4,16)")
+    p.add_argument("--draft", default="none,auto",
+                   help="none (target only, always added), lookup[:G] (the lookup at gamma G, default 4), auto "
+                        "(the lookup where it pays); comma-separated. Each B and configuration first runs one untimed pass over the "
+                        "prompts")
+    p.add_argument("--temperature", default="0,1", help="comma-separated (default 0,1)")
+    p.add_argument("--prompts", metavar="FILE")
+    p.add_argument("--num-prompts", type=int, default=128)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--provider", default="cpu")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--json", metavar="OUT.json")
+    p.add_argument("--markdown", metavar="OUT.md")
+
+
+def _configs(text: str) -> list:
+    out = [("none", "none", 0)]
+    for item in text.split(","):
+        item = item.strip()
+        name, _, gamma = item.partition(":")
+        if name == "none" or not item:
+            continue
+        if name not in ("lookup", "auto"):
+            raise SystemExit(f"specdec-bench batch: unknown draft {item!r}: use none, lookup[:G] or auto")
+        out.append((item, name, int(gamma) if gamma else "auto"))
+    return out
+
+
+def _ints(text: str, what: str) -> list:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"specdec-bench batch: --{what} takes comma-separated integers (got {text!r})") from None
+    return values
+
+
+def run(args) -> int:
+    from specdec.runtime import Params, SpeculativeDecoder
+
+    from . import machine, prompts as prompts_mod
+
+    batches = _ints(args.batch, "batch")
+    temperatures = [float(t) for t in args.temperature.split(",")]
+    configs = _configs(args.draft)
+    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
+    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
+    ids = [p.ids for p in prompts]
+    mach = machine.describe(dec.provider, args.threads)
+    print(f"specdec-bench batch: {args.engine}")
+    print(f"machine: {machine.one_line(mach)}")
+    print(f"prompts: {len(ids)} from {origin}; max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
+          f"B {','.join(map(str, batches))}, draft {','.join(c[0] for c in configs)}")
+    cells: dict = {}
+    outputs: dict = {}
+    # one untimed warm-up pass per B and configuration over every prompt: sessions, buffers, and what each
+    # batch's switch learns (its first rounds measure both modes half and half)
+    for t in temperatures:
+        for b in batches:
+            for _, draft, gamma in configs:
+                dec.generate_batch(input_ids=ids, max_new_tokens=args.max_new_tokens, max_batch=b, draft=draft,
+                                   gamma=gamma, temperature=t)
+    for rep in range(args.repeat):
+        for t in temperatures:
+            for b in batches:
+                for label, draft, gamma in configs:
+                    params = [Params(max_new_tokens=args.max_new_tokens, draft=draft, gamma=gamma, temperature=t,
+                                     seed=rep * 100_000 + i) for i in range(len(ids))]
+                    began = time.perf_counter()
+                    results = dec.generate_batch(input_ids=ids, params=params, max_batch=b)
+                    wall = time.perf_counter() - began
+                    cell = cells.setdefault((t, b, label), {"wall": 0.0, "tokens": 0, "latency": [], "runs": 0,
+                                                            "lookup_runs": 0, "accepted": 0, "proposed": 0})
+                    cell["wall"] += wall
+                    cell["tokens"] += sum(len(r.token_ids) for r in results)
+                    cell["latency"] += [r.stats.total_s / max(1, len(r.token_ids)) for r in results]
+                    cell["runs"] += sum(r.stats.target_calls for r in results)
+                    cell["lookup_runs"] += sum(r.stats.target_calls - r.stats.source("none").rounds
+                                               for r in results)
+                    cell["accepted"] += sum(r.stats.accepted for r in results)
+                    cell["proposed"] += sum(r.stats.proposed for r in results)
+                    if t == 0 and rep == 0:
+                        outputs[(b, label)] = [r.token_ids for r in results]
+                    sys.stdout.write(".")
+                    sys.stdout.flush()
+    print()
+    report = _report(cells, outputs, temperatures, batches, configs)
+    report.update(machine=mach, engine=str(args.engine), prompts=len(ids), origin=origin,
+                  max_new_tokens=args.max_new_tokens, repeat=args.repeat)
+    text = table(report)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(text + "\n")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+    return 0
+
+
+def _report(cells, outputs, temperatures, batches, configs) -> dict:
+    rows = []
+    for t in temperatures:
+        for b in batches:
+            base = cells[(t, b, "none")]
+            first = cells[(t, batches[0], "none")]
+            for label, _, _ in configs:
+                c = cells[(t, b, label)]
+                tps = c["tokens"] / c["wall"]
+                rows.append({
+                    "temperature": t, "batch": b, "draft": label, "tokens_per_s": tps,
+                    "latency_ms_per_token": 1e3 * float(np.mean(c["latency"])),
+                    "vs_none": tps / (base["tokens"] / base["wall"]),
+                    "vs_none_first_batch": tps / (first["tokens"] / first["wall"]),
+                    "tokens_per_row_run": c["tokens"] / max(1, c["runs"]),
+                    "lookup_share": c["lookup_runs"] / max(1, c["runs"]),
+                    "alpha": c["accepted"] / c["proposed"] if c["proposed"] else None,
+                    "greedy_equal": (outputs[(b, label)] == outputs[(b, "none")]) if t == 0 else None})
+    return {"rows": rows, "first_batch": batches[0]}
+
+
+def table(report: dict) -> str:
+    first = report["first_batch"]
+    lines = ["| T | B | draft | tokens/s | ms/token (request) | × none (same B) | × none (B = %d) | tokens/row/run "
+             "| lookup rounds | α | greedy = none |" % first,
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["rows"]:
+        alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        equal = "" if r["greedy_equal"] is None else ("yes" if r["greedy_equal"] else "NO")
+        lines.append(f"| {r['temperature']:g} | {r['batch']} | {r['draft']} | {r['tokens_per_s']:.0f} | "
+                     f"{r['latency_ms_per_token']:.2f} | {r['vs_none']:.2f} | {r['vs_none_first_batch']:.2f} | "
+                     f"{r['tokens_per_row_run']:.2f} | {100 * r['lookup_share']:.0f} % | {alpha} | {equal} |")
+    return "\n".join(lines)
