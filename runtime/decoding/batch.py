@@ -81,6 +81,7 @@ class Batching:
         if switch is not None:
             switch.start()
         while True:
+            joined = time.perf_counter()
             for b in range(model.capacity):
                 if rows[b] is None and waiting:
                     rows[b] = self._join(b, *waiting.pop(0))
@@ -91,7 +92,9 @@ class Batching:
                 self._shrink(rows, live)
                 live = list(range(len(live)))
             lookups = any(rows[b].lookup is not None for b in live)
-            plain = not lookups or (switch is not None and switch.plain(produced))
+            # joining requests' encoder runs (and a new layout) are no round's work: the switch leaves them out
+            idle = time.perf_counter() - joined
+            plain = not lookups or (switch is not None and switch.plain(produced, idle))
             guesses = [[] for _ in range(model.capacity)]
             if not plain:
                 # the run's new tokens land after the longest row's: the guesses must fit there

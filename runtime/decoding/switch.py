@@ -49,9 +49,10 @@ class Switch:
         """A new request: its set-up is not a round's time."""
         self._last = None
 
-    def plain(self, produced: int) -> bool:
+    def plain(self, produced: int, idle: float = 0.0) -> bool:
         """Called at each round's start with the tokens the request has produced: True when the round is to be a
-        plain target step."""
+        plain target step. `idle`: seconds since the last call that were no round's work (a batch's joining
+        requests' encoder runs), left out of the last round's time."""
         now = self.clock()
         if self._last is not None:
             began, before, mode = self._last
@@ -59,7 +60,7 @@ class Switch:
                 spent[0] *= _DECAY
                 spent[1] *= _DECAY
             spent = self.spent[mode]
-            spent[0] += now - began
+            spent[0] += now - began - idle
             spent[1] += produced - before
         self.rounds += 1
         self.led += 1

@@ -93,6 +93,29 @@ def test_work_that_changes_cost_between_requests_does_not_mislead_it():
         assert share_after(modes, faster_auto, 10_000) > 0.95, faster_auto
 
 
+def test_idle_time_between_rounds_is_left_out():
+    """A batch's joining requests run their encoders between rounds (runtime/decoding/batch.py). Here every 3rd
+    round is followed by 4 ms of such work, and auto's rounds are 5 % faster; rounds are interleaved with a
+    golden-ratio sequence, so without `idle` the joins would land on the modes unevenly. Passed as `idle`, they are
+    no round's time and auto wins; the control charges them to the round before and is misled (or at best noisier)."""
+
+    def drive_idle(pass_idle: bool):
+        clock, switch = Clock(), Switch()
+        switch.clock = clock
+        modes, produced, idle = [], 0, 0.0
+        for i in range(20_000):
+            auto = not switch.plain(produced, idle if pass_idle else 0.0)
+            modes.append(auto)
+            clock.t += 0.95e-3 if auto else 1.0e-3
+            produced += 1
+            idle = 4e-3 if (i % 3 == 2 and auto) else 0.0      # joins after auto rounds only: the worst case
+            clock.t += idle
+        return modes
+
+    assert share_after(drive_idle(True), True, 10_000) > 0.95
+    assert share_after(drive_idle(False), True, 10_000) < 0.5
+
+
 def test_the_switch_catches_a_slower_auto_that_a_blind_one_would_keep():
     """The control: the same run with the switch's comparison reversed keeps the slower mode."""
 
