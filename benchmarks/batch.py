@@ -6,8 +6,9 @@
 Each cell decodes every prompt once through `generate_batch(..., max_batch=B)`: B requests share every target run
 and the others wait for a row (continuous batching). Cells run interleaved (repeat, temperature, B, draft), so
 each ratio compares cells measured side by side. Reported per cell: tokens/s (all generated tokens / the cell's
-wall time), the mean per-token latency a request sees (its own wall time / its tokens), target runs, tokens per
-request per run, and the ratios: tokens/s against `none` at the same B, and against `none` at the smallest B.
+wall time), the mean per-token latency a request sees (its time from taking a row to its last token / its tokens;
+the wait for a row is not counted), tokens per request per target run, the encoders' share of the wall time, and
+the ratios: tokens/s against `none` at the same B, and against `none` at the smallest B.
 Greedy rows are checked against `none` at the same B (exactness per row). The auto rows report the share of
 target runs that were lookup rounds: the batch's switch (runtime/decoding/switch.py) keeps lookup rounds only
 where they are measured to pay.
@@ -96,8 +97,10 @@ def run(args) -> int:
                     results = dec.generate_batch(input_ids=ids, params=params, max_batch=b)
                     wall = time.perf_counter() - began
                     cell = cells.setdefault((t, b, label), {"wall": 0.0, "tokens": 0, "latency": [], "runs": 0,
-                                                            "lookup_runs": 0, "accepted": 0, "proposed": 0})
+                                                            "lookup_runs": 0, "accepted": 0, "proposed": 0,
+                                                            "encoder": 0.0})
                     cell["wall"] += wall
+                    cell["encoder"] += sum(r.stats.encoder_s for r in results)
                     cell["tokens"] += sum(len(r.token_ids) for r in results)
                     cell["latency"] += [r.stats.total_s / max(1, len(r.token_ids)) for r in results]
                     cell["runs"] += sum(r.stats.target_calls for r in results)
@@ -139,6 +142,7 @@ def _report(cells, outputs, temperatures, batches, configs) -> dict:
                     "vs_none": tps / (base["tokens"] / base["wall"]),
                     "vs_none_first_batch": tps / (first["tokens"] / first["wall"]),
                     "tokens_per_row_run": c["tokens"] / max(1, c["runs"]),
+                    "encoder_share": c["encoder"] / c["wall"],
                     "lookup_share": c["lookup_runs"] / max(1, c["runs"]),
                     "alpha": c["accepted"] / c["proposed"] if c["proposed"] else None,
                     "greedy_equal": (outputs[(b, label)] == outputs[(b, "none")]) if t == 0 else None})
@@ -148,12 +152,13 @@ def _report(cells, outputs, temperatures, batches, configs) -> dict:
 def table(report: dict) -> str:
     first = report["first_batch"]
     lines = ["| T | B | draft | tokens/s | ms/token (request) | × none (same B) | × none (B = %d) | tokens/row/run "
-             "| lookup rounds | α | greedy = none |" % first,
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| lookup rounds | α | encoder share | greedy = none |" % first,
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
         equal = "" if r["greedy_equal"] is None else ("yes" if r["greedy_equal"] else "NO")
         lines.append(f"| {r['temperature']:g} | {r['batch']} | {r['draft']} | {r['tokens_per_s']:.0f} | "
                      f"{r['latency_ms_per_token']:.2f} | {r['vs_none']:.2f} | {r['vs_none_first_batch']:.2f} | "
-                     f"{r['tokens_per_row_run']:.2f} | {100 * r['lookup_share']:.0f} % | {alpha} | {equal} |")
+                     f"{r['tokens_per_row_run']:.2f} | {100 * r['lookup_share']:.0f} % | {alpha} | "
+                     f"{100 * r['encoder_share']:.0f} % | {equal} |")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params
 from .core.stats import Result, Stats
-from .decoding.batch import BATCH_GAMMA, Batching, batch_source
+from .decoding.batch import BATCH_GAMMA, SWITCH_FIRST, Batching, batch_source
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.sources import Sources
@@ -80,7 +80,8 @@ class SpeculativeDecoder:
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
         self.sources = Sources(self.models, datastore)     # draft= and gamma= -> sources; what auto learns
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
-        self._batch_switches = {}       # batch capacity -> Switch (runtime/decoding/switch.py)
+        self._batch_switches = {}       # (batch capacity, greedy) -> Switch (runtime/decoding/switch.py)
+        self._batch_acceptance = {}     # greedy -> origin -> what the batches' copies were worth (decoding/batch.py)
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
 
@@ -97,6 +98,8 @@ class SpeculativeDecoder:
         """Forget what the auto choice learned (acceptance rates and costs) from earlier requests."""
         with self._gate.held():
             self.sources.reset()
+            self._batch_switches.clear()
+            self._batch_acceptance.clear()
 
     @property
     def estimates(self):
@@ -312,8 +315,10 @@ class SpeculativeDecoder:
             model = BatchModel(self.target, capacity, max(len(r.ids) for _, r in queue), gamma)
             # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
             auto = any(r.params.gamma == "auto" and batch_source(r.params) == "lookup" for _, r in queue)
-            switch = self._batch_switches.setdefault(capacity, Switch()) if auto else None
-            batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch)
+            greedy = all(r.params.temperature <= 0 for _, r in queue)
+            switch = self._batch_switches.setdefault((capacity, greedy), Switch(first=SWITCH_FIRST)) if auto else None
+            batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch,
+                                self._batch_acceptance.setdefault(greedy, {}))
             for row, new in batching.run(queue):
                 row.request.tick()
                 yield row.index, row.request, new

@@ -13,7 +13,8 @@ output has the target's distribution, and at temperature 0 it is the target's gr
 request gives alone.
 
 Which rounds pay is measured like a single request's auto rounds (switch.py): a batch's Switch compares the wall
-seconds per token of lookup rounds and plain rounds, round by round interleaved, one Switch per batch capacity.
+seconds per token of lookup rounds and plain rounds, round by round interleaved, one Switch per batch capacity and
+kind of sampling (greedy or not).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from .request import Request
 from .switch import Switch
 
 BATCH_GAMMA = 4          # a lookup row's most guesses a round at gamma="auto": every row's run grows with the widest
+HALF_LIFE = 2048         # guesses after which an origin's measured acceptance weighs half
+SWITCH_FIRST = 64        # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)
 
 
 @dataclass
@@ -65,10 +68,13 @@ def batch_source(params: Params) -> str:
 class Batching:
     """Decode queued requests on a BatchModel (runtime/engine/batch_model.py), `capacity` rows at a time."""
 
-    def __init__(self, model, eos_id: int, start_id: int, max_length: int, datastore=None, switch: Switch | None = None):
+    def __init__(self, model, eos_id: int, start_id: int, max_length: int, datastore=None, switch: Switch | None = None,
+                 acceptance: dict | None = None):
         self.model, self.eos_id, self.start_id, self.max_length = model, eos_id, start_id, max_length
         self.datastore = datastore
         self.switch = switch
+        # origin -> decayed (guesses judged, kept): what a copy of each origin is worth; the decoder keeps it
+        self.acceptance = {} if acceptance is None else acceptance
 
     def run(self, queue: list):
         """`queue`: (index, Request) pairs, checked. Yields (row, new tokens) after each round for every row that
@@ -126,6 +132,7 @@ class Batching:
 
     def _join(self, b: int, index: int, request: Request) -> Row:
         params = request.params
+        request.began = time.perf_counter()      # its time runs from taking a row: the wait for one is not counted
         self.model.join(b, request.ids, params, request.stats)
         lookup = None
         if batch_source(params) == "lookup":
@@ -137,13 +144,33 @@ class Batching:
 
     def _guesses(self, row: Row, room: int) -> list:
         """Up to the row's gamma tokens its lookup copies: at most `room` (what the run has inside max_length) and
-        one fewer than the tokens the row still may make."""
+        one fewer than the tokens the row still may make. At gamma="auto", a copy is cut to what its origin's
+        measured acceptance makes worth verifying: every guess widens the run for every row."""
         if row.lookup is None:
             return []
         room = min(row.gamma, row.request.params.max_new_tokens - len(row.out) - 1, room)
         if room < 1:
             return []
-        return row.lookup.guesses(SimpleNamespace(seq=row.seq, known=[]), room)
+        found = row.lookup.guesses(SimpleNamespace(seq=row.seq, known=[]), room)
+        if found and row.request.params.gamma == "auto":
+            found = found[:self.worth(row.lookup.origin, len(found))]
+        return found
+
+    def worth(self, origin: str, k: int) -> int:
+        """Guesses of `origin` worth verifying: 1 + the expected number of the first k kept, by the acceptance
+        measured so far (decayed over about HALF_LIFE guesses; 1/2 before any), at least 1."""
+        proposed, accepted = self.acceptance.get(origin, (0.0, 0.0))
+        alpha = (accepted + 1) / (proposed + 2)
+        expected = sum(alpha ** i for i in range(1, k + 1))
+        return max(1, min(k, 1 + int(expected)))
+
+    def _learn(self, origin: str, proposed: list, n: int) -> None:
+        """Per-guess acceptance of an origin: guess i counts when guesses 1 .. i-1 were kept (the first rejection
+        ends the judging)."""
+        judged = min(len(proposed), n + 1)
+        old_p, old_a = self.acceptance.get(origin, (0.0, 0.0))
+        decay = 0.5 ** (judged / HALF_LIFE)
+        self.acceptance[origin] = (old_p * decay + judged, old_a * decay + n)
 
     def _record(self, row: Row, proposed: list, n: int, new: list, elapsed: float, plain: bool) -> list:
         """Append a round's tokens to the row (cut at max_new_tokens and eos), its stats and stop reason."""
@@ -159,6 +186,7 @@ class Batching:
             stats.proposed += len(proposed)
             stats.accepted += n
             stats.source(row.lookup.origin).add(len(proposed), n, len(new))
+            self._learn(row.lookup.origin, proposed, n)
         else:
             stats.source("none").add(0, 0, len(new))
         row.out += new

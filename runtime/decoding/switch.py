@@ -36,8 +36,11 @@ _STEP = 0.6180339887498949      # the golden ratio's fraction: an evenly spread 
 
 
 class Switch:
-    def __init__(self, clock=time.perf_counter):
-        self.clock = clock
+    """`first`: rounds measured half and half (FIRST; a batch's rounds each carry many requests' tokens, so a batch
+    measures fewer)."""
+
+    def __init__(self, clock=time.perf_counter, first: int = FIRST):
+        self.clock, self.first = clock, first
         self.rounds = 0                   # rounds asked about
         self.lead = None                  # the faster mode (True: auto's rounds), None while measuring
         self.led = 0                      # rounds since the lead last changed
@@ -64,7 +67,7 @@ class Switch:
             spent[1] += produced - before
         self.rounds += 1
         self.led += 1
-        if self.rounds % DECIDE == 0 and self.rounds >= FIRST:
+        if self.rounds % DECIDE == 0 and self.rounds >= self.first:
             self._decide()
         self._phase = (self._phase + _STEP) % 1.0
         lead = True if self.lead is None else self.lead
@@ -76,7 +79,7 @@ class Switch:
         """The slower mode's share of the rounds now."""
         if self.lead is None:
             return 0.5
-        return max(MIN_SHARE, 0.5 * FIRST / (FIRST + self.led))
+        return max(MIN_SHARE, 0.5 * self.first / (self.first + self.led))
 
     def seconds_per_token(self, auto: bool) -> float | None:
         seconds, tokens = self.spent[auto]
