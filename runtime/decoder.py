@@ -82,6 +82,7 @@ class SpeculativeDecoder:
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
         self._batch_switches = {}       # (batch capacity, greedy) -> Switch (runtime/decoding/switch.py)
         self._batch_acceptance = {}     # greedy -> origin -> what the batches' copies were worth (decoding/batch.py)
+        self._batch_model = None        # the BatchModel every batch runs on, grown for the most rows asked
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
 
@@ -312,7 +313,12 @@ class SpeculativeDecoder:
         gamma = min(self.gamma_max, max(BATCH_GAMMA if r.params.gamma == "auto" else int(r.params.gamma)
                                         for _, r in queue))
         with self._gate.held():
-            model = BatchModel(self.target, capacity, max(len(r.ids) for _, r in queue), gamma)
+            model = self._batch_model
+            if model is None or not model.fits(capacity, gamma):
+                most = max(capacity, model.most if model is not None else 0)
+                model = self._batch_model = None      # its buffers go before the new ones are made
+                model = self._batch_model = BatchModel(self.target, most, self.gamma_max)
+            model.layout(capacity, max(len(r.ids) for _, r in queue))
             # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
             auto = any(r.params.gamma == "auto" and batch_source(r.params) == "lookup" for _, r in queue)
             greedy = all(r.params.temperature <= 0 for _, r in queue)

@@ -9,8 +9,8 @@ and the rows' kept tokens then move down to their own lengths (a copy of a few s
 row's accepted count and next token.
 
 Every row of the capacity is bound in every run; a row that holds no request is idle (length 0, one source
-position, temperature 0) and costs its share of the run. `resize` moves the live rows into a buffer laid out for
-another capacity, so a batch that shrinks stops paying for rows it no longer has.
+position, temperature 0) and costs its share of the run. `resize` lays the live rows out for another capacity in
+the same buffers, so a batch that shrinks stops paying for rows it no longer has.
 
 The session is the model's batch-free one (CachedSeq2Seq.free_session, shared with beam search). On a GPU provider
 the moves between slots go through the host staging copy: that path is unrun (docs/guides/batching.md).
@@ -31,55 +31,88 @@ ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
 
 
 class BatchModel:
-    def __init__(self, model: CachedSeq2Seq, capacity: int, source_cap: int, gamma: int):
+    """Buffers for up to `most` rows and sources of up to max_length positions, allocated once; `layout(capacity,
+    source_cap)` lays a batch out in them (a smaller batch, or shorter sources, use their first elements), so a
+    decoder keeps one BatchModel for every batch it runs and its memory does not grow from call to call."""
+
+    def __init__(self, model: CachedSeq2Seq, most: int, gamma: int):
         self.model, self.device = model, model.device
         self.vocab, self.max_length = model.vocab, model.max_length
         self.kv = (model.layers, 2, model.heads, model.d_kv)
         self.decoder = Binder(model.free_session(), self.device)
-        self.source_cap = source_cap
+        self.most = most
         self.gamma = gamma                       # most guesses a row may have in one run
         self.chain = ChainPositions(self.device, gamma + 1)
+        c, v, n, dev = most, self.vocab, gamma + 1, self.device
+        row = int(np.prod(self.kv))              # one position of one row
+        dtype = model.cache.dtype
+        self.cache = Buffer((self.max_length * row * c,), dtype, dev)
+        self.cross = Buffer((self.max_length * row * c,), dtype, dev)
+        self.buf = {name: Buffer((size,), dtype_, dev) for name, size, dtype_ in (
+            ("input_ids", c * n, np.int64), (ROW_LENGTHS, c, np.int64), (SOURCE_LENGTHS, c, np.int64),
+            (GUESS_COUNTS, c, np.int64), ("draft_probs", c * (n - 1) * v, np.float32),
+            ("uniforms", c * n, np.float32), ("temperature", c, np.float32), ("top_k", c, np.int64),
+            ("top_p", c, np.float32), ("lenience", c, np.float32), ("logit_mask", v, np.float32),
+            ("logits", c * n * v, np.float32), ("probs", c * n * v, np.float32), ("accepted", c, np.int64),
+            ("next_token", c, np.int64))}
         self.capacity = 0
-        self._allocate(capacity)
 
-    # -- buffers ------------------------------------------------------------------------------------------------
-    def _allocate(self, capacity: int) -> None:
-        c, v, n, dev = capacity, self.vocab, self.gamma + 1, self.device
+    def fits(self, capacity: int, gamma: int) -> bool:
+        return capacity <= self.most and gamma <= self.gamma
+
+    # -- layout -------------------------------------------------------------------------------------------------
+    def layout(self, capacity: int, source_cap: int) -> None:
+        """A new batch of `capacity` rows (all idle) whose sources are at most `source_cap` positions."""
         layers, two, heads, d_kv = self.kv
-        dtype = self.model.cache.dtype
-        self.capacity = c
-        self.cache = Buffer((self.max_length, layers, two, c, heads, d_kv), dtype, dev)
-        self.cross = Buffer((layers, two, c, heads, self.source_cap, d_kv), dtype, dev)
-        self.lengths = np.zeros(c, np.int64)          # host copies; the buffers below are what a run binds
-        self.active = np.zeros(c, np.bool_)           # rows that hold a request
-        self.sources = np.ones(c, np.int64)
-        self.buf = {name: Buffer(shape, dtype_, dev) for name, shape, dtype_ in (
-            ("input_ids", (c, n), np.int64), (ROW_LENGTHS, (c,), np.int64), (SOURCE_LENGTHS, (c,), np.int64),
-            (GUESS_COUNTS, (c,), np.int64), ("draft_probs", (c, n - 1, v), np.float32),
-            ("uniforms", (c, n), np.float32), ("temperature", (c,), np.float32), ("top_k", (c,), np.int64),
-            ("top_p", (c,), np.float32), ("lenience", (c,), np.float32), ("logit_mask", (1, v), np.float32),
-            ("logits", (c, n, v), np.float32), ("probs", (c * n, v), np.float32), ("accepted", (c,), np.int64),
-            ("next_token", (c,), np.int64))}
-        self.buf["top_p"].write(np.ones(c))
-        self.buf["lenience"].write(np.ones(c))
+        self._views(capacity, source_cap)
+        self.lengths = np.zeros(capacity, np.int64)   # host copies; the buffers are what a run binds
+        self.active = np.zeros(capacity, np.bool_)    # rows that hold a request
+        self.sources = np.ones(capacity, np.int64)
+        for name, value in (("top_p", 1.0), ("lenience", 1.0), ("temperature", 0.0), ("top_k", 0)):
+            self.buf[name].write(np.full(capacity, value))
         self.buf[SOURCE_LENGTHS].write(self.sources)
-        self._q_set = [[] for _ in range(c)]          # flat indices of the one-hot q entries written per row
+        self.buf["draft_probs"].host[...] = 0.0
+        self._q_set = []                              # flat indices of the one-hot q entries written last run
+        self._sync(*(self.buf[n] for n in ("top_p", "lenience", "temperature", "top_k", "draft_probs")))
+
+    def _views(self, capacity: int, source_cap: int) -> None:
+        layers, two, heads, d_kv = self.kv
+        self.capacity, self.source_cap = capacity, source_cap
+        cache_shape = (self.max_length, layers, two, capacity, heads, d_kv)
+        cross_shape = (layers, two, capacity, heads, source_cap, d_kv)
+        self.cache_rows = self.cache.host[:int(np.prod(cache_shape))].reshape(cache_shape)
+        self.cross_rows = self.cross.host[:int(np.prod(cross_shape))].reshape(cross_shape)
 
     def resize(self, capacity: int, rows: list) -> None:
-        """Lay the buffers out for `capacity` rows, keeping rows[i] (old index) as row i; the others are dropped."""
-        old_cache, old_cross = self.cache, self.cross
+        """Lay the batch out for `capacity` rows, keeping rows[i] (old index) as row i; the others are dropped."""
+        self._pull(self.cache, self.cross)
         lengths, sources, active = self.lengths[rows], self.sources[rows], self.active[rows]
-        params = {name: self.buf[name].host[rows].copy() for name in ("temperature", "top_k", "top_p", "lenience")}
+        params = {name: self.buf[name].host[:self.capacity][rows].copy()
+                  for name in ("temperature", "top_k", "top_p", "lenience")}
         past = int(lengths.max(initial=0))
-        self._allocate(capacity)
+        cache = self.cache_rows[:past, :, :, rows].copy()         # the live part, in the old layout
+        cross = self.cross_rows[:, :, rows].copy()
+        self._views(capacity, self.source_cap)
         keep = len(rows)
-        self.cache.host[:past, :, :, :keep] = old_cache.host[:past, :, :, rows]
-        self.cross.host[:, :, :keep] = old_cross.host[:, :, rows]
+        self.cache_rows[:past, :, :, :keep] = cache
+        self.cross_rows[:, :, :keep] = cross
+        self.lengths, self.sources, self.active = (np.zeros(capacity, np.int64), np.ones(capacity, np.int64),
+                                                   np.zeros(capacity, np.bool_))
         self.lengths[:keep], self.sources[:keep], self.active[:keep] = lengths, sources, active
         self.buf[SOURCE_LENGTHS].write(self.sources)
         for name, values in params.items():
+            self.buf[name].host[:capacity] = 0
             self.buf[name].host[:keep] = values
-        self._sync(self.cache, self.cross, self.buf[SOURCE_LENGTHS], *(self.buf[n] for n in params))
+        self._q_set = []
+        self.buf["draft_probs"].host[...] = 0.0
+        self._sync(self.cache, self.cross, self.buf[SOURCE_LENGTHS], self.buf["draft_probs"],
+                   *(self.buf[n] for n in params))
+
+    @staticmethod
+    def _pull(*buffers) -> None:
+        for buf in buffers:          # unrun: the staging copy takes the device buffer's content
+            if buf.value is not None:
+                buf.host[...] = buf.value.numpy().reshape(buf.host.shape)
 
     @staticmethod
     def _sync(*buffers) -> None:
@@ -95,7 +128,8 @@ class BatchModel:
         model.encode(ids, stats)
         src = len(ids)
         cross = model.cross.flat()[:model.layers * 2 * model.heads * src * model.d_kv]
-        self.cross.host[:, :, row, :, :src] = cross.reshape(model.layers, 2, model.heads, src, model.d_kv)
+        self._pull(self.cross)
+        self.cross_rows[:, :, row, :, :src] = cross.reshape(model.layers, 2, model.heads, src, model.d_kv)
         self.lengths[row], self.sources[row], self.active[row] = 0, src, True
         self.buf[SOURCE_LENGTHS].write([src], row)
         for name, value in (("temperature", params.temperature), ("top_k", params.top_k), ("top_p", params.top_p),
@@ -127,9 +161,8 @@ class BatchModel:
         counts = np.zeros(c, np.int64)
         q = self.buf["draft_probs"]
         flat = q.host.reshape(-1)
-        for cells in self._q_set:                 # last run's one-hot q entries, in its layout
-            flat[cells] = 0.0
-        self._q_set = [[] for _ in range(c)]
+        flat[self._q_set] = 0.0                  # last run's one-hot q entries, in its layout
+        self._q_set = []
         for b, row in enumerate(guesses):
             if row:
                 ids[b, 1:1 + len(row)] = row
@@ -137,7 +170,7 @@ class BatchModel:
                 # q rows of this run's layout [c, g, v]: one-hot at each guess
                 cells = (b * g + np.arange(len(row))) * v + np.asarray(row, np.int64)
                 flat[cells] = 1.0
-                self._q_set[b] = cells.tolist()
+                self._q_set += cells.tolist()
         self.buf["input_ids"].write(ids)
         self.buf[ROW_LENGTHS].write(self.lengths)
         self.buf[GUESS_COUNTS].write(counts)
@@ -166,17 +199,15 @@ class BatchModel:
         bind.run()
         stats.target_s += time.perf_counter() - t
         stats.ort_runs += 1
-        accepted = self.buf["accepted"].flat().copy()
-        following = self.buf["next_token"].flat().copy()
+        accepted = self.buf["accepted"].flat()[:c].copy()
+        following = self.buf["next_token"].flat()[:c].copy()
         self._keep(past, accepted + 1)
         return accepted, following
 
     def _keep(self, past: int, kept: np.ndarray) -> None:
         """Row b's first kept[b] new slots (at past ..) move to its own length; lengths grow by kept."""
-        cache = self.cache.host if self.cache.value is None else None
-        if cache is None:                        # unrun: a device cache goes through the staging copy
-            self.cache.host[...] = self.cache.value.numpy()
-            cache = self.cache.host
+        self._pull(self.cache)                   # unrun: a device cache goes through the staging copy
+        cache = self.cache_rows
         for b in np.flatnonzero(self.active):
             start, count = int(self.lengths[b]), int(kept[b])
             if start != past:

@@ -154,17 +154,19 @@ class WrongRow(BatchModel):
     def join(self, row, ids, params, stats):
         super().join(row, ids, params, stats)
         other = (row + 1) % self.capacity
-        self.cross.host[:, :, row] = self.cross.host[:, :, other]
+        self.cross_rows[:, :, row] = self.cross_rows[:, :, other]
         self.sources[row] = self.sources[other]
         self.buf["source_lengths"].write([self.sources[row]], row)
 
 
-def test_the_batch_test_has_teeth(small_vocab_pair, batch_decoder, monkeypatch):
+def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
     import specdec.runtime.decoder as decoder_module
 
     monkeypatch.setattr(decoder_module, "BatchModel", WrongRow)
+    wrong = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")      # its batches run on a WrongRow
+    wrong.datastore = small_datastore(tmp_path, wrong.vocab_size)
     settings = SETTINGS["temperature"]
-    counts, _ = batch_counts(batch_decoder, settings)
+    counts, _ = batch_counts(wrong, settings)
     p_values = [chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))
                 for prompt, count in zip((PROMPT, OTHER), counts)]
     assert min(p_values) < P_TEETH, f"a row reading another row's source passed the chi-square test ({p_values})"
