@@ -9,9 +9,9 @@ each ratio compares cells measured side by side. Reported per cell: tokens/s (al
 wall time), the mean per-token latency a request sees (its time from taking a row to its last token / its tokens;
 the wait for a row is not counted), tokens per request per target run, the encoders' share of the wall time, and
 the ratios: tokens/s against `none` at the same B, and against `none` at the smallest B.
-Greedy rows are checked against `none` at the same B (exactness per row). The auto rows report the share of
-target runs that were lookup rounds: the batch's switch (runtime/decoding/switch.py) keeps lookup rounds only
-where they are measured to pay.
+Greedy rows are checked against `none` at the same B (exactness per row). `lookup rounds` is the share of the
+requests' rounds that verified guesses of theirs: the batch's switch (runtime/decoding/switch.py) keeps lookup
+rounds only where they are measured to pay, and a row whose lookup finds nothing has none to verify.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import sys
 import time
 
 import numpy as np
+
+from specdec.runtime.core.errors import SpecdecError
 
 
 def add_arguments(p) -> None:
@@ -49,7 +51,7 @@ def _configs(text: str) -> list:
         if name == "none" or not item:
             continue
         if name not in ("lookup", "auto"):
-            raise SystemExit(f"specdec-bench batch: unknown draft {item!r}: use none, lookup[:G] or auto")
+            raise SpecdecError(f"unknown draft {item!r} for specdec-bench batch", "use none, lookup[:G] or auto")
         out.append((item, name, int(gamma) if gamma else "auto"))
     return out
 
@@ -58,7 +60,7 @@ def _ints(text: str, what: str) -> list:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"specdec-bench batch: --{what} takes comma-separated integers (got {text!r})") from None
+        raise SpecdecError(f"--{what} takes comma-separated integers (got {text!r})", "e.g. --batch 1,4,16") from None
     return values
 
 

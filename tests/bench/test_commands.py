@@ -35,6 +35,8 @@ FLAGS = {
     "width": {"--engine", "--wide-engine", "--prompts", "--num-prompts", "--gamma", "--widths", "--max-new-tokens",
               "--probe-repeats", "--json"},
     "datastore-scale": {"--tokens", "--vocab", "--lookups", "--dir", "--json"},
+    "batch": {"--engine", "--batch", "--draft", "--temperature", "--prompts", "--num-prompts", "--repeat",
+              "--max-new-tokens", "--provider", "--threads", "--json", "--markdown"},
 }
 
 
@@ -73,7 +75,7 @@ def test_each_command_help_lists_its_flags(command):
     (["shapes", "t5-large:t5-small", "--engine", "x"], "--engine does not apply to shapes"),
     (["sweep", "--engine", "x", "--dtypes", "int8"], "--dtypes does not apply to sweep (a flag of dtypes)"),
     (["sweep", "--engine", "x", "--num-beams", "4"], "--num-beams does not apply to sweep (a flag of beams)"),
-    (["sweep", "--engine", "x", "--draft", "auto"], "--draft does not apply to sweep (a flag of drafts)"),
+    (["sweep", "--engine", "x", "--draft", "auto"], "--draft does not apply to sweep (a flag of drafts, batch)"),
     (["sweep", "--engine", "x", "--shapes", "t5-large:t5-small"], "--shapes does not apply to sweep"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--peers"], "--peers does not apply to dtypes"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--filters", "none"], "--filters does not apply to dtypes"),
