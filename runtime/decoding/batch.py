@@ -116,9 +116,7 @@ class Batching:
                     u = row.rng.random(k + 1, dtype=np.float32)
                     uniforms[b, :k], uniforms[b, g] = u[:k], u[k]
             pending = np.array([rows[b].pending if rows[b] is not None else 0 for b in range(model.capacity)])
-            began = time.perf_counter()
-            accepted, following = model.run(pending, guesses, uniforms, _Shared())
-            elapsed = time.perf_counter() - began
+            accepted, following, elapsed = model.run(pending, guesses, uniforms)
             for b in live:
                 row = rows[b]
                 n = int(accepted[b])
@@ -203,8 +201,3 @@ class Batching:
         kept = [rows[b] for b in live]
         rows[:] = kept + [None] * (capacity - len(kept))
 
-
-class _Shared:
-    """The run's own Stats sink: a batched run is recorded on each row's request (Batching._record)."""
-    target_s = 0.0
-    ort_runs = 0

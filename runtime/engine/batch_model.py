@@ -144,11 +144,12 @@ class BatchModel:
         self.buf["temperature"].write([0.0], row)
 
     # -- a run --------------------------------------------------------------------------------------------------
-    def run(self, pending: np.ndarray, guesses: list, uniforms: np.ndarray, stats) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, pending: np.ndarray, guesses: list, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """One decoder + head run over every row: row b appends its pending token and its guesses (point masses,
         q = delta; none for a plain step) and the head judges them with uniforms [capacity, G+1] (G: the most
-        guesses of any row): row b's r_1 .. r_Gb in its first columns, its final draw's in the last. Returns (accepted [capacity], next token [capacity]); each row's
-        cache then holds its pending token and its accepted guesses."""
+        guesses of any row): row b's r_1 .. r_Gb in its first columns, its final draw's in the last. Returns
+        (accepted [capacity], next token [capacity], the run's seconds); each row's cache then holds its pending
+        token and its accepted guesses."""
         c, v = self.capacity, self.vocab
         g = max((len(x) for x in guesses), default=0)
         n = g + 1
@@ -197,12 +198,11 @@ class BatchModel:
         bind.output("next_token", self.buf["next_token"], (c,))
         t = time.perf_counter()
         bind.run()
-        stats.target_s += time.perf_counter() - t
-        stats.ort_runs += 1
+        elapsed = time.perf_counter() - t
         accepted = self.buf["accepted"].flat()[:c].copy()
         following = self.buf["next_token"].flat()[:c].copy()
         self._keep(past, accepted + 1)
-        return accepted, following
+        return accepted, following, elapsed
 
     def _keep(self, past: int, kept: np.ndarray) -> None:
         """Row b's first kept[b] new slots (at past ..) move to its own length; lengths grow by kept."""

@@ -170,3 +170,20 @@ def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
     p_values = [chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))
                 for prompt, count in zip((PROMPT, OTHER), counts)]
     assert min(p_values) < P_TEETH, f"a row reading another row's source passed the chi-square test ({p_values})"
+
+
+def test_beam_search_and_batches_share_one_session(related_pair, monkeypatch):
+    """Beam search and batched requests run on the model's one batch-free session: after a beam request, a batch
+    opens no session of its own (and greedy rows still equal alone)."""
+    import specdec.runtime.engine.model as model_module
+
+    dec = SpeculativeDecoder.load(related_pair[2], provider="cpu")
+    prompts = random_prompts(dec.vocab_size, 3, seed=4)
+    dec.generate(input_ids=prompts[0], num_beams=3, max_new_tokens=8, draft="none")
+    opened = []
+    real = model_module.create_session
+    monkeypatch.setattr(model_module, "create_session", lambda *a, **k: opened.append(a) or real(*a, **k))
+    results = dec.generate_batch(input_ids=prompts, max_new_tokens=8)
+    assert opened == []
+    assert dec.beam_model("target").decoder.session is dec.target.free_session()
+    assert [r.token_ids for r in results] == alone(dec, prompts, max_new_tokens=8)
