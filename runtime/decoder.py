@@ -10,7 +10,7 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params
 from .core.stats import Result, Stats
-from .decoding.batch import BATCH_GAMMA, SWITCH_FIRST, Batching, batch_source
+from .decoding.batch import SWITCH_FIRST, Batching, Waiting, batch_source
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.sources import Sources
@@ -80,8 +80,8 @@ class SpeculativeDecoder:
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
         self.sources = Sources(self.models, datastore)     # draft= and gamma= -> sources; what auto learns
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
-        self._batch_switches = {}       # (batch capacity, greedy) -> Switch (runtime/decoding/switch.py)
-        self._batch_acceptance = {}     # greedy -> origin -> what the batches' copies were worth (decoding/batch.py)
+        self._batch_switches = {}       # kind of batch -> Switch (runtime/decoding/switch.py)
+        self._batch_acceptance = {}     # kind of batch -> origin -> what its copies were worth (decoding/batch.py)
         self._batch_model = None        # the BatchModel every batch runs on, grown for the most rows asked
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
@@ -309,23 +309,36 @@ class SpeculativeDecoder:
             yield i, err, []
         if not queue:
             return
-        capacity = min(len(queue), max_batch)
-        gamma = min(self.gamma_max, max(BATCH_GAMMA if r.params.gamma == "auto" else int(r.params.gamma)
-                                        for _, r in queue))
+        greedy = all(r.params.temperature <= 0 for _, r in queue)
+        # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
+        auto = any(r.params.gamma == "auto" and batch_source(r.params) == "lookup" for _, r in queue)
+        most = min(len(queue), max_batch)
+        for index, request, new in self._run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
+                                                     (most, greedy), auto):
+            yield index, request, new
+
+    def batcher(self, max_batch: int = 16, max_queue: int = 64):
+        """A Batcher (runtime/batcher.py): requests submitted from any thread decoded together, joining the running
+        batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting for one."""
+        from .batcher import Batcher
+
+        return Batcher(self, max_batch, max_queue)
+
+    def _run_batches(self, waiting, most: int, source_cap: int = 1, kind=None, switched: bool = True,
+                     counters: dict | None = None):
+        """Decode what `waiting` (decoding/batch.py Waiting) holds, and what joins it meanwhile, holding the decoder:
+        yields (index, Request, new tokens). One BatchModel serves every batch, grown for the most rows asked."""
         with self._gate.held():
             model = self._batch_model
-            if model is None or not model.fits(capacity, gamma):
-                most = max(capacity, model.most if model is not None else 0)
+            if model is None or not model.fits(most, self.gamma_max):
+                most_rows = max(most, model.most if model is not None else 0)
                 model = self._batch_model = None      # its buffers go before the new ones are made
-                model = self._batch_model = BatchModel(self.target, most, self.gamma_max)
-            model.layout(capacity, max(len(r.ids) for _, r in queue))
-            # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
-            auto = any(r.params.gamma == "auto" and batch_source(r.params) == "lookup" for _, r in queue)
-            greedy = all(r.params.temperature <= 0 for _, r in queue)
-            switch = self._batch_switches.setdefault((capacity, greedy), Switch(first=SWITCH_FIRST)) if auto else None
+                model = self._batch_model = BatchModel(self.target, most_rows, self.gamma_max)
+            model.layout(max(1, min(len(waiting), most)), source_cap)
+            switch = self._batch_switches.setdefault(kind, Switch(first=SWITCH_FIRST)) if switched else None
             batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch,
-                                self._batch_acceptance.setdefault(greedy, {}))
-            for row, new in batching.run(queue):
+                                self._batch_acceptance.setdefault(kind, {}), counters)
+            for row, new in batching.run(waiting, most):
                 row.request.tick()
                 yield row.index, row.request, new
 

@@ -19,6 +19,8 @@ kind of sampling (greedy or not).
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -69,33 +71,47 @@ class Batching:
     """Decode queued requests on a BatchModel (runtime/engine/batch_model.py), `capacity` rows at a time."""
 
     def __init__(self, model, eos_id: int, start_id: int, max_length: int, datastore=None, switch: Switch | None = None,
-                 acceptance: dict | None = None):
+                 acceptance: dict | None = None, counters: dict | None = None):
         self.model, self.eos_id, self.start_id, self.max_length = model, eos_id, start_id, max_length
         self.datastore = datastore
         self.switch = switch
         # origin -> decayed (guesses judged, kept): what a copy of each origin is worth; the decoder keeps it
         self.acceptance = {} if acceptance is None else acceptance
+        self.counters = {"rounds": 0, "rows": 0} if counters is None else counters     # runs, and rows in them
 
-    def run(self, queue: list):
-        """`queue`: (index, Request) pairs, checked. Yields (row, new tokens) after each round for every row that
-        gained tokens; a row's request has its stop_reason set on its last."""
+    def run(self, queue, most: int | None = None):
+        """`queue`: (index, Request) pairs, checked: a list, or a Waiting that other threads fill while the batch
+        runs (requests then join between rounds; at most `most` rows, the batch growing as they come). Yields
+        (row, new tokens) after each round for every row that gained tokens; a row's request has its stop_reason
+        set on its last. A request whose `cancelled` is set leaves at the next round, stop reason "cancelled"."""
         model = self.model
+        most = most or model.capacity
         rows: list = [None] * model.capacity
-        waiting = list(queue)
+        waiting = queue if isinstance(queue, Waiting) else Waiting(queue)
         produced = 0
         switch = self.switch
         if switch is not None:
             switch.start()
         while True:
             joined = time.perf_counter()
+            if len(waiting) and None not in rows and model.capacity < most:
+                live = list(range(model.capacity))
+                self._resize(rows, live, min(most, 1 << (len(live) + len(waiting) - 1).bit_length()))
             for b in range(model.capacity):
-                if rows[b] is None and waiting:
-                    rows[b] = self._join(b, *waiting.pop(0))
+                if rows[b] is None:
+                    item = waiting.take()
+                    if item is None:
+                        break
+                    if len(item[1].ids) > model.source_cap:          # a longer source than the layout holds
+                        self._resize(rows, [i for i in range(model.capacity) if rows[i] is not None],
+                                     model.capacity, len(item[1].ids))
+                        b = rows.index(None)
+                    rows[b] = self._join(b, *item)
             live = [b for b in range(model.capacity) if rows[b] is not None]
             if not live:
                 return
-            if not waiting and len(live) <= model.capacity // 2:
-                self._shrink(rows, live)
+            if not len(waiting) and len(live) <= model.capacity // 2:
+                self._resize(rows, live, 1 << (len(live) - 1).bit_length())
                 live = list(range(len(live)))
             lookups = any(rows[b].lookup is not None for b in live)
             # joining requests' encoder runs (and a new layout) are no round's work: the switch leaves them out
@@ -117,12 +133,16 @@ class Batching:
                     uniforms[b, :k], uniforms[b, g] = u[:k], u[k]
             pending = np.array([rows[b].pending if rows[b] is not None else 0 for b in range(model.capacity)])
             accepted, following, elapsed = model.run(pending, guesses, uniforms)
+            self.counters["rounds"] += 1
+            self.counters["rows"] += len(live)
             for b in live:
                 row = rows[b]
                 n = int(accepted[b])
                 new = guesses[b][:n] + [int(following[b])]
                 new = self._record(row, guesses[b], n, new, elapsed, plain)
                 produced += len(new)
+                if row.request.cancelled and not row.request.stop_reason:
+                    row.request.stop_reason = "cancelled"
                 yield row, new
                 if row.request.stop_reason:
                     rows[b] = None
@@ -194,10 +214,41 @@ class Batching:
         request.stop(row.out, self.eos_id, len(row.seq) - 1 >= self.max_length)   # the cache is full
         return new
 
-    def _shrink(self, rows: list, live: list) -> None:
-        """Fewer rows than half the capacity and none waiting: lay the batch out for the rows it still has."""
-        capacity = 1 << (len(live) - 1).bit_length()
-        self.model.resize(capacity, live)
+    def _resize(self, rows: list, live: list, capacity: int, source_cap: int | None = None) -> None:
+        """Lay the batch out for `capacity` rows (and sources of up to `source_cap` positions), the live rows first."""
+        self.model.resize(capacity, live, source_cap)
         kept = [rows[b] for b in live]
         rows[:] = kept + [None] * (capacity - len(kept))
 
+
+class Waiting:
+    """The requests waiting for a row: filled by any thread, taken by the batch between rounds."""
+
+    def __init__(self, items=()):
+        self._items = collections.deque(items)
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, item) -> None:
+        with self.lock:
+            self._items.append(item)
+
+    def take(self):
+        """The next (index, Request) whose request is not cancelled, or None."""
+        with self.lock:
+            while self._items:
+                item = self._items.popleft()
+                if not item[1].cancelled:
+                    return item
+            return None
+
+    def remove(self, request) -> bool:
+        """Take `request` out if it still waits (True), under the lock."""
+        with self.lock:
+            for item in self._items:
+                if item[1] is request:
+                    self._items.remove(item)
+                    return True
+            return False

@@ -38,6 +38,7 @@ class Request:
     sequences: list = field(default_factory=list)    # beam search: the num_return_sequences best, best first
     scores: list = field(default_factory=list)
     began: float = field(default_factory=time.perf_counter)
+    cancelled: bool = False          # set by another thread: a batch drops the request at its next round
 
     def tick(self) -> None:
         """Time so far: the whole request, and the host's share (what no ONNX Runtime run took)."""

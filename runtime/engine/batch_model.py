@@ -83,8 +83,11 @@ class BatchModel:
         self.cache_rows = self.cache.host[:int(np.prod(cache_shape))].reshape(cache_shape)
         self.cross_rows = self.cross.host[:int(np.prod(cross_shape))].reshape(cross_shape)
 
-    def resize(self, capacity: int, rows: list) -> None:
-        """Lay the batch out for `capacity` rows, keeping rows[i] (old index) as row i; the others are dropped."""
+    def resize(self, capacity: int, rows: list, source_cap: int | None = None) -> None:
+        """Lay the batch out for `capacity` rows (and sources of up to `source_cap` positions: at least the old
+        layout's), keeping rows[i] (old index) as row i; the others are dropped."""
+        if capacity > self.most:
+            raise ValueError(f"a batch of {capacity} rows does not fit buffers for {self.most}")
         self._pull(self.cache, self.cross)
         lengths, sources, active = self.lengths[rows], self.sources[rows], self.active[rows]
         params = {name: self.buf[name].host[:self.capacity][rows].copy()
@@ -92,16 +95,17 @@ class BatchModel:
         past = int(lengths.max(initial=0))
         cache = self.cache_rows[:past, :, :, rows].copy()         # the live part, in the old layout
         cross = self.cross_rows[:, :, rows].copy()
-        self._views(capacity, self.source_cap)
+        old_cap = self.source_cap
+        self._views(capacity, max(source_cap or 0, old_cap))
         keep = len(rows)
         self.cache_rows[:past, :, :, :keep] = cache
-        self.cross_rows[:, :, :keep] = cross
+        self.cross_rows[:, :, :keep, :, :old_cap] = cross
         self.lengths, self.sources, self.active = (np.zeros(capacity, np.int64), np.ones(capacity, np.int64),
                                                    np.zeros(capacity, np.bool_))
         self.lengths[:keep], self.sources[:keep], self.active[:keep] = lengths, sources, active
         self.buf[SOURCE_LENGTHS].write(self.sources)
-        for name, values in params.items():
-            self.buf[name].host[:capacity] = 0
+        for name, values in params.items():         # idle rows: unfiltered, greedy
+            self.buf[name].host[:capacity] = 1 if name in ("top_p", "lenience") else 0
             self.buf[name].host[:keep] = values
         self._q_set = []
         self.buf["draft_probs"].host[...] = 0.0

@@ -1,0 +1,155 @@
+"""Requests from any number of threads decoded together: one thread runs a batch (runtime/decoding/batch.py) and
+requests join it between rounds as they arrive (continuous batching), each with its own parameters.
+
+    server = dec.batcher(max_batch=16, max_queue=64)
+    ticket = server.submit("summarize: ...", max_new_tokens=64)     # from any thread; returns at once
+    for piece in ticket:                                             # pieces as they are accepted
+        print(piece.text, end="")
+    result = server.submit(input_ids=[13, 8, 1]).result()            # or wait for the whole Result
+    ticket.cancel()                                                  # its row is freed at the next round
+    server.close()
+
+A request's input is checked in `submit` (one-line SpecdecError there, nothing queued). Past `max_queue` waiting
+requests, `submit` raises at once ("the batcher is busy") instead of queueing without bound. The batch holds the
+decoder (its gate) while it runs and gives it back when no request is left, so generate() from other threads
+waits for it as for any request.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+from .core.errors import SpecdecError, first_line
+from .core.params import Params
+from .core.stats import Result
+from .decoding.batch import Waiting, batch_source
+from .decoding.request import Request
+
+_END = object()
+
+
+class Ticket:
+    """One submitted request: iterate it for its pieces (decoder.Piece), or `result()` for its Result."""
+
+    def __init__(self, decoder, request: Request, waiting: Waiting):
+        self.request, self._decoder, self._waiting = request, decoder, waiting
+        self._pieces: queue.Queue = queue.Queue()
+        self._tokens: list = []
+        self._shown = ""
+        self.error: SpecdecError | None = None
+        self._done = False               # the end was taken from the queue
+
+    def _put(self, new: list) -> None:
+        from .decoder import Piece
+
+        self._tokens += new
+        text = self._decoder.decode(self._tokens)
+        piece = Piece(new, text[len(self._shown):] if text.startswith(self._shown) else text,
+                      self.request.stats, self.request.stop_reason)
+        self._shown = text
+        self._pieces.put(piece)
+        if self.request.stop_reason:
+            self._pieces.put(_END)
+
+    def _fail(self, error: SpecdecError) -> None:
+        self.error = error
+        self._pieces.put(_END)
+
+    def __iter__(self):
+        """The pieces not taken yet (a second iteration, or result() after one, takes what is left: maybe none)."""
+        while not self._done:
+            piece = self._pieces.get()
+            if piece is _END:
+                self._done = True
+                break
+            yield piece
+        if self.error is not None:
+            raise self.error
+
+    def result(self) -> Result:
+        for _ in self:
+            pass
+        out = list(self._tokens)
+        return Result(self._decoder.decode(out), out, self.request.stats, self.request.stop_reason, [out], [])
+
+    def cancel(self) -> None:
+        """Stop the request: a waiting one leaves the queue, a running one its row at the next round (stop reason
+        "cancelled"). Its tokens so far stay in the ticket."""
+        self.request.cancelled = True
+        if self._waiting.remove(self.request):
+            self.request.stop_reason = "cancelled"
+            self._pieces.put(_END)
+
+
+class Batcher:
+    def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64):
+        from .decoder import MAX_BATCH
+
+        if type(max_batch) is not int or not 1 <= max_batch <= MAX_BATCH:
+            raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {max_batch!r})",
+                               f"use 1 <= max_batch <= {MAX_BATCH}")
+        if type(max_queue) is not int or max_queue < 0:
+            raise SpecdecError(f"max_queue must be a non-negative integer (got {max_queue!r})")
+        self.decoder, self.max_batch, self.max_queue = decoder, max_batch, max_queue
+        self.waiting = Waiting()
+        self.counters = {"rounds": 0, "rows": 0}     # batched target runs so far, and the rows they carried
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="specdec-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
+               **overrides) -> Ticket:
+        """Queue a request (checked here: a bad one raises its one-line SpecdecError and queues nothing)."""
+        if self._closed:
+            raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
+        checked = Params.of(params, **overrides).checked(self.decoder.gamma_max)
+        batch_source(checked)
+        ids = self.decoder._source(prompt, input_ids)
+        request = Request(ids, checked)
+        ticket = Ticket(self.decoder, request, self.waiting)
+        with self._wake:
+            if len(self.waiting) >= self.max_queue:
+                raise SpecdecError(f"the batcher is busy: {len(self.waiting)} requests wait for a row (max_queue "
+                                   f"{self.max_queue})", "retry later, or raise max_queue")
+            self.waiting.put((ticket, request))
+            self._wake.notify()
+        return ticket
+
+    def close(self) -> None:
+        """Stop taking requests; the running ones finish first."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not len(self.waiting) and not self._closed:
+                    self._wake.wait()
+                if self._closed and not len(self.waiting):
+                    return
+            live: dict = {}
+            try:
+                for ticket, _, new in self.decoder._run_batches(self.waiting, self.max_batch, kind="batcher",
+                                                                 counters=self.counters):
+                    live[id(ticket)] = ticket
+                    ticket._put(new)
+                    if ticket.request.stop_reason:
+                        live.pop(id(ticket), None)
+            except SpecdecError as err:
+                for ticket in live.values():
+                    ticket._fail(err)
+            except Exception as err:         # keep serving: the requests of this batch get the error
+                error = SpecdecError(f"the batch failed: {type(err).__name__}: {first_line(err, 200)}",
+                                     "this is a specdec bug, please report it; the batcher stays usable")
+                for ticket in live.values():
+                    ticket._fail(error)

@@ -1,0 +1,104 @@
+"""The Batcher (runtime/batcher.py): requests submitted from many threads join one running batch between rounds.
+
+Every request's greedy output equals the prompt generated alone; requests really share runs (rows per run > 1);
+streams' pieces add up; a cancelled request leaves at the next round and the others finish; past max_queue a
+submit is refused at once with a one-line error and the batcher goes on serving; bad input fails in submit alone.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from tinymodels import random_prompts
+
+from specdec.runtime import SpecdecError
+
+
+def alone(dec, prompts, n):
+    return [dec.generate(input_ids=p, draft="none", max_new_tokens=n).token_ids for p in prompts]
+
+
+def test_requests_from_many_threads_share_runs_and_equal_alone(related_decoder):
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 24, seed=21)
+    ref = alone(dec, prompts, 20)
+    got = [None] * len(prompts)
+    with dec.batcher(max_batch=8, max_queue=64) as server:
+        def client(first):
+            for i in range(first, len(prompts), 6):     # 6 threads, 4 requests each, one after another
+                draft = ("none", "lookup", "auto")[i % 3]
+                got[i] = server.submit(input_ids=prompts[i], max_new_tokens=20, draft=draft).result().token_ids
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        counters = dict(server.counters)
+    assert got == ref
+    assert counters["rows"] > 1.5 * counters["rounds"], counters      # requests shared target runs
+
+
+def test_a_stream_joins_a_running_batch(related_decoder):
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 5, seed=22)
+    ref = alone(dec, prompts, 24)
+    with dec.batcher(max_batch=4) as server:
+        long = server.submit(input_ids=prompts[0], max_new_tokens=24)
+        pieces = iter(long)
+        first = next(pieces)                        # the batch runs; the others join it
+        others = [server.submit(input_ids=p, max_new_tokens=24) for p in prompts[1:]]
+        tokens = first.token_ids + [t for piece in pieces for t in piece.token_ids]
+        assert [tokens] + [o.result().token_ids for o in others] == ref
+        assert server.counters["rows"] > server.counters["rounds"]
+
+
+def test_cancel_frees_the_row_and_the_others_finish(related_decoder):
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 3, seed=23)
+    with dec.batcher(max_batch=3) as server:
+        doomed = server.submit(input_ids=prompts[0], max_new_tokens=60, min_new_tokens=0)
+        others = [server.submit(input_ids=p, max_new_tokens=16) for p in prompts[1:]]
+        pieces = iter(doomed)
+        next(pieces)
+        doomed.cancel()
+        rest = list(pieces)
+        result = doomed.result()
+        assert result.stop_reason == "cancelled" and len(result.token_ids) < 60
+        assert not rest or rest[-1].stop_reason == "cancelled"
+        assert [o.result().token_ids for o in others] == alone(dec, prompts[1:], 16)
+        waiting = server.submit(input_ids=prompts[0], max_new_tokens=8)
+        assert waiting.result().token_ids == alone(dec, prompts[:1], 8)[0]
+
+
+def test_busy_past_max_queue_then_serving_goes_on(related_decoder):
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 6, seed=24)
+    with dec.batcher(max_batch=2, max_queue=3) as server:
+        with dec._gate.held():                      # hold the decoder: the batch cannot start, requests wait
+            accepted = [server.submit(input_ids=p, max_new_tokens=8) for p in prompts[:3]]
+            with pytest.raises(SpecdecError) as err:
+                server.submit(input_ids=prompts[3], max_new_tokens=8)
+            assert "busy" in str(err.value) and "max_queue" in str(err.value) and "\n" not in str(err.value)
+        assert [t.result().token_ids for t in accepted] == alone(dec, prompts[:3], 8)
+        assert server.submit(input_ids=prompts[4], max_new_tokens=8).result().token_ids == \
+            alone(dec, prompts[4:5], 8)[0]
+
+
+def test_bad_input_fails_in_submit_alone(related_decoder):
+    dec = related_decoder
+    with dec.batcher() as server:
+        for kwargs, words in ((dict(input_ids=[dec.vocab_size + 1]), "outside the vocabulary"),
+                              (dict(input_ids=[3, 1], temperature=-2), "temperature"),
+                              (dict(input_ids=[3, 1], draft="draft"), "does not run in a batch"),
+                              (dict(prompt=None), "exactly one")):
+            with pytest.raises(SpecdecError) as err:
+                server.submit(**kwargs)
+            assert words in str(err.value) and "\n" not in str(err.value), (kwargs, str(err.value))
+        assert server.submit(input_ids=[3, 4, 1], max_new_tokens=4).result().stop_reason
+    with pytest.raises(SpecdecError):
+        server.submit(input_ids=[3, 1])               # closed
+    for kwargs in (dict(max_batch=0), dict(max_batch=10 ** 6), dict(max_queue=-1)):
+        with pytest.raises(SpecdecError):
+            dec.batcher(**kwargs)
