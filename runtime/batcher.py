@@ -76,8 +76,7 @@ class Ticket:
     def cancel(self) -> None:
         """Stop the request: a waiting one leaves the queue, a running one its row at the next round (stop reason
         "cancelled"). Its tokens so far stay in the ticket."""
-        self.request.cancelled = True
-        if self._waiting.remove(self.request):
+        if self._waiting.cancel(self.request):
             self.request.stop_reason = "cancelled"
             self._pieces.put(_END)
 

@@ -244,9 +244,11 @@ class Waiting:
                     return item
             return None
 
-    def remove(self, request) -> bool:
-        """Take `request` out if it still waits (True), under the lock."""
+    def cancel(self, request) -> bool:
+        """Mark `request` cancelled and take it out if it still waits (True); one step under the lock, so the batch
+        either joined it before (it leaves at its next round) or never takes it."""
         with self.lock:
+            request.cancelled = True
             for item in self._items:
                 if item[1] is request:
                     self._items.remove(item)
