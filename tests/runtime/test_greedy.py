@@ -53,8 +53,9 @@ def test_stream_yields_the_generated_tokens_and_text(decoder):
         res = decoder.generate(input_ids=[9, 10, 11, 1], max_new_tokens=20, **kwargs)
         assert [t for p in pieces for t in p.token_ids] == res.token_ids
         assert "".join(p.text for p in pieces) == res.text
-        if kwargs["gamma"] > 0:
-            assert len(pieces) == res.stats.target_calls    # one piece per verification
+        if kwargs["gamma"] > 0:     # one piece per verification (the stream's own: with draft="auto" the two
+            # requests may choose differently, by measured timings, and take different numbers of rounds)
+            assert len(pieces) == pieces[-1].stats.target_calls
         assert pieces[-1].stop_reason == res.stop_reason and not any(p.stop_reason for p in pieces[:-1])
         assert pieces[-1].stats.new_tokens == res.stats.new_tokens
 
