@@ -65,6 +65,22 @@ def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):
     assert accepted / proposed > 0.4, f"the bundled draft agrees with the target on {accepted}/{proposed} tokens"
 
 
+def test_bundled_pair_batches_equal_each_prompt_alone(bundled_export):
+    """generate_batch on the bundled pair: 48 test prompts of both tasks (mixed lengths), at most 16 rows at a time
+    (rows join and leave mid-batch), target only, the lookup with the bundled datastore at gamma 4, and the
+    default: every row's greedy output equals that prompt generated alone (which the test above holds against
+    PyTorch)."""
+    prompts = [json.loads(line)["source"] for line in PROMPTS.read_text().splitlines()[:48]]
+    dec = SpeculativeDecoder.load(bundled_export, provider="cpu")
+    ref = [dec.generate(p, max_new_tokens=MAX_NEW, draft="none").token_ids for p in prompts]
+    copied = 0
+    for draft, gamma in (("none", "auto"), ("lookup", 4), ("auto", "auto")):
+        results = dec.generate_batch(prompts, max_new_tokens=MAX_NEW, draft=draft, gamma=gamma, max_batch=16)
+        assert [r.token_ids for r in results] == ref, draft
+        copied += sum(r.stats.accepted for r in results)
+    assert copied > 100
+
+
 BEAM_PROMPTS = 40          # 20 per task
 BEAM_SETTINGS = {          # transformers' generate keywords; T5's own summarize/translate settings are like these
     "early": dict(num_beams=4, early_stopping=True, length_penalty=1.0),
