@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .core.errors import SpecdecError
 from .core.params import Params
-from .core.stats import Result, Stats
-from .decoding.batch import SWITCH_FIRST, Batching, Waiting, batch_source
+from .core.stats import Piece, Result, Stats
+from .decoding.batch import MAX_BATCH, SWITCH_FIRST, Batching, Waiting, batch_source
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.sources import Sources
@@ -22,18 +21,6 @@ from .engine.gate import Gate
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
 from .loading.manifest import load_manifest
-
-
-MAX_BATCH = 256         # rows of one batched run (each holds a KV cache of max_length positions)
-
-
-@dataclass
-class Piece:
-    """What stream() yields as soon as tokens are accepted."""
-    token_ids: list
-    text: str
-    stats: Stats | None = None      # the request's statistics so far
-    stop_reason: str = ""           # set on the last piece: "eos", "max_new_tokens" or "max_length"
 
 
 def _belongs_together(target, draft) -> None:
@@ -318,9 +305,9 @@ class SpeculativeDecoder:
             yield index, request, new
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
-        """A Batcher (runtime/batcher.py): requests submitted from any thread decoded together, joining the running
-        batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting for one."""
-        from .batcher import Batcher
+        """A Batcher (runtime/decoding/batcher.py): requests submitted from any thread decoded together, joining the
+        running batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting for one."""
+        from .decoding.batcher import Batcher
 
         return Batcher(self, max_batch, max_queue)
 

@@ -135,3 +135,12 @@ class Result:
     #                                                  (token_ids and text are the first); [token_ids] otherwise
     scores: list = field(default_factory=list)       # beam search: their scores (sum log p / length ** penalty)
     error: str = ""                                  # generate_batch: this request's one-line error (then no text)
+
+
+@dataclass
+class Piece:
+    """What stream() yields as soon as tokens are accepted."""
+    token_ids: list
+    text: str
+    stats: Stats | None = None      # the request's statistics so far
+    stop_reason: str = ""           # set on the last piece: "eos", "max_new_tokens" or "max_length"

@@ -33,6 +33,7 @@ from .lookup import LookupDraft
 from .request import Request
 from .switch import Switch
 
+MAX_BATCH = 256          # rows of one batched run (each holds a KV cache of max_length positions)
 BATCH_GAMMA = 4          # a lookup row's most guesses a round at gamma="auto": every row's run grows with the widest
 HALF_LIFE = 2048         # guesses after which an origin's measured acceptance weighs half
 SWITCH_FIRST = 64        # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)

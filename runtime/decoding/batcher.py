@@ -20,17 +20,17 @@ from __future__ import annotations
 import queue
 import threading
 
-from .core.errors import SpecdecError, first_line
-from .core.params import Params
-from .core.stats import Result
-from .decoding.batch import Waiting, batch_source
-from .decoding.request import Request
+from ..core.errors import SpecdecError, first_line
+from ..core.params import Params
+from ..core.stats import Piece, Result
+from .batch import MAX_BATCH, Waiting, batch_source
+from .request import Request
 
 _END = object()
 
 
 class Ticket:
-    """One submitted request: iterate it for its pieces (decoder.Piece), or `result()` for its Result."""
+    """One submitted request: iterate it for its pieces (core/stats.py Piece), or `result()` for its Result."""
 
     def __init__(self, decoder, request: Request, waiting: Waiting):
         self.request, self._decoder, self._waiting = request, decoder, waiting
@@ -41,8 +41,6 @@ class Ticket:
         self._done = False               # the end was taken from the queue
 
     def _put(self, new: list) -> None:
-        from .decoder import Piece
-
         self._tokens += new
         text = self._decoder.decode(self._tokens)
         piece = Piece(new, text[len(self._shown):] if text.startswith(self._shown) else text,
@@ -83,8 +81,6 @@ class Ticket:
 
 class Batcher:
     def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64):
-        from .decoder import MAX_BATCH
-
         if type(max_batch) is not int or not 1 <= max_batch <= MAX_BATCH:
             raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {max_batch!r})",
                                f"use 1 <= max_batch <= {MAX_BATCH}")
