@@ -28,6 +28,9 @@ from .model import CachedSeq2Seq
 from .positions import ChainPositions
 
 ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
+# a row's sampling parameters, bound per row, and an idle row's: greedy and unfiltered, so that it never makes the
+# head take its sampling or filtering branch for the batch
+IDLE = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "lenience": 1.0}
 
 
 class BatchModel:
@@ -63,17 +66,16 @@ class BatchModel:
     # -- layout -------------------------------------------------------------------------------------------------
     def layout(self, capacity: int, source_cap: int) -> None:
         """A new batch of `capacity` rows (all idle) whose sources are at most `source_cap` positions."""
-        layers, two, heads, d_kv = self.kv
         self._views(capacity, source_cap)
         self.lengths = np.zeros(capacity, np.int64)   # host copies; the buffers are what a run binds
         self.active = np.zeros(capacity, np.bool_)    # rows that hold a request
         self.sources = np.ones(capacity, np.int64)
-        for name, value in (("top_p", 1.0), ("lenience", 1.0), ("temperature", 0.0), ("top_k", 0)):
+        for name, value in IDLE.items():
             self.buf[name].write(np.full(capacity, value))
         self.buf[SOURCE_LENGTHS].write(self.sources)
         self.buf["draft_probs"].host[...] = 0.0
         self._q_set = []                              # flat indices of the one-hot q entries written last run
-        self._sync(*(self.buf[n] for n in ("top_p", "lenience", "temperature", "top_k", "draft_probs")))
+        self._sync(self.buf["draft_probs"])
 
     def _views(self, capacity: int, source_cap: int) -> None:
         layers, two, heads, d_kv = self.kv
@@ -90,8 +92,7 @@ class BatchModel:
             raise ValueError(f"a batch of {capacity} rows does not fit buffers for {self.most}")
         self._pull(self.cache, self.cross)
         lengths, sources, active = self.lengths[rows], self.sources[rows], self.active[rows]
-        params = {name: self.buf[name].host[:self.capacity][rows].copy()
-                  for name in ("temperature", "top_k", "top_p", "lenience")}
+        params = {name: self.buf[name].host[:self.capacity][rows].copy() for name in IDLE}
         past = int(lengths.max(initial=0))
         cache = self.cache_rows[:past, :, :, rows].copy()         # the live part, in the old layout
         cross = self.cross_rows[:, :, rows].copy()
@@ -104,8 +105,8 @@ class BatchModel:
                                                    np.zeros(capacity, np.bool_))
         self.lengths[:keep], self.sources[:keep], self.active[:keep] = lengths, sources, active
         self.buf[SOURCE_LENGTHS].write(self.sources)
-        for name, values in params.items():         # idle rows: unfiltered, greedy
-            self.buf[name].host[:capacity] = 1 if name in ("top_p", "lenience") else 0
+        for name, values in params.items():
+            self.buf[name].host[:capacity] = IDLE[name]
             self.buf[name].host[:keep] = values
         self._q_set = []
         self.buf["draft_probs"].host[...] = 0.0
@@ -136,16 +137,16 @@ class BatchModel:
         self.cross_rows[:, :, row, :, :src] = cross.reshape(model.layers, 2, model.heads, src, model.d_kv)
         self.lengths[row], self.sources[row], self.active[row] = 0, src, True
         self.buf[SOURCE_LENGTHS].write([src], row)
-        for name, value in (("temperature", params.temperature), ("top_k", params.top_k), ("top_p", params.top_p),
-                            ("lenience", params.lenience)):
-            self.buf[name].write([value], row)
+        for name in IDLE:
+            self.buf[name].write([getattr(params, name)], row)
         self._sync(self.cross)
 
     def leave(self, row: int) -> None:
         """The row holds no request: idle until another joins."""
         self.lengths[row], self.sources[row], self.active[row] = 0, 1, False
         self.buf[SOURCE_LENGTHS].write([1], row)
-        self.buf["temperature"].write([0.0], row)
+        for name, value in IDLE.items():
+            self.buf[name].write([value], row)
 
     # -- a run --------------------------------------------------------------------------------------------------
     def run(self, pending: np.ndarray, guesses: list, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
