@@ -8,8 +8,8 @@ import numpy as np
 
 from .core.errors import SpecdecError
 from .core.params import Params
-from .core.stats import Piece, Result, Stats
-from .decoding.batch import MAX_BATCH, SWITCH_FIRST, Batching, Waiting, batch_source
+from .core.stats import Piece, Pieces, Result, Stats
+from .decoding.batch import SWITCH_FIRST, Batching, Waiting, batch_source, checked_max_batch
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.sources import Sources
@@ -194,7 +194,7 @@ class SpeculativeDecoder:
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
         temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size)."""
-        out, shown = [], ""
+        pieces = Pieces(self.decode)
         params = Params.of(params, **overrides).checked(self.gamma_max)
         if params.num_beams > 1:
             raise SpecdecError("beam search cannot stream: every beam may still lose until the search ends",
@@ -202,11 +202,7 @@ class SpeculativeDecoder:
         hold = self._gate.acquire()
         try:
             for request, new in self._serve(prompt, input_ids, params):
-                out.extend(new)
-                text = self.decode(out)
-                piece = Piece(new, text[len(shown):] if text.startswith(shown) else text, request.stats,
-                              request.stop_reason)
-                shown = text
+                piece = pieces.add(new, request.stats, request.stop_reason)
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
                 self._gate.resume(hold)     # raises if the stream lost the decoder meanwhile
@@ -239,18 +235,12 @@ class SpeculativeDecoder:
     def stream_batch(self, prompts=None, *, input_ids=None, params=None, max_batch: int = 16, **overrides):
         """As generate_batch, but yield (index, Piece) as each request's tokens are accepted; a request with bad
         input yields one Piece with no tokens and its error in `stop_reason` ("error: ...")."""
-        texts: dict = {}
+        pieces: dict = {}           # index -> Pieces
         for index, request, new in self._batch(prompts, input_ids, params, max_batch, overrides):
             if isinstance(request, SpecdecError):
                 yield index, Piece([], "", None, f"error: {request}")
                 continue
-            out, shown = texts.get(index, ([], ""))
-            out = out + new
-            text = self.decode(out)
-            piece = Piece(new, text[len(shown):] if text.startswith(shown) else text, request.stats,
-                          request.stop_reason)
-            texts[index] = (out, text)
-            yield index, piece
+            yield index, pieces.setdefault(index, Pieces(self.decode)).add(new, request.stats, request.stop_reason)
 
     def _collect(self, events) -> list:
         outs: dict = {}
@@ -276,9 +266,7 @@ class SpeculativeDecoder:
                                "for one")
         if len(items) == 0:
             raise SpecdecError("the batch is empty", "pass at least one prompt")
-        if type(max_batch) is not int or not 1 <= max_batch <= MAX_BATCH:
-            raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {max_batch!r})",
-                               f"use 1 <= max_batch <= {MAX_BATCH}")
+        checked_max_batch(max_batch)
         if isinstance(params, (list, tuple)) and len(params) != len(items):
             raise SpecdecError(f"params has {len(params)} entries for {len(items)} prompts",
                                "pass one Params for all, or one per prompt")
@@ -286,10 +274,9 @@ class SpeculativeDecoder:
         for i, item in enumerate(items):
             try:
                 p = params[i] if isinstance(params, (list, tuple)) else params
-                checked = Params.of(p, **overrides).checked(self.gamma_max)
-                batch_source(checked)
-                ids = self._source(item, None) if prompts is not None else self._source(None, item)
-                queue.append((i, Request(ids, checked)))
+                request = self._batch_request(item, None, p, overrides) if prompts is not None else \
+                    self._batch_request(None, item, p, overrides)
+                queue.append((i, request))
             except SpecdecError as err:
                 failed.append((i, err))
         for i, err in failed:
@@ -303,6 +290,12 @@ class SpeculativeDecoder:
         for index, request, new in self._run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
                                                      (most, greedy), auto):
             yield index, request, new
+
+    def _batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
+        """A checked request of a batch (generate_batch, the batcher): one-line SpecdecError if it cannot run."""
+        checked = Params.of(params, **overrides).checked(self.gamma_max)
+        batch_source(checked)
+        return Request(self._source(prompt, input_ids), checked)
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
         """A Batcher (runtime/decoding/batcher.py): requests submitted from any thread decoded together, joining the

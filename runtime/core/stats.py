@@ -144,3 +144,18 @@ class Piece:
     text: str
     stats: Stats | None = None      # the request's statistics so far
     stop_reason: str = ""           # set on the last piece: "eos", "max_new_tokens" or "max_length"
+
+
+class Pieces:
+    """One request's pieces as its tokens arrive: each piece's text is what it adds to the whole output's text
+    (`decode` of all the tokens so far; the whole text again when a token changed how earlier ones decode)."""
+
+    def __init__(self, decode):
+        self.decode, self.tokens, self.shown = decode, [], ""
+
+    def add(self, new: list, stats: Stats | None, stop_reason: str) -> Piece:
+        self.tokens += new
+        text = self.decode(self.tokens)
+        piece = Piece(new, text[len(self.shown):] if text.startswith(self.shown) else text, stats, stop_reason)
+        self.shown = text
+        return piece

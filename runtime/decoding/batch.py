@@ -51,6 +51,13 @@ class Row:
     out: list = field(default_factory=list)
 
 
+def checked_max_batch(value) -> int:
+    if type(value) is not int or not 1 <= value <= MAX_BATCH:
+        raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {value!r})",
+                           f"use 1 <= max_batch <= {MAX_BATCH}")
+    return value
+
+
 def batch_source(params: Params) -> str:
     """The batched path's draft for a request: "lookup" or "none"; a one-line error for what it does not run."""
     if params.num_beams > 1:
@@ -244,6 +251,11 @@ class Waiting:
                 if not item[1].cancelled:
                     return item
             return None
+
+    def requests(self) -> list:
+        """The requests waiting now."""
+        with self.lock:
+            return [item[1] for item in self._items]
 
     def cancel(self, request) -> bool:
         """Mark `request` cancelled and take it out if it still waits (True); one step under the lock, so the batch

@@ -22,8 +22,8 @@ import threading
 
 from ..core.errors import SpecdecError, first_line
 from ..core.params import Params
-from ..core.stats import Piece, Result
-from .batch import MAX_BATCH, Waiting, batch_source
+from ..core.stats import Pieces, Result
+from .batch import Waiting, checked_max_batch
 from .request import Request
 
 _END = object()
@@ -32,32 +32,31 @@ _END = object()
 class Ticket:
     """One submitted request: iterate it for its pieces (core/stats.py Piece), or `result()` for its Result."""
 
-    def __init__(self, decoder, request: Request, waiting: Waiting):
-        self.request, self._decoder, self._waiting = request, decoder, waiting
-        self._pieces: queue.Queue = queue.Queue()
-        self._tokens: list = []
-        self._shown = ""
+    def __init__(self, batcher: "Batcher", request: Request):
+        self.request, self._batcher = request, batcher
+        self._queue: queue.Queue = queue.Queue()
+        self._pieces = Pieces(batcher.decoder.decode)
         self.error: SpecdecError | None = None
         self._done = False               # the end was taken from the queue
 
     def _put(self, new: list) -> None:
-        self._tokens += new
-        text = self._decoder.decode(self._tokens)
-        piece = Piece(new, text[len(self._shown):] if text.startswith(self._shown) else text,
-                      self.request.stats, self.request.stop_reason)
-        self._shown = text
-        self._pieces.put(piece)
+        self._queue.put(self._pieces.add(new, self.request.stats, self.request.stop_reason))
         if self.request.stop_reason:
-            self._pieces.put(_END)
+            self._end()
 
     def _fail(self, error: SpecdecError) -> None:
         self.error = error
-        self._pieces.put(_END)
+        self._end()
+
+    def _end(self) -> None:
+        with self._batcher._wake:
+            self._batcher._open.discard(self)
+        self._queue.put(_END)
 
     def __iter__(self):
         """The pieces not taken yet (a second iteration, or result() after one, takes what is left: maybe none)."""
         while not self._done:
-            piece = self._pieces.get()
+            piece = self._queue.get()
             if piece is _END:
                 self._done = True
                 break
@@ -68,27 +67,26 @@ class Ticket:
     def result(self) -> Result:
         for _ in self:
             pass
-        out = list(self._tokens)
-        return Result(self._decoder.decode(out), out, self.request.stats, self.request.stop_reason, [out], [])
+        out = list(self._pieces.tokens)
+        return Result(self._pieces.shown, out, self.request.stats, self.request.stop_reason, [out], [])
 
     def cancel(self) -> None:
         """Stop the request: a waiting one leaves the queue, a running one its row at the next round (stop reason
         "cancelled"). Its tokens so far stay in the ticket."""
-        if self._waiting.cancel(self.request):
+        if self._batcher.waiting.cancel(self.request):
             self.request.stop_reason = "cancelled"
-            self._pieces.put(_END)
+            self._end()
 
 
 class Batcher:
     def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64):
-        if type(max_batch) is not int or not 1 <= max_batch <= MAX_BATCH:
-            raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {max_batch!r})",
-                               f"use 1 <= max_batch <= {MAX_BATCH}")
+        checked_max_batch(max_batch)
         if type(max_queue) is not int or max_queue < 0:
             raise SpecdecError(f"max_queue must be a non-negative integer (got {max_queue!r})")
         self.decoder, self.max_batch, self.max_queue = decoder, max_batch, max_queue
         self.waiting = Waiting()
         self.counters = {"rounds": 0, "rows": 0}     # batched target runs so far, and the rows they carried
+        self._open: set = set()          # tickets not ended (under _wake): what a failed batch must end
         self._wake = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="specdec-batcher", daemon=True)
@@ -99,15 +97,13 @@ class Batcher:
         """Queue a request (checked here: a bad one raises its one-line SpecdecError and queues nothing)."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        checked = Params.of(params, **overrides).checked(self.decoder.gamma_max)
-        batch_source(checked)
-        ids = self.decoder._source(prompt, input_ids)
-        request = Request(ids, checked)
-        ticket = Ticket(self.decoder, request, self.waiting)
+        request = self.decoder._batch_request(prompt, input_ids, params, overrides)
+        ticket = Ticket(self, request)
         with self._wake:
             if len(self.waiting) >= self.max_queue:
                 raise SpecdecError(f"the batcher is busy: {len(self.waiting)} requests wait for a row (max_queue "
                                    f"{self.max_queue})", "retry later, or raise max_queue")
+            self._open.add(ticket)
             self.waiting.put((ticket, request))
             self._wake.notify()
         return ticket
@@ -132,19 +128,20 @@ class Batcher:
                     self._wake.wait()
                 if self._closed and not len(self.waiting):
                     return
-            live: dict = {}
             try:
                 for ticket, _, new in self.decoder._run_batches(self.waiting, self.max_batch, kind="batcher",
                                                                  counters=self.counters):
-                    live[id(ticket)] = ticket
                     ticket._put(new)
-                    if ticket.request.stop_reason:
-                        live.pop(id(ticket), None)
             except SpecdecError as err:
-                for ticket in live.values():
-                    ticket._fail(err)
+                self._fail_taken(err)
             except Exception as err:         # keep serving: the requests of this batch get the error
-                error = SpecdecError(f"the batch failed: {type(err).__name__}: {first_line(err, 200)}",
-                                     "this is a specdec bug, please report it; the batcher stays usable")
-                for ticket in live.values():
-                    ticket._fail(error)
+                self._fail_taken(SpecdecError(f"the batch failed: {type(err).__name__}: {first_line(err, 200)}",
+                                              "this is a specdec bug, please report it; the batcher stays usable"))
+
+    def _fail_taken(self, error: SpecdecError) -> None:
+        """End with `error` every ticket the failed batch had taken (running, or joining when it failed); the ones
+        still waiting go into the next batch."""
+        with self._wake:
+            waiting = {id(request) for request in self.waiting.requests()}
+            for ticket in [t for t in self._open if id(t.request) not in waiting]:
+                ticket._fail(error)

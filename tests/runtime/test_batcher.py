@@ -102,3 +102,32 @@ def test_bad_input_fails_in_submit_alone(related_decoder):
     for kwargs in (dict(max_batch=0), dict(max_batch=10 ** 6), dict(max_queue=-1)):
         with pytest.raises(SpecdecError):
             dec.batcher(**kwargs)
+
+
+def test_a_failing_batch_ends_its_tickets_and_the_batcher_goes_on(related_decoder, monkeypatch):
+    """A join that fails (here: a broken encoder copy for one prompt) ends every ticket the batch had taken with a
+    one-line error, even one that never got a piece; nothing hangs, and later requests are served."""
+    from specdec.runtime.engine.batch_model import BatchModel
+
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 3, seed=25)
+    real = BatchModel.join
+
+    def join(self, row, ids, params, stats):
+        if list(ids) == list(prompts[0]):
+            raise RuntimeError("broken on purpose")
+        return real(self, row, ids, params, stats)
+
+    monkeypatch.setattr(BatchModel, "join", join)
+    with dec.batcher(max_batch=2) as server:
+        doomed = server.submit(input_ids=prompts[0], max_new_tokens=8)
+        outcome = []
+        waiter = threading.Thread(target=lambda: outcome.append(pytest.raises(SpecdecError, doomed.result)))
+        waiter.start()
+        waiter.join(timeout=60)
+        assert not waiter.is_alive(), "a ticket of a failed batch was never ended"
+        message = str(outcome[0].value)
+        assert "the batch failed" in message and "broken on purpose" in message and "\n" not in message
+        monkeypatch.setattr(BatchModel, "join", real)
+        assert server.submit(input_ids=prompts[1], max_new_tokens=8).result().token_ids == \
+            alone(dec, prompts[1:2], 8)[0]
