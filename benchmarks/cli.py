@@ -8,7 +8,7 @@
                           [--early-stopping true|false|never] [--length-penalty L] [--beam-rows 4,8,12,16 (--shapes)]
     specdec-bench shapes  TARGET:DRAFT [--gamma 0,4] [--workdir bench-results] [--plot OUT.png]
     specdec-bench dtypes  TARGET:DRAFT --dtypes fp32,int8-draft,int8-wo-draft,int8[,int8-wo,int8-wo-fp32]
-    specdec-bench serve-load --engine DIR [--instances 1,2] [--clients 1,4,16] [--requests 160]
+    specdec-bench serve-load --engine DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
     specdec-bench width   --engine DIR [--wide-engine DIR] [--num-prompts 128] [--gamma 8]
     specdec-bench datastore-scale [--tokens 1000000,100000000]
     specdec-bench batch   --engine DIR [--batch 1,4,16] [--draft none,auto] [--temperature 0,1]

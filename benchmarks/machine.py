@@ -36,6 +36,37 @@ def load_average() -> list | None:
         return None
 
 
+def resident_mib(pid: int | None = None) -> dict:
+    """Resident memory (MiB, VmRSS) of process `pid` (default: this one) and of it with all its descendants (a
+    server's tritonserver and stub processes); {} where /proc cannot say."""
+    def rss_kib(p) -> int:
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                return next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except OSError:
+            return 0
+
+    pid = os.getpid() if pid is None else pid
+    children: dict = {}
+    try:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(parent, []).append(int(entry))
+    except OSError:
+        return {}
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return {"process_mib": round(rss_kib(pid) / 1024, 1), "with_children_mib": round(sum(map(rss_kib, tree)) / 1024, 1)}
+
+
 def _version(module: str) -> str | None:
     try:
         mod = __import__(module)

@@ -1,17 +1,20 @@
 """Load on specdec-serve: requests/s and p50/p99 latency of the `specdec` model at several client counts and
-instance counts, the same prompts and parameters in every cell.
+instance counts, the same prompts and parameters in every cell, with the batch's occupancy and resident memory.
 
-    specdec-bench serve-load --engine DIR [--instances 1,2] [--clients 1,4,16] [--requests 160]
-                             [--max-new-tokens 32] [--protocol http|grpc] [--json OUT]
+    specdec-bench serve-load --engine DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
+                             [--max-new-tokens 32] [--max-batch 16] [--protocol http|grpc] [--soak N] [--json OUT]
 
 (`python -m specdec.bench.serve_load` takes the same flags.)
 
 For each instance count it starts the real server (specdec.serve.Server: PyTriton's tritonserver, 127.0.0.1, free
-ports), warms every instance up, then for each client count runs C client threads (one tritonclient each) that
-take the next of the --requests prompts until all are answered. Latency: send to answer, per request; requests/s:
-requests / wall time of the cell. Every answer is checked against the first answer to the same prompt (greedy
-decoding: one output per prompt), and mismatches are reported. The clients run on the same machine as the server
-and take CPU from it. Needs the serve extra."""
+ports), warms it up, then for each client count runs C client threads (one tritonclient each) that take the next
+of the --requests prompts until all are answered. Latency: send to answer, per request; requests/s: requests /
+wall time of the cell; rows/round: the rows the batch decoded per target run in the cell. Resident memory: the
+benchmark's process (which holds the decoder: PyTriton runs the models' code in it) and the same with its child
+processes (tritonserver, the Python backend stubs), after each cell. --soak N then sends N more requests from 16
+clients and reports the memory after every 1,000. Every answer is checked against the first answer to the same
+prompt (greedy decoding: one output per prompt), and mismatches are reported. The clients run on the same machine
+as the server and take CPU from it. Needs the serve extra."""
 
 from __future__ import annotations
 
@@ -38,15 +41,19 @@ def _ints(text: str) -> list:
 
 def add_arguments(p) -> None:
     p.add_argument("--engine", required=True, metavar="DIR", help="export directory")
-    p.add_argument("--instances", type=_ints, default=[1, 2], help="instance counts (default 1,2)")
-    p.add_argument("--clients", type=_ints, default=[1, 4, 16], help="concurrent clients (default 1,4,16)")
+    p.add_argument("--instances", type=_ints, default=[1],
+                   help="Triton instances of 'specdec', sharing one decoder (default 1)")
+    p.add_argument("--clients", type=_ints, default=[1, 4, 16, 64], help="concurrent clients (default 1,4,16,64)")
+    p.add_argument("--max-batch", type=int, default=16, help="the server's --max-batch (default 16)")
+    p.add_argument("--soak", type=int, default=0, metavar="N",
+                   help="after the cells, N more requests from 16 clients, memory after every 1,000 (default 0)")
     p.add_argument("--requests", type=int, default=160, help="requests per cell (default 160)")
     p.add_argument("--prompts", default=None, metavar="FILE",
                    help="JSONL ({\"source\": ...}) or text file of prompts (default: the bundled test prompts)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per request (default 32)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads per instance (0: cores / instances)")
-    p.add_argument("--warmup", type=int, default=8, help="untimed requests per instance before the cells")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads of the decoder (0: onnxruntime's)")
+    p.add_argument("--warmup", type=int, default=16, help="untimed requests before the cells (default 16)")
     p.add_argument("--json", default=None, metavar="OUT.json",
                    help="write the results and the machine description here")
 
@@ -72,11 +79,12 @@ def _client(protocol: str, port: int):
 
 
 def _request(module, client, prompt: str, max_new_tokens: int) -> str:
-    text = module.InferInput("prompt", [1], "BYTES")
-    text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
-    limit = module.InferInput("max_new_tokens", [1], "INT64")
-    limit.set_data_from_numpy(np.array([max_new_tokens], dtype=np.int64))
-    return client.infer("specdec", [text, limit]).as_numpy("text")[0].decode()
+    """One request of one row: Triton's dynamic batching gives `specdec`'s tensors a batch dimension, [1, 1]."""
+    text = module.InferInput("prompt", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[prompt.encode()]], dtype=np.object_))
+    limit = module.InferInput("max_new_tokens", [1, 1], "INT64")
+    limit.set_data_from_numpy(np.array([[max_new_tokens]], dtype=np.int64))
+    return client.infer("specdec", [text, limit]).as_numpy("text")[0, 0].decode()
 
 
 def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_tokens: int) -> dict:
@@ -120,40 +128,53 @@ def run(args) -> int:
     """The load cells of the parsed flags; the JSON report's "command" is args.command_line, as it was typed."""
     from specdec.serve.server import Server, free_ports
 
-    from .machine import describe, load_average
+    from .machine import describe, load_average, resident_mib
 
     prompts = _prompts(args.prompts, args.requests)
     machine = describe("cpu")
-    results, first_answer = [], {}
+    results, soak, first_answer = [], [], {}
     for instances in args.instances:
         http, grpc, metrics = free_ports(3)
-        with Server(args.engine, instances=instances, threads=args.threads, address="127.0.0.1", exit_timeout_s=2,
-                    http_port=http, grpc_port=grpc, metrics_port=metrics) as server:
+        with Server(args.engine, instances=instances, threads=args.threads, max_batch=args.max_batch,
+                    address="127.0.0.1", exit_timeout_s=2, http_port=http, grpc_port=grpc,
+                    metrics_port=metrics) as server:
             port = server.http_port if args.protocol == "http" else server.grpc_port
-            warm = prompts[:max(1, args.warmup * instances)]
-            run_cell(port, args.protocol, instances, warm, args.max_new_tokens)
+            counters = server.handler.batcher.counters
+            run_cell(port, args.protocol, min(16, args.warmup), prompts[:args.warmup], args.max_new_tokens)
             for clients in args.clients:
+                before = dict(counters)
                 cell = run_cell(port, args.protocol, clients, prompts, args.max_new_tokens)
                 answers = cell.pop("answers")
                 mismatches = 0
                 for prompt, answer in zip(prompts, answers):
                     mismatches += first_answer.setdefault(prompt, answer) != answer
-                cell.update(instances=instances, threads_per_instance=server.threads, mismatches=mismatches,
-                            load_average_after=load_average())
+                rounds = counters["rounds"] - before["rounds"]
+                cell.update(instances=instances, mismatches=mismatches, load_average_after=load_average(),
+                            rows_per_round=(counters["rows"] - before["rows"]) / rounds if rounds else 0.0,
+                            memory=resident_mib())
                 results.append(cell)
-                print(f"instances {instances} ({server.threads} thread(s) each), clients {clients:2d}: "
-                      f"{cell['requests_per_s']:6.2f} req/s, p50 {cell['p50_ms']:7.1f} ms, p99 {cell['p99_ms']:7.1f} "
-                      f"ms, mismatches {mismatches}", flush=True)
-    table = ["| instances | threads/instance | clients | requests/s | p50 ms | p99 ms | mean ms | mismatches |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    table += [f"| {r['instances']} | {r['threads_per_instance']} | {r['clients']} | {r['requests_per_s']:.2f} | "
-              f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['mismatches']} |" for r in results]
+                print(f"instances {instances}, clients {clients:2d}: {cell['requests_per_s']:6.2f} req/s, p50 "
+                      f"{cell['p50_ms']:7.1f} ms, p99 {cell['p99_ms']:7.1f} ms, rows/round "
+                      f"{cell['rows_per_round']:5.2f}, memory {cell['memory'].get('with_children_mib')} MiB, "
+                      f"mismatches {mismatches}", flush=True)
+            for done in range(0, args.soak, 1000):
+                chunk = [prompts[i % len(prompts)] for i in range(done, min(args.soak, done + 1000))]
+                run_cell(port, args.protocol, 16, chunk, args.max_new_tokens)
+                soak.append({"instances": instances, "requests": done + len(chunk), "memory": resident_mib()})
+                print(f"soak: {done + len(chunk)} requests, memory {soak[-1]['memory']}", flush=True)
+    table = ["| instances | clients | requests/s | p50 ms | p99 ms | mean ms | rows/round | resident MiB (with "
+             "tritonserver) | mismatches |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    table += [f"| {r['instances']} | {r['clients']} | {r['requests_per_s']:.2f} | {r['p50_ms']:.1f} | "
+              f"{r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['rows_per_round']:.2f} | "
+              f"{r['memory'].get('process_mib')} ({r['memory'].get('with_children_mib')}) | {r['mismatches']} |"
+              for r in results]
     print("\n".join(table))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"command": args.command_line,
-                       "machine": machine, "protocol": args.protocol, "max_new_tokens": args.max_new_tokens,
-                       "requests_per_cell": args.requests, "results": results, "table": table}, fh, indent=1)
+            json.dump({"command": args.command_line, "machine": machine, "protocol": args.protocol,
+                       "max_new_tokens": args.max_new_tokens, "max_batch": args.max_batch,
+                       "requests_per_cell": args.requests, "results": results, "soak": soak, "table": table},
+                      fh, indent=1)
     return 0 if all(r["mismatches"] == 0 for r in results) else 1
 
 

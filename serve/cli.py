@@ -26,10 +26,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
     p.add_argument("--address", default="0.0.0.0", help="address to listen on (default 0.0.0.0; 127.0.0.1: local)")
+    p.add_argument("--max-batch", type=int, default=16,
+                   help="requests decoded together in one batch, and Triton's max_batch_size for 'specdec' "
+                        "(default 16)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests that may wait for a row; past it a request is refused at once (default 64)")
+    p.add_argument("--queue-delay-us", type=int, default=500,
+                   help="microseconds Triton holds a request for others to batch with (default 500)")
     p.add_argument("--instances", type=int, default=1,
-                   help="instances of each model, each with its own decoder: N requests run at once (default 1)")
+                   help="Triton instances of 'specdec'; they share one decoder and its batch (default 1)")
     p.add_argument("--threads", type=int, default=0,
-                   help="intra-op threads per instance (default 0: the CPU cores divided by --instances)")
+                   help="intra-op threads of the decoder (default 0: onnxruntime's choice, the physical cores); "
+                        "with --write-model-repository, per instance")
     p.add_argument("--exit-timeout", type=int, default=5,
                    help="seconds a stopping server waits for requests in flight (default 5)")
     p.add_argument("--write-model-repository", metavar="DIR",
@@ -50,14 +58,16 @@ def _serve(args) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    server = Server(args.engine, instances=args.instances, threads=args.threads, http_port=args.http_port,
+    server = Server(args.engine, instances=args.instances, threads=args.threads, max_batch=args.max_batch,
+                    max_queue=args.max_queue, queue_delay_us=args.queue_delay_us, http_port=args.http_port,
                     grpc_port=args.grpc_port, metrics_port=args.metrics_port, address=args.address,
                     exit_timeout_s=args.exit_timeout)
     try:
         server.start()
         serving.set()
-        print(f"specdec-serve: serving {args.engine} as models 'specdec' and 'specdec_stream' ({args.instances} "
-              f"instance(s), {server.threads} thread(s) each) on http {args.address}:{args.http_port}, grpc "
+        print(f"specdec-serve: serving {args.engine} as models 'specdec' and 'specdec_stream' (batches of up to "
+              f"{args.max_batch}, {args.max_queue} waiting at most, {args.instances} instance(s)) on http "
+              f"{args.address}:{args.http_port}, grpc "
               f"{args.address}:{args.grpc_port}, metrics {args.address}:{args.metrics_port}", flush=True)
         while not stop.wait(1.0):
             if not server.is_alive():
@@ -70,13 +80,19 @@ def _serve(args) -> int:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
-    if args.instances < 1:
-        raise SpecdecError(f"--instances must be >= 1 (got {args.instances})")
+    for flag, value, least in (("--instances", args.instances, 1), ("--max-batch", args.max_batch, 1),
+                               ("--max-queue", args.max_queue, 1), ("--queue-delay-us", args.queue_delay_us, 0),
+                               ("--threads", args.threads, 0)):
+        if value < least:
+            raise SpecdecError(f"{flag} must be >= {least} (got {value})")
+    if args.max_batch > 256:
+        raise SpecdecError(f"--max-batch must be <= 256 (got {args.max_batch})")
     if args.write_model_repository:
         from .repository import write_model_repository
 
         out = write_model_repository(args.write_model_repository, args.engine, instances=args.instances,
-                                     threads=args.threads)
+                                     threads=args.threads, max_batch=args.max_batch, max_queue=args.max_queue,
+                                     queue_delay_us=args.queue_delay_us)
         print(f"wrote a Triton model repository for {args.engine} to {out} (models specdec, specdec_stream); run "
               f"it with: tritonserver --model-repository {out}")
         return 0

@@ -18,9 +18,12 @@ from specdec.runtime.core.errors import SpecdecError
 from . import schema
 
 MODEL_PY = '''"""specdec on Triton's Python backend (written by specdec-serve --write-model-repository). Parameters in
-config.pbtxt: engine (the export directory), threads (intra-op threads per instance, 0 = onnxruntime's default)."""
+config.pbtxt: engine (the export directory), threads (intra-op threads per instance, 0 = onnxruntime's default),
+max_batch and max_queue (the instance's batcher). Each instance is a process with its own decoder; the requests of
+one instance share its batch."""
 
 import json
+import threading
 
 import triton_python_backend_utils as pb_utils
 
@@ -33,29 +36,34 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        self.handler = schema.Handler(schema.load_decoder(params["engine"], int(params.get("threads", "0"))))
+        decoder = schema.load_decoder(params["engine"], int(params.get("threads", "0")))
+        self.handler = schema.Handler(decoder, int(params.get("max_batch", schema.MAX_BATCH)),
+                                      int(params.get("max_queue", schema.MAX_QUEUE)))
 
     def execute(self, requests):
-        if not self.decoupled:
-            return [self._generate(request) for request in requests]
-        for request in requests:
-            self._stream(request)
+        if not self.decoupled:               # one dynamic batch: every request's rows join the decoder's batch
+            answers = schema.batch_answers(self.handler, [_getter(request) for request in requests])
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))) if error is not None
+                    else pb_utils.InferenceResponse(output_tensors=_tensors(outputs)) for outputs, error in answers]
+        for request in requests:             # a stream each: they join the batch while others run
+            threading.Thread(target=self._stream, args=(request,), daemon=True).start()
         return None
 
-    def _generate(self, request):
-        try:
-            out = self.handler.generate(_getter(request))
-        except SpecdecError as err:              # this request fails; the instance keeps serving
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err)))
-        return pb_utils.InferenceResponse(output_tensors=_tensors(out))
+    def finalize(self):
+        self.handler.close()
 
     def _stream(self, request):
         sender = request.get_response_sender()
+        pieces = self.handler.stream(_getter(request))
         try:
-            for out in self.handler.stream(_getter(request)):
+            for out in pieces:
+                if request.is_cancelled():       # the client went away: its row is freed at the next round
+                    pieces.close()
+                    break
                 sender.send(pb_utils.InferenceResponse(output_tensors=_tensors(out)))
-        except SpecdecError as err:
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(err))),
+        except Exception as err:
+            text = str(err) if isinstance(err, SpecdecError) else f"{type(err).__name__}: {err}"
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(text)),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
         sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -82,20 +90,27 @@ def _io(kind: str, fields) -> str:
     return f"{kind} [\n" + ",\n".join(rows) + "\n]\n"
 
 
-def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decoupled: bool) -> str:
-    """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models."""
-    text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n' + _io("input", schema.INPUTS)
-            + _io("output", schema.OUTPUTS)
+def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decoupled: bool,
+                 max_batch: int = schema.MAX_BATCH, max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500) -> str:
+    """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models: MODEL with Triton's
+    dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without."""
+    text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: {0 if decoupled else max_batch}\n'
+            + _io("input", schema.INPUTS) + _io("output", schema.OUTPUTS)
             + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n")
     if decoupled:
         text += "model_transaction_policy {\n  decoupled: true\n}\n"
-    for key, value in (("engine", str(engine)), ("threads", str(threads))):
+    else:
+        text += (f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n"
+                 f"  default_queue_policy {{\n    max_queue_size: {max_queue}\n  }}\n}}\n")
+    for key, value in (("engine", str(engine)), ("threads", str(threads)), ("max_batch", str(max_batch)),
+                       ("max_queue", str(max_queue))):
         quoted = value.replace("\\", "\\\\").replace('"', '\\"')
         text += f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{quoted}" }}\n}}\n'
     return text
 
 
-def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0) -> Path:
+def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
+                           max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500) -> Path:
     """Write the repository to `out` (created; existing model files there are replaced) for the export `engine`,
     which is checked first. Returns `out`."""
     from specdec.runtime.loading.manifest import load_manifest
@@ -109,6 +124,7 @@ def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0)
         raise SpecdecError(f"{out} exists and is not a directory", "pass a new or existing directory")
     for name, decoupled in ((schema.MODEL, False), (schema.STREAM_MODEL, True)):
         (out / name / "1").mkdir(parents=True, exist_ok=True)
-        (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, threads, decoupled))
+        (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, threads, decoupled, max_batch,
+                                                              max_queue, queue_delay_us))
         (out / name / "1" / "model.py").write_text(MODEL_PY)
     return out

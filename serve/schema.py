@@ -16,15 +16,17 @@ from specdec.runtime.core.errors import SpecdecError
 from specdec.runtime.core.params import PARAMETERS, Params, flag_value
 from specdec.runtime.core.stats import STATS
 
-MODEL = "specdec"                 # one request -> one response
-STREAM_MODEL = "specdec_stream"   # decoupled: one response per accepted piece, then an empty final one
+MODEL = "specdec"                 # one request -> one response; Triton's dynamic batching: inputs [k, 1]
+STREAM_MODEL = "specdec_stream"   # decoupled: one response per accepted piece, then an empty final one; inputs [1]
+MAX_BATCH = 16                    # rows a batch decodes at once, and Triton's max_batch_size for MODEL
+MAX_QUEUE = 64                    # requests that may wait for a row; past it a request is refused at once ("busy")
 
 
 @dataclass(frozen=True)
 class Field:
     name: str
     dtype: type          # numpy type: np.object_ for Triton's BYTES
-    shape: tuple         # without a batch dimension (the models do not batch)
+    shape: tuple         # without Triton's batch dimension (MODEL's inputs and outputs have one in front)
     optional: bool = False
     doc: str = ""
 
@@ -54,7 +56,30 @@ OUTPUTS = (
     *(Field(figure.name, np.int64 if figure.unit == "count" else np.float64, (1,), doc=figure.doc)
       for figure in STATS if not figure.group),
     Field("stats_json", np.object_, (1,), doc="Stats.as_dict() as JSON: timings and per-source counts"),
+    Field("error", np.object_, (1,), doc='"" (the request of a row that failed inside a batch: its one-line error)'),
 )
+
+
+def rows(get) -> list:
+    """The rows of one request of MODEL: Triton's dynamic batching gives every input a first dimension, so a
+    request of k rows ([k, 1] tensors) is k prompts. Each row is (prompt, Params), or the SpecdecError that says
+    what is wrong with it. A tensor without that dimension (the stream model, a stand-alone test) is one row."""
+    prompt = get("prompt")
+    prompt = None if prompt is None else np.asarray(prompt)
+    count = prompt.shape[0] if prompt is not None and prompt.ndim == 2 else 1
+    out = []
+    for i in range(count):
+        def row_get(name, i=i):
+            array = get(name)
+            if array is None:
+                return None
+            array = np.asarray(array)
+            return array[i] if array.ndim == 2 and array.shape[0] == count else array
+        try:
+            out.append(request(row_get))
+        except SpecdecError as err:
+            out.append(err)
+    return out
 
 
 def request(get) -> tuple[str, Params]:
@@ -97,7 +122,7 @@ def _text(name: str, array) -> str:
     raise SpecdecError(f"input {name!r} must be BYTES (text), got {np.asarray(array).dtype}")
 
 
-def response(text: str, token_ids, stats, stop_reason: str) -> dict:
+def response(text: str, token_ids, stats, stop_reason: str, error: str = "") -> dict:
     """Output tensors by name (numpy arrays of the OUTPUTS dtypes and shapes)."""
     figures = stats.figures()
     return {
@@ -107,26 +132,121 @@ def response(text: str, token_ids, stats, stop_reason: str) -> dict:
         **{figure.name: np.array([figures[figure.name]], dtype=np.int64 if figure.unit == "count" else np.float64)
            for figure in STATS if not figure.group},
         "stats_json": np.array([json.dumps(stats.as_dict()).encode("utf-8")], dtype=np.object_),
+        "error": np.array([error.encode("utf-8")], dtype=np.object_),
     }
 
 
-class Handler:
-    """One model instance's requests on its own SpeculativeDecoder (a decoder runs one request at a time; an
-    instance per decoder lets N requests decode at once)."""
+def failed(error: SpecdecError) -> dict:
+    """The response of a row that failed inside a batch whose other rows did not: no tokens, stop_reason "error",
+    and the one-line message in `error`."""
+    from specdec.runtime.core.stats import Stats
 
-    def __init__(self, decoder):
+    return response("", [], Stats(), "error", str(error))
+
+
+def stacked(responses: list) -> dict:
+    """One request's rows' responses as MODEL's batched outputs: every tensor gets the row dimension in front;
+    token_ids is padded with -1 to the longest row."""
+    out = {}
+    for name in responses[0]:
+        values = [r[name] for r in responses]
+        if name == "token_ids":
+            width = max(len(v) for v in values)
+            values = [np.concatenate([v, np.full(width - len(v), -1, np.int64)]) for v in values]
+        out[name] = np.stack(values)
+    return out
+
+
+class Handler:
+    """Every request of a server on one SpeculativeDecoder. The requests a batch can run join its batcher
+    (runtime/decoding/batcher.py: continuous batching, at most `max_batch` rows, `max_queue` waiting, past which a
+    request is refused at once with "the batcher is busy"); the others (a draft model, beam search, logits
+    processors, lenience < 1) run alone on the same decoder between batches."""
+
+    def __init__(self, decoder, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE):
         self.decoder = decoder
+        self.batcher = decoder.batcher(max_batch, max_queue)
+
+    def _submit(self, prompt: str, params: Params):
+        """The request's Ticket in the batch, or None when a batch cannot run it."""
+        from specdec.runtime.decoding.batch import batch_source
+
+        try:
+            batch_source(params)
+        except SpecdecError:
+            return None
+        return self.batcher.submit(prompt, params=params)
+
+    def generate_rows(self, requests: list) -> list:
+        """Rows (prompt, Params) or SpecdecError from rows()) -> their response dicts or SpecdecErrors, in order.
+        Every row joins the batch before any is waited for, so they share its rounds."""
+        started = []
+        for row in requests:
+            try:
+                if isinstance(row, SpecdecError):
+                    raise row
+                started.append((row, self._submit(*row)))
+            except SpecdecError as err:
+                started.append(err)
+        out = []
+        for item in started:
+            if isinstance(item, SpecdecError):
+                out.append(item)
+                continue
+            (prompt, params), ticket = item
+            try:
+                res = ticket.result() if ticket is not None else self.decoder.generate(prompt, params=params)
+            except SpecdecError as err:
+                out.append(err)
+                continue
+            out.append(response(res.text, res.token_ids, res.stats, res.stop_reason))
+        return out
 
     def generate(self, get) -> dict:
+        """One request of one row (a SpecdecError if it fails)."""
+        (out,) = self.generate_rows([request(get)])
+        if isinstance(out, SpecdecError):
+            raise out
+        return out
+
+    def open_stream(self, get):
+        """(pieces, cancel) for one streamed request: an iterator of response dicts, one per accepted piece (the
+        last has stop_reason set), and a thread-safe cancel() that frees the request's row at the next round (a
+        no-op once it has ended, or for a request that runs alone)."""
         prompt, params = request(get)
-        res = self.decoder.generate(prompt, params=params)
-        return response(res.text, res.token_ids, res.stats, res.stop_reason)
+        ticket = self._submit(prompt, params)
+        if ticket is None:
+            pieces, cancel = self.decoder.stream(prompt, params=params), (lambda: None)
+        else:
+            pieces, cancel = ticket, ticket.cancel
+        return (response(p.text, p.token_ids, p.stats, p.stop_reason) for p in pieces), cancel
 
     def stream(self, get):
-        """Yield one response dict per accepted piece; the last has stop_reason set."""
-        prompt, params = request(get)
-        for piece in self.decoder.stream(prompt, params=params):
-            yield response(piece.text, piece.token_ids, piece.stats, piece.stop_reason)
+        """open_stream's pieces as a generator; closing it before its end cancels the request."""
+        pieces, cancel = self.open_stream(get)
+        try:
+            yield from pieces
+        finally:
+            cancel()
+
+    def close(self) -> None:
+        self.batcher.close()
+
+
+def batch_answers(handler: Handler, requests: list) -> list:
+    """MODEL's answer to one Triton batch: `requests` are getters, one per request (each of k rows). Returns per
+    request (outputs, error): its stacked output dict, in which a failed row has failed()'s response, and the
+    SpecdecError when every row of the request failed (else None). A Python backend answers such a request with
+    the error; PyTriton cannot fail one request of a batch, so it raises only when every request failed."""
+    per_request = [rows(get) for get in requests]
+    flat = handler.generate_rows([row for group in per_request for row in group])
+    answers, at = [], 0
+    for group in per_request:
+        outs, at = flat[at:at + len(group)], at + len(group)
+        errors = [out for out in outs if isinstance(out, SpecdecError)]
+        answers.append((stacked([failed(out) if isinstance(out, SpecdecError) else out for out in outs]),
+                        errors[0] if len(errors) == len(outs) else None))
+    return answers
 
 
 def load_decoder(engine, threads: int = 0):

@@ -1,12 +1,16 @@
 """The PyTriton binding: a real Triton Inference Server (the tritonserver binary PyTriton ships) with two models on
-one export:
+one export, both fed to one SpeculativeDecoder and its batcher (schema.Handler):
 
-    specdec          one request -> one response (schema.OUTPUTS)
-    specdec_stream   decoupled: one response per accepted piece as soon as it exists, then Triton's final flag
+    specdec          one request -> one response (schema.OUTPUTS). Triton's dynamic batching: requests that arrive
+                     together (within --queue-delay-us) reach the decoder as one call, and every input and output
+                     has a batch dimension in front ([1, 1] for one prompt). At most --max-queue wait in Triton's
+                     queue; past it Triton refuses a request at once.
+    specdec_stream   decoupled: one response per accepted piece as soon as it exists, then Triton's final flag.
+                     Every request in flight joins the same batch.
 
-Each model has N instances and each instance its own SpeculativeDecoder and its own thread, so N requests run at
-once (onnxruntime releases the GIL while a graph runs). A request that fails (bad parameters, an unknown draft) is
-an error response for that request only; the instance keeps serving."""
+Rows join and leave the running batch between rounds (continuous batching); requests a batch cannot run (a draft
+model, beams) run alone between batches. A request that fails (bad parameters, an unknown draft) is an error
+response for that request only (inside a batch of good ones: its `error` output); the server keeps serving."""
 
 from __future__ import annotations
 
@@ -42,48 +46,47 @@ def _libpython_on_path() -> None:
         os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([*parts, libdir])
 
 
-def threads_per_instance(instances: int, threads: int = 0) -> int:
-    """Intra-op threads for each instance's decoder: `threads` if given, else the cores split between instances
-    (on 2 cores: 2 threads for one instance, 1 each for two), so N concurrent requests do not oversubscribe."""
-    if threads > 0:
-        return threads
-    return max(1, (os.cpu_count() or 1) // max(1, instances))
-
-
 def _getter(request):
     data = request.data
     return lambda name: data.get(name)
 
 
 def _generate_fn(handler: schema.Handler):
+    """One Triton batch of `specdec`. PyTriton fails all requests of a batch or none: a request that failed beside
+    good ones answers with its `error` output (stop_reason "error"); when all failed, their error is raised."""
     def infer(requests):
-        return [handler.generate(_getter(r)) for r in requests]
+        answers = schema.batch_answers(handler, [_getter(r) for r in requests])
+        errors = [error for _, error in answers]
+        if all(error is not None for error in errors):
+            distinct = list(dict.fromkeys(str(error) for error in errors))
+            raise errors[0] if len(distinct) == 1 else SpecdecError(" | ".join(distinct))
+        return [outputs for outputs, _ in answers]
     return infer
 
 
 _END = object()
 
 
-def _stream_fn(handler: schema.Handler):
-    """An async generator for PyTriton's decoupled mode. The decoder runs in this instance's own worker thread, one
-    request at a time (an asyncio lock: Triton may hand a decoupled instance its next request before the last
-    one's responses are all sent); each piece is yielded as soon as the decoder returns it."""
-    worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specdec-stream")
-    lock = None
+def _stream_fn(handler: schema.Handler, workers: int):
+    """An async generator for PyTriton's decoupled mode: Triton hands the instance each request as it comes, so
+    every request in flight is one call of this, its pieces waited for in a thread of `workers` (a request that
+    runs alone holds the decoder in its thread). A call that is cancelled (the server stopping) cancels its
+    request, whose row is then freed at the next round."""
+    worker = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="specdec-stream")
 
     async def infer(requests):
-        nonlocal lock
-        lock = lock or asyncio.Lock()
         if len(requests) != 1:
             raise SpecdecError(f"{schema.STREAM_MODEL} takes one request at a time (got {len(requests)})")
         loop = asyncio.get_running_loop()
-        async with lock:
-            pieces = await loop.run_in_executor(worker, handler.stream, _getter(requests[0]))
+        pieces, cancel = await loop.run_in_executor(worker, handler.open_stream, _getter(requests[0]))
+        try:
             while True:
                 piece = await loop.run_in_executor(worker, next, pieces, _END)
                 if piece is _END:
                     return
                 yield [piece]
+        finally:
+            cancel()
 
     infer.worker = worker
     return infer
@@ -97,24 +100,41 @@ def _tensors(fields):
                    optional=f.optional) for f in fields]
 
 
+def _handshake_race(err: BaseException) -> bool:
+    """PyTriton 0.7 starts a model's instances at once, and an instance after the first may connect to the first's
+    handshake socket after the file exists but before it listens (ConnectionRefusedError in its initialize)."""
+    text = str(err)
+    return "get_config_from_handshake_server" in text or ("handshake" in text and "refused" in text.lower())
+
+
 class Server:
     """specdec on PyTriton's Triton Inference Server. `start()` returns once both models are ready; `stop()`
-    stops the server and its tritonserver process. Also a context manager."""
+    stops the server and its tritonserver process. Also a context manager.
 
-    def __init__(self, engine, *, instances: int = 1, threads: int = 0, http_port: int = 8000,
-                 grpc_port: int = 8001, metrics_port: int = 8002, address: str = "0.0.0.0",
-                 exit_timeout_s: int = 5, log_verbose: int = 0):
-        if not isinstance(instances, int) or instances < 1:
-            raise SpecdecError(f"instances must be a positive integer (got {instances!r})")
-        self.engine, self.instances = Path(engine), instances
-        self.threads = threads_per_instance(instances, threads)
+    instances: Triton instances of `specdec` (each takes one dynamic batch at a time; they share the one decoder,
+    so a second lets the next batch join while the last drains). threads: intra-op threads of the decoder (0:
+    onnxruntime's default, the physical cores). max_batch: rows decoded at once and Triton's max_batch_size.
+    max_queue: requests that may wait (in Triton's queue for `specdec`, in the batcher for streams).
+    queue_delay_us: how long Triton holds a request for others to batch with."""
+
+    def __init__(self, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
+                 max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, http_port: int = 8000,
+                 grpc_port: int = 8001, metrics_port: int = 8002, address: str = "0.0.0.0", exit_timeout_s: int = 5,
+                 log_verbose: int = 0):
+        from specdec.runtime.decoding.batch import checked_max_batch
+
+        for name, value, least in (("instances", instances, 1), ("threads", threads, 0), ("max_queue", max_queue, 1),
+                                   ("queue_delay_us", queue_delay_us, 0)):
+            if type(value) is not int or value < least:
+                raise SpecdecError(f"{name} must be an integer >= {least} (got {value!r})")
+        checked_max_batch(max_batch)
+        self.engine, self.instances, self.threads = Path(engine), instances, threads
+        self.max_batch, self.max_queue, self.queue_delay_us = max_batch, max_queue, queue_delay_us
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.address, self.exit_timeout_s, self.log_verbose = address, exit_timeout_s, log_verbose
         self.triton = None
-        self._stream_fns = []
-
-    def _decoders(self):
-        return [schema.Handler(schema.load_decoder(self.engine, self.threads)) for _ in range(self.instances)]
+        self.handler: schema.Handler | None = None
+        self._stream = None
 
     def start(self) -> "Server":
         require_pytriton()
@@ -122,22 +142,18 @@ class Server:
         for what, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
                            ("--metrics-port", self.metrics_port)):
             _port_free(self.address, port, what)
-        from pytriton.model_config import ModelConfig
-        from pytriton.triton import Triton, TritonConfig
-
-        generate = [_generate_fn(h) for h in self._decoders()]     # load first: a bad export fails before Triton
-        self._stream_fns = [_stream_fn(h) for h in self._decoders()]
-        config = TritonConfig(http_address=self.address, http_port=self.http_port, grpc_address=self.address,
-                              grpc_port=self.grpc_port, metrics_address=self.address, metrics_port=self.metrics_port,
-                              allow_metrics=True, exit_timeout_secs=self.exit_timeout_s, log_verbose=self.log_verbose)
-        self.triton = Triton(config=config)
+        # load first: a bad export fails before Triton starts
+        self.handler = schema.Handler(schema.load_decoder(self.engine, self.threads), self.max_batch, self.max_queue)
+        self._stream = _stream_fn(self.handler, self.max_batch + self.max_queue + 4)
         try:
-            inputs, outputs = _tensors(schema.INPUTS), _tensors(schema.OUTPUTS)
-            self.triton.bind(model_name=schema.MODEL, infer_func=generate, inputs=inputs, outputs=outputs,
-                             config=ModelConfig(batching=False), strict=True)
-            self.triton.bind(model_name=schema.STREAM_MODEL, infer_func=self._stream_fns, inputs=inputs,
-                             outputs=outputs, config=ModelConfig(batching=False, decoupled=True), strict=True)
-            self.triton.run()
+            for attempt in range(3):
+                try:
+                    self._run_triton()
+                    return self
+                except Exception as err:
+                    self._stop_triton()
+                    if attempt == 2 or not _handshake_race(err):
+                        raise
         except Exception as err:
             self.stop()
             if isinstance(err, SpecdecError):
@@ -147,18 +163,41 @@ class Server:
         except BaseException:
             self.stop()
             raise
-        return self
+
+    def _run_triton(self) -> None:
+        from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy
+        from pytriton.triton import Triton, TritonConfig
+
+        config = TritonConfig(http_address=self.address, http_port=self.http_port, grpc_address=self.address,
+                              grpc_port=self.grpc_port, metrics_address=self.address, metrics_port=self.metrics_port,
+                              allow_metrics=True, exit_timeout_secs=self.exit_timeout_s, log_verbose=self.log_verbose)
+        self.triton = Triton(config=config)
+        inputs, outputs = _tensors(schema.INPUTS), _tensors(schema.OUTPUTS)
+        batcher = DynamicBatcher(max_queue_delay_microseconds=self.queue_delay_us,
+                                 default_queue_policy=QueuePolicy(max_queue_size=self.max_queue))
+        self.triton.bind(model_name=schema.MODEL, infer_func=[_generate_fn(self.handler)] * self.instances,
+                         inputs=inputs, outputs=outputs, strict=True,
+                         config=ModelConfig(batching=True, max_batch_size=self.max_batch, batcher=batcher))
+        self.triton.bind(model_name=schema.STREAM_MODEL, infer_func=self._stream, inputs=inputs, outputs=outputs,
+                         config=ModelConfig(batching=False, decoupled=True), strict=True)
+        self.triton.run()
 
     def is_alive(self) -> bool:
         return self.triton is not None and self.triton.is_alive()
 
-    def stop(self) -> None:
+    def _stop_triton(self) -> None:
         if self.triton is not None:
             self.triton.stop()
             self.triton = None
-        for fn in self._stream_fns:
-            fn.worker.shutdown(wait=False, cancel_futures=True)
-        self._stream_fns = []
+
+    def stop(self) -> None:
+        self._stop_triton()
+        if self._stream is not None:
+            self._stream.worker.shutdown(wait=False, cancel_futures=True)
+            self._stream = None
+        if self.handler is not None:
+            self.handler.close()
+            self.handler = None
 
     def __enter__(self):
         return self.start()
@@ -200,4 +239,4 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-__all__ = ["Server", "require_pytriton", "threads_per_instance", "free_port", "free_ports"]
+__all__ = ["Server", "require_pytriton", "free_port", "free_ports"]

@@ -13,8 +13,9 @@ DTYPES = {"prompt": "BYTES", "draft": "BYTES", "max_new_tokens": "INT64", "gamma
 INT_OUTPUTS = ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted")
 
 
-def inputs(module, prompt=None, dtypes=None, **params) -> list:
-    """tritonclient.http or .grpc InferInputs; `dtypes` overrides a Triton dtype (to send a wrong one)."""
+def inputs(module, prompt=None, dtypes=None, batched=True, **params) -> list:
+    """tritonclient.http or .grpc InferInputs; `dtypes` overrides a Triton dtype (to send a wrong one). batched:
+    shape [1, 1], one row for `specdec` (Triton's dynamic batching); else [1], for the stream model."""
     values = dict(params) if prompt is None else {"prompt": prompt, **params}
     out = []
     for name, value in values.items():
@@ -22,16 +23,22 @@ def inputs(module, prompt=None, dtypes=None, **params) -> list:
         array = np.array([value.encode() if isinstance(value, str) else value],
                          dtype={"BYTES": np.object_, "INT64": np.int64, "FP64": np.float64, "FP32": np.float32,
                                 "INT32": np.int32}[dtype])
-        tensor = module.InferInput(name, [1], dtype)
+        if batched:
+            array = array.reshape(1, 1)
+        tensor = module.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         out.append(tensor)
     return out
 
 
 def as_dict(result) -> dict:
-    out = {"text": result.as_numpy("text")[0].decode(), "token_ids": result.as_numpy("token_ids").tolist(),
-           "stop_reason": result.as_numpy("stop_reason")[0].decode()}
-    out.update({name: int(result.as_numpy(name)[0]) for name in INT_OUTPUTS})
+    """One row's outputs (a [1, ...] batched answer or a stream piece); token_ids without the -1 padding."""
+    def one(name):
+        return result.as_numpy(name).reshape(-1)
+
+    out = {"text": one("text")[0].decode(), "token_ids": [int(t) for t in one("token_ids") if t >= 0],
+           "stop_reason": one("stop_reason")[0].decode(), "error": one("error")[0].decode()}
+    out.update({name: int(one(name)[0]) for name in INT_OUTPUTS})
     return out
 
 
@@ -57,7 +64,7 @@ def wait_ready(url: str, timeout_s: float, alive=lambda: True, models=("specdec"
 
 
 def grpc_stream(url: str, model: str, items, timeout_s: float = 60.0) -> list:
-    """Send each item's inputs (a list of grpc InferInputs) on one gRPC stream, one after the other; returns per
+    """Send each item's inputs (a list of grpc InferInputs, batched=False) on one gRPC stream, one after the other; returns per
     item the list of responses (as_dict) before the final flag, or the error (an exception) that ended it."""
     import tritonclient.grpc as grpc
 
