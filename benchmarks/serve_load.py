@@ -2,7 +2,7 @@
 instance counts, the same prompts and parameters in every cell, with the batch's occupancy and resident memory.
 
     specdec-bench serve-load --engine DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
-                             [--max-new-tokens 32] [--max-batch 16] [--protocol http|grpc] [--soak N] [--json OUT]
+                             [--max-new-tokens 32] [--max-batch 16] [--queue-delay-us 500] [--protocol http|grpc] [--soak N] [--json OUT]
 
 (`python -m specdec.bench.serve_load` takes the same flags.)
 
@@ -19,6 +19,7 @@ as the server and take CPU from it. Needs the serve extra."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import threading
@@ -45,6 +46,8 @@ def add_arguments(p) -> None:
                    help="Triton instances of 'specdec', sharing one decoder (default 1)")
     p.add_argument("--clients", type=_ints, default=[1, 4, 16, 64], help="concurrent clients (default 1,4,16,64)")
     p.add_argument("--max-batch", type=int, default=16, help="the server's --max-batch (default 16)")
+    p.add_argument("--queue-delay-us", type=int, default=500,
+                   help="the server's --queue-delay-us: how long Triton holds a request to batch it (default 500)")
     p.add_argument("--soak", type=int, default=0, metavar="N",
                    help="after the cells, N more requests from 16 clients, memory after every 1,000 (default 0)")
     p.add_argument("--requests", type=int, default=160, help="requests per cell (default 160)")
@@ -134,13 +137,15 @@ def run(args) -> int:
     machine = describe("cpu")
     results, soak, first_answer = [], [], {}
     for instances in args.instances:
+        gc.collect()                         # the last server's decoder goes before the next one's is measured
         http, grpc, metrics = free_ports(3)
         with Server(args.engine, instances=instances, threads=args.threads, max_batch=args.max_batch,
-                    address="127.0.0.1", exit_timeout_s=2, http_port=http, grpc_port=grpc,
+                    queue_delay_us=args.queue_delay_us, address="127.0.0.1", exit_timeout_s=2, http_port=http, grpc_port=grpc,
                     metrics_port=metrics) as server:
             port = server.http_port if args.protocol == "http" else server.grpc_port
             counters = server.handler.batcher.counters
-            run_cell(port, args.protocol, min(16, args.warmup), prompts[:args.warmup], args.max_new_tokens)
+            for clients in (1, 16):          # untimed: both the one-row and the many-row layouts
+                run_cell(port, args.protocol, clients, prompts[:args.warmup], args.max_new_tokens)
             for clients in args.clients:
                 before = dict(counters)
                 cell = run_cell(port, args.protocol, clients, prompts, args.max_new_tokens)
@@ -173,6 +178,7 @@ def run(args) -> int:
         with open(args.json, "w") as fh:
             json.dump({"command": args.command_line, "machine": machine, "protocol": args.protocol,
                        "max_new_tokens": args.max_new_tokens, "max_batch": args.max_batch,
+                       "queue_delay_us": args.queue_delay_us,
                        "requests_per_cell": args.requests, "results": results, "soak": soak, "table": table},
                       fh, indent=1)
     return 0 if all(r["mismatches"] == 0 for r in results) else 1

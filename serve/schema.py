@@ -178,8 +178,8 @@ class Handler:
         return self.batcher.submit(prompt, params=params)
 
     def generate_rows(self, requests: list) -> list:
-        """Rows (prompt, Params) or SpecdecError from rows()) -> their response dicts or SpecdecErrors, in order.
-        Every row joins the batch before any is waited for, so they share its rounds."""
+        """Rows from rows() ((prompt, Params) pairs or SpecdecErrors) -> their response dicts or SpecdecErrors, in
+        order. Every row joins the batch before any is waited for, so they share its rounds."""
         started = []
         for row in requests:
             try:
@@ -200,13 +200,6 @@ class Handler:
                 out.append(err)
                 continue
             out.append(response(res.text, res.token_ids, res.stats, res.stop_reason))
-        return out
-
-    def generate(self, get) -> dict:
-        """One request of one row (a SpecdecError if it fails)."""
-        (out,) = self.generate_rows([request(get)])
-        if isinstance(out, SpecdecError):
-            raise out
         return out
 
     def open_stream(self, get):

@@ -31,7 +31,7 @@ FLAGS = {
     | FILTERS | RUNS | OUTPUT | BUILD,
     "dtypes": {"--dtypes", "--gamma", "--num-prompts", "--source-length", "--gamma-max"} | RUNS | OUTPUT | BUILD,
     "serve-load": {"--engine", "--instances", "--clients", "--requests", "--prompts", "--max-new-tokens", "--protocol",
-                   "--threads", "--warmup", "--json", "--max-batch", "--soak"},
+                   "--threads", "--warmup", "--json", "--max-batch", "--soak", "--queue-delay-us"},
     "width": {"--engine", "--wide-engine", "--prompts", "--num-prompts", "--gamma", "--widths", "--max-new-tokens",
               "--probe-repeats", "--json"},
     "datastore-scale": {"--tokens", "--vocab", "--lookups", "--dir", "--json"},
