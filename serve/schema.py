@@ -202,25 +202,22 @@ class Handler:
             out.append(response(res.text, res.token_ids, res.stats, res.stop_reason))
         return out
 
-    def open_stream(self, get):
-        """(pieces, cancel) for one streamed request: an iterator of response dicts, one per accepted piece (the
-        last has stop_reason set), and a thread-safe cancel() that frees the request's row at the next round (a
-        no-op once it has ended, or for a request that runs alone)."""
+    def stream(self, get):
+        """Yield one response dict per accepted piece; the last has stop_reason set. Closing the generator before
+        its end cancels the request: a batched one's row is freed at the next round, one that runs alone ends and
+        gives the decoder back. A request that runs alone holds the decoder's gate, which belongs to the thread
+        that took it: advance and close the generator from one thread."""
         prompt, params = request(get)
         ticket = self._submit(prompt, params)
-        if ticket is None:
-            pieces, cancel = self.decoder.stream(prompt, params=params), (lambda: None)
-        else:
-            pieces, cancel = ticket, ticket.cancel
-        return (response(p.text, p.token_ids, p.stats, p.stop_reason) for p in pieces), cancel
-
-    def stream(self, get):
-        """open_stream's pieces as a generator; closing it before its end cancels the request."""
-        pieces, cancel = self.open_stream(get)
+        pieces = ticket if ticket is not None else self.decoder.stream(prompt, params=params)
         try:
-            yield from pieces
+            for piece in pieces:
+                yield response(piece.text, piece.token_ids, piece.stats, piece.stop_reason)
         finally:
-            cancel()
+            if ticket is not None:
+                ticket.cancel()              # a no-op once it has ended
+            else:
+                pieces.close()
 
     def close(self) -> None:
         self.batcher.close()

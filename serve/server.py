@@ -67,18 +67,18 @@ def _generate_fn(handler: schema.Handler):
 _END = object()
 
 
-def _stream_fn(handler: schema.Handler, workers: int):
+def _stream_fn(handler: schema.Handler):
     """An async generator for PyTriton's decoupled mode: Triton hands the instance each request as it comes, so
-    every request in flight is one call of this, its pieces waited for in a thread of `workers` (a request that
-    runs alone holds the decoder in its thread). A call that is cancelled (the server stopping) cancels its
-    request, whose row is then freed at the next round."""
-    worker = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="specdec-stream")
+    every request in flight is one call of this. Each request has its own thread, which takes every piece and
+    closes the stream (a request that runs alone holds the decoder's gate, which belongs to the thread that took
+    it). A call that is cancelled (the server stopping) closes its stream, which cancels its request."""
 
     async def infer(requests):
         if len(requests) != 1:
             raise SpecdecError(f"{schema.STREAM_MODEL} takes one request at a time (got {len(requests)})")
         loop = asyncio.get_running_loop()
-        pieces, cancel = await loop.run_in_executor(worker, handler.open_stream, _getter(requests[0]))
+        worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specdec-stream")
+        pieces = handler.stream(_getter(requests[0]))       # a generator: nothing runs before its first piece
         try:
             while True:
                 piece = await loop.run_in_executor(worker, next, pieces, _END)
@@ -86,9 +86,9 @@ def _stream_fn(handler: schema.Handler, workers: int):
                     return
                 yield [piece]
         finally:
-            cancel()
+            worker.submit(pieces.close)      # after a piece still being taken: one thread, never at once
+            worker.shutdown(wait=False)
 
-    infer.worker = worker
     return infer
 
 
@@ -134,7 +134,6 @@ class Server:
         self.address, self.exit_timeout_s, self.log_verbose = address, exit_timeout_s, log_verbose
         self.triton = None
         self.handler: schema.Handler | None = None
-        self._stream = None
 
     def start(self) -> "Server":
         require_pytriton()
@@ -144,7 +143,6 @@ class Server:
             _port_free(self.address, port, what)
         # load first: a bad export fails before Triton starts
         self.handler = schema.Handler(schema.load_decoder(self.engine, self.threads), self.max_batch, self.max_queue)
-        self._stream = _stream_fn(self.handler, self.max_batch + self.max_queue + 4)
         try:
             for attempt in range(3):
                 try:
@@ -178,8 +176,8 @@ class Server:
         self.triton.bind(model_name=schema.MODEL, infer_func=[_generate_fn(self.handler)] * self.instances,
                          inputs=inputs, outputs=outputs, strict=True,
                          config=ModelConfig(batching=True, max_batch_size=self.max_batch, batcher=batcher))
-        self.triton.bind(model_name=schema.STREAM_MODEL, infer_func=self._stream, inputs=inputs, outputs=outputs,
-                         config=ModelConfig(batching=False, decoupled=True), strict=True)
+        self.triton.bind(model_name=schema.STREAM_MODEL, infer_func=_stream_fn(self.handler), inputs=inputs,
+                         outputs=outputs, config=ModelConfig(batching=False, decoupled=True), strict=True)
         self.triton.run()
 
     def is_alive(self) -> bool:
@@ -192,9 +190,6 @@ class Server:
 
     def stop(self) -> None:
         self._stop_triton()
-        if self._stream is not None:
-            self._stream.worker.shutdown(wait=False, cancel_futures=True)
-            self._stream = None
         if self.handler is not None:
             self.handler.close()
             self.handler = None

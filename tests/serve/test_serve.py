@@ -124,6 +124,23 @@ def test_grpc_stream_pieces_join_to_the_same_text(server, reference):
     assert max(len(r) for r in results) > 1, "every request came back in one piece: nothing was streamed"
 
 
+def test_concurrent_streams_that_run_alone_each_keep_the_decoder_to_their_end(server, reference):
+    """Four gRPC streams at once with the draft model (they run alone, one after another, each holding the decoder
+    from its first piece to its last): every stream's pieces are the Python API's. A stream advanced from a thread
+    another stream had used lost the decoder to it."""
+    jobs = [(f"w{10 + i} w{3 + i} w{22 - i} w{10 + i} w{3 + i}", {"max_new_tokens": MAX_NEW, "gamma": 2,
+                                                               "draft": "draft"}) for i in range(4)]
+    url = f"127.0.0.1:{server.grpc_port}"
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        futures = [pool.submit(grpc_stream, url, schema.STREAM_MODEL,
+                               [inputs(tritonclient_grpc, prompt, batched=False, **params)]) for prompt, params in jobs]
+        results = [f.result(timeout=120)[0] for f in futures]
+    for (prompt, params), pieces in zip(jobs, results):
+        assert isinstance(pieces, list), pieces
+        assert [p["text"] for p in pieces] == [p.text for p in reference.stream(prompt, **params)]
+    assert max(len(r) for r in results) > 1, "every stream came back in one piece: nothing held the decoder"
+
+
 def test_eight_concurrent_clients_ten_requests_each(server, reference):
     jobs = [(f"w{3 + (c * 7 + r) % 40} w{3 + (c + r * 5) % 40} w{3 + (c * r) % 40}",
              {"max_new_tokens": 8, "gamma": 1 + (c + r) % 4, "draft": "draft", "temperature": float(r % 2),
