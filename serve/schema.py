@@ -14,7 +14,8 @@ import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
 from specdec.runtime.core.params import PARAMETERS, Params, flag_value
-from specdec.runtime.core.stats import STATS
+from specdec.runtime.core.stats import STATS, Stats
+from specdec.runtime.decoding.batch import batch_source
 
 MODEL = "specdec"                 # one request -> one response; Triton's dynamic batching: inputs [k, 1]
 STREAM_MODEL = "specdec_stream"   # decoupled: one response per accepted piece, then an empty final one; inputs [1]
@@ -139,8 +140,6 @@ def response(text: str, token_ids, stats, stop_reason: str, error: str = "") -> 
 def failed(error: SpecdecError) -> dict:
     """The response of a row that failed inside a batch whose other rows did not: no tokens, stop_reason "error",
     and the one-line message in `error`."""
-    from specdec.runtime.core.stats import Stats
-
     return response("", [], Stats(), "error", str(error))
 
 
@@ -169,8 +168,6 @@ class Handler:
 
     def _submit(self, prompt: str, params: Params):
         """The request's Ticket in the batch, or None when a batch cannot run it."""
-        from specdec.runtime.decoding.batch import batch_source
-
         try:
             batch_source(params)
         except SpecdecError:

@@ -172,7 +172,6 @@ def test_concurrent_clients_share_batches_and_every_row_equals_its_prompt_alone(
              {"max_new_tokens": 6 + c % 5, **drafts[c % 3]}) for c in range(clients)]
     want = [expected(reference, prompt, params, counts=False) for prompt, params in jobs]
     before = dict(server.handler.batcher.counters)
-    start = concurrent.futures.ThreadPoolExecutor(clients)
 
     def client(c):
         module = tritonclient_grpc if c % 2 else tritonclient_http
@@ -182,7 +181,7 @@ def test_concurrent_clients_share_batches_and_every_row_equals_its_prompt_alone(
         finally:
             conn.close()
 
-    with start as pool:
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
         got = [f.result(timeout=120) for f in [pool.submit(client, c) for c in range(clients)]]
     assert [_only(g, w) for g, w in zip(got, want)] == want
     assert all(g["error"] == "" for g in got)
