@@ -12,8 +12,9 @@ Every row of the capacity is bound in every run; a row that holds no request is 
 position, temperature 0) and costs its share of the run. `resize` lays the live rows out for another capacity in
 the same buffers, so a batch that shrinks stops paying for rows it no longer has.
 
-The session is the model's batch-free one (CachedSeq2Seq.free_session, shared with beam search). On a GPU provider
-the moves between slots go through the host staging copy: that path is unrun (docs/guides/batching.md).
+The session is the model's batch-free one (CachedSeq2Seq.free_session, shared with beam search and, once open,
+with single requests). On a GPU provider the moves between slots go through the host staging copy: that path is
+unrun (docs/guides/batching.md).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 reordered between steps.
 
 The decoder graph is the same file the speculative loop runs (its head samples every row and is ignored here),
-opened in a second session without the batch-1 shape override, on first use (CachedSeq2Seq.free_session:
-batched requests share it). Its cache is two flat buffers of
+in the model's session without the batch-1 shape override (CachedSeq2Seq.free_session: opened on first use, it
+then runs the model's batched and single requests too). Its cache is two flat buffers of
 [max_length, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft): the live one holds the
 first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
 into a spare one, which becomes live (numpy.take with `out=`: no allocation per step; on a GPU provider the two buffers are

@@ -49,7 +49,8 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
     # the speculative loop binds batch 1 only: fixing the axis lets the optimizer fold shape arithmetic (measured
-    # 1.02-1.13x on the bundled pair's decoder runs); beam search opens its own session with batch=None
+    # 1.02-1.13x on the bundled pair's decoder runs when it was added); beam search and batches open the
+    # batch-free session (batch=None), which then replaces it (model.py)
     if batch is not None:
         opts.add_free_dimension_override_by_name("batch", batch)
     if not spin:
@@ -134,17 +135,32 @@ class Binder:
     whenever a view changes."""
 
     def __init__(self, session: ort.InferenceSession, device: str):
-        self.session, self.device = session, device
+        self.device = device
+        self.bound: dict = {}           # name -> (pointer, shape) bound now
+        self._kinds: dict = {}          # name -> ("input" or "output", dtype) of what is bound now
+        self._open(session)
+
+    def move(self, session: ort.InferenceSession) -> None:
+        """Run another session of the same graph from now on, with every view bound now bound there too (the
+        model's batch-1 session gives way to its batch-free one: one copy of the weights, CachedSeq2Seq)."""
+        views = [(name, *self._kinds[name], *key) for name, key in self.bound.items()]
+        self.bound = {}
+        self._open(session)
+        for name, kind, dtype, ptr, shape in views:
+            self._raw_bind(kind, name, dtype, ptr, shape)
+            self.bound[name] = (ptr, shape)
+
+    def _open(self, session: ort.InferenceSession) -> None:
+        self.session = session
         self.binding = session.io_binding()
         # inputs with a default (format 7's row_lengths, source_lengths, guess_counts) are bound like the others
         self.names = {i.name for i in (*session.get_inputs(), *session.get_overridable_initializers())}
         self.outputs = {o.name for o in session.get_outputs()}
-        self.bound: dict = {}           # name -> (pointer, shape) bound now
         # The public bind_* methods rebuild an OrtDevice on every call, which is most of the host time of a
         # small model's step; bind through the pybind objects with one prebuilt device when this onnxruntime has it.
         try:
             self._raw = self.binding._iobinding
-            self._dev = ort.OrtDevice.make(device, 0)._get_c_device()
+            self._dev = ort.OrtDevice.make(self.device, 0)._get_c_device()
             self._run = lambda: session._sess.run_with_iobinding(self._raw, None)
         except AttributeError:
             self._raw = None
@@ -173,11 +189,14 @@ class Binder:
         if self.bound.get(name) == key:
             return
         ptr, shape = self._view(name, buf, shape, offset)
+        self._raw_bind(kind, name, buf.dtype, ptr, shape)
+        self.bound[name], self._kinds[name] = key, (kind, buf.dtype)
+
+    def _raw_bind(self, kind: str, name: str, dtype, ptr: int, shape) -> None:
         if self._raw is not None:
-            getattr(self._raw, "bind_" + kind)(name, self._dev, buf.dtype, shape, ptr)
+            getattr(self._raw, "bind_" + kind)(name, self._dev, dtype, shape, ptr)
         else:
-            getattr(self.binding, "bind_" + kind)(name, self.device, 0, buf.dtype, list(shape), ptr)
-        self.bound[name] = key
+            getattr(self.binding, "bind_" + kind)(name, self.device, 0, dtype, list(shape), ptr)
 
     def run(self) -> None:
         try:

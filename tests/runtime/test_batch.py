@@ -172,18 +172,32 @@ def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
     assert min(p_values) < P_TEETH, f"a row reading another row's source passed the chi-square test ({p_values})"
 
 
-def test_beam_search_and_batches_share_one_session(related_pair, monkeypatch):
-    """Beam search and batched requests run on the model's one batch-free session: after a beam request, a batch
-    opens no session of its own (and greedy rows still equal alone)."""
+def test_beam_search_batches_and_batch_one_share_one_session(related_pair, monkeypatch):
+    """Beam search and batched requests run on the model's one batch-free session, and once it is open batch-1
+    requests run there too: after a beam request the models' batch-1 decoder sessions are gone (the weights are
+    held once), a batch opens no session of its own, and greedy requests alone (target only, draft model, lookup)
+    give what they gave on the batch-1 sessions."""
+    import gc
+    import weakref
+
     import specdec.runtime.engine.model as model_module
 
     dec = SpeculativeDecoder.load(related_pair[2], provider="cpu")
     prompts = random_prompts(dec.vocab_size, 3, seed=4)
-    dec.generate(input_ids=prompts[0], num_beams=3, max_new_tokens=8, draft="none")
+    drafts = ("none", "draft", "lookup")
+    before = [dec.generate(input_ids=p, draft=d, max_new_tokens=12).token_ids for d in drafts for p in prompts]
+    models = (dec.target, dec.models["draft"])
+    batch_one = [weakref.ref(model.decoder.session) for model in models]
+    dec.generate(input_ids=prompts[0], num_beams=3, max_new_tokens=8, draft="draft")
+    gc.collect()
+    assert [session() for session in batch_one] == [None, None]      # freed: no second copy of the weights
+    for model in models:
+        assert model.decoder.session is model.free_session()
     opened = []
     real = model_module.create_session
     monkeypatch.setattr(model_module, "create_session", lambda *a, **k: opened.append(a) or real(*a, **k))
     results = dec.generate_batch(input_ids=prompts, max_new_tokens=8)
+    assert [r.token_ids for r in results] == alone(dec, prompts, max_new_tokens=8)
+    assert [dec.generate(input_ids=p, draft=d, max_new_tokens=12).token_ids for d in drafts for p in prompts] == before
     assert opened == []
     assert dec.beam_model("target").decoder.session is dec.target.free_session()
-    assert [r.token_ids for r in results] == alone(dec, prompts, max_new_tokens=8)
