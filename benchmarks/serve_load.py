@@ -11,8 +11,9 @@ ports), warms it up, then for each client count runs C client threads (one trito
 of the --requests prompts until all are answered. Latency: send to answer, per request; requests/s: requests /
 wall time of the cell; rows/round: the rows the batch decoded per target run in the cell. Resident memory: the
 benchmark's process (which holds the decoder: PyTriton runs the models' code in it) and the same with its child
-processes (tritonserver, the Python backend stubs), after each cell. --soak N then sends N more requests from 16
-clients and reports the memory after every 1,000. Every answer is checked against the first answer to the same
+processes (tritonserver, the Python backend stubs), after each cell. --soak N then starts `specdec-serve` (the
+command, in a process of its own, with the same flags) and sends it N requests from 16 clients, reporting that
+server's resident memory with its children after every 1,000 (the clients' own memory is not in it). Every answer is checked against the first answer to the same
 prompt (greedy decoding: one output per prompt), and mismatches are reported. The clients run on the same machine
 as the server and take CPU from it. Needs the serve extra."""
 
@@ -49,7 +50,8 @@ def add_arguments(p) -> None:
     p.add_argument("--queue-delay-us", type=int, default=500,
                    help="the server's --queue-delay-us: how long Triton holds a request to batch it (default 500)")
     p.add_argument("--soak", type=int, default=0, metavar="N",
-                   help="after the cells, N more requests from 16 clients, memory after every 1,000 (default 0)")
+                   help="after the cells, N requests from 16 clients to specdec-serve in its own process, its "
+                        "memory after every 1,000 (default 0)")
     p.add_argument("--requests", type=int, default=160, help="requests per cell (default 160)")
     p.add_argument("--prompts", default=None, metavar="FILE",
                    help="JSONL ({\"source\": ...}) or text file of prompts (default: the bundled test prompts)")
@@ -127,6 +129,62 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
             "mean_ms": float(lat.mean() * 1000), "answers": answers}
 
 
+def run_soak(args, instances: int, prompts: list) -> list:
+    """`specdec-serve` in its own process, args.soak requests from 16 clients; its memory after every 1,000."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+    import urllib.request
+
+    from specdec.serve.server import free_ports
+
+    from .machine import resident_mib
+
+    http, grpc, metrics = free_ports(3)
+    argv = [sys.executable, "-m", "specdec.serve.cli", "--engine", str(args.engine), "--address", "127.0.0.1",
+            "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+            "--instances", str(instances), "--threads", str(args.threads), "--max-batch", str(args.max_batch),
+            "--queue-delay-us", str(args.queue_delay_us), "--exit-timeout", "2"]
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise SpecdecError(f"specdec-serve exited before it was ready: {log.read().strip()[-300:]}")
+            try:
+                ready = all(urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/{model}/ready",
+                                                   timeout=2).status == 200 for model in ("specdec", "specdec_stream"))
+            except OSError:
+                ready = False
+            if ready:
+                break
+            if time.monotonic() > deadline:
+                raise SpecdecError("specdec-serve was not ready after 180 s", "check the export with specdec-check")
+            time.sleep(0.25)
+        port = http if args.protocol == "http" else grpc
+        run_cell(port, args.protocol, 16, prompts[:args.warmup], args.max_new_tokens)
+        out = []
+        for done in range(0, args.soak, 1000):
+            chunk = [prompts[i % len(prompts)] for i in range(done, min(args.soak, done + 1000))]
+            run_cell(port, args.protocol, 16, chunk, args.max_new_tokens)
+            out.append({"instances": instances, "requests": done + len(chunk), "server_memory": resident_mib(proc.pid)})
+            print(f"soak, specdec-serve with {instances} instance(s): {done + len(chunk)} requests, memory "
+                  f"{out[-1]['server_memory']}", flush=True)
+        return out
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
 def run(args) -> int:
     """The load cells of the parsed flags; the JSON report's "command" is args.command_line, as it was typed."""
     from specdec.serve.server import Server, free_ports
@@ -162,11 +220,8 @@ def run(args) -> int:
                       f"{cell['p50_ms']:7.1f} ms, p99 {cell['p99_ms']:7.1f} ms, rows/round "
                       f"{cell['rows_per_round']:5.2f}, memory {cell['memory'].get('with_children_mib')} MiB, "
                       f"mismatches {mismatches}", flush=True)
-            for done in range(0, args.soak, 1000):
-                chunk = [prompts[i % len(prompts)] for i in range(done, min(args.soak, done + 1000))]
-                run_cell(port, args.protocol, 16, chunk, args.max_new_tokens)
-                soak.append({"instances": instances, "requests": done + len(chunk), "memory": resident_mib()})
-                print(f"soak: {done + len(chunk)} requests, memory {soak[-1]['memory']}", flush=True)
+        if args.soak:
+            soak += run_soak(args, instances, prompts)
     table = ["| instances | clients | requests/s | p50 ms | p99 ms | mean ms | rows/round | resident MiB (with "
              "tritonserver) | mismatches |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     table += [f"| {r['instances']} | {r['clients']} | {r['requests_per_s']:.2f} | {r['p50_ms']:.1f} | "

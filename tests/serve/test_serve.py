@@ -426,3 +426,30 @@ def test_load_benchmark_cell(server, reference):
     cell = run_cell(server.grpc_port, "grpc", 3, prompts, 5)
     assert cell["answers"] == [reference.generate(p, max_new_tokens=5).text for p in prompts]
     assert cell["requests"] == 6 and 0 < cell["p50_ms"] <= cell["p99_ms"] and cell["requests_per_s"] > 0
+
+
+def test_load_benchmark_soak_measures_specdec_serve_in_its_own_process(tiny_export):
+    """benchmarks/serve_load.py's --soak: the real `specdec-serve` command in a process of its own answers the
+    requests, the memory reported is that process's with its tritonserver, and the server is stopped after."""
+    import argparse
+    import os
+
+    from specdec.bench.serve_load import run_soak
+
+    args = argparse.Namespace(engine=tiny_export, threads=1, max_batch=4, queue_delay_us=100, protocol="http",
+                              warmup=2, soak=40, max_new_tokens=5)
+    prompts = [f"w{3 + i} w{9 + i}" for i in range(8)]
+    out = run_soak(args, 1, prompts)
+    assert [entry["requests"] for entry in out] == [40]
+    memory = out[0]["server_memory"]
+    assert memory["with_children_mib"] > memory["process_mib"] > 50
+
+    def serving(pid: str) -> bool:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            return False
+        return b"specdec.serve.cli" in argv and str(tiny_export).encode() in argv
+
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and serving(pid)]
