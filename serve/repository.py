@@ -56,10 +56,14 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         pieces = self.handler.stream(_getter(request))
         try:
-            for out in pieces:
+            for sent, out in enumerate(pieces):
                 if request.is_cancelled():       # the client went away: its row is freed at the next round
                     pieces.close()
-                    break
+                    pb_utils.Logger.log_info(f"specdec_stream: a request cancelled by its client after {sent} "
+                                             "pieces; its row is freed")
+                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled by the client")),
+                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    return
                 sender.send(pb_utils.InferenceResponse(output_tensors=_tensors(out)))
         except Exception as err:
             text = str(err) if isinstance(err, SpecdecError) else f"{type(err).__name__}: {err}"

@@ -367,20 +367,43 @@ def test_http_generate_stream_sse_endpoint(server, reference):
     assert len(texts) > 1 and "".join(texts) == reference.generate(prompt, **params).text, events
 
 
-def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http, reference, tmp_path):
+@pytest.fixture(scope="module")
+def long_export(tiny_pair, tmp_path_factory):
+    """The tiny pair exported with room for long requests (max_length 1024), for a stream that is still running when
+    its client cancels it."""
+    from tinymodels import run_export_cli
+
+    out = tmp_path_factory.mktemp("long_export") / "export"
+    code, stdout, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--out", out,
+                                           "--gamma-max", "8", "--max-length", "1024"])
+    assert code == 0, stderr
+    return out
+
+
+LONG = 900      # new tokens of the stream that is cancelled
+
+
+def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http, long_export, tmp_path):
     """`specdec-serve --write-model-repository` output on the tritonserver binary started directly (Python backend,
     no PyTriton): Triton parses both config.pbtxt files into the same inputs and outputs PyTriton declares, and the
-    models answer as the Python API does; a bad request is the runtime's one-line message."""
+    models answer as the Python API does; a bad request is the runtime's one-line message; a stream whose client
+    cancels it after its first piece reaches specdec (model.py logs how many pieces it sent, far fewer than the
+    request's) and the stream model goes on serving."""
     import os
+    import re
     import signal
     import subprocess
     import sys
+    import time
 
     import triton_standalone
-    from triton_clients import wait_ready
+    from triton_clients import grpc_stream_cancelled, wait_ready
 
+    reference = SpeculativeDecoder.load(long_export, provider="cpu")
+    long_prompt = next(p for p in ("w5 w6 w7", "w9 w3", "w12 w30 w2", "w7") if reference.generate(
+        p, max_new_tokens=LONG, draft="none").stop_reason == "max_new_tokens")
     repo = tmp_path / "repo"
-    code = subprocess.run([sys.executable, "-m", "specdec.serve.cli", "--engine", str(server.engine),
+    code = subprocess.run([sys.executable, "-m", "specdec.serve.cli", "--engine", str(long_export),
                            "--write-model-repository", str(repo), "--threads", "1"], capture_output=True, text=True,
                           timeout=120)
     assert code.returncode == 0, code.stderr
@@ -406,6 +429,14 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
                                            "re-export with --gamma-max 99.")
         finally:
             client.close()
+        sent = grpc_stream_cancelled(f"127.0.0.1:{ports[1]}", schema.STREAM_MODEL, inputs(
+            tritonclient_grpc, long_prompt, batched=False, max_new_tokens=LONG, draft="none", gamma=0))
+        log, found, end = tmp_path / "tritonserver.log", None, time.monotonic() + 60
+        while found is None and time.monotonic() < end:
+            found = re.search(r"a request cancelled by its client after (\d+) pieces", log.read_text())
+            time.sleep(0.2)
+        assert found, log.read_text()[-2000:]
+        assert sent <= LONG and int(found.group(1)) < LONG - 100, (sent, found.group(0))
         prompt, params = FIXED[0]
         bad, pieces = grpc_stream(f"127.0.0.1:{ports[1]}", schema.STREAM_MODEL,
                                   [inputs(tritonclient_grpc, "w5", batched=False, draft="nosuch"),

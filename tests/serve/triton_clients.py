@@ -93,3 +93,26 @@ def grpc_stream(url: str, model: str, items, timeout_s: float = 60.0) -> list:
         client.stop_stream()
         client.close()
     return results
+
+
+def grpc_stream_cancelled(url: str, model: str, item, after: int = 1, timeout_s: float = 60.0) -> int:
+    """Send one stream request (grpc InferInputs, batched=False), wait for its first `after` pieces, then cancel it
+    (tritonclient's stop_stream(cancel_requests=True): the client goes away). Returns the pieces received."""
+    import tritonclient.grpc as grpc
+
+    client = grpc.InferenceServerClient(url)
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    received = 0
+    try:
+        client.async_stream_infer(model, item, request_id="doomed")
+        end = time.monotonic() + timeout_s
+        while received < after:
+            result, error = got.get(timeout=max(0.1, end - time.monotonic()))
+            if error is not None:
+                raise AssertionError(f"the stream failed before it was cancelled: {error}")
+            received += 1
+        client.stop_stream(cancel_requests=True)
+    finally:
+        client.close()
+    return received
