@@ -57,12 +57,12 @@ class TritonPythonModel:
         pieces = self.handler.stream(_getter(request))
         try:
             for sent, out in enumerate(pieces):
-                if request.is_cancelled():       # the client went away: its row is freed at the next round
+                # the client went away: its row is freed at the next round. Triton has sent the request's final
+                # flag itself when is_cancelled() said so (decoupled models, Triton 23.10 on): nothing more is sent
+                if request.is_cancelled():
                     pieces.close()
                     pb_utils.Logger.log_info(f"specdec_stream: a request cancelled by its client after {sent} "
                                              "pieces; its row is freed")
-                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled by the client")),
-                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     return
                 sender.send(pb_utils.InferenceResponse(output_tensors=_tensors(out)))
         except Exception as err:
