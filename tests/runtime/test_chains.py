@@ -1,6 +1,6 @@
 """Draft sources by name, chains and the auto choice: greedy output equals target-only decoding and PyTorch for every
 source, chain (up to three models under the target) and gamma; a model that lagged far behind catches up exactly;
-bad names are one-line errors that leave the decoder usable. Distributions: test_distribution.py."""
+bad names are one-line errors that leave the decoder usable. Distributions: test_distribution_chains.py."""
 
 import pytest
 import torch
