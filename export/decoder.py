@@ -68,8 +68,8 @@ class DecoderWithCache(nn.Module):
         far = self.bias_table.shape[0] - 2
         # each row's length (-1: the whole cache), [B] or [1]
         cached = torch.arange(past, device=input_ids.device)
-        row_lengths = _default(row_lengths, input_ids)
-        source_lengths = _default(source_lengths, input_ids)
+        row_lengths = default_lengths(row_lengths, input_ids)
+        source_lengths = default_lengths(source_lengths, input_ids)
         lengths = torch.where(row_lengths < 0, torch.zeros_like(row_lengths) + past, row_lengths)
         # relative-position bias and causal mask in one lookup: row 0 of the table masks a key after its query (or
         # a slot the row does not own), row 1 + d holds the bias at distance d (constant from max_distance on)
@@ -116,7 +116,7 @@ class DecoderWithCache(nn.Module):
         return logits, torch.stack(new_kv, dim=1)
 
 
-def _default(lengths, like):
+def default_lengths(lengths, like):
     """None (a PyTorch caller that passes no lengths): [-1], the graph input's default."""
     return torch.full((1,), -1, dtype=torch.long, device=like.device) if lengths is None else lengths
 
@@ -138,11 +138,16 @@ def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int =
     """The traced decoder with the speculative head (export/head.py) appended: format 2's one graph per model.
     `tree=True` for a target (format 6): the tree inputs of the decoder and of the head (TREE_INPUTS, TREE_OUTPUTS).
     `residual=False` only for the distribution tests' deliberately broken control."""
+    trace_decoder(model, path, dtype, opset, tree)
+    append_head(path, residual, tree)
+
+
+def append_head(path, residual: bool = True, tree: bool = False) -> None:
+    """Append the speculative head (export/head.py) to the traced decoder graph at `path`."""
     import onnx
 
     from .head import add_head
 
-    trace_decoder(model, path, dtype, opset, tree)
     graph_model = onnx.load(str(path), load_external_data=False)     # weights stay where torch wrote them
     add_head(graph_model.graph, residual, tree)
     onnx.save(graph_model, str(path))
@@ -162,8 +167,16 @@ def optional_inputs(graph, defaults: dict) -> None:
 
 def trace_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, tree: bool = False) -> None:
     cfg = model.config
-    module = DecoderWithCache(model, tree).eval()
-    layers, heads, d_kv = cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv
+    trace_module(DecoderWithCache(model, tree), (cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv), path, dtype, opset,
+                 tree)
+
+
+def trace_module(module: nn.Module, kv: tuple, path, dtype: torch.dtype = torch.float32, opset: int = 17,
+                 tree: bool = False) -> None:
+    """Trace a decoder module with this file's inputs and outputs (`kv`: its layers, heads and d_kv) to `path`, the
+    row inputs given their -1 defaults. The T5 decoder above and Whisper's (export/whisper_decoder.py) share it."""
+    layers, heads, d_kv = kv
+    module = module.eval()
     ids = torch.tensor([[3, 4]], dtype=torch.long)
     past = torch.zeros(3, layers, 2, 1, heads, d_kv, dtype=dtype)
     cross = torch.zeros(layers, 2, 1, heads, 5, d_kv, dtype=dtype)
