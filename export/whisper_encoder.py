@@ -1,0 +1,90 @@
+"""Whisper's encoder graph: 16 kHz float32 PCM -> the cross-attention K/V of every decoder layer, with the log-mel
+features computed inside the graph, so a C host or a Triton client sends audio, not features.
+
+    audio     fp32  [batch, samples]      16 kHz mono PCM, samples <= n_samples (480,000 = 30 s; zero-padded to it)
+    cross_kv  dtype [dec_layers, 2, batch, heads, frames, d_kv]      frames = max_source_positions (1,500)
+
+The features are WhisperFeatureExtractor's, as ONNX ops (`LogMel`): the waveform zero-padded to n_samples,
+reflect-padded by n_fft/2 at both ends, framed every hop_length samples by a convolution whose kernels are the
+periodic Hann window times the real and imaginary DFT rows (one output channel per frequency bin and part),
+the power spectrum without its last frame, the extractor's own mel filters, log10 of at least 1e-10, floored at the
+row's maximum - 8 and scaled as (x + 4) / 4. A convolution rather than ONNX's STFT operator: every provider (CPU,
+CUDA, TensorRT) runs it. The encoder is the checkpoint's own, followed by every decoder layer's encoder-attention
+key and value projections, in the layout the T5 encoder graph writes (export/encoder.py), so the decoders read
+Whisper's cross K/V as they read T5's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+AUDIO_INPUTS = ("audio",)
+CROSS_OUTPUTS = ("cross_kv",)
+
+
+class LogMel(nn.Module):
+    """PCM [batch, samples] -> log-mel features [batch, mel_bins, frames] as WhisperFeatureExtractor computes them
+    (its numpy path, dither 0), from the extractor's n_fft, hop_length, n_samples and mel filters."""
+
+    pad_mode = "reflect"          # the frames' centring, as numpy's spectrogram(center=True) pads
+
+    def __init__(self, extractor):
+        super().__init__()
+        self.n_fft, self.hop, self.n_samples = extractor.n_fft, extractor.hop_length, extractor.n_samples
+        n = np.arange(self.n_fft)
+        window = 0.5 - 0.5 * np.cos(2 * math.pi * n / self.n_fft)            # periodic Hann, as the extractor's
+        bins = np.arange(self.n_fft // 2 + 1)[:, None]
+        angle = 2 * math.pi * bins * n[None, :] / self.n_fft
+        kernels = np.concatenate([np.cos(angle) * window, -np.sin(angle) * window])    # [2 * bins, n_fft]
+        self.register_buffer("dft", torch.tensor(kernels[:, None, :], dtype=torch.float32))
+        # extractor.mel_filters: [bins, mel_bins]
+        self.register_buffer("mel", torch.tensor(np.asarray(extractor.mel_filters).T, dtype=torch.float32))
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        audio = nn.functional.pad(audio, (0, self.n_samples - audio.shape[-1]))
+        half = self.n_fft // 2
+        framed = nn.functional.pad(audio[:, None, :], (half, half), mode=self.pad_mode)
+        spectrum = nn.functional.conv1d(framed, self.dft, stride=self.hop)          # [batch, 2 * bins, frames + 1]
+        bins = spectrum.shape[1] // 2
+        power = spectrum[:, :bins, :-1] ** 2 + spectrum[:, bins:, :-1] ** 2
+        log_spec = torch.log10(torch.clamp(torch.matmul(self.mel, power), min=1e-10))
+        floor = log_spec.amax(dim=(1, 2), keepdim=True) - 8.0
+        return (torch.maximum(log_spec, floor) + 4.0) / 4.0
+
+
+class WhisperEncoderWithCrossKV(nn.Module):
+    """audio -> LogMel -> the checkpoint's encoder -> every decoder layer's cross-attention K and V."""
+
+    def __init__(self, model, extractor):
+        super().__init__()
+        cfg = model.config
+        self.heads = cfg.decoder_attention_heads
+        self.d_kv = cfg.d_model // self.heads
+        self.features = LogMel(extractor)
+        self.encoder = model.model.encoder
+        self.cross = nn.ModuleList(layer.encoder_attn for layer in model.model.decoder.layers)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        h = self.encoder(self.features(audio)).last_hidden_state                        # [batch, frames, d_model]
+        batch, frames = h.shape[0], h.shape[1]
+
+        def split(x):
+            return x.reshape(batch, frames, self.heads, self.d_kv).transpose(1, 2)     # [batch, heads, frames, d]
+
+        kv = [torch.stack([split(attn.k_proj(h)), split(attn.v_proj(h))]) for attn in self.cross]
+        return torch.stack(kv).to(self.encoder.conv1.weight.dtype)
+
+
+def export_whisper_encoder(model, extractor, path, opset: int = 17) -> None:
+    """Write the encoder graph of `model` (a WhisperForConditionalGeneration) with `extractor`'s features."""
+    module = WhisperEncoderWithCrossKV(model, extractor).eval()
+    audio = torch.zeros((1, extractor.sampling_rate), dtype=torch.float32)
+    with torch.no_grad():
+        torch.onnx.export(module, (audio,), str(path), input_names=list(AUDIO_INPUTS),
+                          output_names=list(CROSS_OUTPUTS),
+                          dynamic_axes={"audio": {0: "batch", 1: "samples"}, "cross_kv": {2: "batch"}},
+                          opset_version=opset, dynamo=False, do_constant_folding=True)
