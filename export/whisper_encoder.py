@@ -16,6 +16,7 @@ Whisper's cross K/V as they read T5's.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -77,6 +78,19 @@ class WhisperEncoderWithCrossKV(nn.Module):
 
         kv = [torch.stack([split(attn.k_proj(h)), split(attn.v_proj(h))]) for attn in self.cross]
         return torch.stack(kv).to(self.encoder.conv1.weight.dtype)
+
+
+def encoder_sha256(model) -> str:
+    """sha256 over the encoder's parameters and buffers (names, dtypes, shapes, bytes) of a Whisper model: a draft
+    whose digest equals the target's (distil-whisper keeps its teacher's encoder) needs no encoder of its own and can
+    read the target's encoder output. The decoder layers' cross K/V projections are not part of it: they belong to
+    each model's decoder, so a shared encoder's output still goes through the draft's own projections."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.model.encoder.state_dict().items()):
+        data = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
+        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()
 
 
 def export_whisper_encoder(model, extractor, path, opset: int = 17) -> None:

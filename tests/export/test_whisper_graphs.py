@@ -236,3 +236,57 @@ def test_a_token_tree_equals_plain_runs_over_each_path(extractor, tmp_path):
         ids = np.concatenate([prefix, [[nodes[s][0] for s in path]]], axis=1)
         expected = ex.reference(wave, ids)[0, -1]
         np.testing.assert_allclose(logits[0, slot], expected, rtol=0, atol=FP32_TOL, err_msg=f"node {slot}")
+
+
+@pytest.mark.parametrize("setting", [(0.0, 0, 1.0), (1.0, 0, 1.0), (0.8, 5, 1.0)], ids=["greedy", "T=1", "top-k"])
+def test_a_whisper_drafts_proposal_loop_matches_pytorch_and_the_numpy_sampler(extractor, tmp_path, setting):
+    """The draft's k steps in one run (export/loop.py wraps the Whisper decoder + head as it wraps T5's): tokens
+    and q rows of k = 4 autoregressive steps equal PyTorch's logits standardized and drawn by the NumPy sampler
+    with the same uniforms."""
+    import numpy_sampler as ref
+
+    from specdec.export import loop
+
+    temperature, top_k, top_p = setting
+    ex = Exported(tiny_whisper(seed=13), extractor, tmp_path)
+    loop.add_proposal_loop_file(tmp_path / "decoder.onnx")
+    dec = session(tmp_path / "decoder.onnx")
+    wave, prefix, k = audio(1.8, seed=31), [2, 17, 42], 4
+    cross = ex.encode(wave)
+    layers, _, _, heads, _, d_kv = cross.shape
+    agree = 0
+    for seed in range(4):
+        uniforms = np.random.default_rng(seed).random(k, dtype=np.float32)
+        seq, want_tokens, want_rows = list(prefix), [], []
+        for u in uniforms:
+            q = ref.standardize_row(ex.reference(wave, np.array([seq]))[0, -1].astype(np.float64), temperature,
+                                    top_k, top_p)
+            want_rows.append(q)
+            want_tokens.append(ref.draw(q, u))
+            seq.append(want_tokens[-1])
+        feed = {**plain_step_feed(ex.config.vocab_size, temperature, session=dec), "input_ids": np.array([prefix]),
+                "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv), np.float32), "cross_kv": cross,
+                "uniforms": uniforms, "top_k": np.array([top_k], np.int64), "top_p": np.array([top_p], np.float32),
+                "steps": np.array([k], np.int64)}
+        tokens, probs = dec.run(["next_token", "probs"], feed)
+        differs = tokens != np.array(want_tokens)
+        same = int(np.argmax(differs)) if differs.any() else k       # a draw may flip within float32 rounding
+        agree += same == k
+        np.testing.assert_allclose(probs[:same + 1], np.array(want_rows)[:same + 1], atol=2e-5)
+    assert agree >= 3, f"the loop's draws differ from the reference's on {4 - agree} of 4 seeds"
+
+
+def test_a_draft_that_keeps_the_targets_encoder_is_recognised_by_its_digest():
+    """distil-whisper's layout: the teacher's encoder, a 1-layer decoder. Equal encoders give equal digests; a
+    random encoder, and one weight moved by one float32 step, do not."""
+    from specdec.export.whisper_encoder import encoder_sha256
+
+    target = tiny_whisper(seed=1)
+    draft = tiny_whisper(seed=2, decoder_layers=1)
+    assert encoder_sha256(draft) != encoder_sha256(target)
+    draft.model.encoder.load_state_dict(target.model.encoder.state_dict())
+    assert encoder_sha256(draft) == encoder_sha256(target)
+    with torch.no_grad():
+        w = draft.model.encoder.layers[0].fc1.weight
+        w[0, 0] = torch.nextafter(w[0, 0], torch.tensor(float("inf")))
+    assert encoder_sha256(draft) != encoder_sha256(target)
