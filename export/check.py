@@ -33,7 +33,7 @@ def tolerance(dtype: str, scale: float, torch_fp32_error: float, torch_fp16_erro
     return FP32_MARGIN * torch_fp32_error + FP32_FLOOR * scale
 
 
-def torch_references(model, source, decoder_ids, dtype: str) -> dict:
+def torch_references(model, inputs: dict, decoder_ids, dtype: str) -> dict:
     """Hugging Face's forward on the whole sequence in float64 (the reference), float32, and for fp16 exports in
     float16. The float64 pass converts the model in place and back (float32 -> float64 -> float32 is exact), so it
     needs no second copy of the weights."""
@@ -41,11 +41,14 @@ def torch_references(model, source, decoder_ids, dtype: str) -> dict:
 
     import torch
 
-    src, dec = torch.from_numpy(source), torch.from_numpy(decoder_ids)
+    dec = torch.from_numpy(decoder_ids)
 
     def forward(m):
+        dtype = next(m.parameters()).dtype          # floating inputs (Whisper's features) in the model's precision
+        given = {k: torch.from_numpy(v).to(dtype) if v.dtype.kind == "f" else torch.from_numpy(v)
+                 for k, v in inputs.items()}
         with torch.no_grad():
-            return m(input_ids=src, decoder_input_ids=dec).logits.double().numpy()
+            return m(**given, decoder_input_ids=dec).logits.double().numpy()
 
     refs = {"fp32": forward(model)}
     try:
@@ -70,6 +73,15 @@ def probe_sequences(config, past: int, gamma: int, seed: int = 0):
     return source.astype(np.int64), np.concatenate([[[start]], body], axis=1).astype(np.int64)
 
 
+def probe_audio(extractor, seconds: float = 2.0, seed: int = 0):
+    """A Whisper probe: a deterministic chirp with noise (PCM [1, samples]) and the extractor's features of it."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * extractor.sampling_rate)) / extractor.sampling_rate
+    wave = (0.4 * np.sin(2 * np.pi * (200 + 400 * t) * t) + 0.02 * rng.standard_normal(len(t))).astype(np.float32)
+    features = extractor(wave, sampling_rate=extractor.sampling_rate, return_tensors="np").input_features
+    return wave[None], features.astype(np.float32)
+
+
 def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache."""
     import onnxruntime as ort
@@ -80,7 +92,7 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     opts.log_severity_level = 3
     enc = ort.InferenceSession(str(encoder_path), opts, providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(decoder_path), opts, providers=["CPUExecutionProvider"])
-    cross = enc.run(None, {"input_ids": source})[0]
+    cross = enc.run(None, {enc.get_inputs()[0].name: source})[0]           # input_ids, or Whisper's audio
     layers, _, batch, heads, _, d_kv = cross.shape
     vocab = dec.get_outputs()[0].shape[-1]
     cache = np.zeros((0, layers, 2, batch, heads, d_kv), dtype=cross.dtype)
@@ -95,11 +107,16 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     return outputs
 
 
-def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5) -> dict:
+def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, extractor=None) -> dict:
     """Max |logit difference| from PyTorch's float64 forward for a 1-token step at past length `past` and a
-    gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision)."""
+    gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision). Whisper
+    (`extractor` given): the encoder graph reads a probe's PCM, PyTorch the extractor's features of it."""
     source, decoder_ids = probe_sequences(model.config, past, gamma + 1)
-    refs = torch_references(model, source, decoder_ids, dtype)
+    inputs = {"input_ids": source}
+    if extractor is not None:
+        source, features = probe_audio(extractor)
+        inputs = {"input_features": features}
+    refs = torch_references(model, inputs, decoder_ids, dtype)
     checked = slice(past, past + gamma + 2)
     ref = refs["fp64"]
     _, step, verify = onnx_logits(encoder_path, decoder_path, source, decoder_ids, [past, 1, gamma + 1])

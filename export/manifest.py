@@ -30,7 +30,14 @@ def graph_entry(root: Path, relative: str) -> dict:
 
 
 def architecture(config) -> dict:
-    """The facts the runtime needs to size buffers, plus enough to tell which T5 variant this is."""
+    """The facts the runtime needs to size buffers, plus enough to tell which T5 variant (or Whisper) this is."""
+    if config.model_type == "whisper":
+        heads = config.decoder_attention_heads
+        return {"model_type": "whisper", "variant": "whisper", "layers": config.encoder_layers,
+                "decoder_layers": config.decoder_layers, "heads": heads, "d_kv": config.d_model // heads,
+                "d_model": config.d_model, "d_ff": config.decoder_ffn_dim, "vocab_size": config.vocab_size,
+                "num_mel_bins": config.num_mel_bins, "source_positions": config.max_source_positions,
+                "target_positions": config.max_target_positions}
     gated = bool(getattr(config, "is_gated_act", False))
     return {
         "model_type": config.model_type,
@@ -49,9 +56,34 @@ def architecture(config) -> dict:
     }
 
 
+def speech_entry(sources: dict) -> dict:
+    """A Whisper export's "speech" entry: the audio its encoder graph takes, the decoder prompt's tokens (start of
+    transcript, languages, tasks, no timestamps) and the tokens generation suppresses, from the target's generation
+    config; and which drafts keep the target's encoder (equal encoder_sha256)."""
+    from .whisper_encoder import encoder_sha256
+
+    target = sources["target"]
+    gen, extractor = target.generation, target.extractor        # generation_config.json, as saved
+    digest = {role: encoder_sha256(src.model) for role, src in sources.items()}
+
+    def ids(values):
+        return [int(v) for v in (values or [])]
+
+    nots = gen.get("no_timestamps_token_id")
+    return {"sampling_rate": int(extractor.sampling_rate), "n_samples": int(extractor.n_samples),
+            "frames": int(target.config.max_source_positions),
+            "languages": {str(k): int(v) for k, v in (gen.get("lang_to_id") or {}).items()},
+            "tasks": {str(k): int(v) for k, v in (gen.get("task_to_id") or {}).items()},
+            "no_timestamps_token_id": None if nots is None else int(nots),
+            "suppress_tokens": ids(gen.get("suppress_tokens")),
+            "begin_suppress_tokens": ids(gen.get("begin_suppress_tokens")),
+            "encoder_sha256": digest,
+            "shares_target_encoder": sorted(r for r in digest if r != "target" and digest[r] == digest["target"])}
+
+
 def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str, special_ids: dict,
                    vocab_size: int, gamma_max: int, max_length: int, dtype: str, checks: dict,
-                   datastore: str | None = None) -> Path:
+                   datastore: str | None = None, speech: dict | None = None) -> Path:
     """`models`: role -> {"source", "revision", "config", "graphs": {"encoder": rel, "decoder": rel}}."""
     entry = {
         "format": FORMAT,
@@ -65,6 +97,7 @@ def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str,
         "special_ids": special_ids,
         "tokenizer": tokenizer_file,
         **({"datastore": datastore} if datastore else {}),
+        **({"speech": speech} if speech else {}),
         "models": {
             role: {"source": m["source"], "revision": m["revision"], "architecture": architecture(m["config"]),
                    "weights": m.get("weights", dtype),

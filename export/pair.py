@@ -148,6 +148,12 @@ def prepare_out_dir(out: Path, force: bool) -> None:
 
 
 def check_pair(target_cfg, draft_cfg, target_name: str, draft_name: str) -> None:
+    from .source import FAMILIES
+
+    kinds = FAMILIES[target_cfg.model_type], FAMILIES[draft_cfg.model_type]
+    if kinds[0] != kinds[1]:
+        raise SpecdecError(f"draft '{draft_name}' is a {draft_cfg.model_type} model but target '{target_name}' is "
+                           f"a {target_cfg.model_type} model", f"pick a {kinds[0]} draft for a {kinds[0]} target")
     if target_cfg.vocab_size != draft_cfg.vocab_size:
         raise SpecdecError(f"draft '{draft_name}' has vocabulary size {draft_cfg.vocab_size} but target "
                            f"'{target_name}' has {target_cfg.vocab_size}",
@@ -181,15 +187,33 @@ def write_graph(export_fn, dest: Path) -> None:
                         location=dest.name + ".data", size_threshold=1024)
 
 
+def graph_writer(source, stage: str, dtype, opset: int, tree: bool):
+    """A function of a path that writes `source`'s encoder or decoder graph (T5 or Whisper) there."""
+    from . import decoder, encoder
+
+    if source.extractor is not None:
+        from .whisper_decoder import export_whisper_decoder
+        from .whisper_encoder import export_whisper_encoder
+
+        if stage == "encoder":
+            return lambda p: export_whisper_encoder(source.model, source.extractor, p, opset)
+        return lambda p: export_whisper_decoder(source.model, p, dtype, opset, tree=tree)
+    from .attention import cast_for_export
+
+    model = cast_for_export(source.model, dtype)
+    if stage == "encoder":
+        return lambda p: encoder.export_encoder(model, p, opset)
+    return lambda p: decoder.export_decoder(model, p, dtype, opset, tree=tree)
+
+
 def export_pair(opts: ExportOptions, log=print) -> dict:
     """Run every stage with a progress bar; returns {role: parity report}. Raises SpecdecError on bad input."""
     import time
 
     from tqdm import tqdm
 
-    from . import check, decoder, encoder, head, loop
-    from .attention import cast_for_export
-    from .manifest import write_manifest
+    from . import check, head, loop
+    from .manifest import speech_entry, write_manifest
     from .source import load_config, load_source
 
     validate_options(opts)
@@ -198,6 +222,13 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     for role in names:
         if role != "target":
             check_pair(configs["target"], configs[role], opts.target, names[role])
+    most = min((getattr(c, "max_target_positions", opts.max_length) for c in configs.values()))
+    if opts.max_length > most:
+        raise SpecdecError(f"--max-length {opts.max_length} is more than the {most} decoder positions the models "
+                           "have", f"use --max-length {most} or less")
+    if configs["target"].model_type == "whisper" and {opts.weights(role) for role in names} != {"fp32"}:
+        raise SpecdecError("Whisper exports are fp32 for now (--dtype and --draft-dtype)",
+                           "leave out --dtype and --draft-dtype for a Whisper pair")
     out = Path(opts.out)
     prepare_out_dir(out, opts.force)
 
@@ -223,14 +254,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                                      opts.target, names[role])
             elif stage in ("encoder", "decoder"):
                 dtype = torch_dtype[role]
-                model = cast_for_export(sources[role].model, dtype)
                 rel = f"{role}/{stage}.onnx"
-                if stage == "encoder":
-                    write_graph(lambda p: encoder.export_encoder(model, p, opts.opset), out / rel)
-                else:
-                    # the target's graph verifies token trees (format 6); a draft's proposes chains
-                    write_graph(lambda p: decoder.export_decoder(model, p, dtype, opts.opset, tree=role == "target"),
-                                out / rel)
+                # the target's decoder verifies token trees (format 6); a draft's proposes chains
+                write_graph(graph_writer(sources[role], stage, dtype, opts.opset, role == "target"), out / rel)
                 quant = quantize_stage(opts, role, stage, out / rel, configs[role])
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
@@ -248,7 +274,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                           f"{store.file_bytes / 2**20:.1f} MiB")
             elif stage == "check":
                 rep = check.check_parity(sources[role].model, out / graphs[role]["encoder"],
-                                         out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role))
+                                         out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
+                                         extractor=sources[role].extractor)
                 reports[role] = rep
                 precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
                 own = rep[f"torch_{precision}_max_abs_diff"]
@@ -283,6 +310,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
                                  "unk_token_id": tok.unk_token_id,
                                  "decoder_start_token_id": cfg.decoder_start_token_id},
+                    speech=speech_entry(sources) if sources["target"].extractor is not None else None,
                     vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
                     dtype=opts.activations, checks=reports)
             bar.write(f"  {role:6s} {stage:9s} {time.perf_counter() - started:7.2f} s")

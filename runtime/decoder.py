@@ -12,6 +12,7 @@ from .core.stats import Piece, Pieces, Result, Stats
 from .decoding.batch import SWITCH_FIRST, Batching, Waiting, batch_source, checked_max_batch
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
+from .decoding.speech import checked_audio, make_prompt
 from .decoding.sources import Sources
 from .decoding.switch import Switch
 from .engine.batch_model import BatchModel
@@ -180,20 +181,41 @@ class SpeculativeDecoder:
         return Sampling(self.workspace, self.target, self.source(params), self.eos_id, self.start_id,
                         self.gamma_max, self.max_length)
 
-    def _serve(self, prompt, input_ids, params: Params):
+    def _speech(self, audio, language, task) -> tuple:
+        """A Whisper request's checked PCM and its SpeechPrompt (decoding/request.py); for a T5 export, a one-line
+        error unless neither audio, language nor task is given."""
+        speech = self.manifest.speech
+        if speech is None:
+            if audio is not None or language is not None or task is not None:
+                raise SpecdecError("audio, language and task are for Whisper exports; this export is a text model",
+                                   "pass a prompt text or input_ids")
+            return None, None
+        return checked_audio(audio, speech), make_prompt(speech, self.start_id, language, task)
+
+    def _serve(self, prompt, input_ids, params: Params, audio=None, language=None, task=None):
         """The one request path: check the prompt, decode it with its strategy, time every iteration. Yields
         (request, new tokens) per iteration; the request's stop_reason is set on the last."""
+        pcm, speech = self._speech(audio, language, task)
+        if speech is not None:
+            if prompt is not None or input_ids is not None:
+                raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
+                                   "pass audio= (a float32 16 kHz array or a WAV file's path)")
+            if params.num_beams > 1:
+                raise SpecdecError("beam search does not run on Whisper exports yet", "use num_beams=1")
         strategy = self._strategy(params)
-        request = Request(self._source(prompt, input_ids), params)
+        request = Request(pcm, params, speech=speech) if speech is not None else \
+            Request(self._source(prompt, input_ids), params)
         for new in strategy.run(request):
             request.tick()
             yield request, new
 
-    def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
+    def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
+               language: str | None = None, task: str | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
-        temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size)."""
+        temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size). A Whisper export takes
+        `audio` instead of a prompt (see generate)."""
         pieces = Pieces(self.decode)
         params = Params.of(params, **overrides).checked(self.gamma_max)
         if params.num_beams > 1:
@@ -201,7 +223,7 @@ class SpeculativeDecoder:
                                "use generate() with num_beams > 1, or stream with num_beams=1")
         hold = self._gate.acquire()
         try:
-            for request, new in self._serve(prompt, input_ids, params):
+            for request, new in self._serve(prompt, input_ids, params, audio, language, task):
                 piece = pieces.add(new, request.stats, request.stop_reason)
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
@@ -209,15 +231,19 @@ class SpeculativeDecoder:
         finally:
             self._gate.release(hold)
 
-    def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
-                 **overrides) -> Result:
+    def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
+                 language: str | None = None, task: str | None = None, **overrides) -> Result:
         """Generate from a prompt (text) or input_ids. draft="none" or gamma=0 is target-only decoding on the same
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
-        stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences."""
+        stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences.
+
+        A Whisper export transcribes `audio` (a float32 array of 16 kHz mono samples, at most the 30 s window, or a
+        WAV file's path) instead: `language` as a code ("en", or its token "<|en|>"; None: detected by the target),
+        `task` "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
         with self._gate.held():
             out, request = [], None
-            for request, new in self._serve(prompt, input_ids, params):
+            for request, new in self._serve(prompt, input_ids, params, audio, language, task):
                 out.extend(new)
             return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
                           request.scores)
@@ -293,6 +319,8 @@ class SpeculativeDecoder:
 
     def _batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
         """A checked request of a batch (generate_batch, the batcher): one-line SpecdecError if it cannot run."""
+        if self.manifest.speech is not None:
+            raise SpecdecError("batches do not run on Whisper exports yet", "transcribe each audio with generate()")
         checked = Params.of(params, **overrides).checked(self.gamma_max)
         batch_source(checked)
         return Request(self._source(prompt, input_ids), checked)

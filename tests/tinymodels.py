@@ -182,3 +182,68 @@ def add_datastore(export_dir, segments, rel: str = "datastore.sdds") -> Path:
     raw["files"][rel] = sha256(path)
     (export_dir / "manifest.json").write_text(json.dumps(raw, indent=2) + "\n")
     return path
+
+
+# -- Whisper ------------------------------------------------------------------------------------------------------------
+# A tiny Whisper vocabulary: its special tokens by name (what the export reads from the generation config), then words.
+WHISPER_SPECIALS = {"<unk>": 0, "<|endoftext|>": 1, "<|startoftranscript|>": 2, "<|en|>": 3, "<|de|>": 4,
+                    "<|transcribe|>": 5, "<|translate|>": 6, "<|notimestamps|>": 7}
+WHISPER_SUPPRESS, WHISPER_BEGIN_SUPPRESS = [8], [1, 9]      # a word never generated; end of text and a word not first
+
+
+def tiny_whisper_model(*, seed=0, vocab=97, position_scale=20.0, **kw):
+    """A random Whisper at the official front end (80 mel bins, 1,500 encoder positions) and tiny widths, with the
+    generation config of a multilingual Whisper over WHISPER_SPECIALS. `position_scale` enlarges the random
+    position embeddings, so that a position read wrongly shows in the logits."""
+    import torch
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=vocab, num_mel_bins=80, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+               decoder_attention_heads=4, d_model=32, encoder_ffn_dim=48, decoder_ffn_dim=48,
+               max_source_positions=1500, max_target_positions=96, pad_token_id=1, bos_token_id=1, eos_token_id=1,
+               decoder_start_token_id=2, suppress_tokens=None, begin_suppress_tokens=None)
+    model = WhisperForConditionalGeneration(WhisperConfig(**{**cfg, **kw})).eval()
+    with torch.no_grad():
+        model.model.decoder.embed_positions.weight.mul_(position_scale)
+    gen = model.generation_config
+    gen.decoder_start_token_id, gen.eos_token_id, gen.pad_token_id = 2, 1, 1
+    gen.lang_to_id = {"<|en|>": 3, "<|de|>": 4}
+    gen.task_to_id = {"transcribe": 5, "translate": 6}
+    gen.is_multilingual, gen.no_timestamps_token_id = True, 7
+    gen.suppress_tokens, gen.begin_suppress_tokens = list(WHISPER_SUPPRESS), list(WHISPER_BEGIN_SUPPRESS)
+    gen.forced_decoder_ids = None
+    return model
+
+
+def save_tiny_whisper(model, path) -> Path:
+    """`model` saved as a checkpoint directory: weights, generation config, feature extractor, tokenizer."""
+    from transformers import WhisperFeatureExtractor
+
+    path = Path(path)
+    model.save_pretrained(str(path))
+    seconds = model.config.max_source_positions * 2 * 160 // 16_000     # the window its encoder reads
+    WhisperFeatureExtractor(feature_size=model.config.num_mel_bins, chunk_length=seconds).save_pretrained(str(path))
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = dict(WHISPER_SPECIALS)
+    words.update({f"w{i}": i for i in range(len(words), model.config.vocab_size)})
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([AddedToken(name, special=True) for name in WHISPER_SPECIALS if name != "<unk>"])
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|endoftext|>",
+                            pad_token="<|endoftext|>").save_pretrained(str(path))
+    return path
+
+
+def whisper_audio(seconds: float, seed: int = 0, rate: int = 16_000):
+    """A chirp with a harmonic and noise, and a silent stretch (float32 PCM)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    wave = 0.4 * np.sin(2 * np.pi * (200 + 900 * t / max(seconds, 1e-9)) * t) + 0.1 * np.sin(2 * np.pi * 3100 * t)
+    wave += 0.02 * rng.standard_normal(len(t))
+    wave[len(t) // 3: len(t) // 3 + rate // 4] = 0.0
+    return wave.astype(np.float32)

@@ -2,7 +2,10 @@
 
     min_new_tokens        EOS is banned while fewer than this many tokens were generated (MinNewTokensLength)
     no_repeat_ngram_size  n: a token that would repeat an n-gram already in the sequence is banned (NoRepeatNGram;
-                          the decoder start token counts, as it does in transformers)
+                          the decoder prompt counts, as it does in transformers)
+    suppress              Whisper's suppress_tokens, banned everywhere (SuppressTokensLogitsProcessor)
+    begin_suppress        Whisper's begin_suppress_tokens, banned as the first generated token
+                          (SuppressTokensAtBeginLogitsProcessor)
 
 Both only remove tokens (their log-probability becomes -inf), so they are the same whether applied to logits, to
 log-probabilities or to a standardized distribution: beam search applies them to the target's log-probabilities
@@ -20,15 +23,22 @@ class Processors:
     eos_id: int
     min_new_tokens: int = 0
     no_repeat_ngram_size: int = 0
+    prompt: int = 1                   # decoder tokens before the first generated one (T5: the start token)
+    suppress: tuple = ()              # never generated (Whisper's suppress_tokens: SuppressTokensLogitsProcessor)
+    begin_suppress: tuple = ()        # not generated first (begin_suppress_tokens: SuppressTokensAtBegin...)
 
     @property
     def active(self) -> bool:
-        return self.min_new_tokens > 0 or self.no_repeat_ngram_size > 0
+        return self.min_new_tokens > 0 or self.no_repeat_ngram_size > 0 or bool(self.suppress) or \
+            bool(self.begin_suppress)
 
     def banned(self, seq) -> list:
-        """Tokens banned after `seq` (decoder tokens, the start token first)."""
-        out = []
-        if len(seq) - 1 < self.min_new_tokens:
+        """Tokens banned after `seq` (decoder tokens, the prompt first)."""
+        out = list(self.suppress)
+        generated = len(seq) - self.prompt
+        if generated == 0:
+            out.extend(self.begin_suppress)
+        if generated < self.min_new_tokens:
             out.append(self.eos_id)
         n = self.no_repeat_ngram_size
         if n > 0 and len(seq) + 1 >= n:

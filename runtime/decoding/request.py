@@ -27,12 +27,15 @@ from .lookup import proposing_lookup
 from .processors import Processors
 from .round import DraftSource
 from .speculative import speculative_step, target_step
+from .speech import SpeechPrompt, prefill, prompt_tokens
 
 
 @dataclass
 class Request:
-    ids: np.ndarray                  # the prompt's token ids (checked: inside the vocabulary and max_length)
+    ids: np.ndarray                  # the prompt's token ids (checked: inside the vocabulary and max_length), or a
+    #                                  Whisper request's PCM (float32, checked)
     params: Params                   # checked
+    speech: SpeechPrompt | None = None     # a Whisper request's decoder prompt and suppressed tokens
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = ""            # "eos", "max_new_tokens" or "max_length" once it has ended
     sequences: list = field(default_factory=list)    # beam search: the num_return_sequences best, best first
@@ -65,8 +68,13 @@ class Sampling:
 
     def run(self, request: Request):
         ws, target, source, params, stats = self.ws, self.target, self.source, request.params, request.stats
-        ws.reset(self.start_id, params, Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size))
         target.encode(request.ids, stats)
+        speech = request.speech
+        prompt = [self.start_id] if speech is None else prompt_tokens(ws, target, speech, params, stats)
+        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress)
+        ws.reset(prompt, params, Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size,
+                                            len(prompt), *suppressed))
+        prefill(ws, target, len(prompt) - 1, stats)
         if source is not None:
             source.start(request.ids, stats)
             lookup = proposing_lookup(source)

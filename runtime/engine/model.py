@@ -36,9 +36,14 @@ class CachedSeq2Seq:
         self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads), device)
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
         self.cache = Buffer((self.max_length, self.layers, 2, 1, self.heads, self.d_kv), dtype, device)
-        self.cross = Buffer((self.layers * 2 * self.heads * self.max_length * self.d_kv,), dtype, device)
+        # Whisper (manifest.speech): the encoder reads PCM and gives a fixed number of frames
+        speech = manifest.speech
+        self.frames = int(speech["frames"]) if speech else None
+        positions = max(self.max_length, self.frames or 0)
+        self.cross = Buffer((self.layers * 2 * self.heads * positions * self.d_kv,), dtype, device)
         self.logits = Buffer((rows, self.vocab), np.float32, device)   # rows = most tokens per decoder call
-        self.source = Buffer((self.max_length,), np.int64, device)
+        self.source = Buffer((int(speech["n_samples"]),), np.float32, device) if speech else \
+            Buffer((self.max_length,), np.int64, device)
         self.length = 0          # decoder positions whose K/V are in the cache
         self.src_len = 0
         # format 5 drafts: `steps` > 1 runs a whole proposal in one run (export/loop.py). Not with weight-only int8
@@ -66,11 +71,13 @@ class CachedSeq2Seq:
         return self._free
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
-        """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call."""
-        self.src_len = len(ids)
+        """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call. `ids`: the
+        source's token ids, or a Whisper model's PCM samples (float32, at most n_samples): its K/V then cover the
+        encoder's fixed number of frames."""
+        self.src_len = self.frames or len(ids)
         self.source.write(ids)
         inp, out = self.enc_names
-        self.encoder.input(inp, self.source, (1, self.src_len))
+        self.encoder.input(inp, self.source, (1, len(ids)))
         self.encoder.output(out, self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
         t = time.perf_counter()
         self.encoder.run()

@@ -76,11 +76,14 @@ class Workspace:
         self._views = {}      # key -> (inputs, outputs) but the uniforms
 
     # -- per request and per round ----------------------------------------------------------------------------
-    def reset(self, start_token: int, params: Params, processors=None) -> None:
-        """A new request. `processors` (runtime/decoding/processors.py) when active: every run's head rows are masked."""
-        self.tokens.write([start_token])
+    def reset(self, prompt, params: Params, processors=None) -> None:
+        """A new request whose decoder starts from `prompt`: the start token (T5), or a list of tokens (Whisper's
+        start of transcript, language, task, no timestamps), the last of them the current token. `processors`
+        (runtime/decoding/processors.py) when active: every run's head rows are masked."""
+        prompt = [int(prompt)] if np.isscalar(prompt) else [int(t) for t in prompt]
+        self.tokens.write(prompt)
         self.processors = processors if processors is not None and processors.active else None
-        self.seq, self.end, self.known = [start_token], 0, []
+        self.seq, self.end, self.known = prompt, len(prompt) - 1, []
         self._rng = np.random.default_rng(params.seed)
         self._refill()
         self.temperature.write([params.temperature])

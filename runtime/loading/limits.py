@@ -47,7 +47,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # heads, d_kv and the vocabulary; None a dynamic axis (any name or number); an int a fixed size. Required tensors are
 # marked "!", the others are checked when the graph has them (manifest.py checks that the head is there).
 EXPECTED = {
-    "encoder": {"inputs": {"!0": ("int64", (None, None))},                       # the first input and output
+    "encoder": {"inputs": {"!0": ("source", (None, None))},   # the first input and output; source: int64 ids, or
+                #                                                  Whisper's float32 PCM
                 "outputs": {"!0": ("kv", ("L", 2, None, "H", None, "D"))}},
     "decoder": {"inputs": {"!input_ids": ("int64", (None, None)),
                            "!past_kv": ("kv", (None, "L", 2, None, "H", "D")),
@@ -164,6 +165,12 @@ def check_manifest(raw, where: str) -> None:
         _key(where, models, role, "models")
     gamma = numbers["gamma_max"]
     sizes = {role: _architecture(where, role, model, vocab) for role, model in models.items()}
+    speech = raw.get("speech") is not None
+    kinds = {model["architecture"].get("model_type") == "whisper" for model in models.values()}
+    if kinds != {speech}:
+        _fail(where, "a 'speech' entry goes with Whisper models only, and every model of a Whisper export is one")
+    if speech:
+        _speech(where, raw["speech"], vocab, models)
     # what the runtime allocates per model (runtime/engine/model.py): the cache and the cross-attention K/V, max_length
     # positions each, and logits rows; and the workspace's rows (runtime/engine/workspace.py): a lower bound
     itemsize = 2 if dtype == "fp16" else 4
@@ -179,7 +186,7 @@ def check_manifest(raw, where: str) -> None:
     for role, model in models.items():
         graphs = _obj(where, _key(where, model, "graphs", f"model {role}"), f"model {role} graphs")
         dims = {"L": sizes[role]["decoder_layers"], "H": sizes[role]["heads"], "D": sizes[role]["d_kv"], "V": vocab,
-                "kv": KV_DTYPES[dtype]}
+                "kv": KV_DTYPES[dtype], "source": "float32" if speech else "int64"}
         for kind in ("encoder", "decoder"):
             _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
                          EXPECTED[kind], dims, files)
@@ -200,6 +207,35 @@ def _architecture(where, role, model, vocab: int) -> dict:
         _fail(where, f"model {role} architecture vocab_size {shown(arch['vocab_size'], 40)} differs from the "
                      f"export's vocab_size {vocab}")
     return sizes
+
+
+SPEECH_NUMBERS = {"sampling_rate": (8_000, 48_000), "n_samples": (1, 1 << 24), "frames": (1, 1 << 16)}
+
+
+def _speech(where, speech, vocab: int, models: dict) -> None:
+    """A Whisper export's "speech" entry (export/manifest.py speech_entry): numbers in range, token ids inside the
+    vocabulary, bounded lists and maps."""
+    speech = _obj(where, speech, "speech")
+    for name, limits in SPEECH_NUMBERS.items():
+        _int(where, _key(where, speech, name, "speech"), f"speech {name}", *limits)
+    for name in ("languages", "tasks"):
+        table = _obj(where, _key(where, speech, name, "speech"), f"speech {name}")
+        if len(table) > 512:
+            _fail(where, f"speech {name} has {len(table)} entries (at most 512)")
+        for key, value in table.items():
+            _str(where, key, f"speech {name} key", 32)
+            _int(where, value, f"speech {name} {shown(key, 32)}", 0, vocab - 1)
+    for name in ("suppress_tokens", "begin_suppress_tokens"):
+        for value in _list(where, _key(where, speech, name, "speech"), f"speech {name}", vocab):
+            _int(where, value, f"speech {name} entry", 0, vocab - 1)
+    nots = _key(where, speech, "no_timestamps_token_id", "speech")
+    if nots is not None:
+        _int(where, nots, "speech no_timestamps_token_id", 0, vocab - 1)
+    shared = _list(where, _key(where, speech, "shares_target_encoder", "speech"), "speech shares_target_encoder",
+                   MAX_MODELS)
+    for role in shared:
+        if role not in models or role == "target":
+            _fail(where, f"speech shares_target_encoder names {shown(role, 40)}, not a draft model")
 
 
 def _physical_memory() -> int | None:

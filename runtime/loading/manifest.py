@@ -94,6 +94,8 @@ class Manifest:
     special_ids = property(lambda self: dict(self.raw["special_ids"]))
     files = property(lambda self: dict(self.raw["files"]))
     drafts = property(lambda self: [role for role in self.models if role != "target"])
+    # a Whisper export's audio, prompt and suppressed tokens (export/manifest.py speech_entry); None for T5
+    speech = property(lambda self: self.raw.get("speech"))
 
     def path(self, relative: str) -> Path:
         """The resolved path of a file the manifest names: a SpecdecError unless it stays inside the export

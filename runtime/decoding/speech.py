@@ -1,0 +1,103 @@
+"""A Whisper request: its audio checked against the encoder's window, its decoder prompt (start of transcript,
+language, task, no timestamps) made from the export's "speech" entry, the language the target finds most likely when
+the request names none, and the prompt's tokens before the current one run into the target's cache before the first
+round.
+
+Detection is transformers' `detect_language`: one target run over the start of transcript, the language token with
+the largest logit. Neither step samples, so the request's uniforms are those it would use with the language given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.errors import SpecdecError
+from ..core.params import Params
+from ..core.stats import Stats
+from ..engine.model import CachedSeq2Seq
+from ..engine.workspace import Workspace
+from ..loading.audio import check_audio
+
+
+@dataclass(frozen=True)
+class SpeechPrompt:
+    """What a Whisper request's decoder starts from: `tokens` (start of transcript, language, task, no timestamps;
+    the language slot None when it is to be detected among `languages`), and the tokens generation suppresses."""
+    tokens: tuple
+    languages: tuple = ()            # language token ids, to detect the language from (slot 1 of tokens is None)
+    suppress: tuple = ()
+    begin_suppress: tuple = ()
+
+
+def checked_audio(audio, speech: dict) -> np.ndarray:
+    """A request's audio (loading/audio.py: an array or a WAV path, checked) inside the encoder's window."""
+    if audio is None:
+        raise SpecdecError("this is a Whisper export: it transcribes audio",
+                           "pass audio= (a float32 16 kHz array or a WAV file's path)")
+    pcm = check_audio(audio)
+    window = int(speech["n_samples"])
+    if pcm.size > window:
+        rate = int(speech["sampling_rate"])
+        raise SpecdecError(f"the audio is {pcm.size / rate:.1f} s long, longer than the encoder's "
+                           f"{window / rate:.0f} s window", f"split it into pieces of at most {window / rate:.0f} s")
+    return pcm
+
+
+def make_prompt(speech: dict, start_id: int, language, task) -> SpeechPrompt:
+    """The decoder prompt of a Whisper request: start of transcript, language (None: detect), task, no timestamps
+    (those the export's model has), and the tokens its generation suppresses."""
+    languages, tasks = speech["languages"], speech["tasks"]
+    tokens = [start_id]
+    if languages:
+        if language is None:
+            tokens.append(None)
+        else:
+            key = language if str(language).startswith("<|") else f"<|{language}|>"
+            if key not in languages:
+                codes = ", ".join(sorted(k.strip("<|>") for k in languages)[:12])
+                raise SpecdecError(f"language {language!r} is not one this model knows",
+                                   f"use one of its language codes ({codes}, ...) or None to detect it")
+            tokens.append(int(languages[key]))
+    elif language is not None:
+        raise SpecdecError("this Whisper model is English-only: it takes no language", "leave out language")
+    task = "transcribe" if task is None else task
+    if tasks:
+        if task not in tasks:
+            raise SpecdecError(f"task {task!r} is not one this model knows", f"use one of {', '.join(sorted(tasks))}")
+        tokens.append(int(tasks[task]))
+    elif task != "transcribe":
+        raise SpecdecError("this Whisper model is English-only: it only transcribes", "leave out task")
+    if speech["no_timestamps_token_id"] is not None:
+        tokens.append(int(speech["no_timestamps_token_id"]))
+    return SpeechPrompt(tuple(tokens), tuple(int(v) for v in languages.values()) if language is None else (),
+                        tuple(speech["suppress_tokens"]), tuple(speech["begin_suppress_tokens"]))
+
+
+def prompt_tokens(ws: Workspace, target: CachedSeq2Seq, speech, params: Params, stats: Stats) -> list:
+    """The request's prompt tokens, its language detected when it has none (after target.encode)."""
+    tokens = list(speech.tokens)
+    if speech.languages and tokens[1] is None:
+        ws.reset(tokens[:1], params)
+        _count(target.run(*ws.catch_up(0, 0)), stats)
+        logits = np.asarray(target.logits.flat()[:target.vocab])
+        languages = np.asarray(speech.languages, np.int64)
+        tokens[1] = int(languages[int(np.argmax(logits[languages]))])
+        target.rollback(0)
+    return tokens
+
+
+def prefill(ws: Workspace, target: CachedSeq2Seq, count: int, stats: Stats) -> None:
+    """Run the prompt's first `count` tokens (after ws.reset with the prompt) into the target's cache, as many a
+    run as its logits rows hold."""
+    width = target.logits.shape[0]
+    while target.length < count:
+        first = target.length
+        _count(target.run(*ws.catch_up(first, min(first + width, count) - 1)), stats)
+
+
+def _count(seconds: float, stats: Stats) -> None:
+    stats.target_s += seconds
+    stats.target_calls += 1
+    stats.ort_runs += 1

@@ -1,0 +1,279 @@
+"""Whisper exports decoded by the runtime, on tiny random Whisper pairs built here (a 1-second window, so a request's
+encoder run is cheap): greedy output equals a PyTorch greedy loop with Whisper's prompt and suppressed tokens, and
+transformers' generate(), for target-only decoding, the draft model, the lookup, a chain and auto; the language is
+detected as transformers detects it; sampled output follows the target's distribution (chi-square against exact
+enumeration, with a broken residual that the test catches); bad audio and bad requests are one-line errors that leave
+the decoder usable."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from tinymodels import (WHISPER_BEGIN_SUPPRESS, WHISPER_SUPPRESS, export_pair, save_tiny_whisper, tiny_whisper_model,
+                        whisper_audio)
+
+from specdec.runtime import SpeculativeDecoder
+from specdec.runtime.core.errors import SpecdecError
+
+pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
+              pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
+
+SOT, EOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS = 2, 1, 3, 4, 5, 6, 7
+WINDOW = dict(max_source_positions=50)          # 1 s of audio: 100 feature frames, 50 encoder positions
+
+
+def noisy_draft(target, noise: float, seed: int):
+    """distil-whisper's layout: the target's encoder, a perturbed copy of its decoder."""
+    torch.manual_seed(seed)
+    draft = copy.deepcopy(target)
+    with torch.no_grad():
+        for p in draft.model.decoder.parameters():
+            if p.numel() > 1:
+                p.add_(noise * p.std() * torch.randn_like(p))
+    return draft
+
+
+def build_pair(root, vocab: int, seed: int, noise: float = 0.3):
+    target = tiny_whisper_model(seed=seed, vocab=vocab, position_scale=1.0, init_std=0.2, **WINDOW)
+    draft = noisy_draft(target, noise, seed + 1)
+    save_tiny_whisper(target, root / "target")
+    save_tiny_whisper(draft, root / "draft")
+    return target
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("whisper-pair")
+    target = build_pair(root, vocab=40, seed=6)
+    export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
+                "--max-length", "64")
+    return target, root
+
+
+@pytest.fixture(scope="module")
+def decoder(pair):
+    return SpeculativeDecoder.load(pair[1] / "export", provider="cpu")
+
+
+def features(wave):
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(feature_size=80, chunk_length=1)(wave, sampling_rate=16_000,
+                                                                    return_tensors="pt").input_features
+
+
+def banned(generated: int) -> list:
+    return WHISPER_SUPPRESS + (WHISPER_BEGIN_SUPPRESS if generated == 0 else [])
+
+
+def torch_greedy(model, wave, prompt, n: int) -> list:
+    """Greedy decoding with PyTorch's forward over the whole sequence, Whisper's suppressed tokens masked."""
+    seq, feats = list(prompt), features(wave)
+    for i in range(n):
+        with torch.no_grad():
+            logits = model(input_features=feats, decoder_input_ids=torch.tensor([seq])).logits[0, -1]
+        logits[banned(i)] = -float("inf")
+        seq.append(int(logits.argmax()))
+        if seq[-1] == EOT:
+            break
+    return seq[len(prompt):]
+
+
+WAVES = [whisper_audio(0.8, seed=1), whisper_audio(1.0, seed=2), whisper_audio(0.35, seed=3)]
+DRAFTS = [("none", 0), ("draft", 3), ("draft", "auto"), ("lookup", 3), ("lookup,draft", 2), ("auto", "auto")]
+
+
+@pytest.mark.parametrize("draft,gamma", DRAFTS, ids=[f"{d}-{g}" for d, g in DRAFTS])
+def test_greedy_equals_pytorch(pair, decoder, draft, gamma):
+    target, _ = pair
+    for i, wave in enumerate(WAVES):
+        language = (EN, DE)[i % 2]
+        want = torch_greedy(target, wave, [SOT, language, TRANSCRIBE, NO_TIMESTAMPS], 24)
+        got = decoder.generate(audio=wave, language=("en", "de")[i % 2], max_new_tokens=24, temperature=0,
+                               draft=draft, gamma=gamma)
+        assert got.token_ids == want, f"audio {i}"
+    assert len(set(map(tuple, (torch_greedy(target, w, [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS], 24)
+                                 for w in WAVES)))) > 1, "the audio must matter to the outputs"
+
+
+def test_the_draft_proposes_and_is_partly_kept(decoder):
+    stats = decoder.generate(audio=WAVES[0], language="en", max_new_tokens=24, temperature=0, draft="draft",
+                             gamma=3).stats
+    assert 0 < stats.accepted < stats.proposed
+
+
+def test_greedy_equals_transformers_generate(pair, decoder):
+    target, _ = pair
+    for i, wave in enumerate(WAVES):
+        with torch.no_grad():
+            want = target.generate(features(wave), language="en", task="translate", do_sample=False,
+                                   max_new_tokens=12)[0].tolist()
+        got = decoder.generate(audio=wave, language="<|en|>", task="translate", max_new_tokens=12, temperature=0)
+        assert got.token_ids == want[:12]
+
+
+def test_the_language_is_detected_as_transformers_detects_it(pair, decoder):
+    target, _ = pair
+    found = set()
+    for wave in WAVES:
+        with torch.no_grad():
+            language = int(target.detect_language(features(wave))[0])
+        found.add(language)
+        want = torch_greedy(target, wave, [SOT, language, TRANSCRIBE, NO_TIMESTAMPS], 16)
+        for draft in ("none", "draft"):
+            got = decoder.generate(audio=wave, max_new_tokens=16, temperature=0, draft=draft)
+            assert got.token_ids == want
+
+
+def test_the_manifest_records_the_shared_encoder(pair):
+    manifest = json.loads((pair[1] / "export" / "manifest.json").read_text())
+    speech = manifest["speech"]
+    assert speech["shares_target_encoder"] == ["draft"]
+    assert speech["languages"] == {"<|en|>": EN, "<|de|>": DE}
+    assert speech["suppress_tokens"] == WHISPER_SUPPRESS and speech["begin_suppress_tokens"] == WHISPER_BEGIN_SUPPRESS
+    assert manifest["models"]["target"]["graphs"]["encoder"]["inputs"][0]["name"] == "audio"
+
+
+def test_a_wav_file_reads_as_its_samples(decoder, tmp_path):
+    import wave as wavefile
+
+    pcm = np.round(WAVES[1] * 32767).astype(np.int16)
+    path = tmp_path / "clip.wav"
+    with wavefile.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16_000)
+        w.writeframes(pcm.tobytes())
+    got = decoder.generate(audio=str(path), language="en", max_new_tokens=12, temperature=0)
+    want = decoder.generate(audio=pcm.astype(np.float32) / 32768, language="en", max_new_tokens=12, temperature=0)
+    assert got.token_ids == want.token_ids
+
+
+BAD = [(dict(audio=WAVES[0].astype(np.float64)), "float64"),
+       (dict(audio=WAVES[0][None, None]), "shape"),
+       (dict(audio=np.zeros(0, np.float32)), "no samples"),
+       (dict(audio=np.full(100, np.nan, np.float32)), "NaN"),
+       (dict(audio=whisper_audio(1.5)), "longer than"),
+       (dict(audio=[0.0, 0.1]), "array"),
+       (dict(audio=WAVES[0], language="xx"), "language"),
+       (dict(audio=WAVES[0], task="summarize"), "task"),
+       (dict(prompt="w10 w11"), "audio"),
+       (dict(input_ids=[10, 11]), "audio"),
+       (dict(audio=WAVES[0], prompt="w10"), "not a prompt"),
+       (dict(audio=WAVES[0], num_beams=2), "beam"),
+       (dict(audio="/no/such/file.wav"), "file.wav")]
+
+
+@pytest.mark.parametrize("kwargs,word", BAD, ids=[w for _, w in BAD])
+def test_bad_requests_are_one_line_errors_and_the_decoder_goes_on(decoder, kwargs, word):
+    with pytest.raises(SpecdecError) as err:
+        decoder.generate(max_new_tokens=4, **kwargs)
+    assert "\n" not in str(err.value) and word.lower() in str(err.value).lower(), str(err.value)
+    assert decoder.generate(audio=WAVES[0], language="en", max_new_tokens=4).token_ids
+
+
+def test_batches_and_text_exports_refuse_what_they_do_not_run(decoder, tiny_export):
+    (result,) = decoder.generate_batch(input_ids=[[10, 11]])
+    assert "Whisper" in result.error and not result.token_ids
+    text = SpeculativeDecoder.load(tiny_export, provider="cpu")
+    with pytest.raises(SpecdecError, match="Whisper exports"):
+        text.generate(audio=WAVES[0])
+
+
+def test_a_whisper_draft_with_a_t5_target_is_a_one_line_error(pair, tiny_t5_factory, tmp_path):
+    from tinymodels import run_export_cli
+
+    t5 = tiny_t5_factory(tmp_path / "t5")
+    code, _, stderr = run_export_cli(["--target", str(t5), "--draft", str(pair[1] / "draft"), "--out",
+                                      str(tmp_path / "out")])
+    assert code == 2 and "whisper" in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+# -- distribution --------------------------------------------------------------------------------------------------
+# A 16-token pair; outcomes are the first TOKENS generated tokens (EOT-terminated). N = 20,000 requests per test,
+# p >= P_PASS for the real sampler; the broken control (the target draws from p instead of norm(max(0, p - q))
+# after a rejection) must give p < P_TEETH.
+TOKENS, N, P_PASS, P_TEETH = 2, 20_000, 1e-3, 1e-6
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    root = tmp_path_factory.mktemp("whisper-small")
+    target = build_pair(root, vocab=16, seed=11, noise=1.0)
+    export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "3",
+                "--max-length", "32")
+    return target, root
+
+
+def exact_distribution(model, wave, prompt) -> dict:
+    """P(first TOKENS generated tokens = outcome) at T = 1 with the suppressed tokens masked, by enumeration."""
+    feats = features(wave)
+    dist, frontier = {}, [((), 1.0)]
+    for step in range(TOKENS):
+        nxt = []
+        for outcome, prob in frontier:
+            with torch.no_grad():
+                logits = model(input_features=feats,
+                               decoder_input_ids=torch.tensor([list(prompt) + list(outcome)])).logits[0, -1].double()
+            logits[banned(step)] = -float("inf")
+            p = torch.softmax(logits, -1).numpy()
+            for tok in np.nonzero(p)[0]:
+                item = (outcome + (int(tok),), prob * float(p[tok]))
+                (dist.__setitem__(*item) if tok == EOT or step == TOKENS - 1 else nxt.append(item))
+        frontier = nxt
+    return dist
+
+
+def chi_square_p(counts: dict, dist: dict) -> float:
+    n = sum(counts.values())
+    assert set(counts) <= set(dist), "an outcome the target cannot produce"
+    big = [o for o in dist if dist[o] * n >= 5]
+    assert len(big) >= 10, "too few outcomes for the test to mean anything"
+    observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
+    expected = [dist[o] * n for o in big] + [n - sum(dist[o] * n for o in big)]
+    return float(chisquare(observed, expected).pvalue)
+
+
+def sampled(decoder, wave) -> tuple[dict, int, int]:
+    counts, proposed, accepted = {}, 0, 0
+    for seed in range(N):
+        r = decoder.generate(audio=wave, language="en", max_new_tokens=TOKENS, temperature=1.0, draft="draft",
+                             gamma=2, seed=seed)
+        counts[tuple(r.token_ids)] = counts.get(tuple(r.token_ids), 0) + 1
+        proposed, accepted = proposed + r.stats.proposed, accepted + r.stats.accepted
+    return counts, proposed, accepted
+
+
+def test_sampling_follows_the_target_distribution(small):
+    target, root = small
+    wave = WAVES[0]
+    dist = exact_distribution(target, wave, [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS])
+    counts, proposed, accepted = sampled(SpeculativeDecoder.load(root / "export", provider="cpu"), wave)
+    assert 0 < accepted < proposed, "the draft's guesses must be both kept and rejected"
+    p_value = chi_square_p(counts, dist)
+    assert p_value >= P_PASS, f"chi-square p = {p_value:.3g}"
+
+
+def test_the_distribution_test_catches_a_broken_residual(small, tmp_path):
+    from specdec.export.whisper_decoder import export_whisper_decoder
+    from specdec.runtime.loading.manifest import sha256_file
+
+    target, root = small
+    broken = tmp_path / "broken"
+    shutil.copytree(root / "export", broken)
+    export_whisper_decoder(target, broken / "target" / "decoder.onnx", residual=False, tree=True)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest["files"] = {rel: sha256_file(broken / rel) for rel in manifest["files"]}
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    dist = exact_distribution(target, WAVES[0], [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS])
+    counts, _, _ = sampled(SpeculativeDecoder.load(broken, provider="cpu"), WAVES[0])
+    p_value = chi_square_p(counts, dist)
+    assert p_value < P_TEETH, f"the broken residual passed the chi-square test (p = {p_value:.3g})"
