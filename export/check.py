@@ -82,8 +82,9 @@ def probe_audio(extractor, seconds: float = 2.0, seed: int = 0):
     return wave[None], features.astype(np.float32)
 
 
-def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
-    """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache."""
+def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_output: str | None = None):
+    """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache.
+    `cross_output`: the encoder graph's output to read (a draft that keeps the target's encoder), else its first."""
     import onnxruntime as ort
 
     from .head import plain_step_feed
@@ -92,7 +93,8 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     opts.log_severity_level = 3
     enc = ort.InferenceSession(str(encoder_path), opts, providers=["CPUExecutionProvider"])
     dec = ort.InferenceSession(str(decoder_path), opts, providers=["CPUExecutionProvider"])
-    cross = enc.run(None, {enc.get_inputs()[0].name: source})[0]           # input_ids, or Whisper's audio
+    cross = enc.run([cross_output or enc.get_outputs()[0].name],
+                    {enc.get_inputs()[0].name: source})[0]                  # input_ids, or Whisper's audio
     layers, _, batch, heads, _, d_kv = cross.shape
     vocab = dec.get_outputs()[0].shape[-1]
     cache = np.zeros((0, layers, 2, batch, heads, d_kv), dtype=cross.dtype)
@@ -107,7 +109,8 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps):
     return outputs
 
 
-def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, extractor=None) -> dict:
+def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, extractor=None,
+                 cross_output: str | None = None) -> dict:
     """Max |logit difference| from PyTorch's float64 forward for a 1-token step at past length `past` and a
     gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision). Whisper
     (`extractor` given): the encoder graph reads a probe's PCM, PyTorch the extractor's features of it."""
@@ -119,7 +122,7 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
     refs = torch_references(model, inputs, decoder_ids, dtype)
     checked = slice(past, past + gamma + 2)
     ref = refs["fp64"]
-    _, step, verify = onnx_logits(encoder_path, decoder_path, source, decoder_ids, [past, 1, gamma + 1])
+    _, step, verify = onnx_logits(encoder_path, decoder_path, source, decoder_ids, [past, 1, gamma + 1], cross_output)
     step_diff = float(np.abs(step - ref[:, past:past + 1]).max())
     verify_diff = float(np.abs(verify - ref[:, past + 1:past + gamma + 2]).max())
 

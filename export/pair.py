@@ -187,8 +187,19 @@ def write_graph(export_fn, dest: Path) -> None:
                         location=dest.name + ".data", size_threshold=1024)
 
 
-def graph_writer(source, stage: str, dtype, opset: int, tree: bool):
-    """A function of a path that writes `source`'s encoder or decoder graph (T5 or Whisper) there."""
+def shared_encoder(sources: dict) -> list:
+    """The Whisper drafts that keep the target's encoder (equal encoder_sha256): they get no encoder graph."""
+    if sources["target"].extractor is None:
+        return []
+    from .whisper_encoder import encoder_sha256
+
+    digest = {role: encoder_sha256(src.model) for role, src in sources.items()}
+    return sorted(role for role in sources if role != "target" and digest[role] == digest["target"])
+
+
+def graph_writer(source, stage: str, dtype, opset: int, tree: bool, sharing: dict | None = None):
+    """A function of a path that writes `source`'s encoder or decoder graph (T5 or Whisper) there; `sharing`: the
+    drafts whose cross K/V a Whisper target's encoder graph also gives (shared_encoder)."""
     from . import decoder, encoder
 
     if source.extractor is not None:
@@ -196,7 +207,7 @@ def graph_writer(source, stage: str, dtype, opset: int, tree: bool):
         from .whisper_encoder import export_whisper_encoder
 
         if stage == "encoder":
-            return lambda p: export_whisper_encoder(source.model, source.extractor, p, opset)
+            return lambda p: export_whisper_encoder(source.model, source.extractor, p, opset, sharing)
         return lambda p: export_whisper_decoder(source.model, p, dtype, opset, tree=tree)
     from .attention import cast_for_export
 
@@ -214,6 +225,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
 
     from . import check, head, loop
     from .manifest import speech_entry, write_manifest
+    from specdec.runtime.core.graph_io import shared_cross
     from .source import load_config, load_source
 
     validate_options(opts)
@@ -239,7 +251,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
         [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
         [(role, "check") for role in names] + [("pair", "manifest")]
-    sources, graphs, reports, quantization = {}, {}, {}, {}
+    sources, graphs, reports, quantization, shared = {}, {}, {}, {}, []
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
     bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True, disable=None)
@@ -249,14 +261,21 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             started = time.perf_counter()
             if stage == "load":
                 sources[role] = load_source(names[role])
+                if len(sources) == len(names):      # all loaded: which Whisper drafts keep the target's encoder
+                    shared = shared_encoder(sources)
                 if role != "target":
                     check_tokenizers(sources["target"].tokenizer, sources[role].tokenizer,
                                      opts.target, names[role])
+            elif stage == "encoder" and role in shared:
+                bar.write(f"  {role}: keeps the target's encoder (same weights): the target's encoder graph gives its "
+                          "cross K/V")
             elif stage in ("encoder", "decoder"):
                 dtype = torch_dtype[role]
                 rel = f"{role}/{stage}.onnx"
+                sharing = {r: sources[r].model for r in shared} if role == "target" else None
                 # the target's decoder verifies token trees (format 6); a draft's proposes chains
-                write_graph(graph_writer(sources[role], stage, dtype, opts.opset, role == "target"), out / rel)
+                write_graph(graph_writer(sources[role], stage, dtype, opts.opset, role == "target", sharing),
+                            out / rel)
                 quant = quantize_stage(opts, role, stage, out / rel, configs[role])
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
@@ -273,9 +292,11 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 bar.write(f"  datastore: {store.tokens:,} tokens in {store.segments:,} segments, "
                           f"{store.file_bytes / 2**20:.1f} MiB")
             elif stage == "check":
-                rep = check.check_parity(sources[role].model, out / graphs[role]["encoder"],
+                keeps = role in shared
+                rep = check.check_parity(sources[role].model, out / graphs["target" if keeps else role]["encoder"],
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
-                                         extractor=sources[role].extractor)
+                                         extractor=sources[role].extractor,
+                                         cross_output=shared_cross(role) if keeps else None)
                 reports[role] = rep
                 precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
                 own = rep[f"torch_{precision}_max_abs_diff"]

@@ -23,8 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-AUDIO_INPUTS = ("audio",)
-CROSS_OUTPUTS = ("cross_kv",)
+from specdec.runtime.core.graph_io import ENCODER_OUTPUTS, SPEECH_INPUTS, shared_cross
 
 
 class LogMel(nn.Module):
@@ -58,26 +57,33 @@ class LogMel(nn.Module):
 
 
 class WhisperEncoderWithCrossKV(nn.Module):
-    """audio -> LogMel -> the checkpoint's encoder -> every decoder layer's cross-attention K and V."""
+    """audio -> LogMel -> the checkpoint's encoder -> every decoder layer's cross-attention K and V; and for each
+    model in `sharing` (drafts that keep this encoder, by encoder_sha256) its own decoder layers' K and V of the same
+    encoder output, so that no draft runs an encoder of its own."""
 
-    def __init__(self, model, extractor):
+    def __init__(self, model, extractor, sharing: dict | None = None):
         super().__init__()
-        cfg = model.config
-        self.heads = cfg.decoder_attention_heads
-        self.d_kv = cfg.d_model // self.heads
         self.features = LogMel(extractor)
         self.encoder = model.model.encoder
-        self.cross = nn.ModuleList(layer.encoder_attn for layer in model.model.decoder.layers)
+        self.models = nn.ModuleList(m.model.decoder for m in (model, *(sharing or {}).values()))
+        self.heads = [m.config.decoder_attention_heads for m in (model, *(sharing or {}).values())]
+        self.d_kv = [m.config.d_model // m.config.decoder_attention_heads for m in (model, *(sharing or {}).values())]
 
-    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+    def forward(self, audio: torch.Tensor):
         h = self.encoder(self.features(audio)).last_hidden_state                        # [batch, frames, d_model]
         batch, frames = h.shape[0], h.shape[1]
+        outputs = []
+        for decoder, heads, d_kv in zip(self.models, self.heads, self.d_kv):
+            def split(x):                                                          # [batch, heads, frames, d]
+                return x.reshape(batch, frames, heads, d_kv).transpose(1, 2)
 
-        def split(x):
-            return x.reshape(batch, frames, self.heads, self.d_kv).transpose(1, 2)     # [batch, heads, frames, d]
+            kv = [torch.stack([split(layer.encoder_attn.k_proj(h)), split(layer.encoder_attn.v_proj(h))])
+                  for layer in decoder.layers]
+            outputs.append(torch.stack(kv).to(self.encoder.conv1.weight.dtype))
+        return tuple(outputs) if len(outputs) > 1 else outputs[0]
 
-        kv = [torch.stack([split(attn.k_proj(h)), split(attn.v_proj(h))]) for attn in self.cross]
-        return torch.stack(kv).to(self.encoder.conv1.weight.dtype)
+
+
 
 
 def encoder_sha256(model) -> str:
@@ -93,12 +99,13 @@ def encoder_sha256(model) -> str:
     return digest.hexdigest()
 
 
-def export_whisper_encoder(model, extractor, path, opset: int = 17) -> None:
-    """Write the encoder graph of `model` (a WhisperForConditionalGeneration) with `extractor`'s features."""
-    module = WhisperEncoderWithCrossKV(model, extractor).eval()
+def export_whisper_encoder(model, extractor, path, opset: int = 17, sharing: dict | None = None) -> None:
+    """Write the encoder graph of `model` (a WhisperForConditionalGeneration) with `extractor`'s features; with
+    `sharing` (role -> draft model keeping this encoder) also each draft's cross K/V (output shared_cross(role))."""
+    module = WhisperEncoderWithCrossKV(model, extractor, sharing).eval()
     audio = torch.zeros((1, extractor.sampling_rate), dtype=torch.float32)
+    names = [*ENCODER_OUTPUTS, *(shared_cross(role) for role in sharing or {})]
     with torch.no_grad():
-        torch.onnx.export(module, (audio,), str(path), input_names=list(AUDIO_INPUTS),
-                          output_names=list(CROSS_OUTPUTS),
-                          dynamic_axes={"audio": {0: "batch", 1: "samples"}, "cross_kv": {2: "batch"}},
+        torch.onnx.export(module, (audio,), str(path), input_names=list(SPEECH_INPUTS), output_names=names,
+                          dynamic_axes={"audio": {0: "batch", 1: "samples"}, **{n: {2: "batch"} for n in names}},
                           opset_version=opset, dynamo=False, do_constant_folding=True)

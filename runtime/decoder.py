@@ -135,6 +135,9 @@ class SpeculativeDecoder:
         if draft is not None:
             draft_manifest = load_manifest(draft)
             _belongs_together(manifest, draft_manifest)
+            if manifest.speech is not None or draft_manifest.speech is not None:
+                raise SpecdecError("draft= from another export does not apply to Whisper exports",
+                                   "export the Whisper pair together and load that one directory")
         if datastore is not None and not isinstance(datastore, (str, Path, bool)):
             raise SpecdecError(f"datastore must be a path, None or False (got {type(datastore).__name__})",
                                "pass the path of a datastore file, or False for none")
@@ -144,6 +147,8 @@ class SpeculativeDecoder:
         models = {name: CachedSeq2Seq(draft_manifest if name == "draft" else manifest, name, provider, device,
                                       manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length)
                   for name in manifest.drafts}
+        for name in (manifest.speech or {}).get("shares_target_encoder", []):
+            target.share_encoder(models[name])
         decoder = cls(manifest, provider, target, models, stream_idle_s)     # checks the tokenizer first
         if datastore is not False:
             decoder.datastore = manifest.datastore(None if datastore in (None, True) else datastore)

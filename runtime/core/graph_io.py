@@ -3,6 +3,13 @@
 
 ENCODER_INPUTS = ("input_ids",)
 ENCODER_OUTPUTS = ("cross_kv",)                 # every layer's cross-attention K/V, computed once per request
+SPEECH_INPUTS = ("audio",)                      # a Whisper encoder's input: float32 PCM [batch, samples]
+
+
+def shared_cross(role: str) -> str:
+    """A Whisper target encoder's output with the cross K/V of draft `role`, which keeps the target's encoder (no
+    encoder graph of its own): its own decoder layers' projections of the same encoder output."""
+    return f"{ENCODER_OUTPUTS[0]}_{role}"
 DECODER_INPUTS = ("input_ids", "past_kv", "cross_kv")
 DECODER_OUTPUTS = ("logits", "new_kv")
 # format 7, every decoder: the cache positions and encoder positions each batch row owns, int64 [B] (or [1]); both

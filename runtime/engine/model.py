@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ..core.errors import SpecdecError
+from ..core.graph_io import shared_cross
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session
@@ -29,10 +30,15 @@ class CachedSeq2Seq:
         self.role, self.device = role, device
         self.layers, self.heads, self.d_kv = arch["decoder_layers"], arch["heads"], arch["d_kv"]
         self.vocab, self.max_length = manifest.vocab_size, max_length or manifest.max_length
-        self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
         dtype = _NP[manifest.dtype]
         self.decoder_path, self.provider, self.threads = manifest.path(info.decoder.file), provider, threads
-        self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False), device)
+        # no encoder: a Whisper draft that keeps the target's, whose encoder run writes our K/V (share_encoder)
+        self.encoder = self.enc_names = None
+        if info.encoder is not None:
+            self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
+            self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False),
+                                  device)
+        self._sharers = []       # drafts whose cross K/V our encoder run also writes
         self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads), device)
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
         self.cache = Buffer((self.max_length, self.layers, 2, 1, self.heads, self.d_kv), dtype, device)
@@ -75,16 +81,27 @@ class CachedSeq2Seq:
         source's token ids, or a Whisper model's PCM samples (float32, at most n_samples): its K/V then cover the
         encoder's fixed number of frames."""
         self.src_len = self.frames or len(ids)
-        self.source.write(ids)
-        inp, out = self.enc_names
-        self.encoder.input(inp, self.source, (1, len(ids)))
-        self.encoder.output(out, self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
-        t = time.perf_counter()
-        self.encoder.run()
-        stats.encoder_s += time.perf_counter() - t
-        stats.ort_runs += 1
-        self.decoder.input("cross_kv", self.cross, (self.layers, 2, 1, self.heads, self.src_len, self.d_kv))
+        if self.encoder is not None:       # else this request's target encoder run wrote our K/V
+            self.source.write(ids)
+            inp, out = self.enc_names
+            self.encoder.input(inp, self.source, (1, len(ids)))
+            self.encoder.output(out, self.cross, self.cross_shape())
+            for draft in self._sharers:
+                self.encoder.output(shared_cross(draft.role), draft.cross, draft.cross_shape(self.src_len))
+            t = time.perf_counter()
+            self.encoder.run()
+            stats.encoder_s += time.perf_counter() - t
+            stats.ort_runs += 1
+        self.decoder.input("cross_kv", self.cross, self.cross_shape())
         self.length = 0
+
+    def cross_shape(self, src_len: int | None = None) -> tuple:
+        return (self.layers, 2, 1, self.heads, self.src_len if src_len is None else src_len, self.d_kv)
+
+    def share_encoder(self, draft: "CachedSeq2Seq") -> None:
+        """Our encoder run also writes `draft`'s cross K/V (a Whisper draft that keeps this target's encoder): the
+        draft runs no encoder. The target encodes every request before its draft is used."""
+        self._sharers.append(draft)
 
     def run(self, inputs: dict, outputs: dict, steps: int = 1) -> float:
         """One decoder + speculative-head run: append the `input_ids` view's N tokens to the sequence, with the

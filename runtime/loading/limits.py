@@ -26,6 +26,7 @@ import os
 import re
 
 from ..core.errors import SpecdecError
+from ..core.graph_io import shared_cross
 from .confine import FIX as PATH_FIX, lexical_problem, shown
 
 MAX_MANIFEST_BYTES = 4 << 20
@@ -183,13 +184,26 @@ def check_manifest(raw, where: str) -> None:
                      f"models' layers, heads and d_kv) need {needed / 2**30:.1f} GiB of buffers, more than "
                      + (f"this machine's {memory / 2**30:.1f} GiB of memory" if limit == memory else
                         f"the {MAX_BUFFER_BYTES >> 30} GiB any export may ask for"))
+    # Whisper drafts that keep the target's encoder have no encoder graph: the target's gives their K/V too
+    shared = raw["speech"]["shares_target_encoder"] if speech else []
     for role, model in models.items():
         graphs = _obj(where, _key(where, model, "graphs", f"model {role}"), f"model {role} graphs")
         dims = {"L": sizes[role]["decoder_layers"], "H": sizes[role]["heads"], "D": sizes[role]["d_kv"], "V": vocab,
                 "kv": KV_DTYPES[dtype], "source": "float32" if speech else "int64"}
         for kind in ("encoder", "decoder"):
+            if kind == "encoder" and role in shared:
+                if kind in graphs:
+                    _fail(where, f"model {role} keeps the target's encoder but lists an encoder graph of its own")
+                continue
+            expected = EXPECTED[kind]
+            if kind == "encoder" and role == "target":
+                expected = {side: dict(tensors) for side, tensors in expected.items()}
+                for other in shared:
+                    s = sizes[other]
+                    expected["outputs"][f"!{shared_cross(other)}"] = (
+                        "kv", (s["decoder_layers"], 2, None, s["heads"], None, s["d_kv"]))
             _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
-                         EXPECTED[kind], dims, files)
+                         expected, dims, files)
 
 
 def _architecture(where, role, model, vocab: int) -> dict:

@@ -76,7 +76,7 @@ class ModelInfo:
     source: str
     revision: str | None
     arch: dict            # layers, decoder_layers, heads, d_kv, d_model, d_ff, vocab_size, variant, ...
-    encoder: Graph
+    encoder: Graph | None     # None: a Whisper draft that keeps the target's encoder (its graph gives our K/V)
     decoder: Graph
     weights: str = "fp32"  # fp32, fp16, int8 or int8-wo
 
@@ -161,7 +161,8 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],
-                                  Graph.from_json(m["graphs"]["encoder"]), Graph.from_json(m["graphs"]["decoder"]),
+                                  Graph.from_json(m["graphs"]["encoder"]) if "encoder" in m["graphs"] else None,
+                                  Graph.from_json(m["graphs"]["decoder"]),
                                   str(m.get("weights", "fp32")))
                   for role, m in ((r, raw["models"][r]) for r in (*ROLES, *sorted(set(raw["models"]) - set(ROLES))))}
         files = raw["files"]

@@ -133,6 +133,39 @@ def test_the_language_is_detected_as_transformers_detects_it(pair, decoder):
             assert got.token_ids == want
 
 
+def test_a_draft_that_keeps_the_targets_encoder_runs_none(decoder):
+    """One encoder run per request: the target's, which also writes the draft's cross K/V."""
+    stats = decoder.generate(audio=WAVES[0], language="en", max_new_tokens=24, temperature=0, draft="draft",
+                             gamma=3).stats
+    assert stats.draft_calls > 0
+    assert stats.ort_runs == stats.target_calls + stats.draft_calls + 1
+
+
+@pytest.fixture(scope="module")
+def own_encoder(pair, tmp_path_factory):
+    """The target of `pair` with a random draft of its own encoder (whisper-tiny under a larger Whisper)."""
+    root = tmp_path_factory.mktemp("whisper-own")
+    save_tiny_whisper(tiny_whisper_model(seed=21, vocab=40, position_scale=1.0, init_std=0.2, decoder_layers=1,
+                                         **WINDOW), root / "draft")
+    export_pair(str(pair[1] / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
+                "--max-length", "64")
+    return SpeculativeDecoder.load(root / "export", provider="cpu")
+
+
+@pytest.mark.parametrize("draft", ["draft", "auto"])
+def test_a_draft_with_its_own_encoder(pair, own_encoder, draft):
+    target, root = pair
+    assert own_encoder.manifest.speech["shares_target_encoder"] == []
+    for wave in WAVES:
+        want = torch_greedy(target, wave, [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS], 24)
+        got = own_encoder.generate(audio=wave, language="en", max_new_tokens=24, temperature=0, draft=draft,
+                                   gamma=3 if draft == "draft" else "auto")
+        assert got.token_ids == want
+    stats = own_encoder.generate(audio=WAVES[0], language="en", max_new_tokens=24, temperature=0, draft="draft",
+                                 gamma=3).stats
+    assert stats.ort_runs == stats.target_calls + stats.draft_calls + 2      # two encoders
+
+
 def test_the_manifest_records_the_shared_encoder(pair):
     manifest = json.loads((pair[1] / "export" / "manifest.json").read_text())
     speech = manifest["speech"]
@@ -140,6 +173,9 @@ def test_the_manifest_records_the_shared_encoder(pair):
     assert speech["languages"] == {"<|en|>": EN, "<|de|>": DE}
     assert speech["suppress_tokens"] == WHISPER_SUPPRESS and speech["begin_suppress_tokens"] == WHISPER_BEGIN_SUPPRESS
     assert manifest["models"]["target"]["graphs"]["encoder"]["inputs"][0]["name"] == "audio"
+    assert "encoder" not in manifest["models"]["draft"]["graphs"]
+    assert [o["name"] for o in manifest["models"]["target"]["graphs"]["encoder"]["outputs"]] == ["cross_kv",
+                                                                                                 "cross_kv_draft"]
 
 
 def test_a_wav_file_reads_as_its_samples(decoder, tmp_path):
