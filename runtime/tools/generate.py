@@ -1,5 +1,5 @@
-"""`specdec-generate`: run an export directory on a prompt and print the output and one stats line (with
---num-return-sequences N > 1: the N best beams, numbered, each with its score)."""
+"""`specdec-generate`: run an export directory on a prompt (or, for a Whisper export, a WAV file) and print the
+output and one stats line (with --num-return-sequences N > 1: the N best beams, numbered, each with its score)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,12 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specdec-generate",
                 description="Exact speculative decoding with an export from specdec-export.")
-    p.add_argument("text", help="the prompt, e.g. 'translate English to German: The house is small.'")
+    p.add_argument("text", nargs="?", help="the prompt, e.g. 'translate English to German: The house is small.' "
+                   "(a Whisper export takes --audio instead)")
+    p.add_argument("--audio", metavar="FILE.wav", help="a Whisper export: the 16 kHz WAV file to transcribe")
+    p.add_argument("--language", help="a Whisper export: the audio's language code, e.g. en (default: detected)")
+    p.add_argument("--task", choices=("transcribe", "translate"),
+                   help="a Whisper export: transcribe (the default) or translate into English")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
     p.add_argument("--threads", type=int, default=0, help="intra-op threads per model (0: onnxruntime's default)")
@@ -58,17 +63,21 @@ def _main(argv) -> int:
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads,
                                   datastore=load_option(args.datastore))
     params = from_flags(args)
+    if (args.text is None) == (args.audio is None):
+        raise SpecdecError("pass either a prompt text or --audio FILE.wav (for a Whisper export)",
+                           f"e.g. {parser().prog} 'translate English to German: Hello.'")
+    speech = {"audio": args.audio, "language": args.language, "task": args.task} if args.audio else {}
     if args.stream and params.num_beams > 1:
         raise SpecdecError("--stream cannot show a beam search: every beam may still lose until the search ends",
                            "leave out --stream with --num-beams > 1")
     if args.stream and not args.json:
         piece = None
-        for piece in dec.stream(args.text, params=params):
+        for piece in dec.stream(args.text, params=params, **speech):
             print(piece.text, end="", flush=True)
         print()
         print(stats_line(piece.stats, dec.provider), file=sys.stderr)   # the last piece holds the request's stats
         return 0
-    res = dec.generate(args.text, params=params)
+    res = dec.generate(args.text, params=params, **speech)
     scores = res.scores or [None] * len(res.sequences)      # no beam score without beams
     if args.json:
         print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,

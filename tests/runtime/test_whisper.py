@@ -313,3 +313,27 @@ def test_the_distribution_test_catches_a_broken_residual(small, tmp_path):
     counts, _, _ = sampled(SpeculativeDecoder.load(broken, provider="cpu"), WAVES[0])
     p_value = chi_square_p(counts, dist)
     assert p_value < P_TEETH, f"the broken residual passed the chi-square test (p = {p_value:.3g})"
+
+
+def test_specdec_generate_transcribes_a_wav_file(pair, decoder, tmp_path):
+    import subprocess
+    import sys
+    import wave as wavefile
+
+    pcm = np.round(WAVES[0] * 32767).astype(np.int16)
+    path = tmp_path / "clip.wav"
+    with wavefile.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16_000)
+        w.writeframes(pcm.tobytes())
+    want = decoder.generate(audio=str(path), language="de", max_new_tokens=8, temperature=0)
+    cli = [sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(pair[1] / "export")]
+    out = subprocess.run(cli + ["--audio", str(path), "--language", "de", "--max-new-tokens", "8", "--temperature",
+                                "0", "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["token_ids"] == want.token_ids
+    bad = subprocess.run(cli + ["--audio", str(tmp_path / "missing.wav")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    both = subprocess.run(cli + ["hello", "--audio", str(path)], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and "either" in both.stderr, both.stderr
