@@ -181,7 +181,7 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     source = np.asarray(source_ids, dtype=np.int64)
     params = Params(gamma=0, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                     lenience=float(lenience)).checked(gamma_max)
-    ws.reset(start_token(dec), params)
+    ws.reset([start_token(dec)], params)
     rng = np.random.default_rng(0)
     span = past + gamma_max + 1            # positions 1 .. past + gamma_max: filler ids, valid for any vocabulary
     ws.tokens.write(rng.integers(3, max(4, min(dec.vocab_size, 1000)), size=span), 1)

@@ -77,10 +77,10 @@ class Workspace:
 
     # -- per request and per round ----------------------------------------------------------------------------
     def reset(self, prompt, params: Params, processors=None) -> None:
-        """A new request whose decoder starts from `prompt`: the start token (T5), or a list of tokens (Whisper's
-        start of transcript, language, task, no timestamps), the last of them the current token. `processors`
+        """A new request whose decoder starts from the tokens `prompt`: [the start token] (T5), or Whisper's start
+        of transcript, language, task and no timestamps; the last of them is the current token. `processors`
         (runtime/decoding/processors.py) when active: every run's head rows are masked."""
-        prompt = [int(prompt)] if np.isscalar(prompt) else [int(t) for t in prompt]
+        prompt = [int(t) for t in prompt]
         self.tokens.write(prompt)
         self.processors = processors if processors is not None and processors.active else None
         self.seq, self.end, self.known = prompt, len(prompt) - 1, []

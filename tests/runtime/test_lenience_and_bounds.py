@@ -63,7 +63,7 @@ def test_a_view_past_its_buffer_raises_and_the_decoder_stays_usable(decoder):
     touches memory (an earlier version aborted the process with munmap_chunk(): invalid pointer), and nothing is left broken."""
     before = decoder.generate(input_ids=[5, 6, 7, 1], max_new_tokens=10, gamma=3).token_ids
     target, ws = decoder.target, decoder.workspace
-    ws.reset(decoder.start_id, Params())
+    ws.reset([decoder.start_id], Params())
     target.encode(np.array([5, 6, 1]), Stats())
     target.length = decoder.max_length - 1               # the cache is full but for one row
     ws.end = target.length + 3
