@@ -12,7 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperForConditionalGeneration  # noqa: E402
+from transformers import WhisperFeatureExtractor  # noqa: E402
+
+from tinymodels import tiny_whisper_model as tiny_whisper, whisper_audio as audio  # noqa: E402
 
 from specdec.export.head import plain_step_feed  # noqa: E402
 from specdec.export.whisper_decoder import export_whisper_decoder  # noqa: E402
@@ -26,29 +28,6 @@ RATE = 16_000
 # the extractor's features lie in about [-1.5, 1.5]; float32 framing and DFT in the graph vs float64 numpy
 FEATURE_TOL = 1e-4
 FP32_TOL = 1e-4
-
-
-def tiny_whisper(seed: int, **kw) -> WhisperForConditionalGeneration:
-    """A random Whisper at the official front end (80 mel bins, 1,500 encoder positions) and tiny widths."""
-    torch.manual_seed(seed)
-    cfg = dict(vocab_size=97, num_mel_bins=80, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-               decoder_attention_heads=4, d_model=32, encoder_ffn_dim=48, decoder_ffn_dim=48,
-               max_source_positions=1500, max_target_positions=96, pad_token_id=1, bos_token_id=2, eos_token_id=3,
-               decoder_start_token_id=2)
-    model = WhisperForConditionalGeneration(WhisperConfig(**{**cfg, **kw})).eval()
-    with torch.no_grad():          # random embeddings large enough that a position read wrongly shows in the logits
-        model.model.decoder.embed_positions.weight.mul_(20.0)
-    return model
-
-
-def audio(seconds: float, seed: int = 0) -> np.ndarray:
-    """A chirp with harmonics and noise, and a silent stretch (the features' floor)."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * RATE)) / RATE
-    wave = 0.4 * np.sin(2 * np.pi * (200 + 900 * t / max(seconds, 1e-9)) * t) + 0.1 * np.sin(2 * np.pi * 3100 * t)
-    wave += 0.02 * rng.standard_normal(len(t))
-    wave[len(t) // 3: len(t) // 3 + RATE // 4] = 0.0
-    return wave.astype(np.float32)
 
 
 def session(path):

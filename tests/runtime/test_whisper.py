@@ -14,8 +14,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
+from test_distribution import chi_square_p
 from tinymodels import (WHISPER_BEGIN_SUPPRESS, WHISPER_SUPPRESS, export_pair, save_tiny_whisper, tiny_whisper_model,
                         whisper_audio)
 
@@ -178,16 +178,22 @@ def test_the_manifest_records_the_shared_encoder(pair):
                                                                                                  "cross_kv_draft"]
 
 
-def test_a_wav_file_reads_as_its_samples(decoder, tmp_path):
+def write_wav(path, samples):
+    """16-bit mono 16 kHz PCM of float samples; returns the int16 samples written."""
     import wave as wavefile
 
-    pcm = np.round(WAVES[1] * 32767).astype(np.int16)
-    path = tmp_path / "clip.wav"
+    pcm = np.round(samples * 32767).astype(np.int16)
     with wavefile.open(str(path), "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(16_000)
         w.writeframes(pcm.tobytes())
+    return pcm
+
+
+def test_a_wav_file_reads_as_its_samples(decoder, tmp_path):
+    path = tmp_path / "clip.wav"
+    pcm = write_wav(path, WAVES[1])
     got = decoder.generate(audio=str(path), language="en", max_new_tokens=12, temperature=0)
     want = decoder.generate(audio=pcm.astype(np.float32) / 32768, language="en", max_new_tokens=12, temperature=0)
     assert got.token_ids == want.token_ids
@@ -268,16 +274,6 @@ def exact_distribution(model, wave, prompt) -> dict:
     return dist
 
 
-def chi_square_p(counts: dict, dist: dict) -> float:
-    n = sum(counts.values())
-    assert set(counts) <= set(dist), "an outcome the target cannot produce"
-    big = [o for o in dist if dist[o] * n >= 5]
-    assert len(big) >= 10, "too few outcomes for the test to mean anything"
-    observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
-    expected = [dist[o] * n for o in big] + [n - sum(dist[o] * n for o in big)]
-    return float(chisquare(observed, expected).pvalue)
-
-
 def sampled(decoder, wave) -> tuple[dict, int, int]:
     counts, proposed, accepted = {}, 0, 0
     for seed in range(N):
@@ -318,15 +314,9 @@ def test_the_distribution_test_catches_a_broken_residual(small, tmp_path):
 def test_specdec_generate_transcribes_a_wav_file(pair, decoder, tmp_path):
     import subprocess
     import sys
-    import wave as wavefile
 
-    pcm = np.round(WAVES[0] * 32767).astype(np.int16)
     path = tmp_path / "clip.wav"
-    with wavefile.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16_000)
-        w.writeframes(pcm.tobytes())
+    write_wav(path, WAVES[0])
     want = decoder.generate(audio=str(path), language="de", max_new_tokens=8, temperature=0)
     cli = [sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(pair[1] / "export")]
     out = subprocess.run(cli + ["--audio", str(path), "--language", "de", "--max-new-tokens", "8", "--temperature",
