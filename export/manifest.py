@@ -56,15 +56,14 @@ def architecture(config) -> dict:
     }
 
 
-def speech_entry(sources: dict) -> dict:
+def speech_entry(sources: dict, digest: dict) -> dict:
     """A Whisper export's "speech" entry: the audio its encoder graph takes, the decoder prompt's tokens (start of
     transcript, languages, tasks, no timestamps) and the tokens generation suppresses, from the target's generation
-    config; and which drafts keep the target's encoder (equal encoder_sha256)."""
-    from .whisper_encoder import encoder_sha256
+    config; each model's encoder_sha256 (`digest`) and which drafts keep the target's encoder."""
+    from .whisper_encoder import keeps_target_encoder
 
     target = sources["target"]
     gen, extractor = target.generation, target.extractor        # generation_config.json, as saved
-    digest = {role: encoder_sha256(src.model) for role, src in sources.items()}
 
     def ids(values):
         return [int(v) for v in (values or [])]
@@ -78,7 +77,7 @@ def speech_entry(sources: dict) -> dict:
             "suppress_tokens": ids(gen.get("suppress_tokens")),
             "begin_suppress_tokens": ids(gen.get("begin_suppress_tokens")),
             "encoder_sha256": digest,
-            "shares_target_encoder": sorted(r for r in digest if r != "target" and digest[r] == digest["target"])}
+            "shares_target_encoder": keeps_target_encoder(digest)}
 
 
 def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str, special_ids: dict,

@@ -187,19 +187,19 @@ def write_graph(export_fn, dest: Path) -> None:
                         location=dest.name + ".data", size_threshold=1024)
 
 
-def shared_encoder(sources: dict) -> list:
-    """The Whisper drafts that keep the target's encoder (equal encoder_sha256): they get no encoder graph."""
+def encoder_digests(sources: dict) -> dict:
+    """Each Whisper model's encoder_sha256, computed once per export ({} for T5): drafts whose digest is the
+    target's get no encoder graph, and the manifest records them all."""
     if sources["target"].extractor is None:
-        return []
+        return {}
     from .whisper_encoder import encoder_sha256
 
-    digest = {role: encoder_sha256(src.model) for role, src in sources.items()}
-    return sorted(role for role in sources if role != "target" and digest[role] == digest["target"])
+    return {role: encoder_sha256(src.model) for role, src in sources.items()}
 
 
 def graph_writer(source, stage: str, dtype, opset: int, tree: bool, sharing: dict | None = None):
     """A function of a path that writes `source`'s encoder or decoder graph (T5 or Whisper) there; `sharing`: the
-    drafts whose cross K/V a Whisper target's encoder graph also gives (shared_encoder)."""
+    drafts whose cross K/V a Whisper target's encoder graph also gives (keeps_target_encoder)."""
     from . import decoder, encoder
 
     if source.extractor is not None:
@@ -225,6 +225,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
 
     from . import check, head, loop
     from .manifest import speech_entry, write_manifest
+    from .whisper_encoder import keeps_target_encoder
     from specdec.runtime.core.graph_io import shared_cross
     from .source import load_config, load_source
 
@@ -251,7 +252,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
         [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
         [(role, "check") for role in names] + [("pair", "manifest")]
-    sources, graphs, reports, quantization, shared = {}, {}, {}, {}, []
+    sources, graphs, reports, quantization, shared, digests = {}, {}, {}, {}, [], {}
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
     bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True, disable=None)
@@ -262,7 +263,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             if stage == "load":
                 sources[role] = load_source(names[role])
                 if len(sources) == len(names):      # all loaded: which Whisper drafts keep the target's encoder
-                    shared = shared_encoder(sources)
+                    digests = encoder_digests(sources)
+                    shared = keeps_target_encoder(digests) if digests else []
                 if role != "target":
                     check_tokenizers(sources["target"].tokenizer, sources[role].tokenizer,
                                      opts.target, names[role])
@@ -331,7 +333,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
                                  "unk_token_id": tok.unk_token_id,
                                  "decoder_start_token_id": cfg.decoder_start_token_id},
-                    speech=speech_entry(sources) if sources["target"].extractor is not None else None,
+                    speech=speech_entry(sources, digests) if digests else None,
                     vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
                     dtype=opts.activations, checks=reports)
             bar.write(f"  {role:6s} {stage:9s} {time.perf_counter() - started:7.2f} s")

@@ -65,9 +65,10 @@ class WhisperEncoderWithCrossKV(nn.Module):
         super().__init__()
         self.features = LogMel(extractor)
         self.encoder = model.model.encoder
-        self.models = nn.ModuleList(m.model.decoder for m in (model, *(sharing or {}).values()))
-        self.heads = [m.config.decoder_attention_heads for m in (model, *(sharing or {}).values())]
-        self.d_kv = [m.config.d_model // m.config.decoder_attention_heads for m in (model, *(sharing or {}).values())]
+        models = (model, *(sharing or {}).values())
+        self.models = nn.ModuleList(m.model.decoder for m in models)
+        self.heads = [m.config.decoder_attention_heads for m in models]
+        self.d_kv = [m.config.d_model // m.config.decoder_attention_heads for m in models]
 
     def forward(self, audio: torch.Tensor):
         h = self.encoder(self.features(audio)).last_hidden_state                        # [batch, frames, d_model]
@@ -83,9 +84,6 @@ class WhisperEncoderWithCrossKV(nn.Module):
         return tuple(outputs) if len(outputs) > 1 else outputs[0]
 
 
-
-
-
 def encoder_sha256(model) -> str:
     """sha256 over the encoder's parameters and buffers (names, dtypes, shapes, bytes) of a Whisper model: a draft
     whose digest equals the target's (distil-whisper keeps its teacher's encoder) needs no encoder of its own and can
@@ -95,8 +93,14 @@ def encoder_sha256(model) -> str:
     for name, tensor in sorted(model.model.encoder.state_dict().items()):
         data = tensor.detach().cpu().contiguous()
         digest.update(f"{name}|{data.dtype}|{tuple(data.shape)}|".encode())
-        digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+        if data.numel():
+            digest.update(data.view(torch.uint8).numpy())       # the tensor's bytes, not a copy of them
     return digest.hexdigest()
+
+
+def keeps_target_encoder(digests: dict) -> list:
+    """The drafts (role -> encoder_sha256, the target's among them) whose encoder is the target's."""
+    return sorted(role for role, digest in digests.items() if role != "target" and digest == digests["target"])
 
 
 def export_whisper_encoder(model, extractor, path, opset: int = 17, sharing: dict | None = None) -> None:

@@ -187,7 +187,7 @@ class SpeculativeDecoder:
                         self.gamma_max, self.max_length)
 
     def _speech(self, audio, language, task) -> tuple:
-        """A Whisper request's checked PCM and its SpeechPrompt (decoding/request.py); for a T5 export, a one-line
+        """A Whisper request's checked PCM and its SpeechPrompt (decoding/speech.py); for a T5 export, a one-line
         error unless neither audio, language nor task is given."""
         speech = self.manifest.speech
         if speech is None:

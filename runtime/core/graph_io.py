@@ -5,11 +5,6 @@ ENCODER_INPUTS = ("input_ids",)
 ENCODER_OUTPUTS = ("cross_kv",)                 # every layer's cross-attention K/V, computed once per request
 SPEECH_INPUTS = ("audio",)                      # a Whisper encoder's input: float32 PCM [batch, samples]
 
-
-def shared_cross(role: str) -> str:
-    """A Whisper target encoder's output with the cross K/V of draft `role`, which keeps the target's encoder (no
-    encoder graph of its own): its own decoder layers' projections of the same encoder output."""
-    return f"{ENCODER_OUTPUTS[0]}_{role}"
 DECODER_INPUTS = ("input_ids", "past_kv", "cross_kv")
 DECODER_OUTPUTS = ("logits", "new_kv")
 # format 7, every decoder: the cache positions and encoder positions each batch row owns, int64 [B] (or [1]); both
@@ -29,3 +24,9 @@ STEPS = "steps"                                 # a draft decoder's trip count: 
 # row of `probs`, go to the head (export/head.py). A chain run binds arange(new), the lower triangle, [0] and [0].
 TREE_INPUTS = ("tree_depth", "tree_mask", "tree_uniforms")
 TREE_OUTPUTS = ("draws",)
+
+
+def shared_cross(role: str) -> str:
+    """A Whisper target encoder's output with the cross K/V of draft `role`, which keeps the target's encoder (no
+    encoder graph of its own): its own decoder layers' projections of the same encoder output."""
+    return f"{ENCODER_OUTPUTS[0]}_{role}"

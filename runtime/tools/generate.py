@@ -57,15 +57,15 @@ def stats_line(stats, provider: str) -> str:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
+    if (args.text is None) == (args.audio is None):      # before the export is loaded
+        raise SpecdecError("pass either a prompt text or --audio FILE.wav (for a Whisper export)",
+                           "e.g. specdec-generate 'translate English to German: Hello.'")
     from ..loading.datastore import load_option
     from ..decoder import SpeculativeDecoder
 
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads,
                                   datastore=load_option(args.datastore))
     params = from_flags(args)
-    if (args.text is None) == (args.audio is None):
-        raise SpecdecError("pass either a prompt text or --audio FILE.wav (for a Whisper export)",
-                           f"e.g. {parser().prog} 'translate English to German: Hello.'")
     speech = {"audio": args.audio, "language": args.language, "task": args.task} if args.audio else {}
     if args.stream and params.num_beams > 1:
         raise SpecdecError("--stream cannot show a beam search: every beam may still lose until the search ends",
