@@ -17,9 +17,10 @@ The draft model's graph gets one more input, `steps` [1] int64, and becomes
 
 So a draft's proposal is one run for any k, and so is a chain level that verifies the level below and continues on
 its own. Both branches read one copy of the weights (initializers of the main graph, outer scope for the
-subgraphs). The loop does not take logits masks (logits processors): with processors active the runtime makes
-single steps. The q rows and tokens are those the plain graph gives run by run with the same uniforms: the same
-nodes run on the same values.
+subgraphs). In the loop branch `logit_mask` is [0, V] (none) or [1, V]: one additive 0 / -inf row that every
+iteration's head rows get (logits processors whose bans hold for the whole proposal, such as Whisper's suppressed
+tokens; runtime/engine/workspace.py). The q rows and tokens are those the plain graph gives run by run with the same
+uniforms and that mask row: the same nodes run on the same values.
 """
 
 from __future__ import annotations
@@ -143,7 +144,6 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
     b, r = "loop/", "proposal/"
     body_nodes = [
         const(b + "zero", [0], np.int64), const(b + "one", [1], np.int64),
-        const(b + "no_q", np.zeros((0, vocab), np.float32), np.float32),
         node("Unsqueeze", [b + "i", b + "zero"], b + "i1"),
         node("Equal", [b + "i1", b + "zero"], b + "first_b"),
         node("Cast", [b + "first_b"], b + "first", to=_I),                    # 1 at iteration 0, else 0
@@ -157,9 +157,16 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
         node("Slice", ["uniforms", b + "zero" if one_uniform else b + "u_start",
                        b + "one" if one_uniform else b + "u_end"], b + "u"),
         node("Concat", ["past_kv", b + "kv_in"], b + "past_all", axis=0),
+        # logit_mask [M, V], M = 0 (none) or 1 (one row for every step): this iteration's g + 1 head rows (or none)
+        node("Shape", ["logit_mask"], b + "mask_m", start=0, end=1),
+        node("Shape", ["logit_mask"], b + "mask_v", start=1, end=2),
+        node("Add", [b + "g", b + "one"], b + "head_rows"),
+        node("Mul", [b + "head_rows", b + "mask_m"], b + "mask_rows"),
+        node("Concat", [b + "mask_rows", b + "mask_v"], b + "mask_shape", axis=0),
+        node("Expand", ["logit_mask", b + "mask_shape"], b + "mask"),
     ]
     rename = {"input_ids": b + "ids_in", "past_kv": b + "past_all", "draft_probs": b + "q",
-              "uniforms": b + "u", "logit_mask": b + "no_q"}
+              "uniforms": b + "u", "logit_mask": b + "mask"}
     body_nodes += _renamed(nodes, rename, b)
     body_nodes += [
         const(b + "flat", [-1], np.int64), const(b + "tok_shape", [1, 1], np.int64),

@@ -27,7 +27,8 @@ __all__ = ["DraftSource", "ModelDraft"]
 
 class ModelDraft(DraftSource):
     """A small T5 export. Alone: k autoregressive steps that write x_1 .. x_k and q_1 .. q_k into the rows, in one
-    run of its proposal loop (format 5) or one run per step (logits processors, an int8-wo draft, k = 1). Over a
+    run of its proposal loop (format 5; logits processors as one mask row, workspace.py) or one run per step (an
+    int8-wo draft, k = 1). Over a
     source `below`: Algorithm 1 of its own on the source's guesses, then its own steps (see the module docstring);
     one run with the loop, else verify runs and single steps."""
 
@@ -67,7 +68,7 @@ class ModelDraft(DraftSource):
     def propose(self, ws, k, rows, row, stats):
         if self.model.length < 0:
             self.model.encode(self._ids, stats)
-        if k > 1 and self.model.loops and ws.processors is None:     # one run (export/loop.py)
+        if k > 1 and self.model.loops:     # one run (export/loop.py)
             return self._loop(ws, k, rows, row, stats)
         made = 0
         while self.below is not None and made < k:

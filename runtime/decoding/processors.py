@@ -32,15 +32,17 @@ class Processors:
         return self.min_new_tokens > 0 or self.no_repeat_ngram_size > 0 or bool(self.suppress) or \
             bool(self.begin_suppress)
 
-    def banned(self, seq) -> list:
-        """Tokens banned after `seq` (decoder tokens, the prompt first)."""
+    def banned(self, seq, repeats: bool = True) -> list:
+        """Tokens banned after `seq` (decoder tokens, the prompt first). `repeats` False leaves out the no-repeat
+        n-gram bans, which depend on the tokens drawn after `seq`: the rest may stand for a whole proposal (a q row
+        that bans a little more or less than p's is still exact, the verification sees the q it was drawn from)."""
         out = list(self.suppress)
         generated = len(seq) - self.prompt
         if generated == 0:
             out.extend(self.begin_suppress)
         if generated < self.min_new_tokens:
             out.append(self.eos_id)
-        n = self.no_repeat_ngram_size
+        n = self.no_repeat_ngram_size if repeats else 0
         if n > 0 and len(seq) + 1 >= n:
             key = tuple(seq[len(seq) + 1 - n:])
             out.extend(seq[i + n - 1] for i in range(len(seq) - n + 1) if tuple(seq[i:i + n - 1]) == key)

@@ -15,9 +15,12 @@ knows where in them each graph reads and writes (allocated once at load).
     sink      [1, V] + one token  where a catch-up run (a lagging model reading tokens it missed) writes its unused head
     uniforms  r ~ U(0,1), a stream drawn from the request's seed in blocks: every run takes the next G+1
     params    temperature, top_k, top_p, lenience: device scalars, written once per request
-    mask      [gamma_max + 2, V]  with logits processors (min_new_tokens, no_repeat_ngram_size): 0 / -inf per token
-              for the rows of the run at hand, made on the host from the tokens before each row (every model's
-              head adds it, so p and q are processed alike); unbound ([0, V]) otherwise
+    mask      [gamma_max + 2, V]  with logits processors (min_new_tokens, no_repeat_ngram_size, Whisper's
+              suppressed tokens): 0 / -inf per token for the rows of the run at hand, made on the host from the
+              tokens before each row (every model's head adds it, so p and q are processed alike); a draft's
+              proposal loop gets one row for all its steps, without the no-repeat bans (q may then differ from
+              the processed draft distribution; it is what the tokens were drawn from, so the round stays exact);
+              unbound ([0, V]) otherwise
 
 Host bookkeeping: `seq` (the final tokens, positions 0..S), `end` (the last position holding a token this round)
 and `known` (the tokens at S+1..end when the host knows them, e.g. copied by a lookup; None once a model wrote
@@ -134,13 +137,14 @@ class Workspace:
             inputs["logit_mask"] = self._masked(last - guesses, guesses + 1)
         return inputs, outputs
 
-    def _masked(self, first_row: int, count: int) -> View:
+    def _masked(self, first_row: int, count: int, repeats: bool = True) -> View:
         """The logits processors' mask for head rows at positions first_row .. first_row+count-1: row j bans what
-        the processors ban after the tokens at positions 0 .. first_row+j (whichever model runs: p and q alike)."""
+        the processors ban after the tokens at positions 0 .. first_row+j (whichever model runs: p and q alike;
+        `repeats` False: without the no-repeat n-gram bans, Processors.banned)."""
         tokens = self.tokens.flat()
         flat = []
         for j in range(count):
-            flat += [j * self.vocab + b for b in self.processors.banned(tokens[:first_row + j + 1].tolist())]
+            flat += [j * self.vocab + b for b in self.processors.banned(tokens[:first_row + j + 1].tolist(), repeats)]
         self.mask.scatter(self._banned + flat, [0.0] * len(self._banned) + [-np.inf] * len(flat))
         self._banned = flat
         return View(self.mask, (count, self.vocab))
@@ -169,7 +173,10 @@ class Workspace:
         if key not in self._views:
             self._views[key] = self._make(first, self.end, guesses, q, out, out_row, self.end - guesses + 1, draws=k)
         inputs, outputs = self._views[key]
-        return {**inputs, "uniforms": self._take(guesses + k)}, outputs
+        inputs = {**inputs, "uniforms": self._take(guesses + k)}
+        if self.processors is not None:     # one row for every step: what stands after the first row's tokens
+            inputs["logit_mask"] = self._masked(self.end - guesses, 1, repeats=False)
+        return inputs, outputs
 
     def tree_room(self) -> int:
         """The most nodes a tree round may verify now: the rows the buffers hold, and the target's cache room (the

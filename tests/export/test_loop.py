@@ -48,13 +48,15 @@ def feed(sessions, temperature, top_k, top_p, ids, past, uniforms, steps):
     return f
 
 
-def torch_reference(model, temperature, top_k, top_p, uniforms):
-    """Tokens and q rows of len(uniforms) autoregressive sampling steps after PREFIX, from PyTorch's logits."""
+def torch_reference(model, temperature, top_k, top_p, uniforms, banned=()):
+    """Tokens and q rows of len(uniforms) autoregressive sampling steps after PREFIX, from PyTorch's logits (the
+    `banned` tokens' at -inf)."""
     seq, rows, tokens = list(PREFIX), [], []
     for u in uniforms:
         with torch.no_grad():
             logits = model(input_ids=torch.from_numpy(SOURCE),
                            decoder_input_ids=torch.tensor([seq])).logits[0, -1].double().numpy()
+        logits[list(banned)] = -np.inf
         q = ref.standardize_row(logits, temperature, top_k, top_p)
         tok = ref.draw(q, u)
         rows.append(q)
@@ -81,6 +83,43 @@ def test_loop_tokens_and_q_rows_match_pytorch_and_numpy(graphs, setting, k):
         assert new_kv.shape[0] == len(PREFIX) + k - 1 and accepted.tolist() == [0]
         # a draw can flip at a boundary within float32 rounding: count agreement, and compare rows up to the
         # first difference
+        same = int(np.argmax(tokens != want_tokens)) if (tokens != want_tokens).any() else k
+        agree += same == k
+        np.testing.assert_allclose(probs[:same + 1], want_rows[:same + 1], atol=2e-5)
+    assert agree >= 5, f"the loop's draws differ from the reference's on {6 - agree} of 6 seeds"
+
+
+def mask_row(model, count: int = 40) -> tuple[np.ndarray, list]:
+    """A logit_mask row [1, V] banning the first step's 3 likeliest tokens and random others (so it changes the
+    draws), and the banned ids."""
+    with torch.no_grad():
+        first = model(input_ids=torch.from_numpy(SOURCE), decoder_input_ids=torch.tensor([PREFIX])).logits[0, -1]
+    banned = sorted(set(first.topk(3).indices.tolist()) |
+                    set(np.random.default_rng(3).integers(2, VOCAB, count).tolist()))
+    row = np.zeros((1, VOCAB), np.float32)
+    row[0, banned] = -np.inf
+    return row, banned
+
+
+@pytest.mark.parametrize("setting", ["greedy", "T=1", "top-k"])
+def test_one_mask_row_holds_at_every_step_of_the_loop(graphs, setting):
+    """logit_mask [1, V] (Whisper's suppressed tokens, say) bans the same tokens at each of the k steps: tokens and
+    q rows equal the reference's with those logits at -inf, and no banned token is drawn."""
+    model, sessions = graphs
+    temperature, top_k, top_p = SETTINGS[setting]
+    row, banned = mask_row(model)
+    k, agree = 5, 0
+    for seed in range(6):
+        uniforms = np.random.default_rng(seed).random(k, dtype=np.float32)
+        want_tokens, want_rows = torch_reference(model, temperature, top_k, top_p, uniforms, banned)
+        cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
+        layers, _, _, heads, _, d_kv = cross.shape
+        f = feed(sessions, temperature, top_k, top_p, np.array([PREFIX]),
+                 np.zeros((0, layers, 2, 1, heads, d_kv), np.float32), uniforms, k)
+        f["logit_mask"] = row
+        _, _, probs, _, tokens = sessions["loop"].run(None, f)
+        assert not set(tokens.tolist()) & set(banned)
+        assert (probs[:, banned] == 0).all()
         same = int(np.argmax(tokens != want_tokens)) if (tokens != want_tokens).any() else k
         agree += same == k
         np.testing.assert_allclose(probs[:same + 1], want_rows[:same + 1], atol=2e-5)
@@ -130,14 +169,16 @@ def test_plain_branch_is_the_format3_graph(graphs):
         np.testing.assert_array_equal(a, b)
 
 
-def verify_then_continue_reference(model, temperature, top_k, top_p, guesses, q, uniforms, k):
-    """A chain level's one run, from PyTorch's logits and the NumPy sampler: verify `guesses` (after PREFIX) against
-    q with uniforms[:G+1], keep n of them and the token z drawn, then sampling steps with uniforms[G+i] until k
-    tokens; (tokens, rows, n)."""
+def verify_then_continue_reference(model, temperature, top_k, top_p, guesses, q, uniforms, k, banned=()):
+    """A chain level's one run, from PyTorch's logits (the `banned` tokens' at -inf) and the NumPy sampler: verify
+    `guesses` (after PREFIX) against q with uniforms[:G+1], keep n of them and the token z drawn, then sampling steps
+    with uniforms[G+i] until k tokens; (tokens, rows, n)."""
     def logits_after(seq, count):
         with torch.no_grad():
-            return model(input_ids=torch.from_numpy(SOURCE),
-                         decoder_input_ids=torch.tensor([seq])).logits[0, -count:].double().numpy()
+            out = model(input_ids=torch.from_numpy(SOURCE),
+                        decoder_input_ids=torch.tensor([seq])).logits[0, -count:].double().numpy()
+        out[:, list(banned)] = -np.inf
+        return out
 
     g = len(guesses)
     seq = list(PREFIX) + list(guesses)
@@ -156,14 +197,17 @@ def verify_then_continue_reference(model, temperature, top_k, top_p, guesses, q,
     return np.array(tokens[:k]), np.array(rows[:k]), n
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["", "mask"])
 @pytest.mark.parametrize("setting", ["greedy", "T=1", "top-k"])
 @pytest.mark.parametrize("g,k", [(2, 4), (3, 3), (1, 5)])
-def test_verify_then_continue_matches_pytorch_and_numpy(graphs, setting, g, k):
+def test_verify_then_continue_matches_pytorch_and_numpy(graphs, setting, g, k, masked):
     """A chain level in one run: iteration 0 verifies the level below's g guesses (the last g of input_ids) against
     their q rows, the loop continues to k tokens; the kept guesses' keys and values stay, the rejected ones' go,
-    and the k-th token is drawn, not run (new_kv: unseen tokens - g + k - 1 positions)."""
+    and the k-th token is drawn, not run (new_kv: unseen tokens - g + k - 1 positions). `masked`: one logit_mask
+    row, which the verifying iteration's g + 1 rows and every later step get."""
     model, sessions = graphs
     temperature, top_k, top_p = SETTINGS[setting]
+    row, banned = mask_row(model) if masked else (None, [])
     rng = np.random.default_rng(g * 10 + k)
     cross = sessions["encoder"].run(None, {"input_ids": SOURCE})[0]
     layers, _, _, heads, _, d_kv = cross.shape
@@ -178,16 +222,19 @@ def test_verify_then_continue_matches_pytorch_and_numpy(graphs, setting, g, k):
         for j in range(g):
             if seed % 2 == 0:
                 with torch.no_grad():
-                    guesses[j] = int(model(input_ids=torch.from_numpy(SOURCE),
-                                           decoder_input_ids=torch.tensor([seq])).logits[0, -1].argmax())
+                    logits = model(input_ids=torch.from_numpy(SOURCE), decoder_input_ids=torch.tensor([seq])).logits
+                logits[0, -1, banned] = -np.inf
+                guesses[j] = int(logits[0, -1].argmax())
             seq.append(guesses[j])
             q[j, guesses[j]] += 0.5
             q[j] /= q[j].sum()
         uniforms = rng.random(g + k, dtype=np.float32)
         want_tokens, want_rows, want_n = verify_then_continue_reference(model, temperature, top_k, top_p, guesses,
-                                                                         q, uniforms, k)
+                                                                         q, uniforms, k, banned)
         f = feed(sessions, temperature, top_k, top_p, np.array([PREFIX + guesses]), empty, uniforms, k)
         f["draft_probs"] = q
+        if masked:
+            f["logit_mask"] = row
         logits, new_kv, probs, accepted, tokens = sessions["loop"].run(None, f)
         assert tokens.shape == (k,) and probs.shape == (k, VOCAB) and logits.shape == (1, 0, VOCAB)
         assert new_kv.shape[0] == len(PREFIX) + k - 1

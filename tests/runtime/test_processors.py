@@ -92,8 +92,8 @@ def test_speculative_sampling_with_processors_matches_the_processed_target(small
 
     masked = Workspace._masked
 
-    def drafts_only(ws, first_row, count):
-        view = masked(ws, first_row, count)
+    def drafts_only(ws, first_row, count, repeats=True):
+        view = masked(ws, first_row, count, repeats)
         return view if count == 1 else view._replace(shape=(0, ws.vocab))     # draft and plain steps only
 
     monkeypatch.setattr(Workspace, "_masked", drafts_only)
