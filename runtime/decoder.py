@@ -205,8 +205,6 @@ class SpeculativeDecoder:
             if prompt is not None or input_ids is not None:
                 raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
                                    "pass audio= (a float32 16 kHz array or a WAV file's path)")
-            if params.num_beams > 1:
-                raise SpecdecError("beam search does not run on Whisper exports yet", "use num_beams=1")
         strategy = self._strategy(params)
         request = Request(pcm, params, speech=speech) if speech is not None else \
             Request(self._source(prompt, input_ids), params)

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from specdec.bench import whisper_checkpoint
+
 
 SPECIALS = ("<pad>", "</s>", "<unk>")     # ids 0, 1, 2; then w3, w4, ...
 
@@ -191,6 +193,14 @@ WHISPER_SPECIALS = {"<unk>": 0, "<|endoftext|>": 1, "<|startoftranscript|>": 2, 
 WHISPER_SUPPRESS, WHISPER_BEGIN_SUPPRESS = [8], [1, 9]      # a word never generated; end of text and a word not first
 
 
+def tiny_whisper_specials():
+    """WHISPER_SPECIALS as the checkpoint writer (specdec.bench.whisper_checkpoint) takes them."""
+    return whisper_checkpoint.Specials(ids=dict(WHISPER_SPECIALS), unk="<unk>", start=2, eos=1,
+                                       languages={"<|en|>": 3, "<|de|>": 4}, tasks={"transcribe": 5, "translate": 6},
+                                       no_timestamps=7, suppress=list(WHISPER_SUPPRESS),
+                                       begin_suppress=list(WHISPER_BEGIN_SUPPRESS))
+
+
 def tiny_whisper_model(*, seed=0, vocab=97, position_scale=20.0, **kw):
     """A random Whisper at the official front end (80 mel bins, 1,500 encoder positions) and tiny widths, with the
     generation config of a multilingual Whisper over WHISPER_SPECIALS. `position_scale` enlarges the random
@@ -206,35 +216,41 @@ def tiny_whisper_model(*, seed=0, vocab=97, position_scale=20.0, **kw):
     model = WhisperForConditionalGeneration(WhisperConfig(**{**cfg, **kw})).eval()
     with torch.no_grad():
         model.model.decoder.embed_positions.weight.mul_(position_scale)
-    gen = model.generation_config
-    gen.decoder_start_token_id, gen.eos_token_id, gen.pad_token_id = 2, 1, 1
-    gen.lang_to_id = {"<|en|>": 3, "<|de|>": 4}
-    gen.task_to_id = {"transcribe": 5, "translate": 6}
-    gen.is_multilingual, gen.no_timestamps_token_id = True, 7
-    gen.suppress_tokens, gen.begin_suppress_tokens = list(WHISPER_SUPPRESS), list(WHISPER_BEGIN_SUPPRESS)
-    gen.forced_decoder_ids = None
+    whisper_checkpoint.set_generation(model, tiny_whisper_specials())
     return model
 
 
 def save_tiny_whisper(model, path) -> Path:
     """`model` saved as a checkpoint directory: weights, generation config, feature extractor, tokenizer."""
-    from transformers import WhisperFeatureExtractor
+    return whisper_checkpoint.save(model, path, tiny_whisper_specials())
 
-    path = Path(path)
-    model.save_pretrained(str(path))
-    seconds = model.config.max_source_positions * 2 * 160 // 16_000     # the window its encoder reads
-    WhisperFeatureExtractor(feature_size=model.config.num_mel_bins, chunk_length=seconds).save_pretrained(str(path))
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
-    words = dict(WHISPER_SPECIALS)
-    words.update({f"w{i}": i for i in range(len(words), model.config.vocab_size)})
-    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens([AddedToken(name, special=True) for name in WHISPER_SPECIALS if name != "<unk>"])
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<|endoftext|>",
-                            pad_token="<|endoftext|>").save_pretrained(str(path))
-    return path
+WHISPER_WINDOW = dict(max_source_positions=50)      # 1 s of audio: 100 feature frames, 50 encoder positions
+
+
+def noisy_whisper_draft(target, noise: float, seed: int):
+    """distil-whisper's layout: the target's encoder, a perturbed copy of its decoder."""
+    import copy
+
+    import torch
+
+    torch.manual_seed(seed)
+    draft = copy.deepcopy(target)
+    with torch.no_grad():
+        for p in draft.model.decoder.parameters():
+            if p.numel() > 1:
+                p.add_(noise * p.std() * torch.randn_like(p))
+    return draft
+
+
+def build_whisper_pair(root, vocab: int, seed: int, noise: float = 0.3):
+    """A tiny Whisper target with a 1-second window and its noisy_whisper_draft, saved as root/target and
+    root/draft; returns the target model."""
+    target = tiny_whisper_model(seed=seed, vocab=vocab, position_scale=1.0, init_std=0.2, **WHISPER_WINDOW)
+    draft = noisy_whisper_draft(target, noise, seed + 1)
+    save_tiny_whisper(target, Path(root) / "target")
+    save_tiny_whisper(draft, Path(root) / "draft")
+    return target
 
 
 def whisper_audio(seconds: float, seed: int = 0, rate: int = 16_000):

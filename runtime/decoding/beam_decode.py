@@ -29,6 +29,7 @@ from ..core.stats import Stats
 from ..engine.beam_model import BeamModel
 from .beam import BeamSearch, candidates, log_softmax
 from .processors import Processors
+from .speech import most_likely
 
 
 def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
@@ -43,18 +44,19 @@ def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
 
 
 class BeamRun:
-    """One request's beam search. `search` is the BeamSearch; `start` the decoder start token."""
+    """One request's beam search. `search` is the BeamSearch; `prompt` the decoder tokens before the first generated
+    one (T5: the start token; Whisper: start of transcript, language, task, no timestamps)."""
 
     spread = 1          # the draft keeps spread x W running beams: more rows per target run, more of them scored
 
     def __init__(self, target: BeamModel, draft: BeamModel | None, search: BeamSearch, processors: Processors,
-                 start: int, max_length: int, stats: Stats):
+                 prompt: list, max_length: int, stats: Stats):
         self.target, self.draft, self.search = target, draft, search
-        self.proc, self.start, self.max_length, self.stats = processors, start, max_length, stats
+        self.proc, self.prompt, self.max_length, self.stats = processors, list(prompt), max_length, stats
         self.draft_len = 0            # positions of each root's sequence in the draft's cache
 
     def seqs(self) -> list:
-        return [[self.start] + b for b in self.search.beams]
+        return [self.prompt + b for b in self.search.beams]
 
     def begin(self, ids: np.ndarray, gamma_max: int = 0) -> None:
         """Encode the source (the draft's waits for its first round); the target's buffers take runs of up to
@@ -63,12 +65,21 @@ class BeamRun:
         self.target.encode(ids, width, self.stats, width, gamma_max + 1)
         self.ids, self.draft_ready = ids, False       # the draft encodes on its first round (auto may use none)
 
+    def detect_language(self, languages: tuple) -> None:
+        """A Whisper prompt whose language slot is None: the language the target finds most likely after the start
+        of transcript (decoding/speech.py), read from one target run; the cache is then empty again."""
+        logits = self.target.run(np.array([self.prompt[:1]] * self.search.width, np.int64), self.stats)[0, -1]
+        self._count_target()
+        self.prompt[1] = most_likely(logits, languages)
+        self.target.length = 0
+
     # -- target only ---------------------------------------------------------------------------------------
     def target_step(self) -> int:
-        """One target run over the running beams' last tokens, one beam step. Returns steps made (1)."""
+        """One target run over the running beams' last tokens (the first: the whole prompt), one beam step. Returns
+        steps made (1)."""
         seqs = self.seqs()
-        last = np.array([[s[-1]] for s in seqs], np.int64)
-        logits = self.target.run(last, self.stats)[:, 0]
+        unseen = np.array([s[self.target.length:] for s in seqs], np.int64)
+        logits = self.target.run(unseen, self.stats)[:, -1]
         self._count_target()
         parents, _ = self.search.step(processed(logits, seqs, self.proc))
         self.target.gather(parents)
@@ -87,7 +98,7 @@ class BeamRun:
         steps made (1 .. g + 1)."""
         search, width = self.search, self.search.width
         gamma = min(gamma, search.max_new - search.generated - 1, self.max_length - self.target.length - 2)
-        if gamma < 1:
+        if gamma < 1 or self.target.length + 1 < len(self.prompt):     # the prompt goes in with a plain step
             return self.target_step()
         if not self.draft_ready:
             self.draft.encode(self.ids, width, self.stats)

@@ -109,13 +109,19 @@ class BeamSearching:
         self.eos_id, self.start_id, self.gamma_max, self.max_length = eos_id, start_id, gamma_max, max_length
 
     def run(self, request: Request):
-        params, draft = request.params, self.draft
-        search = BeamSearch(params.num_beams, min(params.max_new_tokens, self.max_length), self.eos_id,
-                            params.length_penalty, params.early_stopping)
-        processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size)
-        run = BeamRun(self.target, draft, search, processors, self.start_id, self.max_length, request.stats)
+        params, draft, speech = request.params, self.draft, request.speech
+        prompt = [self.start_id] if speech is None else list(speech.tokens)
+        # the decoder's positions hold the prompt and every generated token but the last
+        search = BeamSearch(params.num_beams, min(params.max_new_tokens, self.max_length + 1 - len(prompt)),
+                            self.eos_id, params.length_penalty, params.early_stopping)
+        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress)
+        processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size, len(prompt),
+                                *suppressed)
+        run = BeamRun(self.target, draft, search, processors, prompt, self.max_length, request.stats)
         auto = params.gamma == "auto"
         run.begin(request.ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if auto else params.gamma)
+        if None in prompt:
+            run.detect_language(speech.languages)
         while not search.done:
             if draft is None:
                 run.target_step()

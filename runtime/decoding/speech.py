@@ -81,11 +81,15 @@ def prompt_tokens(ws: Workspace, target: CachedSeq2Seq, speech, params: Params, 
     if speech.languages and tokens[1] is None:
         ws.reset(tokens[:1], params)
         _count(target.run(*ws.catch_up(0, 0)), stats)
-        logits = np.asarray(target.logits.flat()[:target.vocab])
-        languages = np.asarray(speech.languages, np.int64)
-        tokens[1] = int(languages[int(np.argmax(logits[languages]))])
+        tokens[1] = most_likely(np.asarray(target.logits.flat()[:target.vocab]), speech.languages)
         target.rollback(0)
     return tokens
+
+
+def most_likely(logits: np.ndarray, languages: tuple) -> int:
+    """The language token with the largest logit after the start of transcript (transformers' detect_language)."""
+    ids = np.asarray(languages, np.int64)
+    return int(ids[int(np.argmax(logits[ids]))])
 
 
 def prefill(ws: Workspace, target: CachedSeq2Seq, count: int, stats: Stats) -> None:

@@ -74,7 +74,8 @@ class BeamModel:
             for new, buf in zip(self.caches, old):       # the layouts depend on the rows in use, not on capacity
                 new.write(buf.flat())
             cross = getattr(self, "cross", None)
-            self.cross = Buffer((m.layers * 2 * rows * m.heads * m.max_length * m.d_kv,), dtype, self.device)
+            positions = max(m.max_length, m.frames or 0)     # a Whisper encoder's frames may exceed max_length
+            self.cross = Buffer((m.layers * 2 * rows * m.heads * positions * m.d_kv,), dtype, self.device)
             if cross is not None:
                 self.cross.write(cross.flat())
             self._head_outputs(rows)

@@ -7,7 +7,6 @@ the decoder usable."""
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 
@@ -16,8 +15,8 @@ import pytest
 import torch
 
 from test_distribution import chi_square_p
-from tinymodels import (WHISPER_BEGIN_SUPPRESS, WHISPER_SUPPRESS, export_pair, save_tiny_whisper, tiny_whisper_model,
-                        whisper_audio)
+from tinymodels import (WHISPER_BEGIN_SUPPRESS, WHISPER_SUPPRESS, WHISPER_WINDOW, build_whisper_pair, export_pair,
+                        save_tiny_whisper, tiny_whisper_model, whisper_audio)
 
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.core.errors import SpecdecError
@@ -27,32 +26,12 @@ pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchS
               pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
 
 SOT, EOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS = 2, 1, 3, 4, 5, 6, 7
-WINDOW = dict(max_source_positions=50)          # 1 s of audio: 100 feature frames, 50 encoder positions
-
-
-def noisy_draft(target, noise: float, seed: int):
-    """distil-whisper's layout: the target's encoder, a perturbed copy of its decoder."""
-    torch.manual_seed(seed)
-    draft = copy.deepcopy(target)
-    with torch.no_grad():
-        for p in draft.model.decoder.parameters():
-            if p.numel() > 1:
-                p.add_(noise * p.std() * torch.randn_like(p))
-    return draft
-
-
-def build_pair(root, vocab: int, seed: int, noise: float = 0.3):
-    target = tiny_whisper_model(seed=seed, vocab=vocab, position_scale=1.0, init_std=0.2, **WINDOW)
-    draft = noisy_draft(target, noise, seed + 1)
-    save_tiny_whisper(target, root / "target")
-    save_tiny_whisper(draft, root / "draft")
-    return target
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper-pair")
-    target = build_pair(root, vocab=40, seed=6)
+    target = build_whisper_pair(root, vocab=40, seed=6)
     export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
                 "--max-length", "64")
     return target, root
@@ -110,13 +89,15 @@ def test_the_draft_proposes_and_is_partly_kept(decoder):
     assert 0 < stats.accepted < stats.proposed
 
 
-def test_greedy_equals_transformers_generate(pair, decoder):
+@pytest.mark.parametrize("draft,gamma", [("none", 0), ("draft", 3), ("lookup", 3), ("auto", "auto")])
+def test_greedy_equals_transformers_generate(pair, decoder, draft, gamma):
     target, _ = pair
     for i, wave in enumerate(WAVES):
         with torch.no_grad():
             want = target.generate(features(wave), language="en", task="translate", do_sample=False,
                                    max_new_tokens=12)[0].tolist()
-        got = decoder.generate(audio=wave, language="<|en|>", task="translate", max_new_tokens=12, temperature=0)
+        got = decoder.generate(audio=wave, language="<|en|>", task="translate", max_new_tokens=12, temperature=0,
+                               draft=draft, gamma=gamma)
         assert got.token_ids == want[:12]
 
 
@@ -134,11 +115,13 @@ def test_the_language_is_detected_as_transformers_detects_it(pair, decoder):
 
 
 def test_a_draft_that_keeps_the_targets_encoder_runs_none(decoder):
-    """One encoder run per request: the target's, which also writes the draft's cross K/V."""
+    """One encoder run per request: the target's, which also writes the draft's cross K/V. And a draft round is one
+    draft run, the suppressed tokens being one mask row of its proposal loop."""
     stats = decoder.generate(audio=WAVES[0], language="en", max_new_tokens=24, temperature=0, draft="draft",
                              gamma=3).stats
     assert stats.draft_calls > 0
     assert stats.ort_runs == stats.target_calls + stats.draft_calls + 1
+    assert stats.draft_calls == stats.sources["draft"].rounds < stats.proposed
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +129,7 @@ def own_encoder(pair, tmp_path_factory):
     """The target of `pair` with a random draft of its own encoder (whisper-tiny under a larger Whisper)."""
     root = tmp_path_factory.mktemp("whisper-own")
     save_tiny_whisper(tiny_whisper_model(seed=21, vocab=40, position_scale=1.0, init_std=0.2, decoder_layers=1,
-                                         **WINDOW), root / "draft")
+                                         **WHISPER_WINDOW), root / "draft")
     export_pair(str(pair[1] / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
                 "--max-length", "64")
     return SpeculativeDecoder.load(root / "export", provider="cpu")
@@ -210,7 +193,7 @@ BAD = [(dict(audio=WAVES[0].astype(np.float64)), "float64"),
        (dict(prompt="w10 w11"), "audio"),
        (dict(input_ids=[10, 11]), "audio"),
        (dict(audio=WAVES[0], prompt="w10"), "not a prompt"),
-       (dict(audio=WAVES[0], num_beams=2), "beam"),
+       (dict(audio=WAVES[0], num_beams=2, draft="lookup"), "beam"),
        (dict(audio="/no/such/file.wav"), "file.wav")]
 
 
@@ -249,7 +232,7 @@ TOKENS, N, P_PASS, P_TEETH = 2, 20_000, 1e-3, 1e-6
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper-small")
-    target = build_pair(root, vocab=16, seed=11, noise=1.0)
+    target = build_whisper_pair(root, vocab=16, seed=11, noise=1.0)
     export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "3",
                 "--max-length", "32")
     return target, root
