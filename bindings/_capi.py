@@ -27,6 +27,8 @@ from specdec.runtime.loading.datastore import load_option
 from specdec.runtime.engine.device import resolve_provider
 from specdec.runtime.core.errors import first_line
 
+from specdec.bindings._capi_audio import AudioCalls
+
 # extern "Python" functions: C name of the public entry point -> private name that cffi binds
 EXTERNS = {
     "specdec_open": "_specdec_py_open",
@@ -37,6 +39,9 @@ EXTERNS = {
     "specdec_stream": "_specdec_py_stream",
     "specdec_generate_sequences": "_specdec_py_generate_sequences",
     "specdec_decode": "_specdec_py_decode",
+    "specdec_get_audio_info": "_specdec_py_get_audio_info",         # API version 6: Whisper (_capi_audio.py)
+    "specdec_transcribe": "_specdec_py_transcribe",
+    "specdec_transcribe_ids": "_specdec_py_transcribe_ids",
 }
 
 # Numbers of a field whose numbers stand for words that C refuses in C's words, before Params.checked sees them: a
@@ -76,7 +81,7 @@ def one_line(text: str, limit: int) -> bytes:
     return data[:limit - 4].decode("utf-8", "ignore").encode("utf-8") + b"..."
 
 
-class CApi:
+class CApi(AudioCalls):
     def __init__(self, ffi, lib):
         self.ffi, self.lib = ffi, lib
         self.sessions: dict[int, _Session] = {}
@@ -299,6 +304,7 @@ class CApi:
         ids = self._input_ids(input_ids, n_input)
         request = self._params(params)
         with self._hold(session) as dec:
+            self._takes_prompts(dec)
             res = dec.generate(input_ids=[] if ids is None else ids, params=request)
         count = len(res.token_ids)
         out_len[0] = count
@@ -315,6 +321,7 @@ class CApi:
         text = self._text(prompt, "prompt")
         request = self._params(params)
         with self._hold(session) as dec:
+            self._takes_prompts(dec)
             res = dec.generate(text, params=request)
         data = res.text.encode("utf-8")
         out_len[0] = len(data)
@@ -333,6 +340,7 @@ class CApi:
         ids = self._input_ids(input_ids, n_input)
         request = self._params(params)
         with self._hold(session) as dec:
+            self._takes_prompts(dec)
             if request.num_beams != 1:
                 request.checked(dec.gamma_max)          # an invalid num_beams is refused as Python refuses it
                 raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "beam search cannot stream: every beam may still "
@@ -368,6 +376,7 @@ class CApi:
         ids = self._input_ids(input_ids, n_input)
         request = self._params(params)
         with self._hold(session) as dec:
+            self._takes_prompts(dec)
             res = dec.generate(text, input_ids=ids, params=request)
         sequences = [[int(t) for t in seq] for seq in res.sequences]
         scores = [float(x) for x in res.scores] if res.scores else [float("nan")] * len(sequences)

@@ -56,6 +56,13 @@ extern "Python" int _specdec_py_generate_sequences(specdec_session *, const char
                                                    const specdec_params *, int32_t *, size_t, size_t *, size_t *,
                                                    double *, size_t, size_t *, specdec_stats *);
 extern "Python" int _specdec_py_decode(specdec_session *, const int32_t *, size_t, char *, size_t, size_t *);
+extern "Python" int _specdec_py_get_audio_info(specdec_session *, size_t *, int32_t *);
+extern "Python" int _specdec_py_transcribe(specdec_session *, const float *, size_t, const char *, const char *,
+                                           const char *, const specdec_params *, char *, size_t, size_t *,
+                                           specdec_stats *);
+extern "Python" int _specdec_py_transcribe_ids(specdec_session *, const float *, size_t, const char *, const char *,
+                                               const char *, const specdec_params *, int32_t *, size_t, size_t *,
+                                               specdec_stats *);
 void _specdec_set_error(const char *message);
 """
 

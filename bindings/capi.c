@@ -41,6 +41,14 @@ static int _specdec_py_generate_sequences(specdec_session *session, const char *
                                           specdec_stats *out_stats);
 static int _specdec_py_decode(specdec_session *session, const int32_t *ids, size_t n_ids, char *out_text,
                               size_t out_capacity, size_t *out_len);
+static int _specdec_py_get_audio_info(specdec_session *session, size_t *out_max_samples, int32_t *out_sample_rate);
+static int _specdec_py_transcribe(specdec_session *session, const float *pcm, size_t n_samples, const char *wav_path,
+                                  const char *language, const char *task, const specdec_params *params,
+                                  char *out_text, size_t out_capacity, size_t *out_len, specdec_stats *out_stats);
+static int _specdec_py_transcribe_ids(specdec_session *session, const float *pcm, size_t n_samples,
+                                      const char *wav_path, const char *language, const char *task,
+                                      const specdec_params *params, int32_t *out_ids, size_t out_capacity,
+                                      size_t *out_len, specdec_stats *out_stats);
 
 /* ---- the calling thread's last error ----------------------------------------------------------------- */
 
@@ -318,4 +326,42 @@ SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_
     if (specdec_enter("specdec_decode"))
         return SPECDEC_E_PYTHON;
     return (specdec_status)_specdec_py_decode(session, ids, n_ids, out_text, out_capacity, out_len);
+}
+
+/* ---- API version 6: Whisper exports, audio in -------------------------------------------------------------- */
+
+SPECDEC_API specdec_status specdec_get_audio_info(specdec_session *session, size_t *out_max_samples,
+                                                  int32_t *out_sample_rate)
+{
+    if (specdec_enter("specdec_get_audio_info"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_get_audio_info(session, out_max_samples, out_sample_rate);
+}
+
+SPECDEC_API specdec_status specdec_transcribe(specdec_session *session, const float *pcm, size_t n_samples,
+                                              const char *wav_path, const char *language, const char *task,
+                                              const specdec_params *params, char *out_text, size_t out_capacity,
+                                              size_t *out_len, specdec_stats *out_stats)
+{
+    specdec_status st = specdec_prepare("specdec_transcribe", params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
+    if (specdec_enter("specdec_transcribe"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_transcribe(session, pcm, n_samples, wav_path, language, task, params,
+                                                  out_text, out_capacity, out_len, out_stats);
+}
+
+SPECDEC_API specdec_status specdec_transcribe_ids(specdec_session *session, const float *pcm, size_t n_samples,
+                                                  const char *wav_path, const char *language, const char *task,
+                                                  const specdec_params *params, int32_t *out_ids,
+                                                  size_t out_capacity, size_t *out_len, specdec_stats *out_stats)
+{
+    specdec_status st = specdec_prepare("specdec_transcribe_ids", params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
+    if (specdec_enter("specdec_transcribe_ids"))
+        return SPECDEC_E_PYTHON;
+    return (specdec_status)_specdec_py_transcribe_ids(session, pcm, n_samples, wav_path, language, task, params,
+                                                      out_ids, out_capacity, out_len, out_stats);
 }

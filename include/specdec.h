@@ -1,6 +1,7 @@
 /*
  * specdec.h -- C API of specdec: exact speculative decoding (Leviathan et al., 2023) of a T5 target/draft
- * pair exported by `specdec-export`, running on ONNX Runtime.
+ * pair exported by `specdec-export`, running on ONNX Runtime; and of a Whisper pair, which transcribes audio
+ * (specdec_transcribe, API version 6).
  *
  * This header is the contract. Plain C99; usable from C++ (extern "C"). Link with libspecdec.so, which
  * `python -m specdec.bindings.build` (or `specdec-build-capi`) writes to build/; see bindings/README.md.
@@ -83,8 +84,13 @@ extern "C" {
         best sequences of a beam search, best first, with their scores) and specdec_decode (token ids to text).
         specdec_stream with num_beams > 1 is SPECDEC_E_INVALID_ARGUMENT (a beam search cannot stream).
      5: specdec_params appends `candidates` (continuations a lookup round verifies in one target run; 0, the
-        default, lets the runtime choose; hosts built against version 3 or 4 need no recompiling). */
-#define SPECDEC_API_VERSION 5
+        default, lets the runtime choose; hosts built against version 3 or 4 need no recompiling).
+     6: Whisper exports. New functions: specdec_transcribe and specdec_transcribe_ids (audio in, as float32 PCM
+        samples or a WAV file's path; text or ids out) and specdec_get_audio_info (the window a session's audio
+        must fit in; 0 for a text export). No struct changed (hosts built against version 3 to 5 need no
+        recompiling). specdec_generate_ids, _text, specdec_stream and specdec_generate_sequences on a Whisper
+        session are SPECDEC_E_INVALID_ARGUMENT (it takes audio, not a prompt). */
+#define SPECDEC_API_VERSION 6
 
 /* params.gamma: let the runtime choose the number of guesses each round (0 .. the export's gamma_max) from the
    acceptance and the costs it measures. The default. */
@@ -418,7 +424,9 @@ static inline specdec_stats specdec_stats_empty(void)
                            SPECDEC_OK and SPECDEC_E_BUFFER_TOO_SMALL, zeroed on any other failure
                            (stop_reason SPECDEC_STOP_NONE) -- except when its own struct_size is invalid:
                            then it is not touched.
-   The output excludes the decoder start token and stops after the EOS id if one is generated.
+   The output excludes the decoder start token and stops after the EOS id if one is generated. A Whisper
+   session takes audio, not a prompt: this function, specdec_generate_text, specdec_stream and
+   specdec_generate_sequences refuse it (SPECDEC_E_INVALID_ARGUMENT); use specdec_transcribe.
    Returns SPECDEC_OK, SPECDEC_E_BUFFER_TOO_SMALL, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY,
    SPECDEC_E_RUNTIME, SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL; on any failure nothing is written to
    out_ids. Thread-safe (serialized per session). */
@@ -501,6 +509,55 @@ SPECDEC_API specdec_status specdec_generate_sequences(specdec_session *session, 
    per session). */
 SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_t *ids, size_t n_ids,
                                           char *out_text, size_t out_capacity, size_t *out_len);
+
+/* ---- Whisper exports: audio in (API version 6) ---------------------------------------------------------- */
+
+/* The audio a session takes: *out_max_samples receives the encoder's window in samples (480000 for a real
+   Whisper's 30 s at 16 kHz; a smaller export has less) and *out_sample_rate the sample rate it takes (16000); both
+   receive 0 for a text (T5) export, which takes no audio. Either pointer may be NULL (that value is not wanted).
+   Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT (NULL or closed session), SPECDEC_E_BUSY, SPECDEC_E_PYTHON or
+   SPECDEC_E_INTERNAL. Thread-safe (serialized per session). */
+SPECDEC_API specdec_status specdec_get_audio_info(specdec_session *session, size_t *out_max_samples,
+                                                  int32_t *out_sample_rate);
+
+/* Transcribe (or translate) audio with a Whisper export: audio in, text out (special tokens dropped), through
+   the same runtime as Python's SpeculativeDecoder.generate(audio=..., language=..., task=...), which gives the
+   same tokens for the same audio, params and seed.
+   Give exactly one input: samples (pcm and n_samples; wav_path NULL) or a WAV file (wav_path; pcm NULL and
+   n_samples 0).
+     pcm, n_samples:  mono float32 samples at 16 kHz, in [-1, 1]; 1 <= n_samples <= the window
+                      (specdec_get_audio_info; shorter audio is padded with silence, as Whisper pads it); every
+                      sample finite. The caller keeps ownership; read only during the call.
+     wav_path:        path of a RIFF/WAVE file (NUL-terminated UTF-8), read and checked by the library during the
+                      call: PCM 8/16/24/32-bit, IEEE float 32/64-bit, or WAVE_FORMAT_EXTENSIBLE holding either;
+                      1 to 64 channels (mixed to mono by their mean); exactly 16000 Hz; at most the window. A file
+                      that is missing, unreadable, not PCM WAV, damaged, at another rate or too long is
+                      SPECDEC_E_INVALID_ARGUMENT with a one-line message naming the file, the problem and the fix.
+     language:        NULL: detected (one target run over the start of transcript; the language token with the
+                      largest logit, as transformers' detect_language); else a language code the model knows, "en"
+                      or "<|en|>". An English-only model takes NULL only.
+     task:            NULL or "transcribe" (the default), or "translate" (into English). An English-only model
+                      takes NULL or "transcribe" only.
+     params:          as for specdec_generate_ids (NULL: the defaults; with num_beams > 1 the output is the best
+                      sequence of the beam search). Whisper's suppressed tokens apply to the target's and every
+                      draft's distribution alike, so sampling with lenience 1 stays exact.
+     out_text, out_capacity, out_len, out_stats:  as for specdec_generate_text (out_capacity 0 measures).
+   An unknown language or task, NaN or infinite samples, audio longer than the window, and calling it on a text
+   (T5) session are SPECDEC_E_INVALID_ARGUMENT with a one-line message naming the problem and the fix; the session
+   stays usable. Statuses, ownership and threading as specdec_generate_ids. */
+SPECDEC_API specdec_status specdec_transcribe(specdec_session *session, const float *pcm, size_t n_samples,
+                                              const char *wav_path, const char *language, const char *task,
+                                              const specdec_params *params, char *out_text, size_t out_capacity,
+                                              size_t *out_len, specdec_stats *out_stats);
+
+/* As specdec_transcribe, token ids out: out_ids, out_capacity, out_len as for specdec_generate_ids (a buffer of
+   params.max_new_tokens ids is always large enough; out_capacity 0 measures). The ids exclude Whisper's prompt
+   (start of transcript, language, task, no timestamps) and end after the end-of-text id if one is generated;
+   specdec_decode gives their text, which is what specdec_transcribe returns. */
+SPECDEC_API specdec_status specdec_transcribe_ids(specdec_session *session, const float *pcm, size_t n_samples,
+                                                  const char *wav_path, const char *language, const char *task,
+                                                  const specdec_params *params, int32_t *out_ids,
+                                                  size_t out_capacity, size_t *out_len, specdec_stats *out_stats);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -12,6 +12,9 @@
  *   specdec::Params b; b.num_beams = 4; b.num_return_sequences = 2;    // beam search (API version 4)
  *   for (const specdec::Sequence &seq : s.generate_sequences_text("...", b))   // best first
  *       std::cout << seq.score << " " << seq.text << "\n";
+ *   specdec::Session w("whisper-export");                        // a Whisper export (API version 6)
+ *   std::string said = w.transcribe(pcm, "en");                  // std::vector<float>, mono 16 kHz
+ *   std::string same = w.transcribe_wav("clip.wav");             // language nullptr: detected
  *
  * Errors: every failure throws specdec::Error (status() and what() = specdec_last_error()); the session stays
  * usable after a throw. Ownership: Session owns its handle (move-only; moved-from sessions are empty and safe to
@@ -64,6 +67,13 @@ struct Stats : specdec_stats {
 };
 
 typedef specdec_session_info Info;
+
+/* The audio a session takes (specdec_get_audio_info): its window in samples and its sample rate; both 0 for a text
+   export. */
+struct AudioInfo {
+    size_t max_samples;
+    int32_t sample_rate;
+};
 
 /* One streamed piece; the vector and string are copies the callback may keep. */
 struct Piece {
@@ -171,6 +181,42 @@ public:
         return std::string(out.data(), len);
     }
 
+    /* Whisper exports (API version 6): mono 16 kHz float samples, or a WAV file's path, in; text or ids out.
+       language nullptr: detected; task nullptr: "transcribe" (or "translate"). */
+    AudioInfo audio_info() const
+    {
+        AudioInfo out;
+        check(specdec_get_audio_info(handle_, &out.max_samples, &out.sample_rate));
+        return out;
+    }
+
+    std::string transcribe(const std::vector<float> &pcm, const char *language = nullptr, const char *task = nullptr,
+                           const Params &params = Params(), Stats *stats = nullptr) const
+    {
+        return transcribed(pcm.data(), pcm.size(), nullptr, language, task, params, stats);
+    }
+
+    std::string transcribe_wav(const std::string &wav_path, const char *language = nullptr,
+                               const char *task = nullptr, const Params &params = Params(),
+                               Stats *stats = nullptr) const
+    {
+        return transcribed(nullptr, 0, wav_path.c_str(), language, task, params, stats);
+    }
+
+    std::vector<int32_t> transcribe_ids(const std::vector<float> &pcm, const char *language = nullptr,
+                                        const char *task = nullptr, const Params &params = Params(),
+                                        Stats *stats = nullptr) const
+    {
+        return transcribed_ids(pcm.data(), pcm.size(), nullptr, language, task, params, stats);
+    }
+
+    std::vector<int32_t> transcribe_wav_ids(const std::string &wav_path, const char *language = nullptr,
+                                            const char *task = nullptr, const Params &params = Params(),
+                                            Stats *stats = nullptr) const
+    {
+        return transcribed_ids(nullptr, 0, wav_path.c_str(), language, task, params, stats);
+    }
+
     /* on_piece(const Piece &) -> bool: return false to stop early. */
     template <class F>
     void stream_ids(const std::vector<int32_t> &input_ids, const Params &params, F &&on_piece,
@@ -248,6 +294,33 @@ private:
             at += lengths[i];
         }
         return result;
+    }
+
+    std::string transcribed(const float *pcm, size_t n, const char *wav_path, const char *language,
+                            const char *task, const Params &params, Stats *stats) const
+    {
+        std::vector<char> out(256);
+        size_t len = 0;
+        specdec_status status = specdec_transcribe(handle_, pcm, n, wav_path, language, task, &params, out.data(),
+                                                   out.size(), &len, stats);
+        if (status == SPECDEC_E_BUFFER_TOO_SMALL) {      /* the library said how much it needs: once more */
+            out.resize(len + 1);
+            status = specdec_transcribe(handle_, pcm, n, wav_path, language, task, &params, out.data(), out.size(),
+                                        &len, stats);
+        }
+        check(status);
+        return std::string(out.data(), len);
+    }
+
+    std::vector<int32_t> transcribed_ids(const float *pcm, size_t n, const char *wav_path, const char *language,
+                                         const char *task, const Params &params, Stats *stats) const
+    {
+        std::vector<int32_t> out(params.max_new_tokens > 0 ? static_cast<size_t>(params.max_new_tokens) : 1);
+        size_t len = 0;
+        check(specdec_transcribe_ids(handle_, pcm, n, wav_path, language, task, &params, out.data(), out.size(),
+                                     &len, stats));
+        out.resize(len);
+        return out;
     }
 
     specdec_session *handle_;
