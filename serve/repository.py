@@ -1,7 +1,7 @@
 """A Triton model repository for a stand-alone Triton Inference Server (Python backend): the same two models as
-`specdec-serve` (specdec and specdec_stream, the same inputs and outputs from schema.py), each a config.pbtxt and a
-model.py that loads the export with the runtime. The server's Python needs specdec installed (`pip install
-specdec`; PyTriton is not needed there).
+`specdec-serve` (specdec and specdec_stream, the same inputs and outputs from schema.py: the inputs of the export's
+kind, text or Whisper), each a config.pbtxt and a model.py that loads the export with the runtime. The server's
+Python needs specdec installed (`pip install specdec`; PyTriton is not needed there).
 
     DIR/specdec/config.pbtxt           DIR/specdec/1/model.py
     DIR/specdec_stream/config.pbtxt    DIR/specdec_stream/1/model.py     (decoupled)
@@ -95,11 +95,13 @@ def _io(kind: str, fields) -> str:
 
 
 def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decoupled: bool,
-                 max_batch: int = schema.MAX_BATCH, max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500) -> str:
+                 max_batch: int = schema.MAX_BATCH, max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500,
+                 speech: bool = False) -> str:
     """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models: MODEL with Triton's
-    dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without."""
+    dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without. speech: the
+    export is a Whisper one (its inputs are schema.SPEECH_INPUTS)."""
     text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: {0 if decoupled else max_batch}\n'
-            + _io("input", schema.INPUTS) + _io("output", schema.OUTPUTS)
+            + _io("input", schema.inputs(speech)) + _io("output", schema.OUTPUTS)
             + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n")
     if decoupled:
         text += "model_transaction_policy {\n  decoupled: true\n}\n"
@@ -120,7 +122,7 @@ def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0,
     from specdec.runtime.loading.manifest import load_manifest
 
     engine = Path(engine).resolve()
-    load_manifest(engine)                      # a one-line SpecdecError if it is not a (complete) export
+    speech = load_manifest(engine).speech is not None    # a one-line SpecdecError if it is not a (complete) export
     if not isinstance(instances, int) or instances < 1:
         raise SpecdecError(f"instances must be a positive integer (got {instances!r})")
     out = Path(out)
@@ -129,6 +131,6 @@ def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0,
     for name, decoupled in ((schema.MODEL, False), (schema.STREAM_MODEL, True)):
         (out / name / "1").mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, threads, decoupled, max_batch,
-                                                              max_queue, queue_delay_us))
+                                                              max_queue, queue_delay_us, speech))
         (out / name / "1" / "model.py").write_text(MODEL_PY)
     return out

@@ -1,6 +1,7 @@
 """The served models' request and response: tensor names, dtypes and shapes, and the one place where a request's
-tensors become a prompt and a checked Params (so a bad request gets the same one-line SpecdecError as the CLI and
-the Python API) and where a Result or Piece becomes output tensors.
+tensors become a prompt (text, or a Whisper export's audio) and a checked Params (so a bad request gets the same
+one-line SpecdecError as the CLI and the Python API) and where a Result or Piece becomes output tensors. The inputs
+depend on the export's kind (`inputs(speech)`): a text export takes `prompt`, a Whisper export `audio`.
 
 Used by the PyTriton binding (server.py) and by the model.py of a stand-alone model repository (repository.py), so
 neither imports PyTriton here: only numpy and the runtime."""
@@ -8,7 +9,7 @@ neither imports PyTriton here: only numpy and the runtime."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,7 +35,8 @@ class Field:
     @property
     def triton_type(self) -> str:
         """The config.pbtxt data type (TYPE_STRING for BYTES)."""
-        return {np.object_: "TYPE_STRING", np.int64: "TYPE_INT64", np.float64: "TYPE_FP64"}[self.dtype]
+        return {np.object_: "TYPE_STRING", np.int64: "TYPE_INT64", np.float64: "TYPE_FP64",
+                np.float32: "TYPE_FP32"}[self.dtype]
 
 
 # Every input is one value (shape [1]): the prompt, then one optional input per request parameter that its
@@ -43,8 +45,40 @@ class Field:
 # text (true, false or never); floats are FP64 so a value means what it means in Python (an FP32 0.7 would be
 # 0.699999988).
 _DTYPES = {str: np.object_, int: np.int64, float: np.float64}
-INPUTS = (Field("prompt", np.object_, (1,), doc="UTF-8 text"),) + tuple(
-    Field(declared.name, _DTYPES[declared.kind], (1,), True, declared.doc) for declared in PARAMETERS if declared.serve)
+PARAMETER_INPUTS = tuple(Field(declared.name, _DTYPES[declared.kind], (1,), True, declared.doc)
+                         for declared in PARAMETERS if declared.serve)
+INPUTS = (Field("prompt", np.object_, (1,), doc="UTF-8 text"),) + PARAMETER_INPUTS
+
+# A Whisper export's inputs: `audio` (one variable-length FP32 tensor, shape [samples]), the optional language and
+# task, and the same parameters. `prompt` stays declared (optional) so that text sent to a Whisper server gets the
+# one-line error saying what to send instead of Triton's "unexpected input"; sent empty it is ignored.
+SPEECH_INPUTS = (
+    Field("audio", np.float32, (-1,), True, "16 kHz mono PCM samples in [-1, 1], at most the export's audio window"),
+    Field("language", np.object_, (1,), True, 'a language code ("en" or "<|en|>"); absent or empty: detected'),
+    Field("task", np.object_, (1,), True, '"transcribe" (absent or empty) or "translate"'),
+    replace(INPUTS[0], optional=True, doc="absent or empty (a Whisper export transcribes audio)"),
+) + PARAMETER_INPUTS
+
+
+def inputs(speech: bool) -> tuple:
+    """The inputs of a server on a Whisper export (speech: SPEECH_INPUTS) or a text export (INPUTS)."""
+    return SPEECH_INPUTS if speech else INPUTS
+
+
+@dataclass(frozen=True)
+class Speech:
+    """A Whisper request's audio (as sent: the decoder checks it) and its language and task (None: the default)."""
+    audio: np.ndarray
+    language: str | None = None
+    task: str | None = None
+
+
+def source_kwargs(source) -> dict:
+    """SpeculativeDecoder.generate()/stream() keywords of a request's source: a prompt text or a Speech."""
+    if isinstance(source, Speech):
+        return {"audio": source.audio, "language": source.language, "task": source.task}
+    return {"prompt": source}
+
 
 # specdec: the whole output and the request's statistics. specdec_stream: the same names on every response, `text`
 # and `token_ids` being that piece's new text and tokens and the statistics those of the request so far;
@@ -61,13 +95,17 @@ OUTPUTS = (
 )
 
 
-def rows(get) -> list:
+def rows(get, speech: bool = False) -> list:
     """The rows of one request of MODEL: Triton's dynamic batching gives every input a first dimension, so a
-    request of k rows ([k, 1] tensors) is k prompts. Each row is (prompt, Params), or the SpecdecError that says
-    what is wrong with it. A tensor without that dimension (the stream model, a stand-alone test) is one row."""
-    prompt = get("prompt")
-    prompt = None if prompt is None else np.asarray(prompt)
-    count = prompt.shape[0] if prompt is not None and prompt.ndim == 2 else 1
+    request of k rows ([k, 1] tensors; audio [k, samples]) is k prompts. Each row is (source, Params), or the
+    SpecdecError that says what is wrong with it. A tensor without that dimension (the stream model, a stand-alone
+    test) is one row."""
+    count = 1
+    for name in ("audio", "prompt") if speech else ("prompt",):
+        array = get(name)
+        if array is not None and np.ndim(array) == 2:
+            count = np.shape(array)[0]
+            break
     out = []
     for i in range(count):
         def row_get(name, i=i):
@@ -77,21 +115,19 @@ def rows(get) -> list:
             array = np.asarray(array)
             return array[i] if array.ndim == 2 and array.shape[0] == count else array
         try:
-            out.append(request(row_get))
+            out.append(request(row_get, speech))
         except SpecdecError as err:
             out.append(err)
     return out
 
 
-def request(get) -> tuple[str, Params]:
-    """(prompt, Params) from a request; `get(name)` returns the input's numpy array, or None when it is absent.
-    Anything wrong is a one-line SpecdecError naming the input (Params.checked gives the range messages later)."""
-    raw = get("prompt")
-    if raw is None:
-        raise SpecdecError("the request has no 'prompt' input", "send the text as a BYTES tensor named 'prompt'")
-    prompt = _text("prompt", raw)
+def request(get, speech: bool = False) -> tuple:
+    """(source, Params) from a request; `get(name)` returns the input's numpy array, or None when it is absent. The
+    source is the prompt text, or for a Whisper export (speech) a Speech. Anything wrong is a one-line SpecdecError
+    naming the input (Params.checked and the decoder's audio checks give the range messages later)."""
+    source = _speech(get) if speech else _prompt(get)
     values = {}
-    for field in INPUTS[1:]:
+    for field in PARAMETER_INPUTS:
         array = get(field.name)
         if array is None:
             continue
@@ -105,7 +141,35 @@ def request(get) -> tuple[str, Params]:
             values[field.name] = int(array.reshape(-1)[0])
         else:
             values[field.name] = float(array.reshape(-1)[0])
-    return prompt, Params.of(**values)
+    return source, Params.of(**values)
+
+
+def _prompt(get) -> str:
+    raw = get("prompt")
+    if raw is None:
+        raise SpecdecError("the request has no 'prompt' input", "send the text as a BYTES tensor named 'prompt'")
+    return _text("prompt", raw)
+
+
+SEND_AUDIO = "send 16 kHz mono PCM as an FP32 tensor named 'audio' (shape [samples])"
+
+
+def _speech(get) -> Speech:
+    """A Whisper request's Speech: its audio as a numpy array (never a path: the decoder reads a str as a WAV file's
+    name), the prompt absent or empty, language and task absent or empty meaning the default."""
+    prompt = get("prompt")
+    text = "" if prompt is None else _text("prompt", prompt)
+    if text.strip():
+        raise SpecdecError("this is a Whisper export: it transcribes audio, not a text prompt",
+                           f"{SEND_AUDIO}, and leave out 'prompt'")
+    audio = get("audio")
+    if audio is None:
+        raise SpecdecError("the request has no 'audio' input", SEND_AUDIO)
+    words = {}
+    for name in ("language", "task"):
+        raw = get(name)
+        words[name] = None if raw is None else (_text(name, raw).strip() or None)
+    return Speech(np.asarray(audio), **words)
 
 
 def _text(name: str, array) -> str:
@@ -160,22 +224,26 @@ class Handler:
     """Every request of a server on one SpeculativeDecoder. The requests a batch can run join its batcher
     (runtime/decoding/batcher.py: continuous batching, at most `max_batch` rows, `max_queue` waiting, past which a
     request is refused at once with "the batcher is busy"); the others (a draft model, beam search, logits
-    processors, lenience < 1) run alone on the same decoder between batches."""
+    processors, lenience < 1, every request of a Whisper export) run alone on the same decoder between batches."""
 
     def __init__(self, decoder, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE):
         self.decoder = decoder
+        self.speech = decoder.manifest.speech is not None      # a Whisper export: SPEECH_INPUTS, every request alone
+        self.inputs = inputs(self.speech)
         self.batcher = decoder.batcher(max_batch, max_queue)
 
-    def _submit(self, prompt: str, params: Params):
-        """The request's Ticket in the batch, or None when a batch cannot run it."""
+    def _submit(self, source, params: Params):
+        """The request's Ticket in the batch, or None when a batch cannot run it (a Whisper request never joins)."""
+        if isinstance(source, Speech):
+            return None
         try:
             batch_source(params)
         except SpecdecError:
             return None
-        return self.batcher.submit(prompt, params=params)
+        return self.batcher.submit(source, params=params)
 
     def generate_rows(self, requests: list) -> list:
-        """Rows from rows() ((prompt, Params) pairs or SpecdecErrors) -> their response dicts or SpecdecErrors, in
+        """Rows from rows() ((source, Params) pairs or SpecdecErrors) -> their response dicts or SpecdecErrors, in
         order. Every row joins the batch before any is waited for, so they share its rounds."""
         started = []
         for row in requests:
@@ -190,9 +258,10 @@ class Handler:
             if isinstance(item, SpecdecError):
                 out.append(item)
                 continue
-            (prompt, params), ticket = item
+            (source, params), ticket = item
             try:
-                res = ticket.result() if ticket is not None else self.decoder.generate(prompt, params=params)
+                res = ticket.result() if ticket is not None else \
+                    self.decoder.generate(params=params, **source_kwargs(source))
             except SpecdecError as err:
                 out.append(err)
                 continue
@@ -204,9 +273,9 @@ class Handler:
         its end cancels the request: a batched one's row is freed at the next round, one that runs alone ends and
         gives the decoder back. A request that runs alone holds the decoder's gate, which belongs to the thread
         that took it: advance and close the generator from one thread."""
-        prompt, params = request(get)
-        ticket = self._submit(prompt, params)
-        pieces = ticket if ticket is not None else self.decoder.stream(prompt, params=params)
+        source, params = request(get, self.speech)
+        ticket = self._submit(source, params)
+        pieces = ticket if ticket is not None else self.decoder.stream(params=params, **source_kwargs(source))
         try:
             for piece in pieces:
                 yield response(piece.text, piece.token_ids, piece.stats, piece.stop_reason)
@@ -225,7 +294,7 @@ def batch_answers(handler: Handler, requests: list) -> list:
     request (outputs, error): its stacked output dict, in which a failed row has failed()'s response, and the
     SpecdecError when every row of the request failed (else None). A Python backend answers such a request with
     the error; PyTriton cannot fail one request of a batch, so it raises only when every request failed."""
-    per_request = [rows(get) for get in requests]
+    per_request = [rows(get, handler.speech) for get in requests]
     flat = handler.generate_rows([row for group in per_request for row in group])
     answers, at = [], 0
     for group in per_request:

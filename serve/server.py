@@ -9,8 +9,10 @@ one export, both fed to one SpeculativeDecoder and its batcher (schema.Handler):
                      Every request in flight joins the same batch.
 
 Rows join and leave the running batch between rounds (continuous batching); requests a batch cannot run (a draft
-model, beams) run alone between batches. A request that fails (bad parameters, an unknown draft) is an error
-response for that request only (inside a batch of good ones: its `error` output); the server keeps serving."""
+model, beams, a Whisper export's audio) run alone between batches. The inputs are the export's kind's
+(schema.inputs: `prompt` for a text export, `audio` for a Whisper one). A request that fails (bad parameters, an
+unknown draft, bad audio) is an error response for that request only (inside a batch of good ones: its `error`
+output); the server keeps serving."""
 
 from __future__ import annotations
 
@@ -170,7 +172,7 @@ class Server:
                               grpc_port=self.grpc_port, metrics_address=self.address, metrics_port=self.metrics_port,
                               allow_metrics=True, exit_timeout_secs=self.exit_timeout_s, log_verbose=self.log_verbose)
         self.triton = Triton(config=config)
-        inputs, outputs = _tensors(schema.INPUTS), _tensors(schema.OUTPUTS)
+        inputs, outputs = _tensors(self.handler.inputs), _tensors(schema.OUTPUTS)     # by the export's kind
         batcher = DynamicBatcher(max_queue_delay_microseconds=self.queue_delay_us,
                                  default_queue_policy=QueuePolicy(max_queue_size=self.max_queue))
         self.triton.bind(model_name=schema.MODEL, infer_func=[_generate_fn(self.handler)] * self.instances,

@@ -324,6 +324,20 @@ def test_bad_requests_get_an_error_naming_the_problem_and_the_server_keeps_servi
     assert "draft" in messages["unknown draft"][0]
 
 
+def test_a_text_export_takes_no_audio(http, reference):
+    """The audio inputs are declared for Whisper exports only: a text export's server refuses them as unknown inputs
+    (Triton's message names the input) and goes on serving."""
+    import numpy as np
+
+    for model in (schema.MODEL, schema.STREAM_MODEL):
+        assert [i["name"] for i in http.get_model_config(model)["input"]] == [f.name for f in schema.INPUTS]
+    prompt, params = CASES[1]
+    message = _error(lambda: http.infer(schema.MODEL, inputs(tritonclient_http, prompt, audio=np.zeros(160, np.float32),
+                                                             **params)))
+    assert "'audio'" in message, message
+    assert served(http, tritonclient_http, prompt, params)["text"] == reference.generate(prompt, **params).text
+
+
 def test_a_bad_streamed_request_errs_and_the_stream_model_keeps_serving(server, reference):
     prompt, params = FIXED[0]
     items = [inputs(tritonclient_grpc, "w5 w6", batched=False, gamma=99),

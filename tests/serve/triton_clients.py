@@ -9,22 +9,25 @@ import time
 import numpy as np
 
 DTYPES = {"prompt": "BYTES", "draft": "BYTES", "max_new_tokens": "INT64", "gamma": "INT64", "top_k": "INT64",
-          "seed": "INT64", "temperature": "FP64", "top_p": "FP64"}
+          "seed": "INT64", "temperature": "FP64", "top_p": "FP64", "audio": "FP32"}
+NUMPY = {"BYTES": np.object_, "INT64": np.int64, "FP64": np.float64, "FP32": np.float32, "INT32": np.int32}
 INT_OUTPUTS = ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted")
 
 
 def inputs(module, prompt=None, dtypes=None, batched=True, **params) -> list:
     """tritonclient.http or .grpc InferInputs; `dtypes` overrides a Triton dtype (to send a wrong one). batched:
-    shape [1, 1], one row for `specdec` (Triton's dynamic batching); else [1], for the stream model."""
+    shape [1, 1], one row for `specdec` (Triton's dynamic batching); else [1], for the stream model. A numpy array
+    (audio) is sent as [1, samples] batched, else [samples]."""
     values = dict(params) if prompt is None else {"prompt": prompt, **params}
     out = []
     for name, value in values.items():
         dtype = (dtypes or {}).get(name, DTYPES.get(name, "BYTES"))
-        array = np.array([value.encode() if isinstance(value, str) else value],
-                         dtype={"BYTES": np.object_, "INT64": np.int64, "FP64": np.float64, "FP32": np.float32,
-                                "INT32": np.int32}[dtype])
-        if batched:
-            array = array.reshape(1, 1)
+        if isinstance(value, np.ndarray):
+            array = value.astype(NUMPY[dtype]).reshape(1, -1) if batched else value.astype(NUMPY[dtype])
+        else:
+            array = np.array([value.encode() if isinstance(value, str) else value], dtype=NUMPY[dtype])
+            if batched:
+                array = array.reshape(1, 1)
         tensor = module.InferInput(name, list(array.shape), dtype)
         tensor.set_data_from_numpy(array)
         out.append(tensor)
