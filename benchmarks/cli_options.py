@@ -75,10 +75,14 @@ def engine() -> argparse.ArgumentParser:
     return parent
 
 
-def pair(p) -> None:
+def pair(p, whisper: bool = False) -> None:
+    """The TARGET:DRAFT argument (`whisper`: Whisper names too, `shapes` only)."""
+    names = "t5-small, t5-base, t5-large" + (
+        "; or openai/whisper-tiny, -base, -small, -medium, -large-v3 and distil-whisper/distil-large-v3" if whisper
+        else "")
+    example = "t5-large:t5-small" + (" or openai/whisper-large-v3:distil-whisper/distil-large-v3" if whisper else "")
     p.add_argument("pair", metavar="TARGET:DRAFT",
-                   help="random-initialised models with official configurations (t5-small, t5-base, t5-large), "
-                        "e.g. t5-large:t5-small")
+                   help=f"random-initialised models with official configurations ({names}), e.g. {example}")
 
 
 def prompts(every_task: bool) -> argparse.ArgumentParser:
@@ -92,10 +96,31 @@ def prompts(every_task: bool) -> argparse.ArgumentParser:
     return parent
 
 
-def random_prompts() -> argparse.ArgumentParser:
-    parent, g = group("prompts (random ids)")
-    g.add_argument("--num-prompts", type=int, default=8, metavar="N", help="random prompts (default 8; 0: 4)")
-    g.add_argument("--source-length", type=int, default=48, metavar="N", help="their length in tokens (default 48)")
+def random_prompts(audio: bool = False) -> argparse.ArgumentParser:
+    """Random prompts; `audio`: a Whisper pair's are random audio requests instead (--num-prompts defaults to None,
+    the command settles it per pair)."""
+    parent, g = group("prompts (random ids" + (", or random audio for a Whisper pair)" if audio else ")"))
+    if audio:
+        g.add_argument("--num-prompts", type=int, default=None, metavar="N",
+                       help="random prompts (default 8; 0: 4); a Whisper pair: random audio requests filling the "
+                            "encoder's 30 s window (default and 0: 2)")
+        g.add_argument("--source-length", type=int, default=48, metavar="N",
+                       help="their length in tokens (default 48; T5 pairs)")
+    else:
+        g.add_argument("--num-prompts", type=int, default=8, metavar="N", help="random prompts (default 8; 0: 4)")
+        g.add_argument("--source-length", type=int, default=48, metavar="N",
+                       help="their length in tokens (default 48)")
+    return parent
+
+
+def speech_shapes() -> argparse.ArgumentParser:
+    """What `shapes` measures on a Whisper pair only."""
+    parent, g = group("Whisper pairs")
+    g.add_argument("--encoder-repeats", type=int, default=3, metavar="N",
+                   help="timed encoder runs per model, after one untimed (default 3)")
+    g.add_argument("--request-tokens", type=int, default=100, metavar="N",
+                   help="tokens of the request whose speedup is predicted with the encoders' share (default 100, "
+                        "about 30 s of English speech)")
     return parent
 
 

@@ -1,7 +1,8 @@
 """`specdec-bench shapes T:D`: what the costs are at real sizes. Random-initialised models with the official
 configurations are built and exported once (cached under --workdir, shapes.py); then the cost probe, the real loop
 at temperature 0 on random prompts for each --gamma, and Theorem 3.8 for the paper's alpha values with the measured
-c (alpha itself is meaningless with random weights)."""
+c (alpha itself is meaningless with random weights). A Whisper pair (whisper_shapes.py, whisper_costs.py) also
+times each encoder per request and predicts the speedup of a whole request, the encoders included."""
 
 from __future__ import annotations
 
@@ -9,19 +10,23 @@ import sys
 import time
 from pathlib import Path
 
+from specdec.runtime.core.errors import SpecdecError
+
 from . import cli_common as common, cli_options as options, machine
 
-HELP = "costs at real sizes (t5-small, t5-base, t5-large; random weights): c, verify ratio, predicted speedup"
+HELP = ("costs at real sizes (T5 small/base/large, Whisper tiny ... large-v3 and distil-large-v3; random "
+        "weights): c, verify ratio, encoders, predicted speedup")
 
 
 def add_parser(commands) -> None:
     p = commands.add_parser("shapes", help=HELP, description=__doc__, parents=[
-        options.random_prompts(),
+        options.random_prompts(audio=True),
         options.sampling(temperatures=False, several_filters=False),
         options.run(max_new_tokens=32, repeat=2, repeat_help="repeats of the real loop", past="64"),
         options.output(plot=True),
-        options.export_shapes()])
-    options.pair(p)
+        options.export_shapes(),
+        options.speech_shapes()])
+    options.pair(p, whisper=True)
     p.add_argument("--gamma", type=options.int_list, default=[0, 4], metavar="G,...",
                    help="gammas of the real loop; 0 (the baseline) is always added (default 0,4)")
     p.set_defaults(run=run)
@@ -37,7 +42,7 @@ def verify_text(verdict: dict) -> str:
 
 
 def run(args) -> int:
-    from . import prompts as prompts_mod, shapes
+    from . import prompts as prompts_mod, shapes, whisper_shapes
     from .plots import plot_shapes
     from .report import NOTES
     from .sweep_tables import SAMP_HOST_NOTE, generation_lines, prediction_lines, probe_text
@@ -46,9 +51,17 @@ def run(args) -> int:
     common.runs_checked(args, past=64)
     common.sampling_checked(args)
     args.gamma = common.with_baseline(args.gamma)
-    target, draft = shapes.parse_pair(args.pair)
+    family, target, draft = whisper_shapes.parse_pair(args.pair)
     common.one_filter(args, "shapes")
+    if args.encoder_repeats < 1 or args.request_tokens < 1:
+        raise SpecdecError("--encoder-repeats and --request-tokens must be at least 1")
     common.needs_torch("shapes")
+    if family == "whisper":
+        from .whisper_costs import run as run_whisper
+
+        return run_whisper(args, target, draft)
+    if args.num_prompts is None:
+        args.num_prompts = 8
     export_dir, info = shapes.ensure_export(target, draft, Path(args.workdir), args.gamma_max, args.max_length,
                                             args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
     dec = common.load(export_dir, args.provider, args.threads)

@@ -166,11 +166,12 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
           top_k: int = 0, top_p: float = 1.0, lenience: float = 1.0, counts=None, threads: int = 0,
           head_temperatures=(1.0,), head_guesses=None, sweep_filters=()) -> dict:
     """Median costs in ms and the ratios Theorem 3.8 needs. `dec` is a SpeculativeDecoder (its state is reset by
-    the next generate call). The fused decoder runs are timed at `temperature`, `top_k`, `top_p`, `lenience`; the
-    head alone additionally at temperature 0 and every `head_temperatures`, plain, with `top_k`/`top_p`, with every
-    (top_k, top_p) of `sweep_filters` and with top_k 50 / top_p 0.9, for G = 0 .. max(head_guesses) (default
-    gamma_max). `threads`: the target's intra-op
-    threads as passed to SpeculativeDecoder.load (the draft's head is timed with `threads or 1`)."""
+    the next generate call); `source_ids`: the source's token ids, or a Whisper export's audio (float32 PCM). The
+    fused decoder runs are timed at `temperature`, `top_k`, `top_p`, `lenience`; the head alone additionally at
+    temperature 0 and every `head_temperatures`, plain, with `top_k`/`top_p`, with every (top_k, top_p) of
+    `sweep_filters` and with top_k 50 / top_p 0.9, for G = 0 .. max(head_guesses) (default gamma_max). `threads`:
+    the target's intra-op threads as passed to SpeculativeDecoder.load (the draft's head is timed with
+    `threads or 1`)."""
     target, ws = dec.target, dec.workspace
     draft = getattr(dec.draft, "model", None)           # a ModelDraft's CachedSeq2Seq; other drafts: no draft step
     gamma_max = dec.gamma_max
@@ -178,7 +179,8 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     past = max(1, min(past, dec.max_length - max(counts) - 1))
     repeats = max(1, int(repeats))
     stats = Stats()
-    source = np.asarray(source_ids, dtype=np.int64)
+    speech = dec.manifest.speech          # a Whisper export: the source is PCM (float32 samples), not token ids
+    source = np.asarray(source_ids, dtype=np.float32 if speech else np.int64)
     params = Params(gamma=0, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                     lenience=float(lenience)).checked(gamma_max)
     ws.reset([start_token(dec)], params)
@@ -261,6 +263,7 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     out = {
         "past_length": past,
         "source_length": int(source.size),
+        "source_seconds": source.size / int(speech["sampling_rate"]) if speech else None,
         "repeats": repeats,
         "settings": {"temperature": float(temperature), "top_k": int(top_k), "top_p": float(top_p),
                      "lenience": float(lenience)},

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .beam_tables import beam_costs_lines, beam_estimates_lines, beam_lines, beam_prediction_lines
 from .draft_tables import draft_best_lines, draft_lines, draft_prediction_lines, estimates_lines
 from .sweep_tables import (filter_cost_lines, generation_lines, head_grid, peers_lines, prediction_lines,
-                           summary_lines, sweep_filters_text, sweep_lines, time_lines, verify_lines)
+                           source_text, summary_lines, sweep_filters_text, sweep_lines, time_lines, verify_lines)
 from .tables import fmt, markdown_table
 
 
@@ -58,17 +58,24 @@ def _sweep(report: dict) -> list[str]:
 
 def _shapes(report: dict) -> list[str]:
     probe, acc = report["cost_probe"], report["acceptance"]
-    parts = [f"Per-call costs at past length {probe['past_length']} (source {probe['source_length']} "
-             f"tokens; fused runs, decoder + sampling head): target step {probe['target_step_ms']:.2f} ms, "
-             f"draft step {probe['draft_step_ms']:.2f} ms, c = {probe['c']:.3f}; the head alone: "
-             f"{fmt(probe.get('target_step_head_ms'), '.3f')} ms for a target step's draw, "
-             f"{fmt(probe.get('draft_step_head_ms'), '.3f')} ms for a draft step's (estimates).",
-             markdown_table(*verify_lines(probe, markdown=True))]
+    before, after = [], []
+    if report.get("family") == "whisper":          # the encoders, and the speedup of a whole request
+        from .whisper_costs import markdown_parts
+
+        before, after = markdown_parts(report)
+    label = f" ({report['prediction_label']})" if report.get("prediction_label") else ""
+    parts = before + [
+        f"Per-call costs at past length {probe['past_length']} (source {source_text(probe)}; fused runs, decoder + "
+        f"sampling head): target step {probe['target_step_ms']:.2f} ms, draft step {probe['draft_step_ms']:.2f} ms, "
+        f"c = {probe['c']:.3f}; the head alone: {fmt(probe.get('target_step_head_ms'), '.3f')} ms for a target "
+        f"step's draw, {fmt(probe.get('draft_step_head_ms'), '.3f')} ms for a draft step's (estimates).",
+        markdown_table(*verify_lines(probe, markdown=True))]
     parts += _head_grid(probe, "")
     parts.append(markdown_table(*generation_lines(report["generation"], markdown=True)))
-    parts.append("Predicted speedup, Theorem 3.8 / with the measured costs (fused target pass of γ+1 tokens, "
-                 "host time; sampling is inside the runs):\n\n" +
+    parts.append(f"Predicted {'decoder ' if label else ''}speedup{label}, Theorem 3.8 / with the measured costs "
+                 "(fused target pass of γ+1 tokens, host time; sampling is inside the runs):\n\n" +
                  markdown_table(*prediction_lines(report, markdown=True)))
+    parts += after
     loop = acc.get("verify_5_over_step_in_loop")
     v5 = acc.get("verify_5_over_step")
     parts.append("Acceptance: verify of 5 tokens = " + (f"{v5:.2f}× a one-token step" if v5 is not None

@@ -84,8 +84,10 @@ def pair_root(workdir: Path, target: str, draft: str, gamma_max: int, max_length
 
 
 def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int,
-                  keep_checkpoints: bool = False, log=print) -> tuple[Path, dict | None]:
-    """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export."""
+                  keep_checkpoints: bool = False, log=print, build=None) -> tuple[Path, dict | None]:
+    """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export. `build`: a
+    function of the checkpoints' folder that writes both checkpoints there and returns (target dir, draft dir)
+    (default: the T5 pair's, build_checkpoint)."""
     from specdec.runtime.loading.manifest import load_manifest
 
     root = pair_root(workdir, target, draft, gamma_max, max_length)
@@ -101,9 +103,12 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
     from specdec.export.pair import ExportOptions, export_pair
 
     ckpt = root / "checkpoints"
-    log(f"building random-initialised {target} and {draft} (official configurations) in {ckpt}")
-    tdir = build_checkpoint(target, ckpt / target, seed=1)
-    ddir = build_checkpoint(draft, ckpt / draft, seed=2)
+    if build is None:
+        log(f"building random-initialised {target} and {draft} (official configurations) in {ckpt}")
+        tdir = build_checkpoint(target, ckpt / target, seed=1)
+        ddir = build_checkpoint(draft, ckpt / draft, seed=2)
+    else:
+        tdir, ddir = build(ckpt)
     import time
 
     started = time.perf_counter()
@@ -147,9 +152,11 @@ def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dic
 
 
 def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, progress=None, probe=None,
-                    base=None) -> dict:
+                    base=None, draft_encoder: bool = True) -> dict:
     """The real loop on random prompts (temperature 0): per iteration, the time in target runs, draft runs and
-    host work, ORT runs, and host + the heads' estimated in-graph cost per token (`probe`: the cost probe)."""
+    host work, ORT runs, and host + the heads' estimated in-graph cost per token (`probe`: the cost probe); per
+    request, the encoder runs' time. `draft_encoder`: the draft runs an encoder of its own (not a Whisper draft that
+    keeps the target's)."""
     from specdec.runtime import Params
 
     from .sweep import run_sweep
@@ -172,7 +179,8 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
                        "host_fraction_of_iteration": host / iteration_ms if iteration_ms else 0.0,
                        "target_ms_per_iteration": 1000.0 * p["target_s"] / iters,
                        "draft_ms_per_iteration": 1000.0 * p["draft_s"] / iters,
-                       "ort_runs_per_iteration": ort_runs_per_iteration(p, g),
+                       "ort_runs_per_iteration": ort_runs_per_iteration(p, g, draft_encoder),
+                       "encoder_ms_per_request": 1000.0 * p["encoder_s"] / max(p["requests"], 1),
                        "host_ms_per_token": host_tok,
                        "head_ms_per_token_estimated": head,
                        "sampling_host_ms_per_token": host_tok + head if head is not None else None,

@@ -107,7 +107,7 @@ def measure_acceptance(dec, prompts, params: Params, repeat: int = 0) -> tuple[A
     for i, p in enumerate(prompts):
         last_p = last_a = 0
         tokens = []
-        for piece in dec.stream(input_ids=p.ids, params=params, seed=seed_for(repeat, i)):
+        for piece in dec.stream(**p.kwargs(), params=params, seed=seed_for(repeat, i)):
             tokens.extend(piece.token_ids)
             st = piece.stats
             acc.add(st.proposed - last_p, st.accepted - last_a)
@@ -154,7 +154,7 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
 
     if warmup:          # first calls allocate arenas and fill caches: never measured
         for key in keys:
-            dec.generate(input_ids=prompts[0].ids, params=params[key], seed=0)
+            dec.generate(**prompts[0].kwargs(), params=params[key], seed=0)
             tick()
     acceptance, outputs = {}, {}
     for key in keys:    # untimed: stream() decodes text every iteration, which the timed runs must not pay
@@ -163,7 +163,7 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
     for r in range(repeats):
         for i, p in enumerate(prompts):
             for key in timed_order(temperatures, filters, gammas, r):
-                cells[key].add(r, dec.generate(input_ids=p.ids, params=params[key], seed=seed_for(r, i)).stats)
+                cells[key].add(r, dec.generate(**p.kwargs(), params=params[key], seed=seed_for(r, i)).stats)
                 tick()
     return cells, outputs, acceptance
 

@@ -21,16 +21,17 @@ from .sweep import PLAIN, filter_key, per_repeat_ratios, spread
 PARTS = ("encoder", "draft", "target", "host")     # where the time goes; Stats.<part>_s
 
 
-def encoder_runs(pooled: dict, gamma: int) -> int:
+def encoder_runs(pooled: dict, gamma: int, draft_encoder: bool = True) -> int:
     """Encoder runs of a configuration: the target's once per request, the draft's too when gamma > 0 (at
-    gamma = 0 the runtime never starts the draft)."""
-    return pooled["requests"] * (2 if gamma > 0 else 1)
+    gamma = 0 the runtime never starts the draft) and it has an encoder of its own (`draft_encoder`; a Whisper draft
+    that keeps the target's encoder has none)."""
+    return pooled["requests"] * (2 if gamma > 0 and draft_encoder else 1)
 
 
-def ort_runs_per_iteration(pooled: dict, gamma: int) -> float:
+def ort_runs_per_iteration(pooled: dict, gamma: int, draft_encoder: bool = True) -> float:
     """ONNX Runtime runs per iteration (target call), the encoders left out: 1 at gamma = 0, k + 1 for an
     iteration that drafts k guesses (k draft steps + 1 target run)."""
-    return (pooled["ort_runs"] - encoder_runs(pooled, gamma)) / max(pooled["target_calls"], 1)
+    return (pooled["ort_runs"] - encoder_runs(pooled, gamma, draft_encoder)) / max(pooled["target_calls"], 1)
 
 
 def head_ms_per_token(probe: dict | None, pooled: dict, gamma: int, temperature: float, top_k: int = 0,

@@ -143,9 +143,15 @@ def verify_lines(probe: dict, markdown: bool = False) -> tuple[list[str], list[l
     return lines(columns, list(probe["verify_ms"]), markdown)
 
 
+def source_text(probe: dict) -> str:
+    """What the probe's encoders read: `48 tokens`, or a Whisper export's `30.0 s of audio`."""
+    seconds = probe.get("source_seconds")
+    return f"{seconds:.1f} s of audio" if seconds is not None else f"{probe['source_length']} tokens"
+
+
 def probe_text(probe: dict) -> str:
     s = probe["settings"]
-    head = (f"per-call costs at past length {probe['past_length']} (source {probe['source_length']} tokens, "
+    head = (f"per-call costs at past length {probe['past_length']} (source {source_text(probe)}, "
             f"median of {probe['repeats']}; fused runs, decoder + sampling head, at T={s['temperature']:g}, "
             f"{filter_text(s)}): target step {fmt(probe['target_step_ms'], '.3f')} ms, draft step "
             f"{fmt(probe['draft_step_ms'], '.3f')} ms, c = {fmt(probe['c'], '.3f')} (without the heads, estimated: "

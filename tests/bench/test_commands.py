@@ -27,8 +27,8 @@ FLAGS = {
     "beams": {"--engine", "--shapes", "--num-beams", "--gamma", "--prompts", "--num-prompts", "--early-stopping",
               "--length-penalty", "--no-repeat-ngram-size", "--min-new-tokens", "--no-transformers",
               "--target-checkpoint", "--beam-rows", "--source-length", "--keep-checkpoints"} | RUNS | OUTPUT | BUILD,
-    "shapes": {"--gamma", "--num-prompts", "--source-length", "--plot", "--gamma-max", "--keep-checkpoints"}
-    | FILTERS | RUNS | OUTPUT | BUILD,
+    "shapes": {"--gamma", "--num-prompts", "--source-length", "--plot", "--gamma-max", "--keep-checkpoints",
+               "--encoder-repeats", "--request-tokens"} | FILTERS | RUNS | OUTPUT | BUILD,
     "dtypes": {"--dtypes", "--gamma", "--num-prompts", "--source-length", "--gamma-max"} | RUNS | OUTPUT | BUILD,
     "serve-load": {"--engine", "--instances", "--clients", "--requests", "--prompts", "--max-new-tokens", "--protocol",
                    "--threads", "--warmup", "--json", "--max-batch", "--soak", "--queue-delay-us"},
