@@ -28,6 +28,11 @@ ALPHAS = (0.7, 0.8)
 REQUEST_TOKENS = 100            # about 30 s of English speech: ~75 words at ~1.3 tokens a word
 AUDIO_REQUESTS = 2              # --num-prompts' default for a Whisper pair (each request runs the encoder)
 LABEL = "prediction (Theorem 3.8 with measured c; random weights)"
+# The export's parity check runs PyTorch's float64 forward: 12 GB for large-v3 alone, beside the other model and the
+# graphs, past a 24 GB machine. These are random weights measured for costs; the graphs' parity is what the test
+# suite checks on tiny Whisper models.
+SKIP_CHECK = ("random-weight Whisper at a real size, measured for costs only; the graphs' parity against PyTorch is "
+              "tested on tiny Whisper models")
 
 
 @dataclass
@@ -181,7 +186,7 @@ def run(args, target: str, draft: str) -> int:
             return whisper_shapes.build_pair(target, draft, ckpt, log, bar)
 
     export_dir, info = shapes.ensure_export(target, draft, Path(args.workdir), args.gamma_max, args.max_length,
-                                            args.keep_checkpoints, log=log, build=build)
+                                            args.keep_checkpoints, log=log, build=build, skip_check=SKIP_CHECK)
     dec = common.load(export_dir, args.provider, args.threads)
     common.check_gammas(args, dec)
     mach = machine.describe(dec.provider, args.threads)
