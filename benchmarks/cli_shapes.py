@@ -32,17 +32,9 @@ def add_parser(commands) -> None:
     p.set_defaults(run=run)
 
 
-def verify_text(verdict: dict) -> str:
-    v = verdict["verify_5_over_step"]
-    if v is None:
-        return "not measured (gamma_max < 4)"
-    loop = verdict.get("verify_5_over_step_in_loop")
-    return (f"{v:.2f}x a one-token step ({'<=' if verdict['verify_5_ok'] else '>'} 1.5x)"
-            + (f" (in the real loop: {loop:.2f}x)" if loop is not None else ""))
-
-
 def run(args) -> int:
     from . import prompts as prompts_mod, shapes, whisper_shapes
+    from .shapes import verify_text
     from .plots import plot_shapes
     from .report import NOTES
     from .sweep_tables import SAMP_HOST_NOTE, generation_lines, prediction_lines, probe_text
@@ -57,7 +49,7 @@ def run(args) -> int:
         raise SpecdecError("--encoder-repeats and --request-tokens must be at least 1")
     common.needs_torch("shapes")
     if family == "whisper":
-        from .whisper_costs import run as run_whisper
+        from .cli_whisper_shapes import run as run_whisper
 
         return run_whisper(args, target, draft)
     if args.num_prompts is None:

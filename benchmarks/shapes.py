@@ -201,3 +201,12 @@ def acceptance(probe: dict, runs: dict) -> dict:
     return {"verify_5_over_step": v5, "verify_5_ok": v5 is not None and v5 <= 1.5,
             "verify_5_over_step_in_loop": in_loop,
             "host_fraction_worst": worst_host, "host_ok": worst_host <= 0.05}
+
+
+def verify_text(verdict: dict) -> str:
+    v = verdict["verify_5_over_step"]
+    if v is None:
+        return "not measured (gamma_max < 4)"
+    loop = verdict.get("verify_5_over_step_in_loop")
+    return (f"{v:.2f}x a one-token step ({'<=' if verdict['verify_5_ok'] else '>'} 1.5x)"
+            + (f" (in the real loop: {loop:.2f}x)" if loop is not None else ""))

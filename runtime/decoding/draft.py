@@ -13,10 +13,7 @@ of its proposal loop (export/loop.py). So "lookup,draft" is the draft model chec
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..core.stats import Stats
-from ..engine.device import Buffer
 from ..engine.model import CachedSeq2Seq
 from ..engine.workspace import Workspace
 from .round import DraftSource, Proposal, Verdict
