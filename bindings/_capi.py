@@ -216,6 +216,22 @@ class CApi(AudioCalls):
             if end <= size:
                 setattr(out, name, values[name])
 
+    def _give_ids(self, res, out_ids, out_capacity: int, out_len, out_stats) -> None:
+        """A Result's token ids into the caller's buffer (its length and stats first: out_capacity 0 measures)."""
+        count = len(res.token_ids)
+        out_len[0] = count
+        self._fill_stats(out_stats, res.stats, res.stop_reason)
+        if count > out_capacity:
+            raise self._too_small(out_capacity, count, "ids")
+        out_ids[0:count] = res.token_ids
+
+    def _give_text(self, data: bytes, out_text, out_capacity: int, out_len) -> None:
+        """UTF-8 text into the caller's buffer, NUL-terminated (its length first: out_capacity 0 measures)."""
+        out_len[0] = len(data)
+        if len(data) + 1 > out_capacity:
+            raise self._too_small(out_capacity, len(data) + 1, "bytes (with the NUL)")
+        self.ffi.memmove(out_text, data + b"\0", len(data) + 1)
+
     def _too_small(self, capacity: int, needed: int, unit: str) -> Failure:
         return Failure(self.lib.SPECDEC_E_BUFFER_TOO_SMALL,
                        f"the output needs {needed} {unit} but out_capacity is {capacity}",
@@ -306,12 +322,7 @@ class CApi(AudioCalls):
         with self._hold(session) as dec:
             self._takes_prompts(dec)
             res = dec.generate(input_ids=[] if ids is None else ids, params=request)
-        count = len(res.token_ids)
-        out_len[0] = count
-        self._fill_stats(out_stats, res.stats, res.stop_reason)
-        if count > out_capacity:
-            raise self._too_small(out_capacity, count, "ids")
-        out_ids[0:count] = res.token_ids
+        self._give_ids(res, out_ids, out_capacity, out_len, out_stats)
 
     def generate_text(self, ptr, prompt, params, out_text, out_capacity, out_len, out_stats) -> None:
         session = self._session(ptr)
@@ -323,12 +334,8 @@ class CApi(AudioCalls):
         with self._hold(session) as dec:
             self._takes_prompts(dec)
             res = dec.generate(text, params=request)
-        data = res.text.encode("utf-8")
-        out_len[0] = len(data)
         self._fill_stats(out_stats, res.stats, res.stop_reason)
-        if len(data) + 1 > out_capacity:
-            raise self._too_small(out_capacity, len(data) + 1, "bytes (with the NUL)")
-        self.ffi.memmove(out_text, data + b"\0", len(data) + 1)
+        self._give_text(res.text.encode("utf-8"), out_text, out_capacity, out_len)
 
     def stream(self, ptr, prompt, input_ids, n_input, params, on_piece, user_data, out_stats) -> None:
         ffi = self.ffi
@@ -407,10 +414,7 @@ class CApi(AudioCalls):
                 raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, f"ids contains {bad[0]}, outside the vocabulary "
                               f"0..{dec.vocab_size - 1}", "pass ids from this session's export")
             data = dec.decode(tokens).encode("utf-8")
-        out_len[0] = len(data)
-        if len(data) + 1 > out_capacity:
-            raise self._too_small(out_capacity, len(data) + 1, "bytes (with the NUL)")
-        self.ffi.memmove(out_text, data + b"\0", len(data) + 1)
+        self._give_text(data, out_text, out_capacity, out_len)
 
 
 def classify(err: BaseException, lib) -> tuple[int, str]:

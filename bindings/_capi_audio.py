@@ -1,11 +1,11 @@
 """The Whisper calls of libspecdec (include/specdec.h, API version 6): specdec_get_audio_info, specdec_transcribe and
 specdec_transcribe_ids, as a mixin of bindings/_capi.py's CApi (whose helpers they use: _session, _hold, _params,
-_out_buffer, _fill_stats, _too_small, _text).
+_out_buffer, _fill_stats, _give_ids, _give_text, _text).
 
 What C passes differently from Python is checked here, in C's words: which audio input was given (samples, or a WAV
 file's path: exactly one), n_samples against the export's window before the caller's buffer is read, and non-finite
 samples. Everything else is SpeculativeDecoder.generate(audio=..., language=..., task=...)'s: it reads a WAV file with
-runtime/loading/audio.py and refuses an unknown language or task, a beam search or a bad file in one line. Prompts
+runtime/loading/audio.py and refuses an unknown language or task or a bad file in one line. Prompts
 sent to a Whisper session by the text calls are refused by _takes_prompts, in C's words too.
 
 A SpecdecError raised here becomes SPECDEC_E_INVALID_ARGUMENT with its one-line message (CApi._entry).
@@ -37,23 +37,14 @@ class AudioCalls:
                    out_stats) -> None:
         res = self._transcribed(ptr, pcm, n_samples, wav_path, language, task, params, out_text, out_capacity,
                                 out_len, "out_text")
-        data = res.text.encode("utf-8")
-        out_len[0] = len(data)
         self._fill_stats(out_stats, res.stats, res.stop_reason)
-        if len(data) + 1 > out_capacity:
-            raise self._too_small(out_capacity, len(data) + 1, "bytes (with the NUL)")
-        self.ffi.memmove(out_text, data + b"\0", len(data) + 1)
+        self._give_text(res.text.encode("utf-8"), out_text, out_capacity, out_len)
 
     def transcribe_ids(self, ptr, pcm, n_samples, wav_path, language, task, params, out_ids, out_capacity, out_len,
                        out_stats) -> None:
         res = self._transcribed(ptr, pcm, n_samples, wav_path, language, task, params, out_ids, out_capacity,
                                 out_len, "out_ids")
-        count = len(res.token_ids)
-        out_len[0] = count
-        self._fill_stats(out_stats, res.stats, res.stop_reason)
-        if count > out_capacity:
-            raise self._too_small(out_capacity, count, "ids")
-        out_ids[0:count] = res.token_ids
+        self._give_ids(res, out_ids, out_capacity, out_len, out_stats)
 
     # -- helpers ----------------------------------------------------------------------------------------------
     def _transcribed(self, ptr, pcm, n_samples, wav_path, language, task, params, out, out_capacity, out_len,
