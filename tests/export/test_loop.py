@@ -197,9 +197,9 @@ def verify_then_continue_reference(model, temperature, top_k, top_p, guesses, q,
     return np.array(tokens[:k]), np.array(rows[:k]), n
 
 
-@pytest.mark.parametrize("masked", [False, True], ids=["", "mask"])
 @pytest.mark.parametrize("setting", ["greedy", "T=1", "top-k"])
-@pytest.mark.parametrize("g,k", [(2, 4), (3, 3), (1, 5)])
+@pytest.mark.parametrize("g,k,masked", [(2, 4, False), (3, 3, False), (1, 5, False), (2, 4, True)],
+                         ids=["2-4", "3-3", "1-5", "2-4-mask"])
 def test_verify_then_continue_matches_pytorch_and_numpy(graphs, setting, g, k, masked):
     """A chain level in one run: iteration 0 verifies the level below's g guesses (the last g of input_ids) against
     their q rows, the loop continues to k tokens; the kept guesses' keys and values stay, the rejected ones' go,
