@@ -7,6 +7,7 @@ requests, health/readiness/metrics. One server for the module; few tokens."""
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import json
 import urllib.request
 
@@ -172,11 +173,13 @@ def test_concurrent_clients_share_batches_and_every_row_equals_its_prompt_alone(
              {"max_new_tokens": 6 + c % 5, **drafts[c % 3]}) for c in range(clients)]
     want = [expected(reference, prompt, params, counts=False) for prompt, params in jobs]
     before = dict(server.handler.batcher.counters)
+    ready = threading.Barrier(clients)      # every client connected before any sends: the requests arrive together
 
     def client(c):
         module = tritonclient_grpc if c % 2 else tritonclient_http
         conn = module.InferenceServerClient(f"127.0.0.1:{server.grpc_port if c % 2 else server.http_port}")
         try:
+            ready.wait(timeout=60)
             return served(conn, module, *jobs[c])
         finally:
             conn.close()
