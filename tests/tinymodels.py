@@ -253,6 +253,16 @@ def build_whisper_pair(root, vocab: int, seed: int, noise: float = 0.3):
     return target
 
 
+def exported_whisper_pair(root, vocab: int = 40, seed: int = 6, gamma_max: int = 4, max_length: int = 64,
+                          noise: float = 0.3):
+    """build_whisper_pair under `root`, exported to root/export: (the target model, the export's path). The
+    defaults are the pair the runtime, C API and serving tests share."""
+    target = build_whisper_pair(root, vocab=vocab, seed=seed, noise=noise)
+    out = export_pair(str(Path(root) / "target"), str(Path(root) / "draft"), str(Path(root) / "export"),
+                      "--gamma-max", str(gamma_max), "--max-length", str(max_length))
+    return target, out
+
+
 def whisper_audio(seconds: float, seed: int = 0, rate: int = 16_000):
     """A chirp with a harmonic and noise, and a silent stretch (float32 PCM)."""
     import numpy as np

@@ -1,5 +1,5 @@
 """Whisper exports through the C API (API version 6), on the tiny random Whisper pair of tests/runtime/test_whisper.py
-(tinymodels.build_whisper_pair: a 1-second window, a draft that keeps the target's encoder), run by
+(tinymodels.exported_whisper_pair: a 1-second window, a draft that keeps the target's encoder), run by
 tests/bindings/capi_whisper.c:
 
   - specdec_transcribe's text and specdec_transcribe_ids' ids and stats equal the Python API's
@@ -28,7 +28,7 @@ import pytest
 from _capi_helpers import HERE, run_program, tap_results
 
 from fuzz_exports import FuzzSettings, finish_fuzz
-from tinymodels import build_whisper_pair, export_pair, whisper_audio
+from tinymodels import exported_whisper_pair, whisper_audio
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
 from specdec.runtime.loading.audio import read_wav
@@ -64,9 +64,7 @@ FUZZ_LINE = re.compile(r"case (\d+) (ok (.*)|refused (SPECDEC_\w+) (.*)|good (sa
 def whisper_export(tmp_path_factory):
     """The pair of tests/runtime/test_whisper.py's `pair` fixture, exported the same way."""
     root = tmp_path_factory.mktemp("capi_whisper")
-    build_whisper_pair(root, vocab=40, seed=6)
-    return export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
-                       "--max-length", "64")
+    return exported_whisper_pair(root)[1]
 
 
 @pytest.fixture(scope="module")

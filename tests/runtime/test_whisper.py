@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from test_distribution import chi_square_p
-from tinymodels import (WHISPER_BEGIN_SUPPRESS, WHISPER_SUPPRESS, WHISPER_WINDOW, build_whisper_pair, export_pair,
-                        save_tiny_whisper, tiny_whisper_model, whisper_audio)
+from tinymodels import (WHISPER_BEGIN_SUPPRESS, WHISPER_SUPPRESS, WHISPER_WINDOW, export_pair,
+                        exported_whisper_pair, save_tiny_whisper, tiny_whisper_model, whisper_audio)
 
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.core.errors import SpecdecError
@@ -31,9 +31,7 @@ SOT, EOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS = 2, 1, 3, 4, 5, 6, 7
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper-pair")
-    target = build_whisper_pair(root, vocab=40, seed=6)
-    export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
-                "--max-length", "64")
+    target, _ = exported_whisper_pair(root)
     return target, root
 
 
@@ -232,9 +230,7 @@ TOKENS, N, P_PASS, P_TEETH = 2, 20_000, 1e-3, 1e-6
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper-small")
-    target = build_whisper_pair(root, vocab=16, seed=11, noise=1.0)
-    export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "3",
-                "--max-length", "32")
+    target, _ = exported_whisper_pair(root, vocab=16, seed=11, gamma_max=3, max_length=32, noise=1.0)
     return target, root
 
 

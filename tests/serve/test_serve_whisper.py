@@ -18,7 +18,7 @@ from specdec.runtime import SpecdecError, SpeculativeDecoder  # noqa: E402
 from specdec.serve import schema  # noqa: E402
 from specdec.serve.server import Server, free_ports  # noqa: E402
 
-from tinymodels import build_whisper_pair, export_pair, whisper_audio  # noqa: E402
+from tinymodels import exported_whisper_pair, whisper_audio  # noqa: E402
 from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
 
 MAX_NEW = 12
@@ -38,9 +38,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def export(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper-serve")
-    build_whisper_pair(root, vocab=40, seed=6)
-    return export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
-                       "--max-length", "64")
+    return exported_whisper_pair(root)[1]
 
 
 @pytest.fixture(scope="module")
