@@ -243,7 +243,7 @@ def without_datastore(dec):
         return dec.sources
     from specdec.runtime.decoding.sources import Sources
 
-    return Sources(dec.models)
+    return Sources(dec.models, tokenizer_size=dec.vocabulary.tokenizer_size)
 
 
 # -- summaries ---------------------------------------------------------------------------------------------------

@@ -73,11 +73,12 @@ def set_generation(model, specials: Specials) -> None:
     gen.forced_decoder_ids = None
 
 
-def save(model, path, specials: Specials) -> Path:
+def save(model, path, specials: Specials, tokens: int | None = None) -> Path:
     """`model` (a WhisperForConditionalGeneration) saved as a checkpoint directory specdec-export takes: weights,
-    config, generation config, feature extractor, tokenizer."""
+    config, generation config, feature extractor, tokenizer. `tokens`: the ids the tokenizer makes (default: the
+    model's vocab_size; fewer leaves the rows past them padded, as in large-v3's 51,866 rows for 51,865 ids)."""
     path = Path(path)
     model.save_pretrained(str(path))
     write_extractor(path, model.config)
-    write_tokenizer(path, specials, model.config.vocab_size)
+    write_tokenizer(path, specials, tokens or model.config.vocab_size)
     return path

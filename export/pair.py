@@ -172,6 +172,39 @@ def check_tokenizers(target_tok, draft_tok, target_name: str, draft_name: str) -
                            "the draft must use exactly the target's vocabulary")
 
 
+def check_vocabulary(tokenizer, config, name: str) -> None:
+    """The tokenizer may make fewer ids than the model has rows (every real T5: 32,100 for 32,128), never more
+    (runtime/loading/vocabulary.py)."""
+    from specdec.runtime.loading.vocabulary import tokenizer_size
+
+    size = tokenizer_size(tokenizer.backend_tokenizer)
+    if size > config.vocab_size:
+        raise SpecdecError(f"the tokenizer of '{name}' makes ids up to {size - 1}, but the model has "
+                           f"{config.vocab_size} vocabulary rows (0..{config.vocab_size - 1})",
+                           "pass the model's own tokenizer, saved in the checkpoint's directory")
+
+
+def verdict(role: str, report: dict) -> str:
+    """The parity line's verdict: an int8 draft that drifts is not refused (the target verifies its guesses)."""
+    if report["passed"]:
+        return "OK"
+    if role != "target" and report["weights"] in ("int8", "int8-wo"):
+        return "drifts (an int8 draft cannot change the output: not refused)"
+    return "FAILED"
+
+
+def open_export(out: Path) -> None:
+    """Open the export just written as SpeculativeDecoder.load does (checksums, tokenizer, datastore, every
+    session; on the CPU), so that an export that succeeds also loads; a SpecdecError names what does not."""
+    from specdec.runtime.decoder import SpeculativeDecoder
+
+    try:
+        SpeculativeDecoder.load(out, provider="cpu", threads=1)
+    except SpecdecError as err:
+        raise SpecdecError(f"the export was written but does not load ({err.problem}); it was removed",
+                           "this is a specdec bug: please report it with the specdec-export command line") from None
+
+
 def write_graph(export_fn, dest: Path) -> None:
     """Export into a scratch folder, then move one .onnx (plus one .data file past protobuf's limit) to `dest`."""
     import onnx
@@ -253,7 +286,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     stages = [(role, "load") for role in names] + \
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
         [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
-        [(role, "check") for role in names if not opts.skip_check] + [("pair", "manifest")]
+        [(role, "check") for role in names if not opts.skip_check] + [("pair", "manifest"), ("pair", "open")]
     sources, graphs, reports, quantization, shared, digests = {}, {}, {}, {}, [], {}
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
@@ -267,7 +300,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 if len(sources) == len(names):      # all loaded: which Whisper drafts keep the target's encoder
                     digests = encoder_digests(sources)
                     shared = keeps_target_encoder(digests) if digests else []
-                if role != "target":
+                if role == "target":
+                    check_vocabulary(sources[role].tokenizer, configs[role], opts.target)
+                else:
                     check_tokenizers(sources["target"].tokenizer, sources[role].tokenizer,
                                      opts.target, names[role])
             elif stage == "encoder" and role in shared:
@@ -310,7 +345,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                           f"PyTorch {precision}'s own "
                           f"{own if own is None else format(own, '.1e')}; "
                           f"tolerance {rep['tolerance']:.1e}; argmax agrees on {rep['argmax_agree']}/"
-                          f"{rep['argmax_positions']} positions -> {'OK' if rep['passed'] else 'FAILED'}")
+                          f"{rep['argmax_positions']} positions -> {verdict(role, rep)}")
                 if rep["passed"] and not rep["conclusive"]:
                     fix = "prefer --dtype fp32 for it" if precision == "fp16" else \
                         "its outputs depend on rounding in any engine"
@@ -339,6 +374,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
                     dtype=opts.activations,
                     checks={"skipped": opts.skip_check} if opts.skip_check else reports)
+                sources.clear()         # the PyTorch models: their memory goes before the export is opened
+            elif stage == "open":
+                open_export(out)
             bar.write(f"  {role:6s} {stage:9s} {time.perf_counter() - started:7.2f} s")
             bar.update(1)
     except BaseException:

@@ -21,7 +21,8 @@
  *    how long it stays valid is stated per function. Output buffers are provided by the caller.
  *  - Strings are NUL-terminated UTF-8, both ways.
  *  - Token ids are int32_t (the vocabulary fits easily); the runtime checks them against the export's
- *    vocabulary.
+ *    vocabulary: the model's rows, which may be more than the ids its tokenizer makes (every real T5 has
+ *    32,128 rows for 32,100 tokens). A padded row's id is valid in and out, and decodes to no text.
  *  - Versioned structs: specdec_params and specdec_stats begin with `size_t struct_size`, the struct's size as
  *    the host was compiled (sizeof). From API version 3 on their fields are only ever appended: never removed,
  *    reordered or retyped. The library reads and writes only the fields that lie wholly inside the caller's
@@ -296,7 +297,8 @@ typedef struct specdec_stats {
 typedef struct specdec_session_info {
     int32_t gamma_max;      /* largest params.gamma this export accepts                                    */
     int32_t max_length;     /* longest prompt, and longest output, in tokens                               */
-    int32_t vocab_size;     /* token ids are 0 .. vocab_size - 1                                           */
+    int32_t vocab_size;     /* token ids are 0 .. vocab_size - 1 (the model's rows; the tokenizer may make
+                               fewer: a real T5's makes 32,100 of its 32,128)                          */
     int32_t eos_token_id;   /* the end-of-sequence id                                                      */
     char provider[16];      /* NUL-terminated: the provider in use, "cpu", "cuda" or "tensorrt"            */
 } specdec_session_info;

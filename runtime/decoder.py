@@ -47,8 +47,10 @@ class SpeculativeDecoder:
     `sources` (runtime/decoding/sources.py Sources: the draft sources made for requests and what they learned; one
     may be swapped for another over the same models between requests, as specdec-bench does to run configurations
     with and without the datastore on one workspace), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
-    `gamma_max`, `max_length`, `vocab_size`, `eos_id`, `start_id` (the decoder start token), `datastore` (what the
-    lookup searches besides the output and the source, runtime/loading/datastore.py; None without one).
+    `gamma_max`, `max_length`, `vocab_size` (the model's rows: ids 0 .. vocab_size - 1 may go in and come out),
+    `vocabulary` (those rows and the ids the tokenizer makes, runtime/loading/vocabulary.py: a real T5 has 32,128
+    rows for 32,100 ids), `eos_id`, `start_id` (the decoder start token), `datastore` (what the lookup searches
+    besides the output and the source, runtime/loading/datastore.py; None without one).
 
     Threads: one request at a time (runtime/engine/gate.py). generate(), beam search and reset_estimates() wait for the
     request before them; a stream holds the decoder from its first piece to its end, and loses it (its next piece
@@ -64,9 +66,11 @@ class SpeculativeDecoder:
         ids = manifest.special_ids
         self.eos_id, self.start_id = int(ids["eos_token_id"]), int(ids["decoder_start_token_id"])
         self.tokenizer = manifest.tokenizer()     # checked: confined, size-limited, ids inside the vocabulary
+        self.vocabulary = manifest.vocabulary     # the model's rows and the ids its tokenizer makes
         self.target, self.models = target, dict(models)
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
-        self.sources = Sources(self.models, datastore)     # draft= and gamma= -> sources; what auto learns
+        # draft= and gamma= -> sources; what auto learns
+        self.sources = Sources(self.models, datastore, self.vocabulary.tokenizer_size)
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
         self._batch_switches = {}       # kind of batch -> Switch (runtime/decoding/switch.py)
         self._batch_acceptance = {}     # kind of batch -> origin -> what its copies were worth (decoding/batch.py)
@@ -348,7 +352,7 @@ class SpeculativeDecoder:
             model.layout(max(1, min(len(waiting), most)), source_cap)
             switch = self._batch_switches.setdefault(kind, Switch(first=SWITCH_FIRST)) if switched else None
             batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch,
-                                self._batch_acceptance.setdefault(kind, {}), counters)
+                                self._batch_acceptance.setdefault(kind, {}), counters, self.vocabulary.tokenizer_size)
             for row, new in batching.run(waiting, most):
                 row.request.tick()
                 yield row.index, row.request, new

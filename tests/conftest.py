@@ -1,6 +1,7 @@
 """Shared fixtures: tiny random T5 checkpoints (written to disk like real ones) and one tiny export of a pair.
 
-Everything here is offline and small enough for 2 CPU cores: vocab 48, d_model 16-32, 1-2 layers.
+Everything here is offline and small enough for 2 CPU cores: vocab 48 (the tokenizer's 40 ids and 8 padded rows,
+as in every real T5), d_model 16-32, 1-2 layers.
 
     make_tiny_t5(path, ...)      -> path   a T5ForConditionalGeneration checkpoint + fast tokenizer (also the
                                            fixture `tiny_t5_factory`)
@@ -35,6 +36,9 @@ from tinymodels import (  # noqa: F401  (re-exported for fixtures)
 )
 
 
+PADDED_TOKENS = 40      # the tokenizer's ids in the shared pairs, of their 48 rows (as a real T5: 32,100 of 32,128)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_onnxruntime_thread_per_worker():
     """The suite runs in two worker processes (pyproject.toml's addopts), one per core here: a decoder made in a test
@@ -62,12 +66,13 @@ def tiny_t5_factory():
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory):
     """(target_dir, draft_dir): v1.1-style target (2+2 layers, d_model 32) and a 1-layer d_model-16 draft,
-    same tokenizer, vocab 48."""
+    same tokenizer. The real T5 layout: 48 vocabulary rows, of which the tokenizer makes 40 (w3 .. w39; rows
+    40..47 padded)."""
     root = tmp_path_factory.mktemp("tiny_pair")
     target = make_tiny_t5(root / "target", d_model=32, d_kv=8, heads=3, layers=2, decoder_layers=2, v11=True,
-                          seed=1)
+                          seed=1, tokens=PADDED_TOKENS)
     draft = make_tiny_t5(root / "draft", d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1, v11=True,
-                         seed=2)
+                         seed=2, tokens=PADDED_TOKENS)
     return target, draft
 
 

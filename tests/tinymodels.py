@@ -74,17 +74,19 @@ def tiny_t5_model(*, seed=0, bias_scale=1.0, **config_kwargs):
 
 
 def make_tiny_t5(path, *, vocab=48, d_model=32, d_kv=8, heads=3, layers=2, decoder_layers=2, v11=False, seed=0,
-                 tokenizer_words: dict | None = None, **extra) -> Path:
+                 tokenizer_words: dict | None = None, tokens: int | None = None, **extra) -> Path:
     """Write a random tiny T5 checkpoint (config.json + model.safetensors, fp32) and its tokenizer to `path`.
 
-    The tokenizer: `<pad>`=0, `</s>`=1, `<unk>`=2, then `w3` ... `w{vocab-1}`; "w5 w6" encodes to [5, 6, 1].
-    Config: decoder_start_token_id 0, pad 0, eos 1. Extra keyword arguments go to T5Config."""
+    The tokenizer: `<pad>`=0, `</s>`=1, `<unk>`=2, then `w3` ... `w{tokens-1}`; "w5 w6" encodes to [5, 6, 1].
+    `tokens` (default `vocab`): the ids the tokenizer makes; fewer than the model's `vocab` rows is the layout of
+    every real T5 (32,100 ids, 32,128 rows), the rows past it padded. Config: decoder_start_token_id 0, pad 0,
+    eos 1. Extra keyword arguments go to T5Config."""
     path = Path(path)
     model = tiny_t5_model(vocab=vocab, d_model=d_model, d_kv=d_kv, heads=heads, layers=layers,
                           decoder_layers=decoder_layers, v11=v11, seed=seed, **extra)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path))
-    write_tiny_tokenizer(path, vocab, tokenizer_words)
+    write_tiny_tokenizer(path, tokens or vocab, tokenizer_words)
     return path
 
 
@@ -137,6 +139,15 @@ def read_manifest(export_dir) -> dict:
     return json.loads((Path(export_dir) / "manifest.json").read_text())
 
 
+def tokenizer_size(export_dir) -> int:
+    """The ids an export's tokenizer makes (fewer than its model's rows in a padded pair)."""
+    from tokenizers import Tokenizer
+
+    from specdec.runtime.loading.vocabulary import tokenizer_size as size
+
+    return size(Tokenizer.from_file(str(Path(export_dir) / "tokenizer.json")))
+
+
 def random_prompts(vocab: int, count: int, seed: int = 0) -> list:
     """`count` prompts of 2..13 random ids (>= 3: no pad/eos/unk) ending in EOS (1)."""
     import numpy as np
@@ -172,18 +183,46 @@ def export_pair(target, draft, out, *extra):
 
 def add_datastore(export_dir, segments, rel: str = "datastore.sdds") -> Path:
     """Index `segments` (token id lists) with the export's tokenizer into `rel` and list it in the manifest as the
-    export's datastore (what `specdec-export --datastore` does, without re-exporting the graphs)."""
+    export's datastore (what `specdec-export --datastore` does, without re-exporting the graphs); ids past the
+    tokenizer's (a padded row, which a model's output may hold and text cannot) are dropped."""
     from hostile_exports import sha256
 
     from specdec.runtime.tools.datastore_build import write
 
     export_dir = Path(export_dir)
     raw = read_manifest(export_dir)
-    path = write(export_dir / rel, segments, raw["vocab_size"], raw["files"][raw["tokenizer"]])
+    size = tokenizer_size(export_dir)
+    segments = [[t for t in s if t < size] for s in segments]     # text holds no padded row's id (a model's output may)
+    path = write(export_dir / rel, segments, size, raw["files"][raw["tokenizer"]])
     raw["datastore"] = rel
     raw["files"][rel] = sha256(path)
     (export_dir / "manifest.json").write_text(json.dumps(raw, indent=2) + "\n")
     return path
+
+
+def broken_export(target_dir, export_dir, tmp_path, role="target", how="residual"):
+    """A copy of the export whose `role` graph (by default the target's) is deliberately wrong: `how`="residual"
+    draws from p instead of norm(max(0, p - q)) after a rejection; "one_uniform" (a draft) makes its proposal loop
+    draw every step with the same uniform. The models' checkpoints sit side by side (conftest.small_vocab_pair)."""
+    import shutil
+
+    from transformers import T5ForConditionalGeneration
+
+    from specdec.export.decoder import export_decoder
+    from specdec.export.loop import add_proposal_loop_file
+    from specdec.runtime.loading.manifest import sha256_file
+
+    broken = Path(tmp_path) / f"broken-{role}-{how}"
+    shutil.copytree(export_dir, broken)
+    model = T5ForConditionalGeneration.from_pretrained(str(Path(target_dir).parent / role)).eval()
+    export_decoder(model, broken / f"{role}/decoder.onnx", residual=how != "residual", tree=role == "target")
+    if role != "target":                 # a draft's graph carries its proposal loop (export format 4)
+        add_proposal_loop_file(broken / f"{role}/decoder.onnx", one_uniform=how == "one_uniform")
+    manifest = json.loads((broken / "manifest.json").read_text())
+    for rel in manifest["files"]:
+        manifest["files"][rel] = sha256_file(broken / rel)
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    return broken
 
 
 # -- Whisper ------------------------------------------------------------------------------------------------------------
@@ -220,9 +259,10 @@ def tiny_whisper_model(*, seed=0, vocab=97, position_scale=20.0, **kw):
     return model
 
 
-def save_tiny_whisper(model, path) -> Path:
-    """`model` saved as a checkpoint directory: weights, generation config, feature extractor, tokenizer."""
-    return whisper_checkpoint.save(model, path, tiny_whisper_specials())
+def save_tiny_whisper(model, path, tokens: int | None = None) -> Path:
+    """`model` saved as a checkpoint directory: weights, generation config, feature extractor, tokenizer (of
+    `tokens` ids; default: every row of the model)."""
+    return whisper_checkpoint.save(model, path, tiny_whisper_specials(), tokens)
 
 
 WHISPER_WINDOW = dict(max_source_positions=50)      # 1 s of audio: 100 feature frames, 50 encoder positions
@@ -243,23 +283,24 @@ def noisy_whisper_draft(target, noise: float, seed: int):
     return draft
 
 
-def build_whisper_pair(root, vocab: int, seed: int, noise: float = 0.3):
+def build_whisper_pair(root, vocab: int, seed: int, noise: float = 0.3, tokens: int | None = None):
     """A tiny Whisper target with a 1-second window and its noisy_whisper_draft, saved as root/target and
-    root/draft; returns the target model."""
+    root/draft, with a tokenizer of `tokens` ids (default: `vocab`); returns the target model."""
     target = tiny_whisper_model(seed=seed, vocab=vocab, position_scale=1.0, init_std=0.2, **WHISPER_WINDOW)
     draft = noisy_whisper_draft(target, noise, seed + 1)
-    save_tiny_whisper(target, Path(root) / "target")
-    save_tiny_whisper(draft, Path(root) / "draft")
+    save_tiny_whisper(target, Path(root) / "target", tokens)
+    save_tiny_whisper(draft, Path(root) / "draft", tokens)
     return target
 
 
 def exported_whisper_pair(root, vocab: int = 40, seed: int = 6, gamma_max: int = 4, max_length: int = 64,
-                          noise: float = 0.3):
-    """build_whisper_pair under `root`, exported to root/export: (the target model, the export's path). The
-    defaults are the pair the runtime, C API and serving tests share."""
-    target = build_whisper_pair(root, vocab=vocab, seed=seed, noise=noise)
+                          noise: float = 0.3, tokens: int | None = 36, extra=()):
+    """build_whisper_pair under `root`, exported to root/export (with the `extra` export arguments): (the target
+    model, the export's path). The defaults are the pair the runtime, C API and serving tests share: 40 rows, of
+    which the tokenizer makes 36 (rows past a tokenizer's ids are padded in real checkpoints too)."""
+    target = build_whisper_pair(root, vocab=vocab, seed=seed, noise=noise, tokens=tokens)
     out = export_pair(str(Path(root) / "target"), str(Path(root) / "draft"), str(Path(root) / "export"),
-                      "--gamma-max", str(gamma_max), "--max-length", str(max_length))
+                      "--gamma-max", str(gamma_max), "--max-length", str(max_length), *extra)
     return target, out
 
 

@@ -79,9 +79,9 @@ class Batching:
     """Decode queued requests on a BatchModel (runtime/engine/batch_model.py), `capacity` rows at a time."""
 
     def __init__(self, model, eos_id: int, start_id: int, max_length: int, datastore=None, switch: Switch | None = None,
-                 acceptance: dict | None = None, counters: dict | None = None):
+                 acceptance: dict | None = None, counters: dict | None = None, tokenizer_size: int | None = None):
         self.model, self.eos_id, self.start_id, self.max_length = model, eos_id, start_id, max_length
-        self.datastore = datastore
+        self.datastore, self.tokenizer_size = datastore, tokenizer_size      # what a row's lookup searches, proposes
         self.switch = switch
         # origin -> decayed (guesses judged, kept): what a copy of each origin is worth; the decoder keeps it
         self.acceptance = {} if acceptance is None else acceptance
@@ -162,7 +162,7 @@ class Batching:
         self.model.join(b, request.ids, params, request.stats)
         lookup = None
         if batch_source(params) == "lookup":
-            lookup = LookupDraft(datastore=self.datastore)
+            lookup = LookupDraft(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
             lookup.start(request.ids, request.stats)
         gamma = BATCH_GAMMA if params.gamma == "auto" else int(params.gamma)
         return Row(index, request, lookup, min(gamma, self.model.gamma), np.random.default_rng(params.seed),

@@ -50,15 +50,18 @@ class LookupDraft(DraftSource):
     """Proposes up to k tokens copied after the longest matching suffix: n in min_n..max_n in the tokens generated
     so far, then in the source, and n in min_n..datastore.width in `datastore` (a runtime/loading/datastore.py Datastore,
     optional; there the start of the output counts as a token, so it also proposes the first tokens), the longest
-    match first and, at equal n, in that order; nothing on a miss."""
+    match first and, at equal n, in that order; nothing on a miss. Ids at or past `tokenizer_size` (the padded rows
+    of a model whose vocabulary is larger than its tokenizer's, runtime/loading/vocabulary.py) are never proposed,
+    and nothing before one in the output is matched; None: the datastore's, or no limit without one."""
 
     name = "lookup"
     copies = True
 
-    def __init__(self, min_n: int = 1, max_n: int = 3, datastore=None):
+    def __init__(self, min_n: int = 1, max_n: int = 3, datastore=None, tokenizer_size: int | None = None):
         if not 1 <= min_n <= max_n:
             raise ValueError(f"lookup n-gram range must satisfy 1 <= min_n <= max_n (got {min_n}..{max_n})")
         self.min_n, self.max_n, self.datastore = min_n, max_n, datastore
+        self.tokenizer_size = tokenizer_size if tokenizer_size is not None or datastore is None else datastore.sep
         self._reach = max(max_n, datastore.width if datastore is not None else 0)
         self.origin = self.name       # where the last guesses came from: self.name, or "datastore"
         self.fallback = []            # after a datastore match: the output's or the source's shorter one, if any
@@ -99,15 +102,22 @@ class LookupDraft(DraftSource):
             return []
         self._sync(seq)
         last = seq[max(1, len(seq) - self._reach):] + known       # the output's last tokens
-        self._context = last if len(seq) - self._reach > 1 else [None] + last      # None: the start of the output
+        at_start, limit = len(seq) - self._reach <= 1, self.tokenizer_size
+        if limit is not None and max(last, default=0) >= limit:   # a padded row: match only what follows it
+            last = last[max(i for i, t in enumerate(last) if t >= limit) + 1:]
+            at_start = False
+        self._context = [None] + last if at_start else last      # None: the start of the output
         found, n = [], min(len(last), self.max_n)
         while n >= self.min_n and not found:
             key = tuple(last[-n:])
             found = self.generated.continuation(key, k) or self.source.continuation(key, k)
             n -= 1
+        if limit is not None and found and max(found) >= limit:
+            found = found[:next(i for i, t in enumerate(found) if t >= limit)]
         store = self.datastore
         if store is not None and self.search_store:     # only a longer match than the output's and the source's
-            context = last[-store.width:] if found else ([store.sep] + last)[-store.width:]    # SEP: the start
+            context = ([store.sep] if at_start and not found else []) + last      # SEP: the start
+            context = context[-store.width:]
             stored, continuations = store.continuations(context, k, 1, n + 2 if found else self.min_n)
             if stored:
                 self.origin, self.fallback = "datastore", found

@@ -56,13 +56,15 @@ def parse(spec: str, models) -> list[str]:
     return parts
 
 
-def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, datastore=None) -> DraftSource:
+def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, datastore=None,
+          tokenizer_size: int | None = None) -> DraftSource:
     """The source for a parsed chain (not "none" or "auto"); `models`: name -> CachedSeq2Seq; `lookup`: the
-    LookupDraft to use (when None, a new one searching `datastore` too, if given)."""
+    LookupDraft to use (when None, a new one searching `datastore` too, if given, and proposing no id at or past
+    `tokenizer_size`)."""
     source = None
     for i, part in enumerate(parts):            # level 0 proposes to the target, level len - 1 is the lowest
         if part == "lookup":
-            source = lookup or LookupDraft(datastore=datastore)
+            source = lookup or LookupDraft(datastore=datastore, tokenizer_size=tokenizer_size)
         else:
             source = ModelDraft(models[part], below=source, name=",".join(parts[:i + 1]), level=len(parts) - 1 - i)
     return source
@@ -72,10 +74,11 @@ class Sources:
     """What a request's `draft` and `gamma` resolve to on one decoder, for sampling and for beam search alike: the
     sources (made on first use and kept, so a lookup's or a model's state is not rebuilt per request), what auto
     learns across requests (`estimates`, and `beam_estimates` for beam search's gamma), and `datastore`, what the
-    lookups search besides the output and the source."""
+    lookups search besides the output and the source. `tokenizer_size`: the ids a lookup may propose
+    (runtime/loading/vocabulary.py)."""
 
-    def __init__(self, models: dict, datastore=None):
-        self.models, self.datastore = models, datastore
+    def __init__(self, models: dict, datastore=None, tokenizer_size: int | None = None):
+        self.models, self.datastore, self.tokenizer_size = models, datastore, tokenizer_size
         self.reset()
 
     def reset(self) -> None:
@@ -111,12 +114,12 @@ class Sources:
         key = (draft, gamma == "auto", params.candidates if gamma == "auto" else None)
         if key not in self._made:
             if parts == ["auto"]:
-                lookup = LookupDraft(datastore=self.datastore)
+                lookup = LookupDraft(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
                 made = {spec: build(spec.split(","), self.models, lookup) for spec in AUTO_CANDIDATES
                         if all(p == "lookup" or p in self.models for p in spec.split(","))}
                 self._made[key] = AutoDraft(made, Estimates(), adaptive=gamma == "auto")
             else:
-                made = build(parts, self.models, datastore=self.datastore)
+                made = build(parts, self.models, datastore=self.datastore, tokenizer_size=self.tokenizer_size)
                 if isinstance(made, LookupDraft):
                     made.top = gamma != "auto"           # it proposes to the target itself (auto's: via auto)
                 self._made[key] = AutoDraft({draft: made}, Estimates()) if gamma == "auto" else made

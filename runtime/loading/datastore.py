@@ -1,12 +1,16 @@
 """A datastore the lookup searches: token ids of text in the output's language, indexed so that the continuations of
 an n-gram (n < the key's m digits) are found with one binary search, whatever the size, on a memory-mapped file.
 
-The index. The stream is the segments with a separator SEP = vocab_size before each and after the last, so that
+The ids. A datastore holds ids its tokenizer makes, 0 .. T - 1 with T its tokenizer_size (vocabulary.py: a real
+T5's tokenizer makes 32,100 ids for the model's 32,128 rows; the padded rows never occur in text).
+
+The index. The stream is the segments with a separator SEP = T before each and after the last, so that
 "the start of a segment" can be matched like a token (the lookup's context begins with SEP while the output is
 shorter than the n-grams: the first token is guessed from how segments start). Every position i but the last gets a
-64-bit key: the digits d = token + 1 of tokens i .. i+m-1 (SEP's digit is vocab_size + 1; m = 64 // bits, bits =
-the bits of vocab_size + 1; m = 4 for T5's 32,128 ids and for 4,096), first token in the highest bits, the digits
-from the next SEP on 0. Keys are sorted (positions alongside), so:
+64-bit key: the digits d = token + 1 of tokens i .. i+m-1 (SEP's digit is T + 1; m = 64 // bits, bits =
+the bits of T + 1; m = 4 for T5's 32,100 ids and for 4,096), first token in the highest bits, the digits
+from the next SEP on 0. A context holding an id the tokenizer does not make matches nothing before it. Keys are
+sorted (positions alongside), so:
   - the occurrences of an n-gram g (n < m) followed by at least one more token are the contiguous range of keys
     in [(g, 1, 0 ..), (g + 1, 0 ..)): two `searchsorted` probes into the mapped array (log2 N page reads), one
     numpy call for every n at once;
@@ -17,7 +21,7 @@ from the next SEP on 0. Keys are sorted (positions alongside), so:
 
 The file (little-endian; written by datastore_build.py, `specdec-datastore build`):
 
-    header   HEADER bytes: MAGIC, version, token width (2 or 4 bytes), bits, m, vocab_size, N tokens (segment
+    header   HEADER bytes: MAGIC, version, token width (2 or 4 bytes), bits, m, T, N tokens (segment
              separators included), segments, the sha256 of the tokenizer.json that made the ids
     tokens   N x uint16/uint32: SEP, segment 1, SEP, segment 2, ..., SEP
     keys     (N - 1) x uint64, sorted
@@ -25,7 +29,7 @@ The file (little-endian; written by datastore_build.py, `specdec-datastore build
 
 The file is not trusted (it may come from anywhere, or be corrupt): `Datastore.open` checks the header's numbers
 against each other and the file's size, then reads the three arrays once, in chunks (the process does not keep
-them: resident memory stays flat), checking that every token is an id of the vocabulary or the separator, that the
+them: resident memory stays flat), checking that every token is an id below T or the separator, that the
 stream starts and ends with one, that every position points into the stream and that the keys are sorted. Any problem
 is a one-line SpecdecError before generation. What a lookup may then read is in bounds by construction.
 """
@@ -43,7 +47,7 @@ from ..core.errors import SpecdecError
 
 MAGIC = b"SPDCSTOR"
 VERSION = 1
-HEADER = struct.Struct("<8sIIIIQQQ32s")           # magic, version, token bytes, bits, m, vocab, N, segments, sha
+HEADER = struct.Struct("<8sIIIIQQQ32s")           # magic, version, token bytes, bits, m, T, N, segments, sha
 HEADER_BYTES = 128
 SAMPLE = 64                  # a match range longer than this is ranked on SAMPLE keys taken at a fixed stride
 MAX_TOKENS = (1 << 32) - 1    # positions are uint32
@@ -86,12 +90,13 @@ def token_bytes_for(vocab_size: int) -> int:
 
 class Datastore:
     """An opened, checked datastore file: `continuations(context, k)` ranks what followed the context's longest
-    suffix (at most `width` = m - 1 tokens) in the indexed text. Attributes: path, vocab_size, tokens (of text),
+    suffix (at most `width` = m - 1 tokens) in the indexed text. Attributes: path, tokenizer_size (T: its ids are
+    0 .. T - 1, and `sep` = T), tokens (of text),
     segments, stream_length (N: tokens and separators), width, digits (m), tokenizer_sha256, file_bytes."""
 
     def __init__(self, path: Path, header: tuple, layout: Layout):
         _, _, token_bytes, bits, width, vocab, n_tokens, segments, sha = header
-        self.path, self.vocab_size, self.segments = path, vocab, segments
+        self.path, self.tokenizer_size, self.segments = path, vocab, segments
         self.tokens, self.stream_length = n_tokens - segments - 1, n_tokens
         self.digits, self.bits, self.tokenizer_sha256 = width, bits, sha.hex()
         self.width = width - 1          # the longest n-gram matched: a key also holds the token after it
@@ -110,10 +115,10 @@ class Datastore:
 
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path, vocab_size: int | None = None, tokenizer_sha256: str | None = None,
+    def open(cls, path, tokenizer_size: int | None = None, tokenizer_sha256: str | None = None,
              fix: str = "rebuild it with specdec-datastore build") -> "Datastore":
-        """Open and check `path`; with `vocab_size` / `tokenizer_sha256` given, it must have been made with that
-        tokenizer. Every problem is a one-line SpecdecError naming the file and `fix`."""
+        """Open and check `path`; with `tokenizer_size` (vocabulary.py) / `tokenizer_sha256` given, it must have
+        been made with that tokenizer. Every problem is a one-line SpecdecError naming the file and `fix`."""
         path = Path(path)
         shown = str(path)[:200]
         try:
@@ -130,9 +135,9 @@ class Datastore:
             raise SpecdecError(f"cannot read datastore '{shown}' ({err.strerror or type(err).__name__})",
                                "check the path and its permissions") from None
         store = cls(path, header, layout)
-        if vocab_size is not None and store.vocab_size != vocab_size:
-            raise SpecdecError(f"datastore '{shown}' holds ids of a vocabulary of {store.vocab_size}, this export's "
-                               f"has {vocab_size} (made with another tokenizer)",
+        if tokenizer_size is not None and store.tokenizer_size != tokenizer_size:
+            raise SpecdecError(f"datastore '{shown}' holds ids of a tokenizer of {store.tokenizer_size} ids, this "
+                               f"export's tokenizer makes {tokenizer_size} (made with another tokenizer)",
                                "build it with this export's tokenizer: specdec-datastore build --export DIR")
         if tokenizer_sha256 is not None and store.tokenizer_sha256 != tokenizer_sha256:
             raise SpecdecError(f"datastore '{shown}' was made with another tokenizer (sha256 "
@@ -145,8 +150,14 @@ class Datastore:
         """(n, [continuation, ...]): the longest n in min_n .. width such that the last n tokens of `context` (ids, and
         `sep` for the start of the text: only as the first of them) occur followed by more text, and up to `count`
         continuations of up to k tokens after them, with distinct first tokens, the most frequent first token first
-        (each the most frequent continuation of that first token's occurrences). (0, []) when nothing matches."""
-        bits, width = self.bits, self.width
+        (each the most frequent continuation of that first token's occurrences). (0, []) when nothing matches. An id
+        the tokenizer does not make (a padded row, vocabulary.py) occurs in no text: only what follows it is matched."""
+        bits, width, sep = self.bits, self.width, self.sep
+        for i in range(len(context) - 1, -1, -1):
+            t = int(context[i])
+            if not (0 <= t < sep or (t == sep and i == 0)):
+                context = context[i + 1:]
+                break
         top = min(len(context), width)
         if top < min_n or k < 1 or not len(self._keys):
             return 0, []
@@ -199,7 +210,7 @@ class Datastore:
 
     def info(self) -> dict:
         return {"path": str(self.path), "tokens": self.tokens, "segments": self.segments,
-                "vocab_size": self.vocab_size, "width": self.width, "bytes": self.file_bytes,
+                "tokenizer_size": self.tokenizer_size, "width": self.width, "bytes": self.file_bytes,
                 "tokenizer_sha256": self.tokenizer_sha256}
 
 

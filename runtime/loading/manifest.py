@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import SpecdecError
@@ -36,6 +37,7 @@ from ..core.graph_io import GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, ROW_INPUTS,
 from .confine import inside
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
+from .vocabulary import Vocabulary, tokenizer_size
 
 FORMAT = "specdec-export"
 FORMAT_VERSION = 7
@@ -90,7 +92,7 @@ class Manifest:
     gamma_max = property(lambda self: int(self.raw["gamma_max"]))
     max_length = property(lambda self: int(self.raw["max_length"]))
     dtype = property(lambda self: self.raw["dtype"])
-    vocab_size = property(lambda self: int(self.raw["vocab_size"]))
+    vocab_size = property(lambda self: int(self.raw["vocab_size"]))      # the model's rows (vocabulary.py)
     special_ids = property(lambda self: dict(self.raw["special_ids"]))
     files = property(lambda self: dict(self.raw["files"]))
     drafts = property(lambda self: [role for role in self.models if role != "target"])
@@ -108,19 +110,30 @@ class Manifest:
         export's tokenizer; None when `path` is None and the export has none."""
         from .datastore import Datastore
 
+        expected = self.vocabulary.tokenizer_size, self.files[self.raw["tokenizer"]]
         if path is None:
             rel = self.raw.get("datastore")
             if rel is None:
                 return None
-            return Datastore.open(self.path(rel), self.vocab_size, self.files[self.raw["tokenizer"]],
+            return Datastore.open(self.path(rel), *expected,
                                   "re-run specdec-export into a fresh directory (with --force to overwrite)")
-        return Datastore.open(path, self.vocab_size, self.files[self.raw["tokenizer"]])
+        return Datastore.open(path, *expected)
 
     def tokenizer(self):
-        """The export's tokenizers.Tokenizer, checked (tokenfile.py): a bad file is a one-line SpecdecError."""
+        """The export's tokenizers.Tokenizer, checked (tokenfile.py): a bad file is a one-line SpecdecError. Read
+        once; later calls return the same object."""
+        return self._tokenizer
+
+    @cached_property
+    def _tokenizer(self):
         from .tokenfile import load_tokenizer
 
         return load_tokenizer(self)
+
+    @cached_property
+    def vocabulary(self) -> Vocabulary:
+        """The model's rows and the ids its tokenizer makes (vocabulary.py); reads the tokenizer."""
+        return Vocabulary(self.vocab_size, tokenizer_size(self.tokenizer()))
 
 
 def load_manifest(root: str | Path, verify_checksums: bool = True) -> Manifest:

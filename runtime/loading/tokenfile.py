@@ -3,7 +3,8 @@
 The file's path is confined to the export (Manifest.path) and its checksum verified already; this module checks
 what the checksum cannot: that it is at most MAX_TOKENIZER_BYTES, UTF-8, a tokenizer the `tokenizers` library
 accepts, that it encodes and decodes a probe text, and that every id it can produce is inside the export's
-vocabulary (an id past it would reach the graphs' embedding lookups). Errors from the tokenizers library (Python
+vocabulary (an id past it would reach the graphs' embedding lookups; the tokenizer may make fewer ids than the model
+has rows, as every real T5's does: vocabulary.py). Errors from the tokenizers library (Python
 exceptions, and Rust panics, which pyo3 raises as a BaseException) become the SpecdecError.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from ..core.errors import SpecdecError
 from .confine import shown
+from .vocabulary import tokenizer_size
 
 MAX_TOKENIZER_BYTES = 256 << 20
 PROBE = "a b 1, x."
@@ -37,7 +39,7 @@ def load_tokenizer(manifest):
         raise SpecdecError(f"{what} is not UTF-8 text (byte {err.start})", FIX) from None
     try:
         tokenizer = Tokenizer.from_str(text)
-        largest = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
+        largest = tokenizer_size(tokenizer) - 1
         tokenizer.decode(tokenizer.encode(PROBE).ids)
     except (KeyboardInterrupt, SystemExit):
         raise

@@ -48,15 +48,15 @@ def _main(argv) -> int:
     if args.command == "info":
         expected = {}
         if args.export:
-            _, vocab, sha = load_tokenizer(args.export)
-            expected = {"vocab_size": vocab, "tokenizer_sha256": sha}
+            _, size, sha = load_tokenizer(args.export)
+            expected = {"tokenizer_size": size, "tokenizer_sha256": sha}
         store = Datastore.open(args.store, **expected)
         info = store.info()
         if args.json:
             print(json.dumps(info, indent=1))
         else:
             print(f"{info['path']}: {info['tokens']:,} tokens in {info['segments']:,} segments, "
-                  f"{info['bytes'] / 2**20:.1f} MiB; vocabulary {info['vocab_size']}, n-grams up to "
+                  f"{info['bytes'] / 2**20:.1f} MiB; ids of a tokenizer of {info['tokenizer_size']}, n-grams up to "
                   f"{info['width']}; tokenizer sha256 {info['tokenizer_sha256'][:16]}.."
                   + (" (matches the export)" if expected else ""))
         return 0

@@ -21,6 +21,7 @@ from ..loading.datastore import HEADER, HEADER_BYTES, MAGIC, MAX_TOKENS, VERSION
     token_bytes_for
 from ..core.errors import SpecdecError
 from ..loading.manifest import sha256_file
+from ..loading.vocabulary import tokenizer_size
 
 BATCH = 4096          # lines tokenized per call
 
@@ -67,7 +68,8 @@ def read_segments(path, field: str | None = None):
 
 
 def load_tokenizer(tokenizer_json):
-    """(Tokenizer, vocab size, sha256 of the file) for a tokenizer.json or an export directory holding one."""
+    """(Tokenizer, its tokenizer_size (the ids it makes, runtime/loading/vocabulary.py), sha256 of the file) for a
+    tokenizer.json or an export directory holding one."""
     from tokenizers import Tokenizer
 
     path = Path(tokenizer_json)
@@ -80,7 +82,7 @@ def load_tokenizer(tokenizer_json):
     except Exception as err:      # tokenizers raises its own Exception type for malformed files
         raise SpecdecError(f"'{path}' is not a valid tokenizer ({str(err).splitlines()[0][:80] if str(err) else ''})",
                            "pass the tokenizer.json of the export") from None
-    return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True), sha256_file(path)
+    return tokenizer, tokenizer_size(tokenizer), sha256_file(path)
 
 
 def tokenize(tokenizer, texts, progress=None) -> list:
@@ -101,7 +103,8 @@ def tokenize(tokenizer, texts, progress=None) -> list:
 
 
 def write(path, segments: list, vocab_size: int, tokenizer_sha256: str) -> Path:
-    """Index `segments` (lists of token ids) and write the datastore file `path`; returns its path."""
+    """Index `segments` (lists of token ids below `vocab_size`, the tokenizer's size: vocabulary.py) and write the
+    datastore file `path`; returns its path."""
     path = Path(path)
     segments = [s for s in segments if len(s)]
     if not segments:
@@ -159,7 +162,7 @@ def build(out, texts, tokenizer_json, field: str | None = None, add_to: Datastor
     """Tokenize the files `texts` and write the datastore `out` (after the segments of `add_to`, when given);
     returns it opened."""
     tokenizer, vocab_size, sha = load_tokenizer(tokenizer_json)
-    if add_to is not None and (add_to.vocab_size != vocab_size or add_to.tokenizer_sha256 != sha):
+    if add_to is not None and (add_to.tokenizer_size != vocab_size or add_to.tokenizer_sha256 != sha):
         raise SpecdecError(f"datastore '{add_to.path}' was made with another tokenizer than '{tokenizer_json}'",
                            "add text with the tokenizer it was built with, or build a new one")
     segments = list(add_to.segments_tokens()) if add_to is not None else []

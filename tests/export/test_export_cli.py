@@ -39,12 +39,12 @@ def test_progress_names_every_stage_for_each_model(tiny_export_log, tiny_pair):
         for stage in ("load", "encoder", "decoder", "check"):
             assert re.search(rf"^\s*{role}\s+{stage}\s+\d+\.\d+ s$", stdout, re.M), (role, stage, stdout)
         assert re.search(rf"^\s*{role} parity vs PyTorch float64 \(fp32\):.*argmax agrees on \d+/\d+ positions -> OK$", stdout, re.M), stdout
-    for stage in ("tokenizer", "manifest"):
+    for stage in ("tokenizer", "manifest", "open"):
         assert re.search(rf"^\s*pair\s+{stage}\s+\d+\.\d+ s$", stdout, re.M), (stage, stdout)
     # stages come in pipeline order
     order = [m.group(1) for m in re.finditer(r"^\s*(?:target|draft|pair)\s+(\w+)\s+\d", stdout, re.M)]
     assert order == ["load", "load", "encoder", "decoder", "encoder", "decoder", "tokenizer",
-                     "check", "check", "manifest"], order
+                     "check", "check", "manifest", "open"], order
     assert f"(target) + {tiny_pair[1]} (draft)" in stdout
 
 
@@ -118,6 +118,32 @@ def test_same_size_but_different_vocabulary(tiny_pair, tmp_path):
                          seed=5, tokenizer_words=words)
     assert_one_line_error(*run_export_cli(export_args(tiny_pair[0], other, tmp_path / "out")),
                           "tokenizers", "differ", "vocabulary")
+
+
+def test_a_tokenizer_with_more_ids_than_the_models_rows(tiny_pair, tmp_path):
+    """Fewer ids than rows is the real T5 layout (tiny_pair has it); more would reach past the embedding."""
+    big = make_tiny_t5(tmp_path / "big-tokenizer", vocab=48, tokens=56, d_model=16, heads=2, layers=1,
+                       decoder_layers=1, v11=True, seed=5)
+    assert_one_line_error(*run_export_cli(export_args(big, tiny_pair[1], tmp_path / "out")),
+                          "makes ids up to 55", "48 vocabulary rows", "the model's own tokenizer")
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_export_that_would_not_load_is_one_line_and_leaves_nothing(tiny_pair, tmp_path, monkeypatch):
+    """The export's last step opens what it wrote as SpeculativeDecoder.load does. Built with the datastore over the
+    model's 48 rows instead of the tokenizer's 40 ids (how exports of padded vocabularies, every real T5, used to
+    be written: they succeeded and then did not load), the export fails in one line and leaves no directory."""
+    import specdec.runtime.tools.datastore_build as datastore_build
+
+    text = tmp_path / "text.txt"
+    text.write_text("w5 w6 w7\nw8 w9\n")
+    out = tmp_path / "out"
+    assert run_export_cli(export_args(*tiny_pair, out, "--datastore", text))[0] == 0
+    shutil.rmtree(out)
+    monkeypatch.setattr(datastore_build, "tokenizer_size", lambda tokenizer: 48)
+    assert_one_line_error(*run_export_cli(export_args(*tiny_pair, out, "--datastore", text)),
+                          "written but does not load", "tokenizer of 48 ids", "makes 40", "report it")
+    assert not out.exists()
 
 
 # --- the output directory ------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ def batch_counts(dec, settings, prompts=(PROMPT, OTHER), n=N_BATCH) -> list:
 @pytest.fixture(scope="module")
 def batch_decoder(small_vocab_pair, tmp_path_factory):
     dec = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
-    dec.datastore = small_datastore(tmp_path_factory.mktemp("store"), dec.vocab_size)
+    dec.datastore = small_datastore(tmp_path_factory.mktemp("store"), dec.vocabulary.tokenizer_size)
     return dec
 
 
@@ -164,7 +164,7 @@ def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
 
     monkeypatch.setattr(decoder_module, "BatchModel", WrongRow)
     wrong = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")      # its batches run on a WrongRow
-    wrong.datastore = small_datastore(tmp_path, wrong.vocab_size)
+    wrong.datastore = small_datastore(tmp_path, wrong.vocabulary.tokenizer_size)
     settings = SETTINGS["temperature"]
     counts, _ = batch_counts(wrong, settings)
     p_values = [chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))

@@ -152,7 +152,7 @@ class with_tree:
 def test_several_candidates_match_target_distribution(name, small_vocab_pair, tmp_path, monkeypatch):
     decoder = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
     settings = SETTINGS[name]
-    lookup = with_tree(decoder, small_datastore(tmp_path, decoder.vocab_size))
+    lookup = with_tree(decoder, small_datastore(tmp_path, decoder.vocabulary.tokenizer_size))
     count = _Count(monkeypatch)
     p_value = chi_square_p(empirical(lookup, settings, N_TREE), exact_distribution(small_vocab_pair[0], **settings))
     print(f"several candidates, {name}: p = {p_value:.3g}, tree rounds {count.rounds}")
@@ -179,7 +179,7 @@ def test_the_tree_test_has_teeth(small_vocab_pair, tmp_path, monkeypatch):
             node = child
 
     monkeypatch.setattr(tree_module.Tree, "walk", broken_walk)
-    lookup = with_tree(decoder, small_datastore(tmp_path, decoder.vocab_size))
+    lookup = with_tree(decoder, small_datastore(tmp_path, decoder.vocabulary.tokenizer_size))
     p_value = chi_square_p(empirical(lookup, settings, N_TREE), exact_distribution(small_vocab_pair[0], **settings))
     print(f"broken walk: p = {p_value:.3g}")
     assert p_value < P_TEETH, f"a walk that redraws from p passed the chi-square test (p = {p_value:.3g})"

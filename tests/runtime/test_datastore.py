@@ -105,6 +105,20 @@ def test_segments_do_not_run_together(tmp_path):
     assert list(store.segments_tokens()) == [[1, 2], [3, 4, 5]]
 
 
+def test_a_context_holding_a_padded_row_is_matched_from_after_it(tmp_path):
+    """The real T5 layout: a model has more rows than its tokenizer makes ids (here a tokenizer of 10 ids, the
+    separator 10). A padded row's id (10 .. the rows, or anything larger) occurs in no text, so a context holding
+    one is matched from after it, and a continuation never holds one."""
+    store = Datastore.open(write(tmp_path / "s.sdds", [[1, 2, 3, 4], [5, 2, 3, 6]], 10, SHA))
+    assert store.continuations([1, 2, 3], 2) == (3, [[4]])
+    for padded in (11, 13, 300):        # 300: wider than a key's digit
+        assert store.continuations([padded, 2, 3], 2)[0] == 2
+        assert store.continuations([1, padded, 3], 2)[0] == 1
+        assert store.continuations([1, 2, padded], 2) == (0, [])
+    assert store.continuations([7, 10, 3], 2)[0] == 1           # the separator's value past the context's start
+    assert store.continuations([10, 5], 3) == (2, [[2, 3, 6]])    # ... and as its start: the start of a text
+
+
 # -- untrusted files ----------------------------------------------------------------------------------------------
 def _good(tmp_path, vocab=50):
     rng = np.random.default_rng(0)
@@ -150,7 +164,7 @@ def test_corrupt_files_are_refused_with_one_line(tmp_path):
     del header
     _refused(tmp_path / "missing.sdds", "does not exist")
     _refused(tmp_path, "is not a regular file")
-    _refused(good, "vocabulary of 50", "another tokenizer", vocab_size=51)
+    _refused(good, "tokenizer of 50 ids", "another tokenizer", tokenizer_size=51)
     _refused(good, "another tokenizer", tokenizer_sha256="cd" * 32)
     assert Datastore.open(good, 50, SHA).segments == 50          # the good file still opens
 

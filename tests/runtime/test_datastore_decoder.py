@@ -11,7 +11,8 @@ import sys
 
 import pytest
 from hostile_exports import sha256
-from tinymodels import add_datastore, random_prompts, read_manifest, run_export_cli, write_tiny_tokenizer
+from tinymodels import (add_datastore, random_prompts, read_manifest, run_export_cli, tokenizer_size,
+                        write_tiny_tokenizer)
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
 from specdec.runtime.tools.datastore_build import write
@@ -19,15 +20,18 @@ from specdec.runtime.tools.datastore_build import write
 
 @pytest.fixture(scope="module")
 def stored(tiny_export, tmp_path_factory):
-    """(export with a datastore of the target's own greedy outputs for prompts A, plus noise, prompts A, B)."""
+    """(export with a datastore of the target's own greedy outputs for prompts A, plus noise, prompts A, B). The
+    export has the real T5 layout (tiny_pair: 48 rows, a tokenizer of 40 ids): the prompts hold padded rows' ids
+    too, and the datastore, being text, holds the outputs' ids the tokenizer makes."""
     export = tmp_path_factory.mktemp("stored") / "export"
     shutil.copytree(tiny_export, export)
     plain = SpeculativeDecoder.load(export, provider="cpu")
-    vocab = plain.vocab_size
+    vocab, text = plain.vocab_size, plain.vocabulary.tokenizer_size
+    assert text < vocab
     prompts_a, prompts_b = random_prompts(vocab, 10, seed=11), random_prompts(vocab, 10, seed=12)
     outputs = [plain.generate(input_ids=p, draft="none", max_new_tokens=24).token_ids for p in prompts_a]
-    noise = [list(p) for p in random_prompts(vocab, 40, seed=13)]
-    add_datastore(export, outputs + noise)
+    noise = [list(p) for p in random_prompts(text, 40, seed=13)]
+    add_datastore(export, [[t for t in out if t < text] for out in outputs] + noise)
     return export, prompts_a, prompts_b
 
 
@@ -51,7 +55,7 @@ def test_load_options(stored, tmp_path):
     export, prompts_a, _ = stored
     raw = read_manifest(export)
     assert SpeculativeDecoder.load(export, provider="cpu", datastore=False).datastore is None
-    other = write(tmp_path / "other.sdds", [[5, 6, 7]], raw["vocab_size"], raw["files"]["tokenizer.json"])
+    other = write(tmp_path / "other.sdds", [[5, 6, 7]], tokenizer_size(export), raw["files"]["tokenizer.json"])
     dec = SpeculativeDecoder.load(export, provider="cpu", datastore=str(other))
     assert dec.datastore.path == other and dec.datastore.segments == 1
     # without the export's datastore the lookup copies less of those outputs
@@ -82,13 +86,15 @@ def test_bad_datastores_are_one_line_errors_and_the_decoder_stays_usable(stored,
     dec = SpeculativeDecoder.load(export, provider="cpu")
     before = dec.generate(input_ids=prompts_a[0], max_new_tokens=24).token_ids
     raw = read_manifest(export)
-    vocab, sha = raw["vocab_size"], raw["files"]["tokenizer.json"]
-    foreign = write(tmp_path / "foreign.sdds", [[5, 6, 7]], vocab, "cd" * 32)
-    bigger = write(tmp_path / "bigger.sdds", [[5, 6, 7]], vocab + 100, sha)
+    size, sha = tokenizer_size(export), raw["files"]["tokenizer.json"]
+    foreign = write(tmp_path / "foreign.sdds", [[5, 6, 7]], size, "cd" * 32)
+    bigger = write(tmp_path / "bigger.sdds", [[5, 6, 7]], size + 100, sha)
+    rows = write(tmp_path / "rows.sdds", [[5, 6, 7]], raw["vocab_size"], sha)      # the model's rows: not text's
     cut = tmp_path / "cut.sdds"
     cut.write_bytes((export / "datastore.sdds").read_bytes()[:-3])
     _refused("another tokenizer", export_dir=export, datastore=foreign)
-    _refused("vocabulary of", "another tokenizer", export_dir=export, datastore=bigger)
+    _refused("tokenizer of 140 ids", "makes 40", export_dir=export, datastore=bigger)
+    _refused("tokenizer of 48 ids", "makes 40", export_dir=export, datastore=rows)
     _refused("truncated or corrupt", export_dir=export, datastore=cut)
     _refused("does not exist", export_dir=export, datastore=tmp_path / "nothing.sdds")
     _refused("datastore must be a path", export_dir=export, datastore=123)
@@ -130,6 +136,8 @@ def test_export_and_datastore_cli(tiny_pair, tmp_path):
                                            "--datastore-field", "reference"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(out, provider="cpu")
+    # the real T5 layout (tiny_pair): the model's rows past its tokenizer's ids; the datastore holds the tokenizer's
+    assert (dec.vocab_size, dec.vocabulary.tokenizer_size, dec.datastore.tokenizer_size) == (48, 40, 40)
     assert dec.datastore.segments == 3 and dec.datastore.tokens == 4 + 4 + 3 + 3      # each line ends in </s>
     tokens = dec.tokenizer.encode("w9 w10").ids[:-1]
     assert dec.datastore.continuations([dec.datastore.sep] + tokens, 3)[1] == [dec.tokenizer.encode("w5 w6").ids[:2]
@@ -154,7 +162,7 @@ def test_export_and_datastore_cli(tiny_pair, tmp_path):
                            (("build", records, "--export", out, "--out", tmp_path / "r.sdds"), "--field"),
                            (("info", text), "not a specdec datastore"),
                            (("build", text, "--export", tmp_path, "--out", tmp_path / "t.sdds"), "no tokenizer"),
-                           (("info", store, "--export", write_tiny_tokenizer(tmp_path / "tok", vocab=40)),
+                           (("info", store, "--export", write_tiny_tokenizer(tmp_path / "tok", vocab=44)),
                             "another tokenizer")):
         code, _, stderr = cli(*args)
         assert code == 2 and expected in stderr and len(stderr.strip().splitlines()) == 1, (args, stderr)

@@ -1,16 +1,14 @@
 """Distribution equality: speculative sampling reproduces the target's distribution exactly.
 
 Reference: the target's exact distribution over its first 3 generated tokens, enumerated with PyTorch (Hugging Face
-forward passes and Hugging Face's own temperature/top-k/top-p warpers), sequences ending at EOS.
+forward passes and Hugging Face's own temperature/top-k/top-p warpers), sequences ending at EOS. The pair has the
+real T5 layout (8 rows, a tokenizer of 6 ids): the padded rows are outcomes like any other.
 Test: N = 20,000 runs of `generate(max_new_tokens=3, gamma=2)` with seeds 0..N-1, Pearson chi-square over every
 outcome whose expected count is >= 5 (rarer outcomes pooled in one bin); the test passes when p-value >= 1e-3.
 Teeth: the same test against a target graph whose head's residual draw is replaced by a plain draw from p must give
 p-value < 1e-6 (it does by many orders of magnitude: the draft is an unrelated model, so rejections are common).
 """
 
-import json
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,9 +17,10 @@ from transformers import T5ForConditionalGeneration
 from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper,
                                                     TopKLogitsWarper, TopPLogitsWarper)
 
+from tinymodels import broken_export  # noqa: F401  (test_distribution_chains imports it from here)
+
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.decoding.lookup import LookupDraft
-from specdec.runtime.loading.manifest import sha256_file
 
 N_SAMPLES = 20_000
 P_PASS = 1e-3
@@ -92,30 +91,15 @@ def test_speculative_sampling_matches_target_distribution(name, small_vocab_pair
     counts = empirical(decoder, settings)
     p_value = chi_square_p(counts, dist)
     assert p_value >= P_PASS, f"{name}: chi-square p = {p_value:.3g}"
+    # the real T5 layout: rows past the tokenizer's ids (6 and 7 here) keep the probability the target gives them
+    text = decoder.vocabulary.tokenizer_size
+    padded = sum(p for outcome, p in dist.items() if max(outcome) >= text)
+    if name == "temperature":
+        assert padded * N_SAMPLES >= 500 and sum(n for o, n in counts.items() if max(o) >= text) > 0, padded
     # the pair must really exercise rejections, or this would only test the draft-free path
     stats = decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=0, draft="draft",
                              **settings).stats
     assert stats.proposed > 0
-
-
-def broken_export(target_dir, export_dir, tmp_path, role="target", how="residual"):
-    """A copy of the export whose `role` graph (by default the target's) is deliberately wrong: `how`="residual"
-    draws from p instead of norm(max(0, p - q)) after a rejection; "one_uniform" (a draft) makes its proposal loop
-    draw every step with the same uniform. The models' checkpoints sit side by side (conftest.small_vocab_pair)."""
-    from specdec.export.decoder import export_decoder
-    from specdec.export.loop import add_proposal_loop_file
-
-    broken = tmp_path / f"broken-{role}-{how}"
-    shutil.copytree(export_dir, broken)
-    model = T5ForConditionalGeneration.from_pretrained(str(Path(target_dir).parent / role)).eval()
-    export_decoder(model, broken / f"{role}/decoder.onnx", residual=how != "residual", tree=role == "target")
-    if role != "target":                 # a draft's graph carries its proposal loop (export format 4)
-        add_proposal_loop_file(broken / f"{role}/decoder.onnx", one_uniform=how == "one_uniform")
-    manifest = json.loads((broken / "manifest.json").read_text())
-    for rel in manifest["files"]:
-        manifest["files"][rel] = sha256_file(broken / rel)
-    (broken / "manifest.json").write_text(json.dumps(manifest))
-    return broken
 
 
 def test_the_test_has_teeth_plain_resampling_is_caught(small_vocab_pair, decoder, tmp_path):
@@ -203,7 +187,7 @@ def small_datastore(tmp_path, vocab):
     from specdec.runtime.tools.datastore_build import write
 
     rng = np.random.default_rng(0)
-    ids = np.array([0, 0, 0, 0, 3, 5, 7, 1])
+    ids = np.array([0, 0, 0, 0, 3, 5, 4, 1])      # text: no padded row (6, 7)
     segments = [ids[rng.integers(0, len(ids), rng.integers(2, 8))].tolist() for _ in range(200)]
     return Datastore.open(write(tmp_path / "store.sdds", segments, vocab, "00" * 32))
 
@@ -217,7 +201,7 @@ class with_store(with_lookup):
 def test_lookup_with_datastore_matches_target_distribution(name, small_vocab_pair, decoder, tmp_path):
     """N = 20,000, p >= 1e-3, with guesses from the datastore in every round."""
     settings = SETTINGS[name]
-    lookup = with_store(decoder, small_datastore(tmp_path, decoder.vocab_size))
+    lookup = with_store(decoder, small_datastore(tmp_path, decoder.vocabulary.tokenizer_size))
     p_value = chi_square_p(empirical(lookup, settings, N_STORE), exact_distribution(small_vocab_pair[0], **settings))
     assert p_value >= P_PASS, f"lookup with a datastore, {name}: chi-square p = {p_value:.3g}"
     stats = [lookup.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, **settings).stats
@@ -230,7 +214,8 @@ def test_the_datastore_test_has_teeth(small_vocab_pair, decoder, tmp_path):
     """The residual drawn from p instead of norm(max(0, p - delta(x))): the same test rejects it (p < 1e-6)."""
     settings = SETTINGS["temperature"]
     wrong = with_store(SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path),
-                                               provider="cpu"), small_datastore(tmp_path, decoder.vocab_size))
+                                               provider="cpu"),
+                       small_datastore(tmp_path, decoder.vocabulary.tokenizer_size))
     p_value = chi_square_p(empirical(wrong, settings, N_STORE), exact_distribution(small_vocab_pair[0], **settings))
     assert p_value < P_TEETH, f"the broken sampler passed the chi-square test with a datastore (p = {p_value:.3g})"
 

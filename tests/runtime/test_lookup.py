@@ -63,6 +63,24 @@ def test_the_output_so_far_is_searched_first_and_never_matches_itself():
     assert propose(lookup_after(source, [6, 9, 6]), 2) == [9, 6]  # the output beats the source (7, 1)
 
 
+def test_ids_past_the_tokenizers_are_never_proposed():
+    """The real T5 layout: the model's rows past the ids its tokenizer makes (here 40 ids) may come in (input_ids)
+    or out (sampled with their tiny probability), but the lookup never proposes one and never matches across one."""
+    def after(source, generated, k, tokenizer_size=40):
+        draft = LookupDraft(1, 3, tokenizer_size=tokenizer_size)
+        draft.start(np.array(source), Stats())
+        ws = FakeWorkspace(generated)
+        draft.propose(ws, k, None, 0, Stats())
+        return ws.guesses or []
+
+    source = [10, 11, 12, 44, 13, 14, 1]
+    assert after(source, [11], 4) == [12]                     # the copy stops before the padded id 44
+    assert after(source, [11], 4, tokenizer_size=None) == [12, 44, 13, 14]
+    assert after(source, [44], 3) == []                       # nothing is matched across a padded id
+    assert after(source, [12, 44, 13], 3) == [14, 1]          # ... what follows it still is
+    assert after([5, 6, 7, 1], [5, 6, 45, 5], 3) == [6]       # the output's copy stops before its padded id
+
+
 def test_n_gram_range_is_checked():
     with pytest.raises(ValueError, match="min_n <= max_n"):
         LookupDraft(3, 2)

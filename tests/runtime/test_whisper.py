@@ -127,7 +127,7 @@ def own_encoder(pair, tmp_path_factory):
     """The target of `pair` with a random draft of its own encoder (whisper-tiny under a larger Whisper)."""
     root = tmp_path_factory.mktemp("whisper-own")
     save_tiny_whisper(tiny_whisper_model(seed=21, vocab=40, position_scale=1.0, init_std=0.2, decoder_layers=1,
-                                         **WHISPER_WINDOW), root / "draft")
+                                         **WHISPER_WINDOW), root / "draft", tokens=36)     # pair's tokenizer
     export_pair(str(pair[1] / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "4",
                 "--max-length", "64")
     return SpeculativeDecoder.load(root / "export", provider="cpu")
@@ -230,7 +230,7 @@ TOKENS, N, P_PASS, P_TEETH = 2, 20_000, 1e-3, 1e-6
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     root = tmp_path_factory.mktemp("whisper-small")
-    target, _ = exported_whisper_pair(root, vocab=16, seed=11, gamma_max=3, max_length=32, noise=1.0)
+    target, _ = exported_whisper_pair(root, vocab=16, seed=11, gamma_max=3, max_length=32, noise=1.0, tokens=14)
     return target, root
 
 
@@ -306,3 +306,38 @@ def test_specdec_generate_transcribes_a_wav_file(pair, decoder, tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     both = subprocess.run(cli + ["hello", "--audio", str(path)], capture_output=True, text=True, timeout=120)
     assert both.returncode == 2 and "either" in both.stderr, both.stderr
+
+
+def test_a_padded_whisper_export_with_a_datastore_loads_and_decodes_exactly(pair, decoder, tmp_path):
+    """The real layout (the shared pair: 40 rows, a tokenizer of 36 ids) exported with a datastore: the export
+    loads, in Python and through specdec-generate, and greedy output with the datastore's lookup equals target-only
+    decoding. The datastore holds the target's own outputs as text, so the lookup copies from it."""
+    import subprocess
+    import sys
+
+    from tinymodels import export_pair
+
+    assert (decoder.vocab_size, decoder.vocabulary.tokenizer_size) == (40, 36)
+    wants = {i: decoder.generate(audio=wave, language="en", max_new_tokens=16, temperature=0, draft="none")
+             for i, wave in enumerate(WAVES)}
+    text = tmp_path / "text.txt"
+    text.write_text("".join(decoder.tokenizer.decode([t for t in want.token_ids if t < 36]) + "\nw9 w10 w11\n"
+                            for want in wants.values()))
+    out = export_pair(str(pair[1] / "target"), str(pair[1] / "draft"), str(tmp_path / "export"), "--gamma-max", "4",
+                      "--max-length", "64", "--datastore", str(text))
+    dec = SpeculativeDecoder.load(out, provider="cpu")
+    assert dec.datastore is not None and dec.datastore.tokenizer_size == 36
+    copied = 0
+    for i, wave in enumerate(WAVES):
+        for draft, gamma in (("lookup", 4), ("lookup,draft", 3), ("auto", "auto")):
+            got = dec.generate(audio=wave, language="en", max_new_tokens=16, temperature=0, draft=draft, gamma=gamma)
+            assert got.token_ids == wants[i].token_ids, (i, draft, gamma)
+            copied += got.stats.accepted if draft == "lookup" else 0
+    assert copied > 0, "the datastore holds these outputs: the lookup must copy some"
+    path = tmp_path / "clip.wav"
+    write_wav(path, WAVES[0])
+    cli = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(out), "--audio",
+                          str(path), "--language", "en", "--max-new-tokens", "16", "--temperature", "0", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout)["token_ids"] == wants[0].token_ids
