@@ -40,6 +40,9 @@ def parser() -> argparse.ArgumentParser:
                         ".txt.gz) or .jsonl records (with --datastore-field); indexed into datastore.sdds. Default: "
                         "none, or for the bundled pair its training targets (models/datastore/); 'none': no datastore")
     p.add_argument("--datastore-field", metavar="NAME", help="the field of .jsonl --datastore files holding the text")
+    p.add_argument("--accept-int8-drift", action="store_true",
+                   help="keep an int8 target whose logits drift past the parity tolerance (its output is then the "
+                        "int8 model's, exactly); an int8 draft is never refused: the target verifies its guesses")
     p.add_argument("--force", action="store_true", help="replace an existing export directory")
     p.add_argument("--opset", type=int, default=17, help=argparse.SUPPRESS)
     return p
@@ -61,6 +64,21 @@ def _main(argv) -> int:
                                         args.force, args.opset, more, args.draft_dtype, store,
                                         args.datastore_field))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
+    int8 = {role for role in failed if reports[role]["weights"] in ("int8", "int8-wo")}
+    for role in sorted(int8 - {"target"}):
+        rep = reports[role]
+        print(f"  note: the {rep['weights']} {role}'s logits drift past the fp32 tolerance (argmax agrees on "
+              f"{rep['argmax_agree']}/{rep['argmax_positions']} positions): it cannot change the output, the target "
+              "verifies every guess; it may only keep fewer of them")
+    if "target" in int8 and not args.accept_int8_drift:
+        rep = reports["target"]
+        print(f"error: the int8 target's logits drift from the float64 reference by "
+              f"{max(rep['step_max_abs_diff'], rep['verify_max_abs_diff']):.2g} (tolerance {rep['tolerance']:.2g}; "
+              f"argmax agrees on {rep['argmax_agree']}/{rep['argmax_positions']} positions); pass --accept-int8-drift "
+              f"to keep {args.out} (its output is then the int8 model's), or export the target in fp32.",
+              file=sys.stderr)
+        return 1
+    failed = [role for role in failed if role not in int8]
     if failed:
         print(f"error: parity check failed for {', '.join(failed)}; the export in {args.out} is not trustworthy",
               file=sys.stderr)

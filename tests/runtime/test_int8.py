@@ -247,6 +247,31 @@ def test_a_failed_export_leaves_no_partial_directory(small_vocab_pair, tmp_path)
     assert not out.exists()
 
 
+def test_an_int8_draft_is_never_refused_and_a_drifting_int8_target_only_without_the_flag(tmp_path):
+    """An ill-conditioned tiny pair (initializer_factor 8; 3 decoder blocks, so the int8 target quantizes two): its
+    int8 draft drifts past the tolerance and is exported with a note (the target verifies every guess, so it cannot
+    change the output); its int8 target drifts too, and is refused in one line naming --accept-int8-drift, then
+    exported with the flag."""
+    from tinymodels import make_tiny_t5
+
+    spread = dict(vocab=48, tokens=40, d_model=32, layers=1, initializer_factor=8.0)
+    target = make_tiny_t5(tmp_path / "target", seed=3, decoder_layers=3, **spread)
+    draft = make_tiny_t5(tmp_path / "draft", seed=4, decoder_layers=1, **spread)
+    base = ["--target", target, "--draft", draft, "--gamma-max", "4", "--max-length", "16"]
+    code, stdout, stderr = run_export_cli([*base, "--out", tmp_path / "d8", "--draft-dtype", "int8"])
+    assert code == 0, stderr
+    assert "note: the int8 draft's logits drift" in stdout and "an int8 draft cannot change the output" in stdout
+    code, _, stderr = run_export_cli([*base, "--out", tmp_path / "t8", "--dtype", "int8"])
+    assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "int8 target's logits drift" in stderr and "argmax agrees on" in stderr and "--accept-int8-drift" in stderr
+    code, _, stderr = run_export_cli([*base, "--out", tmp_path / "t8", "--dtype", "int8", "--force",
+                                      "--accept-int8-drift"])
+    assert code == 0, stderr
+    dec = SpeculativeDecoder.load(tmp_path / "t8", provider="cpu")
+    want = dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8, gamma=0).token_ids
+    assert dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8, gamma=3, draft="draft").token_ids == want
+
+
 def test_target_float_nodes_are_the_first_block_and_the_head(tmp_path):
     """In a 3-block decoder, target_float_nodes names the LM head and exactly the weight MatMuls whose weights are
     PyTorch's first decoder block's (compared by value, not by name); with 2 blocks only the head."""
