@@ -12,6 +12,7 @@
     specdec-bench width   --engine DIR [--wide-engine DIR] [--num-prompts 128] [--gamma 8]
     specdec-bench datastore-scale [--tokens 1000000,100000000]
     specdec-bench batch   --engine DIR [--batch 1,4,16] [--draft none,auto] [--temperature 0,1]
+    specdec-bench gpu     [--provider cuda] [--engine DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
 
 The measuring commands take --num-prompts N, --prompts FILE (on an export), --max-new-tokens N, --repeat R,
 --provider, --threads, --json OUT.json, --markdown OUT.md, --no-progress; `specdec-bench COMMAND --help` lists a
@@ -26,7 +27,7 @@ import sys
 
 from specdec.runtime.core.errors import SpecdecError, run_cli
 
-from . import (batch, cli_beams, cli_drafts, cli_dtypes, cli_legacy, cli_shapes, cli_sweep, datastore_scale,
+from . import (batch, cli_beams, cli_drafts, cli_dtypes, cli_legacy, cli_shapes, cli_sweep, datastore_scale, gpu,
                serve_load, width)
 from .cli_options import BenchParser
 
@@ -34,7 +35,8 @@ from .cli_options import BenchParser
 TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p99 latency by clients and instances"),
          "width": (width, "would several candidates per round pay: an exact T = 0 replay and wide runs' costs"),
          "datastore-scale": (datastore_scale, "a datastore's lookup cost and memory by its size (synthetic)"),
-         "batch": (batch, "batched requests: tokens/s and per-token latency by batch size, speculative vs none")}
+         "batch": (batch, "batched requests: tokens/s and per-token latency by batch size, speculative vs none"),
+         "gpu": (gpu, "the runtime on a GPU provider: exactness against the CPU provider, copies, real-size ms/token")}
 
 # why a flag of other commands is not one of this command's, where there is more to say than that
 HINTS = {("drafts", "--gamma"): "give a fixed gamma per draft as NAME:G, e.g. --draft none,draft:3,lookup,auto",

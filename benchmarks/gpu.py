@@ -1,0 +1,458 @@
+"""The runtime on a GPU in one command: on a machine with an NVIDIA GPU and onnxruntime-gpu,
+
+    specdec-bench gpu --provider cuda [--engine DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
+
+checks and times, on the provider under test against the CPU provider and PyTorch:
+  1. providers   onnxruntime's available providers and the device;
+  2. greedy      the export (default: the bundled pair, exported into --workdir) decodes every prompt to the same
+                 tokens on the provider as on the CPU provider, target-only, with the draft and with the default;
+  3. sampling    a distribution test at T = 1: the first token of speculative requests (the draft at gamma 3, N
+                 seeds over the 4 prompts whose first-token distributions spread widest) against the target's exact
+                 first-token distribution (softmax of the CPU provider's logits), Pearson chi-square summed over the
+                 prompts, each over the outcomes with an expected count >= 5 (the rest pooled): p >= 1e-3 with at
+                 least 4 degrees of freedom passes;
+  4. copies      host <-> device copies of a round, counted at the device buffers (runtime/engine/device.py) as a
+                 GPU makes them: the design reads back only the accepted count and the next token;
+  5. real size   random weights at the official --shapes configurations (the export cached in --workdir):
+                 ms/token target-only and with the default, against transformers' greedy generate on the same
+                 device and against the memory-bandwidth bound (the target decoder's weight bytes / bandwidth);
+  6. CUDA graphs the same real-size runs with the CUDA provider's enable_cuda_graph, where it is offered.
+
+Each step runs while the --budget-s (default 420 s) lasts; a step left out says so. One results file (Markdown,
+and --json) holds the device, the command and every figure. On a CPU-only machine it runs with --provider cpu
+(that is how the tests run it): only the provider changes on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from specdec.runtime.core.errors import SpecdecError
+
+P_PASS = 1e-3
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--provider", default="cuda", choices=("cuda", "tensorrt", "cpu"),
+                   help="the provider under test (default cuda); the CPU provider is the reference")
+    p.add_argument("--engine", metavar="DIR", help="the export to check (default: the bundled pair, exported into "
+                                                   "--workdir)")
+    p.add_argument("--shapes", default="t5-large:t5-small", metavar="TARGET:DRAFT",
+                   help="the real-size pair, random weights at official configurations (default t5-large:t5-small; "
+                        "'none' leaves the step out)")
+    p.add_argument("--workdir", default="bench-results", metavar="DIR",
+                   help="where exports are made and cached (default bench-results)")
+    p.add_argument("--num-prompts", type=int, default=4, help="prompts per check (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=32, help="new tokens per request (default 32)")
+    p.add_argument("--samples", type=int, default=2000, help="requests in the distribution test (default 2000)")
+    p.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth in GB/s (default: measured "
+                                                       "with a large copy)")
+    p.add_argument("--budget-s", type=float, default=420.0, help="steps start while this lasts (default 420 s)")
+    p.add_argument("--out", default="gpu-check.md", metavar="FILE.md", help="the results file (default gpu-check.md)")
+    p.add_argument("--json", metavar="OUT.json", help="the figures as JSON too")
+
+
+# -- what crosses between host and device --------------------------------------------------------------------------
+@contextmanager
+def counted_copies():
+    """Count the host <-> device copies the device buffers make, by (direction, buffer shape and dtype): a read
+    (Buffer.flat) copies the buffer to the host; a write (write, scatter, copy_within) copies it to the host and
+    back, as the GPU path does (on the CPU provider the same calls touch host memory in place). Yields the dict."""
+    from specdec.runtime.engine import device
+
+    counts: dict = {}
+    real = {name: getattr(device.Buffer, name) for name in ("flat", "write", "scatter", "copy_within")}
+
+    def note(buf, what: str) -> None:
+        key = (what, f"{list(buf.shape)} {buf.dtype.name}")
+        n, b = counts.get(key, (0, 0))
+        counts[key] = (n + 1, b + buf.size * buf.itemsize * (1 if what == "device->host" else 2))
+
+    def flat(self):
+        note(self, "device->host")
+        return real["flat"](self)
+
+    def writer(name):
+        def write(self, *args, **kwargs):
+            note(self, "host->device")
+            return real[name](self, *args, **kwargs)
+        return write
+
+    device.Buffer.flat = flat
+    for name in ("write", "scatter", "copy_within"):
+        setattr(device.Buffer, name, writer(name))
+    try:
+        yield counts
+    finally:
+        for name, fn in real.items():
+            setattr(device.Buffer, name, fn)
+
+
+def copies_per_round(dec, prompt_ids, max_new_tokens: int) -> dict:
+    """One warm request with the default, its copies counted: per round (target run) and in all."""
+    dec.generate(input_ids=prompt_ids, max_new_tokens=max_new_tokens)
+    with counted_copies() as counts:
+        result = dec.generate(input_ids=prompt_ids, max_new_tokens=max_new_tokens)
+    rounds = max(result.stats.target_calls, 1)
+    items = [{"direction": d, "buffer": buf, "per_round": n / rounds, "bytes_per_round": b / rounds}
+             for (d, buf), (n, b) in sorted(counts.items())]
+    return {"rounds": rounds, "tokens": len(result.token_ids), "copies": items,
+            "copies_per_round": sum(i["per_round"] for i in items),
+            "bytes_per_round": sum(i["bytes_per_round"] for i in items)}
+
+
+# -- exactness ---------------------------------------------------------------------------------------------------
+def greedy_identity(ref, dec, prompts, max_new_tokens: int) -> dict:
+    """Greedy tokens on the provider under test against the CPU provider's, for none, draft and the default."""
+    rows = []
+    for draft, gamma in (("none", 0), ("draft", 4), ("auto", "auto")):
+        if draft == "draft" and dec.draft is None:
+            continue
+        same = sum(ref.generate(input_ids=p, max_new_tokens=max_new_tokens, draft=draft, gamma=gamma).token_ids ==
+                   dec.generate(input_ids=p, max_new_tokens=max_new_tokens, draft=draft, gamma=gamma).token_ids
+                   for p in prompts)
+        rows.append({"draft": draft, "gamma": gamma, "identical": same, "prompts": len(prompts)})
+    return {"rows": rows, "passed": all(r["identical"] == r["prompts"] for r in rows)}
+
+
+def first_token_distribution(ref, prompt_ids) -> np.ndarray:
+    """The target's exact first-token distribution at T = 1: softmax (float64) of the logits the CPU provider's
+    target computes for the first step (read from its logits buffer after a one-token request)."""
+    ref.generate(input_ids=prompt_ids, max_new_tokens=1, draft="none", temperature=0)
+    logits = ref.target.logits.flat()[:ref.vocab_size].astype(np.float64)
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
+
+
+def sampling_test(ref, dec, candidates, samples: int, strata: int = 4) -> dict:
+    """N speculative requests (the draft at gamma 3, T = 1; the default without a draft): their first tokens against
+    first_token_distribution. The `strata` prompts of `candidates` whose distributions spread widest share the N
+    requests (seeds 0..N-1); Pearson chi-square summed over them, each over its outcomes expected >= 5 times (the
+    rest pooled), with the summed degrees of freedom."""
+    dists = [(np.asarray(c), first_token_distribution(ref, c)) for c in candidates]
+    each = max(samples // strata, 1)
+    dists.sort(key=lambda item: -int((item[1] * each >= 5).sum()))
+    draft, gamma = ("draft", 3) if dec.draft is not None else ("auto", "auto")
+    stat, dof, bins, seed, proposed, accepted = 0.0, 0, 0, 0, 0, 0
+    for prompt, p in dists[:strata]:
+        counts = np.zeros(len(p))
+        for _ in range(each):
+            r = dec.generate(input_ids=prompt, max_new_tokens=4, temperature=1.0, seed=seed, draft=draft, gamma=gamma)
+            counts[r.token_ids[0]] += 1
+            seed, proposed, accepted = seed + 1, proposed + r.stats.proposed, accepted + r.stats.accepted
+        expected = p * each
+        big = expected >= 5
+        observed, wanted = np.append(counts[big], counts[~big].sum()), np.append(expected[big], expected[~big].sum())
+        keep = wanted > 1e-9
+        stat += float((((observed - wanted) ** 2)[keep] / wanted[keep]).sum())
+        dof += int(keep.sum()) - 1
+        bins += int(keep.sum())
+    p_value = chi2_sf(stat, dof) if dof > 0 else None
+    return {"draft": draft, "gamma": gamma, "samples": seed, "prompts": min(strata, len(dists)), "bins": bins,
+            "dof": dof, "p_value": p_value, "passed": p_value is not None and dof >= 4 and p_value >= P_PASS,
+            "proposed": proposed, "accepted": accepted}
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(X >= x) for X ~ chi-square with `dof` degrees of freedom: the regularized upper incomplete gamma Q(dof/2,
+    x/2), by its series below a + 1 and its continued fraction above (scipy is not needed on a GPU machine; the
+    tests compare this with scipy.stats.chi2.sf)."""
+    a, x = dof / 2.0, x / 2.0
+    if x <= 0:
+        return 1.0
+    scale = math.exp(-x + a * math.log(x) - math.lgamma(a))
+    if x < a + 1:
+        term = total = 1.0 / a
+        n = a
+        for _ in range(10_000):
+            n += 1
+            term *= x / n
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return max(0.0, 1.0 - total * scale)
+    tiny = 1e-300
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1 / (d if abs(d) > tiny else tiny)
+        c = b + an / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        if abs(d * c - 1) < 1e-16:
+            break
+    return scale * h
+
+
+# -- timing ------------------------------------------------------------------------------------------------------
+def ms_per_token(dec, prompts, max_new_tokens: int, **kwargs) -> dict:
+    """One untimed pass, then one timed: ms per generated token and the tokens."""
+    for p in prompts[:1]:
+        dec.generate(input_ids=p, max_new_tokens=max_new_tokens, **kwargs)
+    started, tokens, outputs = time.perf_counter(), 0, []
+    for p in prompts:
+        r = dec.generate(input_ids=p, max_new_tokens=max_new_tokens, **kwargs)
+        tokens += len(r.token_ids)
+        outputs.append(r.token_ids)
+    seconds = time.perf_counter() - started
+    return {"ms_per_token": 1e3 * seconds / max(tokens, 1), "tokens": tokens, "outputs": outputs}
+
+
+def transformers_ms_per_token(checkpoint, prompts, max_new_tokens: int, eos_id: int, on_gpu: bool) -> dict:
+    """transformers' greedy generate (fp32) on the same device: ms per token and the tokens."""
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
+    model = T5ForConditionalGeneration.from_pretrained(str(checkpoint)).eval().to(device)
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos_id)
+
+    def one(ids):
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids], device=device), **kwargs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return [int(t) for t in out[0, 1:].tolist()]       # after the decoder start token
+
+    one(prompts[0])
+    started, tokens, outputs = time.perf_counter(), 0, []
+    for p in prompts:
+        toks = one(p)
+        tokens += len(toks)
+        outputs.append(toks)
+    seconds = time.perf_counter() - started
+    del model
+    return {"ms_per_token": 1e3 * seconds / max(tokens, 1), "tokens": tokens, "outputs": outputs, "device": device}
+
+
+def bandwidth_gbs(on_gpu: bool) -> tuple[float, str]:
+    """Copy bandwidth (GB/s, read + write counted) of a 256 MiB buffer on the device, best of 5."""
+    nbytes = 256 << 20
+    if on_gpu:
+        import torch
+
+        if torch.cuda.is_available():
+            a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+            b = torch.empty_like(a)
+            best = float("inf")
+            for _ in range(5):
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                b.copy_(a)
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t)
+            return 2 * nbytes / best / 1e9, "measured: a 256 MiB device copy (torch), best of 5"
+    a = np.ones(nbytes, np.uint8)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best / 1e9, "measured: a 256 MiB host copy (numpy), best of 5"
+
+
+def decoder_weight_bytes(export_dir) -> int:
+    """Bytes of the target decoder's graph file(s): its weights, the embedding/head included (what each step
+    reads at least once)."""
+    folder = Path(export_dir) / "target"
+    return sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith("decoder.onnx"))
+
+
+@contextmanager
+def cuda_graphs():
+    """The CUDA provider with enable_cuda_graph for the sessions opened inside."""
+    from specdec.runtime.engine import device
+
+    real = device.PROVIDERS["cuda"]
+    device.PROVIDERS["cuda"] = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), "CPUExecutionProvider"]
+    try:
+        yield
+    finally:
+        device.PROVIDERS["cuda"] = real
+
+
+def real_size(args, on_gpu: bool, log) -> dict:
+    from specdec.runtime import SpeculativeDecoder
+
+    from . import prompts as prompts_mod, shapes
+
+    target, draft = shapes.parse_pair(args.shapes)
+    export_dir, _ = shapes.ensure_export(target, draft, Path(args.workdir), 4, 128, keep_checkpoints=True, log=log,
+                                         skip_check="random weights: the GPU check compares greedy tokens instead")
+    ckpt = shapes.pair_root(Path(args.workdir), target, draft, 4, 128) / "checkpoints" / target
+    dec = SpeculativeDecoder.load(export_dir, provider=args.provider)
+    eos = prompts_mod.special_id(dec, "eos_token_id")
+    prompts = [p.input_ids for p in prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, args.num_prompts,
+                                                               eos_id=eos)]
+    out = {"pair": f"{target}:{draft}", "export": str(export_dir)}
+    out["target_only"] = ms_per_token(dec, prompts, args.max_new_tokens, draft="none")
+    out["default"] = ms_per_token(dec, prompts, args.max_new_tokens)
+    out["default"]["identical"] = out["default"]["outputs"] == out["target_only"]["outputs"]
+    del dec
+    if ckpt.is_dir():
+        out["transformers"] = transformers_ms_per_token(ckpt, prompts, args.max_new_tokens, eos, on_gpu)
+        hf, own = out["transformers"]["outputs"], out["target_only"]["outputs"]
+        out["transformers"]["identical"] = sum(a == b for a, b in zip(hf, own))
+    gbs, how = (args.bandwidth_gbs, "given (--bandwidth-gbs)") if args.bandwidth_gbs else bandwidth_gbs(on_gpu)
+    weights = decoder_weight_bytes(export_dir)
+    out["bound"] = {"decoder_bytes": weights, "bandwidth_gbs": gbs, "bandwidth": how,
+                    "ms_per_token": 1e3 * weights / (gbs * 1e9)}
+    if args.provider == "cuda":
+        try:
+            with cuda_graphs():
+                graphed = SpeculativeDecoder.load(export_dir, provider="cuda")
+                out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
+                out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == out["target_only"]["outputs"]
+        except Exception as err:        # the provider refuses, or a run fails: the report says how
+            out["cuda_graphs"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"}
+    else:
+        out["cuda_graphs"] = {"error": f"not offered by the {args.provider} provider"}
+    return out
+
+
+# -- the command -------------------------------------------------------------------------------------------------
+def device_name(provider: str) -> str:
+    if provider != "cpu":
+        try:
+            done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                                   "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+            if done.returncode == 0 and done.stdout.strip():
+                return done.stdout.strip().splitlines()[0]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    from . import machine
+
+    return machine.describe(provider)["cpu_model"]
+
+
+def bundled_export(workdir: Path, log) -> Path:
+    """The bundled pair exported into workdir/gpu-bundled (once)."""
+    from specdec.export.pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
+    from specdec.runtime.loading.manifest import load_manifest
+
+    out = Path(workdir) / "gpu-bundled"
+    try:
+        load_manifest(out)
+        return out
+    except SpecdecError:
+        pass
+    target, draft = bundled_pair()
+    export_pair(ExportOptions(target=target, draft=draft, out=out, force=True, datastore=bundled_datastore()),
+                log=log)
+    return out
+
+
+def run(args) -> int:
+    import onnxruntime as ort
+
+    from specdec.runtime import SpeculativeDecoder
+    from specdec.runtime.engine.device import resolve_provider
+
+    from . import machine, prompts as prompts_mod
+
+    if args.num_prompts < 1 or args.max_new_tokens < 2 or args.samples < 100 or args.budget_s <= 0:
+        raise SpecdecError("--num-prompts >= 1, --max-new-tokens >= 2, --samples >= 100 and --budget-s > 0 are "
+                           "needed", "e.g. --num-prompts 4 --max-new-tokens 32 --samples 2000")
+    started = time.perf_counter()
+    left = lambda: args.budget_s - (time.perf_counter() - started)       # noqa: E731
+    log = lambda m: print(m, file=sys.stderr, flush=True)               # noqa: E731
+    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in vars(args).items()
+             if v is not None and k not in ("run", "command", "command_line")]
+    report = {"command": getattr(args, "command_line", None) or "specdec-bench gpu " + " ".join(flags),
+              "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "providers": ort.get_available_providers(), "onnxruntime": ort.__version__,
+              "provider": args.provider, "skipped": {}}
+    provider = resolve_provider(args.provider)          # an unavailable provider is one line, before any work
+    on_gpu = provider != "cpu"
+    report["device"] = device_name(provider)
+    report["machine"] = machine.describe(provider)
+    log(f"specdec-bench gpu: {provider} on {report['device']}; onnxruntime {ort.__version__} "
+        f"({', '.join(report['providers'])})")
+    engine = Path(args.engine) if args.engine else bundled_export(Path(args.workdir), log)
+    report["engine"] = str(engine)
+    ref = SpeculativeDecoder.load(engine, provider="cpu")
+    dec = SpeculativeDecoder.load(engine, provider=provider)
+    prompts = [p.ids for p in prompts_mod.load(None, args.num_prompts, dec)[0]]
+    log("greedy: the provider's tokens against the CPU provider's")
+    report["greedy"] = greedy_identity(ref, dec, prompts, args.max_new_tokens)
+    log(f"sampling: {args.samples} requests at T = 1")
+    candidates = prompts + [p.input_ids for p in prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, 16, seed=1,
+                                                                      eos_id=prompts_mod.special_id(dec, "eos_token_id"))]
+    report["sampling"] = sampling_test(ref, dec, candidates, args.samples)
+    log("copies: one request's host <-> device copies")
+    report["copies"] = copies_per_round(dec, prompts[0], args.max_new_tokens)
+    del ref, dec
+    if args.shapes == "none":
+        report["skipped"]["real size"] = "--shapes none"
+    elif left() < 60:
+        report["skipped"]["real size"] = f"{left():.0f} s of the {args.budget_s:.0f} s budget left"
+    else:
+        log(f"real size: {args.shapes}, random weights")
+        report["real_size"] = real_size(args, on_gpu, log)
+    report["elapsed_s"] = time.perf_counter() - started
+    Path(args.out).write_text(markdown(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(markdown(report))
+    print(f"wrote {args.out}" + (f" and {args.json}" if args.json else ""))
+    passed = report["greedy"]["passed"] and report["sampling"]["passed"] and \
+        report.get("real_size", {}).get("default", {}).get("identical", True)
+    return 0 if passed else 1
+
+
+def markdown(r: dict) -> str:
+    lines = [f"# specdec on {r['provider']}: {r['device']}", "",
+             f"- date: {r['date_utc']}; command: `{r['command']}`",
+             f"- onnxruntime {r['onnxruntime']}, providers: {', '.join(r['providers'])}",
+             f"- export checked: `{r['engine']}`", ""]
+    lines += ["## Greedy output against the CPU provider", "", "| draft | gamma | identical |", "| --- | --- | --- |"]
+    lines += [f"| {x['draft']} | {x['gamma']} | {x['identical']}/{x['prompts']} |" for x in r["greedy"]["rows"]]
+    s = r["sampling"]
+    p_text = "n/a" if s["p_value"] is None else f"{s['p_value']:.3g}"
+    lines += ["", "## Distribution at T = 1", "",
+              f"First token of {s['samples']} requests on {s['prompts']} prompts ({s['draft']}, gamma {s['gamma']}; "
+              f"{s['accepted']}/{s['proposed']} guesses kept) against the target's exact distribution: chi-square "
+              f"over {s['bins']} bins, {s['dof']} degrees of freedom, p = {p_text} "
+              f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom).", ""]
+    c = r["copies"]
+    lines += ["## Host <-> device copies", "",
+              f"One request with the default: {c['rounds']} rounds, {c['tokens']} tokens; "
+              f"{c['copies_per_round']:.2f} copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.", "",
+              "| direction | buffer | per round | KiB per round |", "| --- | --- | ---: | ---: |"]
+    lines += [f"| {x['direction']} | {x['buffer']} | {x['per_round']:.2f} | {x['bytes_per_round'] / 1024:.1f} |"
+              for x in c["copies"]]
+    if "real_size" in r:
+        z = r["real_size"]
+        lines += ["", f"## Real size: {z['pair']} (random weights)", "", "| run | ms/token | note |",
+                  "| --- | ---: | --- |",
+                  f"| specdec target-only | {z['target_only']['ms_per_token']:.2f} | |",
+                  f"| specdec default | {z['default']['ms_per_token']:.2f} | greedy identical to target-only: "
+                  f"{z['default']['identical']} |"]
+        if "transformers" in z:
+            t = z["transformers"]
+            lines.append(f"| transformers greedy ({t['device']}) | {t['ms_per_token']:.2f} | identical tokens on "
+                         f"{t['identical']}/{len(t['outputs'])} prompts |")
+        b = z["bound"]
+        lines.append(f"| bandwidth bound | {b['ms_per_token']:.2f} | {b['decoder_bytes'] / 2**20:.0f} MiB of "
+                     f"decoder weights at {b['bandwidth_gbs']:.0f} GB/s ({b['bandwidth']}) |")
+        g = z["cuda_graphs"]
+        lines.append(f"| target-only, CUDA graphs | {g['ms_per_token']:.2f} | identical: {g['identical']} |"
+                     if "error" not in g else f"| target-only, CUDA graphs | - | {g['error']} |")
+    for what, why in r["skipped"].items():
+        lines += ["", f"Left out: {what} ({why})."]
+    lines += ["", f"Elapsed: {r['elapsed_s']:.0f} s.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The GPU check as one call on a machine with an NVIDIA GPU that cannot download (run from the repository root):
+#   1. onnxruntime-gpu installed beside the image's PyTorch (CUDA 13 libraries), e.g. into /tmp/ort-gpu with an
+#      env.sh that sets PYTHONPATH and LD_LIBRARY_PATH; pass that env.sh as ORT_ENV (default /tmp/ort-gpu/env.sh);
+#   2. bash benchmarks/gpu_check.sh [OUT_DIR]  (default: $OUT, else gpu-check): installs specdec from this tree
+#      without dependencies or downloads, says which of the modules the check needs are missing, and runs
+#      `specdec-bench gpu --provider cuda` with a 7-minute budget, writing gpu-check.md / .json / .log in OUT_DIR.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-gpu-check}}
+mkdir -p "$out"
+env_sh=${ORT_ENV:-/tmp/ort-gpu/env.sh}
+[ -f "$env_sh" ] && . "$env_sh"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not found"
+python3 - <<'PY' || { echo "the check cannot run here: the modules above are missing"; exit 2; }
+import importlib, sys
+need = ("onnxruntime", "numpy", "tokenizers", "torch", "transformers", "onnx", "tqdm")
+missing = []
+for name in need:
+    try:
+        mod = importlib.import_module(name)
+        print(f"{name} {getattr(mod, '__version__', '?')}")
+    except Exception as err:            # not installed, or a missing shared library
+        missing.append(f"{name} ({type(err).__name__}: {err})")
+if "onnxruntime" not in str(missing):
+    import onnxruntime as ort
+    print("providers:", ort.get_available_providers())
+for m in missing:
+    print("missing:", m)
+sys.exit(1 if missing else 0)
+PY
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || { echo "cannot install specdec from this tree"; exit 2; }
+timeout 480 python3 -m specdec.bench.cli gpu --provider cuda --workdir /tmp/specdec-gpu-work --budget-s 400 \
+    --out "$out/gpu-check.md" --json "$out/gpu-check.json" 2>&1 | tee "$out/gpu-check.log"
+exit "${PIPESTATUS[0]}"

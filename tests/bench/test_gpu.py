@@ -1,0 +1,85 @@
+"""`specdec-bench gpu` on the CPU provider: every step of the GPU check runs here, so that on a GPU machine only the
+provider changes. Its distribution test is shown to catch a broken residual draw."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from benchrun import run
+from tinymodels import broken_export, export_pair, make_tiny_t5
+
+from specdec.bench import gpu, shapes
+from specdec.runtime import SpeculativeDecoder
+
+
+@pytest.fixture(scope="module")
+def broad_pair(tmp_path_factory):
+    """(target_dir, export_dir): random v1.0 models (ReLU, scaled tied head) whose first-token distributions spread
+    over many tokens, so that the distribution test has bins to count, in the real T5 layout (48 rows, 40 ids)."""
+    root = tmp_path_factory.mktemp("broad")
+    target = make_tiny_t5(root / "target", vocab=48, tokens=40, d_model=32, layers=2, decoder_layers=2, seed=1)
+    draft = make_tiny_t5(root / "draft", vocab=48, tokens=40, d_model=16, heads=2, layers=1, decoder_layers=1, seed=2)
+    return target, export_pair(target, draft, root / "export", "--gamma-max", "4", "--max-length", "32")
+
+
+def test_every_step_runs_on_the_cpu_provider(broad_pair, monkeypatch, tmp_path):
+    monkeypatch.setitem(shapes.CONFIGS, "tiny-t", dict(d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2))
+    monkeypatch.setitem(shapes.CONFIGS, "tiny-d", dict(d_model=16, d_ff=32, d_kv=8, num_heads=2, num_layers=1))
+    monkeypatch.setitem(shapes.COMMON, "vocab_size", 64)
+    out, js = tmp_path / "gpu.md", tmp_path / "gpu.json"
+    code, stdout, err = run(["gpu", "--provider", "cpu", "--engine", broad_pair[1], "--shapes", "tiny-t:tiny-d",
+                             "--workdir", tmp_path / "work", "--num-prompts", "2", "--max-new-tokens", "8",
+                             "--samples", "1500", "--bandwidth-gbs", "10", "--out", out, "--json", js])
+    assert code == 0, err
+    report = json.loads(js.read_text())
+    assert report["provider"] == "cpu" and "CPUExecutionProvider" in report["providers"]
+    assert [r["draft"] for r in report["greedy"]["rows"]] == ["none", "draft", "auto"]
+    assert all(r["identical"] == r["prompts"] == 2 for r in report["greedy"]["rows"])
+    sampling = report["sampling"]
+    assert sampling["passed"] and sampling["dof"] >= 8 and 0 < sampling["accepted"] < sampling["proposed"]
+    copies = report["copies"]
+    reads = [c for c in copies["copies"] if c["direction"] == "device->host"]
+    # what comes back to the host: the token slots (the accepted count and next token), once a round
+    assert len(reads) == 1 and reads[0]["buffer"].endswith("int64") and reads[0]["per_round"] == 1.0, reads
+    real = report["real_size"]
+    assert real["pair"] == "tiny-t:tiny-d" and real["default"]["identical"] is True
+    assert real["target_only"]["ms_per_token"] > 0 and real["default"]["ms_per_token"] > 0
+    assert real["transformers"]["device"] == "cpu" and real["transformers"]["identical"] == 2
+    assert real["bound"]["bandwidth_gbs"] == 10 and real["bound"]["decoder_bytes"] > 0
+    assert real["cuda_graphs"] == {"error": "not offered by the cpu provider"}
+    text = out.read_text()
+    for heading in ("## Greedy output against the CPU provider", "## Distribution at T = 1",
+                    "## Host <-> device copies", "## Real size: tiny-t:tiny-d"):
+        assert heading in text, heading
+    assert "specdec-bench gpu" in text and "# specdec on cpu" in stdout
+
+
+def test_the_distribution_test_catches_a_broken_residual(broad_pair, tmp_path):
+    """The check's test (N = 1,500 over the 4 widest of 8 prompts; p >= 1e-3 passes) on a target whose residual
+    draw is a plain draw from p: it fails, by far."""
+    ref = SpeculativeDecoder.load(broad_pair[1], provider="cpu")
+    wrong = SpeculativeDecoder.load(broken_export(broad_pair[0], broad_pair[1], tmp_path), provider="cpu")
+    prompts = [[5 + i, 9, 13 + i, 21, 1] for i in range(8)]
+    assert gpu.sampling_test(ref, ref, prompts, 1500)["passed"]
+    broken = gpu.sampling_test(ref, wrong, prompts, 1500)
+    assert not broken["passed"] and broken["p_value"] < 1e-6, broken
+
+
+@pytest.mark.parametrize("argv, words", [(["--provider", "tensorrt"], "not available"),
+                                         (["--samples", "10"], "--samples >= 100")])
+def test_bad_input_is_one_line(argv, words, tiny_export, tmp_path):
+    code, _, err = run(["gpu", "--engine", tiny_export, "--out", tmp_path / "x.md", *argv])
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "x.md").exists()
+
+
+def test_chi_square_tail_equals_scipys():
+    from scipy.stats import chi2
+
+    for dof in (1, 2, 3, 4, 7, 10, 31, 100, 400):
+        for x in (0.01, 0.5, 1.0, dof - 1.0, dof + 0.5, 2.0 * dof, 3.0 * dof + 20, 10.0 * dof + 60):
+            if x > 0:
+                want = float(chi2.sf(x, dof))
+                assert math.isclose(gpu.chi2_sf(x, dof), want, rel_tol=1e-8, abs_tol=1e-300), (x, dof)
