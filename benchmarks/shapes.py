@@ -31,6 +31,7 @@ CONFIGS = {
     "t5-large": dict(d_model=1024, d_ff=4096, d_kv=64, num_heads=16, num_layers=24),      # 738M
 }
 PAPER_ALPHAS = (0.6, 0.7, 0.8)
+T5_PADDED_ROWS = 28         # T5's tokenizer makes 32,100 ids (32,000 pieces, 100 sentinels) of the 32,128 rows
 
 
 def parse_pair(text: str) -> tuple[str, str]:
@@ -49,8 +50,8 @@ def t5_config(name: str):
 
 
 def write_tokenizer(path: Path, vocab: int) -> None:
-    """A word-level tokenizer over the full 32128-entry vocabulary (random models need no real one, but the export
-    and the runtime want a fast tokenizer shared by target and draft)."""
+    """A word-level tokenizer of `vocab` ids (random models need no real one, but the export and the runtime want a
+    fast tokenizer shared by target and draft)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -74,7 +75,7 @@ def build_checkpoint(name: str, path: Path, seed: int) -> Path:
     model.save_pretrained(str(path))
     del model
     gc.collect()
-    write_tokenizer(path, COMMON["vocab_size"])
+    write_tokenizer(path, COMMON["vocab_size"] - T5_PADDED_ROWS)       # the real layout: the last 28 rows padded
     return path
 
 
