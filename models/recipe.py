@@ -4,7 +4,9 @@
     python -m specdec.models all --threads 2 --resume
 
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
-``package``, ``datastore``, ``evaluate``).  Everything downloaded or cached goes into ``--work-dir`` (default
+``package``, ``datastore``, ``evaluate``). ``widen`` (not part of ``all``) writes the bundled pair at real T5 shapes,
+computing the same function, into ``--out`` (models/widen.py):
+``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``.  Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package`` and ``datastore`` write the committed files (``models/target``,
 ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88
 minutes on 2 cores.
@@ -66,7 +68,7 @@ HELP = dict(
 def build_parser():
     ap = argparse.ArgumentParser(prog="specdec-models", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill"],
+    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen"],
                     help="stage to run (default: all)")
     ap.add_argument("--work-dir", default=os.path.join(HERE, ".work"), help="downloads, caches, checkpoints")
     ap.add_argument("--out-dir", default=HERE, help="where package writes target/, draft/, prompts/")
@@ -77,6 +79,11 @@ def build_parser():
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                     help="training matmul precision (default bf16; fp32 on CPUs without BF16)")
     ap.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
+    ap.add_argument("--target-shape", default="t5-large", help="widen: the target's shape, t5-small, t5-base or "
+                                                                "t5-large (default t5-large)")
+    ap.add_argument("--draft-shape", default="t5-small", help="widen: the draft's shape (default t5-small)")
+    ap.add_argument("--out", help="widen: where target/ and draft/ are written (outside the repository: t5-large "
+                                  "is 2.9 GB)")
     for k, v in DEFAULTS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{HELP[k]} (default {v})")
     return ap
@@ -86,6 +93,11 @@ def main(argv=None):
     # Passive OpenMP waiting: the run shares two cores with other work without spinning threads.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
+    if args.stage == "widen":
+        from .widen import run_widen
+
+        run_widen(args)
+        return 0
     stage = "train-draft" if args.stage == "distill" else args.stage
     stages = STAGES if stage == "all" else [stage]
     work = os.path.abspath(args.work_dir)
