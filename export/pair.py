@@ -262,6 +262,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from .manifest import speech_entry, write_manifest
     from .whisper_encoder import keeps_target_encoder
     from specdec.runtime.core.graph_io import shared_cross
+    from specdec.runtime.loading.vocabulary import tokenizer_size
     from .source import load_config, load_source
 
     validate_options(opts)
@@ -335,7 +336,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 rep = check.check_parity(sources[role].model, out / graphs["target" if keeps else role]["encoder"],
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
                                          extractor=sources[role].extractor,
-                                         cross_output=shared_cross(role) if keeps else None)
+                                         cross_output=shared_cross(role) if keeps else None,
+                                         tokens=tokenizer_size(sources["target"].tokenizer.backend_tokenizer))
                 reports[role] = rep
                 precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
                 own = rep[f"torch_{precision}_max_abs_diff"]
