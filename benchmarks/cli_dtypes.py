@@ -70,7 +70,7 @@ def run(args) -> int:
         if why != "ok":
             print(f"  ctranslate2 {t}: {why}")
     eos = prompts_mod.special_id(first, "eos_token_id")
-    prompts = prompts_mod.random_prompts(first.vocab_size, args.num_prompts if args.num_prompts > 0 else 4,
+    prompts = prompts_mod.random_prompts(first.vocabulary.tokenizer_size, args.num_prompts if args.num_prompts > 0 else 4,
                                          length=args.source_length, eos_id=eos)
     prompts = prompts_mod.tokenize(prompts, first.tokenizer, first.max_length)
     print(f"{len(prompts)} random prompts of {args.source_length} tokens, {args.max_new_tokens} new tokens, T=0, "

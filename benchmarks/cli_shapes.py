@@ -61,7 +61,7 @@ def run(args) -> int:
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench shapes {target}:{draft} (random weights, official configurations; export {export_dir})")
     common.print_machine(mach)
-    prompts = prompts_mod.random_prompts(dec.vocab_size, args.num_prompts if args.num_prompts > 0 else 4,
+    prompts = prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, args.num_prompts if args.num_prompts > 0 else 4,
                                          length=args.source_length, eos_id=prompts_mod.special_id(dec, "eos_token_id"))
     prompts = prompts_mod.tokenize(prompts, dec.tokenizer, dec.max_length)
     started = time.perf_counter()

@@ -5,6 +5,7 @@ tokens each returns, normalized to compare with specdec's."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError, first_line
@@ -80,8 +81,12 @@ class HFEngine(Engine):
 
 
 class CT2Engine(Engine):
-    def __init__(self, translator, tokenizer, eos_id: int, threads: int, compute_type: str = "float32"):
+    def __init__(self, translator, tokenizer, eos_id: int, threads: int, compute_type: str = "float32",
+                 vocabulary: list | None = None):
         self.translator, self.tokenizer, self.eos_id = translator, tokenizer, eos_id
+        # the converted model's tokens by row: its padded rows (past the tokenizer's ids) have names of their own
+        self.tokens = vocabulary
+        self.rows = {t: i for i, t in enumerate(vocabulary)} if vocabulary else None
         self.compute_type = compute_type
         self.name = ct2_name(compute_type)
         self.note = (f"compute_type {compute_type}" + (" (no quantization)" if compute_type == "float32" else
@@ -90,10 +95,12 @@ class CT2Engine(Engine):
         self.own_ar = self.name
 
     def run(self, ids, max_new_tokens):
-        tokens = [self.tokenizer.id_to_token(i) for i in ids]
+        tokens = [self.tokens[i] for i in ids] if self.tokens else [self.tokenizer.id_to_token(i) for i in ids]
         res = self.translator.translate_batch([tokens], beam_size=1, max_decoding_length=max_new_tokens,
                                               return_end_token=True)
-        return normalize([self.tokenizer.token_to_id(t) for t in res[0].hypotheses[0]], self.eos_id)
+        rows = self.rows or {}
+        return normalize([rows[t] if t in rows else self.tokenizer.token_to_id(t) for t in res[0].hypotheses[0]],
+                         self.eos_id)
 
 
 def load_hf(path: str):
@@ -156,6 +163,8 @@ def ct2_engines(target: str, workdir: Path, threads: int, tokenizer, eos_id: int
         except Exception as err:     # e.g. a compute type this CPU build does not support
             status[compute_type] = error(err)
             continue
-        engines[compute_type] = CT2Engine(translator, tokenizer, eos_id, threads, compute_type)
+        vocab = out / "shared_vocabulary.json"
+        engines[compute_type] = CT2Engine(translator, tokenizer, eos_id, threads, compute_type,
+                                          json.loads(vocab.read_text()) if vocab.is_file() else None)
         status[compute_type] = "ok"
     return engines, status

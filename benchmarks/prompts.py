@@ -125,6 +125,7 @@ def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False)
         path = bundled_prompts_file()
         prompts, origin = select(read_prompts(path), count, every_task), str(path)
     else:
-        prompts = random_prompts(decoder.vocab_size, max(count, 1), eos_id=special_id(decoder, "eos_token_id"))
+        prompts = random_prompts(decoder.vocabulary.tokenizer_size, max(count, 1),
+                                 eos_id=special_id(decoder, "eos_token_id"))
         origin = "random token ids (no --prompts given; pass --prompts FILE for real text)"
     return tokenize(prompts, decoder.tokenizer, decoder.max_length), origin

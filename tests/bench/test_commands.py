@@ -37,6 +37,8 @@ FLAGS = {
     "datastore-scale": {"--tokens", "--vocab", "--lookups", "--dir", "--json"},
     "batch": {"--engine", "--batch", "--draft", "--temperature", "--prompts", "--num-prompts", "--repeat",
               "--max-new-tokens", "--provider", "--threads", "--json", "--markdown"},
+    "gpu": {"--provider", "--engine", "--shapes", "--workdir", "--num-prompts", "--max-new-tokens", "--samples",
+            "--bandwidth-gbs", "--budget-s", "--out", "--json"},
 }
 
 
