@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError, run_cli
 
-from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
+from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,7 +64,7 @@ def _main(argv) -> int:
                                         args.force, args.opset, more, args.draft_dtype, store,
                                         args.datastore_field))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
-    int8 = {role for role in failed if reports[role]["weights"] in ("int8", "int8-wo")}
+    int8 = {role for role in failed if int8_drift(reports[role])}
     for role in sorted(int8 - {"target"}):
         rep = reports[role]
         print(f"  note: the {rep['weights']} {role}'s logits drift past the fp32 tolerance (argmax agrees on "

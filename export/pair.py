@@ -172,9 +172,9 @@ def check_tokenizers(target_tok, draft_tok, target_name: str, draft_name: str) -
                            "the draft must use exactly the target's vocabulary")
 
 
-def check_vocabulary(tokenizer, config, name: str) -> None:
-    """The tokenizer may make fewer ids than the model has rows (every real T5: 32,100 for 32,128), never more
-    (runtime/loading/vocabulary.py)."""
+def check_vocabulary(tokenizer, config, name: str) -> int:
+    """The tokenizer's size (the ids it makes): fewer than the model's rows is fine (every real T5: 32,100 for
+    32,128), more is refused (runtime/loading/vocabulary.py)."""
     from specdec.runtime.loading.vocabulary import tokenizer_size
 
     size = tokenizer_size(tokenizer.backend_tokenizer)
@@ -182,13 +182,20 @@ def check_vocabulary(tokenizer, config, name: str) -> None:
         raise SpecdecError(f"the tokenizer of '{name}' makes ids up to {size - 1}, but the model has "
                            f"{config.vocab_size} vocabulary rows (0..{config.vocab_size - 1})",
                            "pass the model's own tokenizer, saved in the checkpoint's directory")
+    return size
+
+
+def int8_drift(report: dict) -> bool:
+    """An int8 graph's parity check failed: drift, which the export's policy accepts for drafts (the target verifies
+    their guesses) and for a target with --accept-int8-drift."""
+    return not report["passed"] and report["weights"] in ("int8", "int8-wo")
 
 
 def verdict(role: str, report: dict) -> str:
     """The parity line's verdict: an int8 draft that drifts is not refused (the target verifies its guesses)."""
     if report["passed"]:
         return "OK"
-    if role != "target" and report["weights"] in ("int8", "int8-wo"):
+    if role != "target" and int8_drift(report):
         return "drifts (an int8 draft cannot change the output: not refused)"
     return "FAILED"
 
@@ -262,7 +269,6 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from .manifest import speech_entry, write_manifest
     from .whisper_encoder import keeps_target_encoder
     from specdec.runtime.core.graph_io import shared_cross
-    from specdec.runtime.loading.vocabulary import tokenizer_size
     from .source import load_config, load_source
 
     validate_options(opts)
@@ -289,6 +295,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
         [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
         [(role, "check") for role in names if not opts.skip_check] + [("pair", "manifest"), ("pair", "open")]
     sources, graphs, reports, quantization, shared, digests = {}, {}, {}, {}, [], {}
+    tokens = None           # the target tokenizer's size: the parity probes' ids and compared rows
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
     bar = tqdm(total=len(stages), unit="stage", desc="specdec-export", dynamic_ncols=True, disable=None)
@@ -302,7 +309,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     digests = encoder_digests(sources)
                     shared = keeps_target_encoder(digests) if digests else []
                 if role == "target":
-                    check_vocabulary(sources[role].tokenizer, configs[role], opts.target)
+                    tokens = check_vocabulary(sources[role].tokenizer, configs[role], opts.target)
                 else:
                     check_tokenizers(sources["target"].tokenizer, sources[role].tokenizer,
                                      opts.target, names[role])
@@ -337,7 +344,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
                                          extractor=sources[role].extractor,
                                          cross_output=shared_cross(role) if keeps else None,
-                                         tokens=tokenizer_size(sources["target"].tokenizer.backend_tokenizer))
+                                         tokens=tokens)
                 reports[role] = rep
                 precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
                 own = rep[f"torch_{precision}_max_abs_diff"]
