@@ -43,8 +43,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def official(shape: str) -> dict:
-    """The T5Config keyword arguments of an official shape (benchmarks/shapes.py's written-down configurations)."""
-    from specdec.bench.shapes import COMMON, CONFIGS
+    """The T5Config keyword arguments of an official shape (models/shapes.py)."""
+    from specdec.models.shapes import COMMON, CONFIGS
 
     if shape not in CONFIGS:
         raise ValueError(f"unknown shape {shape!r} (known: {', '.join(CONFIGS)})")
@@ -191,7 +191,7 @@ def widen(target_shape: str, draft_shape: str, out, seed: int = 0, source=None, 
 
 
 def run_widen(args) -> None:
-    from specdec.bench.shapes import CONFIGS
+    from specdec.models.shapes import CONFIGS
 
     for flag, shape in (("--target-shape", args.target_shape), ("--draft-shape", args.draft_shape)):
         if shape not in CONFIGS:
