@@ -31,6 +31,8 @@ DRAFTS = _CONFIG + (
     same("+-", lambda r: fmt((r["ms_per_token"]["max"] - r["ms_per_token"]["min"]) / 2, ".3f")),
     same("speedup", lambda r: fmt(r.get("speedup") and r["speedup"]["median"])),
     same("min-max", _speedup_range),
+    same("decode ms/tok", lambda r: fmt(r["decode_ms_per_token"]["median"], ".3f")),
+    same("decode speedup", lambda r: fmt(r.get("decode_speedup") and r["decode_speedup"]["median"])),
     same("tok/call", lambda r: fmt(r["tokens_per_target_call"])),
     same("draft runs/tok", lambda r: fmt(r["draft_calls_per_token"])),
     same("sources: alpha, share of tokens", lambda r: _source_text(r["sources"])))
@@ -64,9 +66,11 @@ def draft_best_lines(best: dict) -> list[str]:
     for task, by_t in best.items():
         for t, b in by_t.items():
             auto = b.get("auto_speedup")
-            out.append(f"{task}, T={float(t):g}: best {b['best']} {b['best_speedup']:.2f}x "
-                       f"({b['best_ms_per_token']:.3f} vs {b['baseline_ms_per_token']:.3f} ms/token for none)"
-                       + (f"; auto {auto:.2f}x" if auto is not None else ""))
+            out.append(f"{task}, T={float(t):g}: best {b['best']} {b['best_speedup']:.2f}x, decode-only "
+                       f"{b['best_decode_speedup']:.2f}x ({b['best_ms_per_token']:.3f} vs "
+                       f"{b['baseline_ms_per_token']:.3f} ms/token for none)"
+                       + (f"; auto {auto:.2f}x, decode-only {b['auto_decode_speedup']:.2f}x"
+                          if auto is not None else ""))
     return out
 
 

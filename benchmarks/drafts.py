@@ -19,7 +19,9 @@ alike. The prompts alternate between tasks (prompts.select), so auto's estimates
 would serving one.
 
 Results are grouped by the prompts' task: per (task, temperature, configuration), ms per generated token, the
-speedup over `none` (per repeat, same task and temperature, median over repeats), tokens per target call, and per
+speedup over `none` (per repeat, same task and temperature, median over repeats), both again without the encoder
+runs (decode-only: Stats.encoder_s left out, so a long source does not dilute the loop's speed), tokens per target
+call, and per
 source (Stats.sources) its per-guess alpha = accepted / (accepted + rejections) and its share of the tokens. The
 prediction for the configuration's dominant source s (the proposing source with the most tokens) is Theorem 3.8 with
 measured costs: E(alpha_s, g) / (g c_s + T(g)/T(0)), g the mean guesses s proposed per round, T(g)/T(0) the cost
@@ -319,6 +321,12 @@ def mixture_prediction(sources: dict, sums: dict, probe: dict) -> float | None:
     return theory.mixture_speedup(rounds)
 
 
+def decode_only_ms(cell) -> list:
+    """ms per generated token without the encoder runs (Stats.encoder_s), one value per repeat: the decode loop's
+    own speed, which a long source does not dilute."""
+    return [1000.0 * (r["total_s"] - r["encoder_s"]) / max(r["new_tokens"], 1) for r in cell.per_repeat]
+
+
 def summarize(cells: dict, configs, probe: dict) -> list[dict]:
     """One row per (task, temperature, configuration), in the sweep's order."""
     by_label = {c.label: c for c in configs}
@@ -336,6 +344,7 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
                "repeats": len(ms), "requests": pooled["requests"], "new_tokens": pooled["new_tokens"],
                "target_calls": pooled["target_calls"], "draft_calls": pooled["draft_calls"],
                "ms_per_token": spread(ms), "tokens_per_s": 1000.0 / statistics.median(ms),
+               "decode_ms_per_token": spread(decode_only_ms(cell)),
                "tokens_per_target_call": pooled["new_tokens"] / max(pooled["target_calls"], 1),
                "draft_calls_per_token": pooled["draft_calls"] / tokens,
                "ms_per_token_by_part": {part: 1000.0 * pooled[f"{part}_s"] / tokens
@@ -351,6 +360,7 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
             row["measured_over_predicted"] = (median / row["predicted_speedup"]
                                               if row["predicted_speedup"] else None)
             row["measured_over_mixture"] = median / row["predicted_mixture"] if row["predicted_mixture"] else None
+            row["decode_speedup"] = spread(per_repeat_ratios(baseline, cell, decode_only_ms))
         rows.append(row)
     return rows
 
@@ -367,9 +377,11 @@ def best_by_task(rows: list[dict]) -> dict:
         auto = next((r for r in same if r["draft"] == "auto"), None)
         out.setdefault(task, {})[str(t)] = {
             "best": best["draft"], "best_speedup": best["speedup"]["median"],
+            "best_decode_speedup": best["decode_speedup"]["median"],
             "best_ms_per_token": best["ms_per_token"]["median"],
             "baseline_ms_per_token": best["baseline_ms_per_token"],
-            "auto_speedup": auto["speedup"]["median"] if auto else None}
+            "auto_speedup": auto["speedup"]["median"] if auto else None,
+            "auto_decode_speedup": auto["decode_speedup"]["median"] if auto else None}
     return out
 
 

@@ -119,7 +119,8 @@ def _drafts(report: dict) -> list[str]:
     if best:
         parts.append("Best per task and temperature:\n\n" + "\n".join(f"- {line}" for line in best))
     parts.append("ms per generated token (median over repeats, ± half the min-max range), speedup over none of the "
-                 "same task and T (median of per-repeat ratios, min-max), tokens per target call, draft-model runs "
+                 "same task and T (median of per-repeat ratios, min-max), the same two without the encoder runs "
+                 "(decode-only), tokens per target call, draft-model runs "
                  "per token, and per source α = accepted/(accepted + rejections) and its share of the tokens:\n\n"
                  + markdown_table(*draft_lines(report["draft_results"])))
     parts.append("Theorem 3.8 for each configuration's dominant source with measured costs, E(α, ḡ) / (ḡ c + "

@@ -168,9 +168,11 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
     return cells, outputs, acceptance
 
 
-def per_repeat_ratios(numerator: Cell, denominator: Cell) -> list:
-    """ms/token of `numerator` over `denominator`, repeat by repeat (both ran interleaved in every repeat)."""
-    return [a / b for a, b in zip(numerator.ms_per_token(), denominator.ms_per_token())]
+def per_repeat_ratios(numerator: Cell, denominator: Cell, ms=None) -> list:
+    """ms/token of `numerator` over `denominator`, repeat by repeat (both ran interleaved in every repeat); `ms`
+    (a cell -> per-repeat ms/token function) measures another part than the whole request."""
+    ms = ms or Cell.ms_per_token
+    return [a / b for a, b in zip(ms(numerator), ms(denominator))]
 
 
 def spread(values) -> dict:

@@ -170,8 +170,9 @@ def test_theorem_with_a_mean_gamma_and_the_measured_verify_cost():
     assert theory.mixture_speedup([]) is None
 
 
-def _stats(total_s, new_tokens, target_calls, draft_calls=0, **sources):
-    st = Stats(total_s=total_s, new_tokens=new_tokens, target_calls=target_calls, draft_calls=draft_calls)
+def _stats(total_s, new_tokens, target_calls, draft_calls=0, encoder_s=0.0, **sources):
+    st = Stats(total_s=total_s, new_tokens=new_tokens, target_calls=target_calls, draft_calls=draft_calls,
+               encoder_s=encoder_s)
     for name, (rounds, proposed, accepted, rejections, tokens) in sources.items():
         src = st.source(name.replace("_", ","))
         src.rounds, src.proposed, src.accepted, src.rejections, src.tokens = (rounds, proposed, accepted,
@@ -183,7 +184,7 @@ def test_summary_of_a_chain_by_hand():
     """Speedup per repeat against none, shares, the chain's c scaled by draft runs per guess, the predictions."""
     configs = drafts.parse_configs(["lookup+draft:4"])
     none, chain = drafts.DraftCell(), drafts.DraftCell()
-    none.add(0, _stats(0.020, 10, 10, none=(10, 0, 0, 0, 10)))
+    none.add(0, _stats(0.020, 10, 10, encoder_s=0.005, none=(10, 0, 0, 0, 10)))
     none.add(1, _stats(0.030, 10, 10, none=(10, 0, 0, 0, 10)))
     # 4 rounds of 4 guesses, 8 kept, 2 rejections; the draft kept 4 of the lookup's guesses (lookup>)
     chain.add(0, _stats(0.010, 10, 4, 12, lookup_draft=(3, 12, 6, 2, 9), none=(1, 0, 0, 0, 1),
@@ -194,6 +195,9 @@ def test_summary_of_a_chain_by_hand():
     rows = {r["draft"]: r for r in drafts.summarize(cells, configs, probe)}
     r = rows["lookup+draft:4"]
     assert r["speedup"]["median"] == pytest.approx((2.0 + 1.5) / 2)     # per repeat: 2/1 and 3/2
+    # decode-only (the baseline's 5 ms of encoder left out of repeat 0): 1.5/1 and 3/2
+    assert r["decode_speedup"]["median"] == pytest.approx(1.5)
+    assert r["decode_ms_per_token"]["median"] == pytest.approx(1.5)
     assert r["tokens_per_target_call"] == pytest.approx(20 / 8) and r["draft_calls_per_token"] == pytest.approx(1.2)
     src = r["sources"]
     assert src["lookup,draft"]["share"] == pytest.approx(0.9) and src["none"]["share"] == pytest.approx(0.1)
@@ -210,5 +214,6 @@ def test_summary_of_a_chain_by_hand():
     assert rows["none"]["prediction"]["source"] == "none" and rows["none"]["measured_over_predicted"] == 1.0
     best = drafts.best_by_task(list(rows.values()))
     assert best == {"t": {"0.0": {"best": "lookup+draft:4", "best_speedup": pytest.approx(1.75),
+                                  "best_decode_speedup": pytest.approx(1.5), "auto_decode_speedup": None,
                                   "best_ms_per_token": pytest.approx(1.5), "baseline_ms_per_token": pytest.approx(2.5),
                                   "auto_speedup": None}}}
