@@ -17,7 +17,7 @@ from .decoding.sources import Sources
 from .decoding.switch import Switch
 from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
-from .engine.device import device_of, resolve_provider
+from .engine.device import device_of, release_freed_memory, resolve_provider
 from .engine.gate import Gate
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
@@ -156,6 +156,7 @@ class SpeculativeDecoder:
         decoder = cls(manifest, provider, target, models, stream_idle_s)     # checks the tokenizer first
         if datastore is not False:
             decoder.datastore = manifest.datastore(None if datastore in (None, True) else datastore)
+        release_freed_memory()          # what reading the graphs left in the heap
         return decoder
 
     # -- requests -------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from ..core.errors import SpecdecError
 from ..core.graph_io import shared_cross
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
-from .device import Binder, Buffer, create_session
+from .device import Binder, Buffer, create_session, release_freed_memory
 from .positions import ChainPositions
 
 _NP = {"fp32": np.float32, "fp16": np.float16}
@@ -74,6 +74,7 @@ class CachedSeq2Seq:
         if self._free is None:
             self._free = create_session(self.decoder_path, self.provider, self.threads, batch=None)
             self.decoder.move(self._free)
+            release_freed_memory()
         return self._free
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:

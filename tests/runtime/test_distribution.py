@@ -175,9 +175,10 @@ def test_the_lookup_test_has_teeth(small_vocab_pair, decoder, tmp_path):
 # -- the lookup with a datastore: its guesses are point masses too, and it proposes from the first token on --------
 # The datastore holds 200 random segments over the ids this random target writes most (the pad token 0 ~80 % of the
 # time, then 3, 5, 7), so a round can copy from the output, the prompt or the datastore, and the first round copies
-# how the datastore's segments start. N = 20,000: measured p = 0.22 (T = 1) and 0.18 (top-k 3); the broken control
-# gives p = 0.0 (below double precision) with these seeds.
-N_STORE = 20_000
+# how the datastore's segments start. At N = 20,000: measured p = 0.22 (T = 1) and 0.18 (top-k 3), the broken control
+# p = 0.0 (below double precision) with these seeds; so it runs at N = 10,000: p = 0.58 and 0.14 (top-k 3), the
+# broken control 0.0 again.
+N_STORE = 10_000
 
 
 def small_datastore(tmp_path, vocab):
@@ -199,10 +200,11 @@ class with_store(with_lookup):
 
 @pytest.mark.parametrize("name", ["temperature", "top_k"])
 def test_lookup_with_datastore_matches_target_distribution(name, small_vocab_pair, decoder, tmp_path):
-    """N = 20,000, p >= 1e-3, with guesses from the datastore in every round."""
+    """N = 10,000, p >= 1e-3, with guesses from the datastore in every round."""
     settings = SETTINGS[name]
     lookup = with_store(decoder, small_datastore(tmp_path, decoder.vocabulary.tokenizer_size))
     p_value = chi_square_p(empirical(lookup, settings, N_STORE), exact_distribution(small_vocab_pair[0], **settings))
+    print(f"lookup with a datastore, {name}: N = {N_STORE}, p = {p_value:.3g}")
     assert p_value >= P_PASS, f"lookup with a datastore, {name}: chi-square p = {p_value:.3g}"
     stats = [lookup.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, **settings).stats
              for s in range(500)]
@@ -217,6 +219,7 @@ def test_the_datastore_test_has_teeth(small_vocab_pair, decoder, tmp_path):
                                                provider="cpu"),
                        small_datastore(tmp_path, decoder.vocabulary.tokenizer_size))
     p_value = chi_square_p(empirical(wrong, settings, N_STORE), exact_distribution(small_vocab_pair[0], **settings))
+    print(f"broken datastore sampler: N = {N_STORE}, p = {p_value:.3g}")
     assert p_value < P_TEETH, f"the broken sampler passed the chi-square test with a datastore (p = {p_value:.3g})"
 
 
@@ -226,9 +229,11 @@ def test_the_datastore_test_has_teeth(small_vocab_pair, decoder, tmp_path):
 # -- auto's switch: plain target steps and draft rounds mixed in one request ----------------------------------------
 # draft="auto" runs plain target steps where they measure faster than its rounds (runtime/decoding/switch.py), so
 # one request may mix both, and a source starts in the middle of a request. Here a switch flips every round (across
-# requests too) and the rounds that are not plain always use the draft model at gamma 2. N = 20,000, p >= 1e-3
-# (measured: p = 0.62 at T = 1 and with top-k 3, ~20,000 rounds of each kind); the broken control (the residual draw
-# replaced by a draw from p) must give p < 1e-6 (measured: 9.5e-58).
+# requests too) and the rounds that are not plain always use the draft model at gamma 2. p >= 1e-3 (at N = 20,000:
+# p = 0.62 at T = 1 and with top-k 3, ~20,000 rounds of each kind); the broken control (the residual draw replaced by
+# a draw from p) must give p < 1e-6 (9.5e-58 at N = 20,000, so the test runs at N = 10,000: p = 0.065 and 0.24
+# (top-k 3), the broken control 8.5e-27).
+N_SWITCH = 10_000
 
 class Alternate:
     """A switch that flips every round, across requests too: auto's sources start after plain steps (also used by
@@ -266,10 +271,11 @@ def test_switching_between_plain_steps_and_draft_rounds_keeps_the_target_distrib
                                                                                       decoder):
     settings = SETTINGS[name]
     source = switching_draft(decoder)
-    counts = empirical(decoder, settings, draft=source)
+    counts = empirical(decoder, settings, N_SWITCH, draft=source)
     p_value = chi_square_p(counts, exact_distribution(small_vocab_pair[0], **settings))
+    print(f"switching {name}: N = {N_SWITCH}, p = {p_value:.3g}")
     assert p_value >= P_PASS, f"switching {name}: chi-square p = {p_value:.3g}"
-    assert min(source.switch.rounds.values()) > N_SAMPLES // 2      # both kinds of round, many of each
+    assert min(source.switch.rounds.values()) > N_SWITCH // 2      # both kinds of round, many of each
     stats = [decoder.generate(input_ids=PROMPT, max_new_tokens=TOKENS, gamma=2, seed=s, draft=source, **settings).stats
              for s in range(200)]
     proposed, accepted = sum(s.proposed for s in stats), sum(s.accepted for s in stats)
@@ -279,6 +285,7 @@ def test_switching_between_plain_steps_and_draft_rounds_keeps_the_target_distrib
 def test_the_switching_test_has_teeth(small_vocab_pair, tmp_path):
     settings = SETTINGS["temperature"]
     wrong = SpeculativeDecoder.load(broken_export(small_vocab_pair[0], small_vocab_pair[1], tmp_path), provider="cpu")
-    p_value = chi_square_p(empirical(wrong, settings, draft=switching_draft(wrong)),
+    p_value = chi_square_p(empirical(wrong, settings, N_SWITCH, draft=switching_draft(wrong)),
                            exact_distribution(small_vocab_pair[0], **settings))
+    print(f"broken switching: N = {N_SWITCH}, p = {p_value:.3g}")
     assert p_value < P_TEETH, f"a broken residual draw passed the switching test (p = {p_value:.3g})"
