@@ -49,11 +49,10 @@ def release_freed_memory() -> None:
     global _TRIM
     if _TRIM is None:
         import ctypes
-        import ctypes.util
 
-        try:
-            _TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "malloc_trim", False)
-        except OSError:
+        try:        # the symbols the process already has: glibc's malloc_trim on Linux; absent on musl and macOS
+            _TRIM = getattr(ctypes.CDLL(None), "malloc_trim", False)
+        except (OSError, TypeError):
             _TRIM = False
     if _TRIM:
         _TRIM(0)
