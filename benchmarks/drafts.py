@@ -321,12 +321,6 @@ def mixture_prediction(sources: dict, sums: dict, probe: dict) -> float | None:
     return theory.mixture_speedup(rounds)
 
 
-def decode_only_ms(cell) -> list:
-    """ms per generated token without the encoder runs (Stats.encoder_s), one value per repeat: the decode loop's
-    own speed, which a long source does not dilute."""
-    return [1000.0 * (r["total_s"] - r["encoder_s"]) / max(r["new_tokens"], 1) for r in cell.per_repeat]
-
-
 def summarize(cells: dict, configs, probe: dict) -> list[dict]:
     """One row per (task, temperature, configuration), in the sweep's order."""
     by_label = {c.label: c for c in configs}
@@ -344,7 +338,7 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
                "repeats": len(ms), "requests": pooled["requests"], "new_tokens": pooled["new_tokens"],
                "target_calls": pooled["target_calls"], "draft_calls": pooled["draft_calls"],
                "ms_per_token": spread(ms), "tokens_per_s": 1000.0 / statistics.median(ms),
-               "decode_ms_per_token": spread(decode_only_ms(cell)),
+               "decode_ms_per_token": spread(cell.ms_per_token(decode_only=True)),
                "tokens_per_target_call": pooled["new_tokens"] / max(pooled["target_calls"], 1),
                "draft_calls_per_token": pooled["draft_calls"] / tokens,
                "ms_per_token_by_part": {part: 1000.0 * pooled[f"{part}_s"] / tokens
@@ -360,7 +354,7 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
             row["measured_over_predicted"] = (median / row["predicted_speedup"]
                                               if row["predicted_speedup"] else None)
             row["measured_over_mixture"] = median / row["predicted_mixture"] if row["predicted_mixture"] else None
-            row["decode_speedup"] = spread(per_repeat_ratios(baseline, cell, decode_only_ms))
+            row["decode_speedup"] = spread(per_repeat_ratios(baseline, cell, decode_only=True))
         rows.append(row)
     return rows
 

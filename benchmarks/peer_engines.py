@@ -84,9 +84,10 @@ class CT2Engine(Engine):
     def __init__(self, translator, tokenizer, eos_id: int, threads: int, compute_type: str = "float32",
                  vocabulary: list | None = None):
         self.translator, self.tokenizer, self.eos_id = translator, tokenizer, eos_id
-        # the converted model's tokens by row: its padded rows (past the tokenizer's ids) have names of their own
-        self.tokens = vocabulary
-        self.rows = {t: i for i, t in enumerate(vocabulary)} if vocabulary else None
+        # the converted model's tokens by row (its padded rows, past the tokenizer's ids, have names of their own);
+        # without its vocabulary file, the tokenizer's
+        self.tokens = vocabulary or [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+        self.rows = {t: i for i, t in enumerate(self.tokens)}
         self.compute_type = compute_type
         self.name = ct2_name(compute_type)
         self.note = (f"compute_type {compute_type}" + (" (no quantization)" if compute_type == "float32" else
@@ -95,12 +96,9 @@ class CT2Engine(Engine):
         self.own_ar = self.name
 
     def run(self, ids, max_new_tokens):
-        tokens = [self.tokens[i] for i in ids] if self.tokens else [self.tokenizer.id_to_token(i) for i in ids]
-        res = self.translator.translate_batch([tokens], beam_size=1, max_decoding_length=max_new_tokens,
-                                              return_end_token=True)
-        rows = self.rows or {}
-        return normalize([rows[t] if t in rows else self.tokenizer.token_to_id(t) for t in res[0].hypotheses[0]],
-                         self.eos_id)
+        res = self.translator.translate_batch([[self.tokens[i] for i in ids]], beam_size=1,
+                                              max_decoding_length=max_new_tokens, return_end_token=True)
+        return normalize([self.rows[t] for t in res[0].hypotheses[0]], self.eos_id)
 
 
 def load_hf(path: str):

@@ -55,8 +55,11 @@ class Cell:
     def pooled(self) -> dict:
         return {k: sum(r[k] for r in self.per_repeat) for k in SUMMED}
 
-    def ms_per_token(self) -> list:
-        return [1000.0 * r["total_s"] / max(r["new_tokens"], 1) for r in self.per_repeat]
+    def ms_per_token(self, decode_only: bool = False) -> list:
+        """Per repeat; `decode_only`: without the encoder runs (Stats.encoder_s), the decode loop's own speed, which
+        a long source does not dilute."""
+        return [1000.0 * (r["total_s"] - (r["encoder_s"] if decode_only else 0.0)) / max(r["new_tokens"], 1)
+                for r in self.per_repeat]
 
 
 @dataclass
@@ -168,11 +171,9 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
     return cells, outputs, acceptance
 
 
-def per_repeat_ratios(numerator: Cell, denominator: Cell, ms=None) -> list:
-    """ms/token of `numerator` over `denominator`, repeat by repeat (both ran interleaved in every repeat); `ms`
-    (a cell -> per-repeat ms/token function) measures another part than the whole request."""
-    ms = ms or Cell.ms_per_token
-    return [a / b for a, b in zip(ms(numerator), ms(denominator))]
+def per_repeat_ratios(numerator: Cell, denominator: Cell, decode_only: bool = False) -> list:
+    """ms/token of `numerator` over `denominator`, repeat by repeat (both ran interleaved in every repeat)."""
+    return [a / b for a, b in zip(numerator.ms_per_token(decode_only), denominator.ms_per_token(decode_only))]
 
 
 def spread(values) -> dict:
