@@ -128,3 +128,16 @@ def offline_hub_factory(monkeypatch):
     return apply
 
 
+
+
+# The suite runs in two worker processes that take whole files (pyproject.toml: -n 2 --dist loadfile). A heavy file
+# that starts last keeps one worker busy while the other has nothing left, so the heaviest files (minutes each, the
+# chi-square tests) are collected first and the light ones fill in behind them. Only the order of whole files changes.
+HEAVY_FIRST = ("runtime/test_distribution_chains.py", "runtime/test_distribution_chain_loop.py",
+               "runtime/test_distribution.py", "runtime/test_int8.py", "runtime/test_whisper.py",
+               "runtime/test_bundled_pair.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0].removeprefix("tests/"), len(rank)))
