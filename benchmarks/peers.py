@@ -62,6 +62,11 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
         else:
             status[ct2_name(compute_type)] = why[compute_type]
 
+    if default:
+        # the peers are greedy: auto starts from fresh estimates and learns them on the first pass below, as each
+        # temperature of the draft table does (a sampling temperature's estimates, the table's last, would decide
+        # its first rounds: after a T = 1 pass that ran plain steps it measured 1.05x target-only, 1.44x in the table)
+        dec.reset_estimates()
     reference = [SpecdecEngine(dec, 0).run(p.ids, max_new_tokens) for p in prompts]
     outputs, working = {}, []
     for e in engines:                       # first call of each: correctness, and warm-up
