@@ -447,3 +447,20 @@ def test_shapes_mode_on_tiny_configs(monkeypatch, tmp_path):
     assert not (tmp_path / "work" / "shapes" / "tiny-t_tiny-d-g4-l32" / "checkpoints").exists()
     code, out, err = run(argv)                                    # the second run reuses the cached export
     assert code == 0 and "using the cached export" in err
+
+
+def test_the_peer_block_starts_auto_from_fresh_estimates(tiny_export, tmp_path, monkeypatch):
+    """The peers are greedy: specdec's default in their block learns its estimates on the block's own first pass, not
+    on what a sampling table before it left (after a T = 1 table the default had kept T = 1's choices)."""
+    from specdec.runtime import SpeculativeDecoder
+
+    _without_in_process_peers(monkeypatch)
+    dec = SpeculativeDecoder.load(tiny_export, provider="cpu")
+    few = prompts.tokenize(prompts.random_prompts(dec.vocabulary.tokenizer_size, 2), dec.tokenizer, dec.max_length)
+    for p in few:
+        dec.generate(input_ids=p.ids, max_new_tokens=6, temperature=1.0, seed=0)     # the default, sampling
+    learned = dec.estimates
+    assert learned.round > 0
+    report = peers.run_peers(dec, few, 6, 2, 1, tmp_path / "work", default=True)
+    assert report["engines"]["specdec default"]["status"] == "ok"
+    assert dec.estimates is not learned and 0 < dec.estimates.round
