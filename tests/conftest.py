@@ -128,8 +128,6 @@ def offline_hub_factory(monkeypatch):
     return apply
 
 
-
-
 # The suite runs in two worker processes that take whole files (pyproject.toml: -n 2 --dist loadfile). A heavy file
 # that starts last keeps one worker busy while the other has nothing left, so the heaviest files (minutes each, the
 # chi-square tests) are collected first and the light ones fill in behind them. Only the order of whole files changes.

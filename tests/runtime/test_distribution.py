@@ -30,6 +30,7 @@ P_TEETH = 1e-6
 PROMPT = [3, 5, 7, 4, 1]
 TOKENS = 3
 EOS = 1
+MIN_BINS = 10         # outcomes binned on their own that a chi-square test needs to mean anything
 SETTINGS = {"temperature": dict(temperature=1.0, top_k=0, top_p=1.0),
             "top_k": dict(temperature=1.0, top_k=3, top_p=1.0),
             "top_p": dict(temperature=1.2, top_k=0, top_p=0.8)}
@@ -70,11 +71,16 @@ def empirical(decoder, settings, n=N_SAMPLES, draft="draft", gamma=2, prompt=Non
     return counts
 
 
+def binned(dist: dict, n: int) -> list:
+    """The outcomes the test bins on their own at n samples: expected count >= 5 (rarer ones share one bin)."""
+    return [o for o in dist if dist[o] * n >= 5]
+
+
 def chi_square_p(counts: dict, dist: dict) -> float:
     n = sum(counts.values())
     assert set(counts) <= set(dist), "an outcome the target cannot produce"
-    big = [o for o in dist if dist[o] * n >= 5]
-    assert len(big) >= 10, "too few outcomes for the test to mean anything"
+    big = binned(dist, n)
+    assert len(big) >= MIN_BINS, "too few outcomes for the test to mean anything"
     observed = [counts.get(o, 0) for o in big] + [n - sum(counts.get(o, 0) for o in big)]
     expected = [dist[o] * n for o in big] + [n - sum(dist[o] * n for o in big)]
     if expected[-1] < 1e-9:
@@ -90,16 +96,17 @@ def merged(counts: dict, more: dict) -> dict:
 
 def caught(sample, dist: dict, n: int, threshold: float = P_TEETH, label: str = "broken control",
            p_of=None) -> tuple[int, float]:
-    """A broken control's chi-square test on growing prefixes of its seeds 0 .. n-1: N/16, N/8, N/4, N/2 and N
-    samples, stopping at the first whose p < threshold. `sample(start, stop)`: the outcome counts of seeds start ..
-    stop-1; `p_of(counts, dist)`: the p-value (default chi_square_p). Returns (samples drawn, p), and prints them. Stopping early is sound for a control: it only has to be
-    caught, and p below the threshold on fewer samples than the test draws shows the test catches the break with room
-    to spare (looking five times makes a false catch of a correct sampler at most 5x as likely, 5e-6 at 1e-6)."""
+    """A broken control's chi-square test on growing prefixes of its seeds 0 .. n-1: N/16, N/8, N/4, N/2 and N samples,
+    stopping at the first whose p < threshold. `sample(start, stop)`: the outcome counts of seeds start .. stop-1;
+    `p_of(counts, dist)`: the p-value (default chi_square_p). Returns (samples drawn, p), and prints them. Stopping
+    early is sound for a control: it only has to be caught, and p below the threshold on fewer samples than the test
+    draws shows the test catches the break with room to spare (looking five times makes a false catch of a correct
+    sampler at most 5x as likely, 5e-6 at 1e-6)."""
     counts, drawn, p_value = {}, 0, 1.0
     for stop in (n // 16, n // 8, n // 4, n // 2, n):
         merged(counts, sample(drawn, stop))
         drawn = stop
-        if sum(1 for o in dist if dist[o] * drawn >= 5) >= 10:      # chi_square_p's minimum, else draw more first
+        if len(binned(dist, drawn)) >= MIN_BINS:          # chi_square_p's minimum, else draw more first
             p_value = (p_of or chi_square_p)(counts, dist)
             if p_value < threshold:
                 break

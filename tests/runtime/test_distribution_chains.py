@@ -20,14 +20,14 @@ def decoder(small_vocab_pair):
 # The random target writes the pad token 0 ~80% of the time, so a prompt holding 0s lets the lookup copy from the source
 # after the first token; gamma 1 keeps outputs to several rounds (at gamma 2 most 3-token outputs are one round and the
 # lookup is rarely asked). Broken controls break the *middle* level's residual draw (draws from its p instead of
-# norm(max(0, p - q)) after rejecting a guess of the level below). Measured with these seeds: lookup,draft broken
-# p = 1.4e-5 at N = 20,000, 3.7e-13 at 40,000 and 2.2e-25 with top-k at 40,000; draft,mid broken p = 2.3e-67 at N = 20,000 (so it
-# runs at N = 10,000: p = 0.22 and 0.91 (top-k), its broken control 3.7e-19); the
-# correct chains gave p = 0.03 .. 0.86. At gamma 1 a level verifies with a plain run; at gamma 2 it verifies and
-# continues in one run of its proposal loop (export/loop.py): lookup,draft at gamma 2 gave p = 0.92 and 0.52 (top-k),
-# its broken control 2.6e-9, at N = 40,000; draft,mid runs its loop at gamma 2. With top-k 3 the broken middle level
-# deviates more: lookup,draft's control measured p = 8.2e-12 at N = 20,000 (gamma 1) and 1.2e-7 at N = 10,000 (gamma
-# 2), so the top-k tests of lookup,draft run at N = 20,000, and lookup,draft's controls run there.
+# norm(max(0, p - q)) after rejecting a guess of the level below). Measured with these seeds: lookup,draft broken p =
+# 1.4e-5 at N = 20,000, 3.7e-13 at 40,000 and 2.2e-25 with top-k at 40,000; draft,mid broken p = 2.3e-67 at N = 20,000
+# (so it runs at N = 10,000: p = 0.22 and 0.91 (top-k), its broken control 3.7e-19); the correct chains gave p = 0.03 ..
+# 0.86. At gamma 1 a level verifies with a plain run; at gamma 2 it verifies and continues in one run of its proposal
+# loop (export/loop.py): lookup,draft at gamma 2 gave p = 0.92 and 0.52 (top-k), its broken control 2.6e-9, at N =
+# 40,000; draft,mid runs its loop at gamma 2. With top-k 3 the broken middle level deviates more: lookup,draft's control
+# measured p = 8.2e-12 at N = 20,000 (gamma 1) and 1.2e-7 at N = 10,000 (gamma 2), so the top-k tests of lookup,draft
+# run at N = 20,000, and lookup,draft's controls run there.
 CHAIN_PROMPT = [0, 0, 3, 0, 5, 1]
 CHAINS = {"lookup,draft": dict(gamma=1, n=40_000, n_top_k=20_000, broken="draft"),
           "lookup,draft gamma 2": dict(chain="lookup,draft", gamma=2, n=40_000, n_top_k=20_000, broken="draft"),
