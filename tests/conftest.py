@@ -19,9 +19,11 @@ make_tiny_t5`), since `from conftest import ...` is ambiguous once a subfolder h
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from tinymodels import (  # noqa: F401  (re-exported for fixtures)
     tiny_vocab,
@@ -40,14 +42,20 @@ PADDED_TOKENS = 40      # the tokenizer's ids in the shared pairs, of their 48 r
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _one_onnxruntime_thread_per_worker():
-    """The suite runs in two worker processes (pyproject.toml's addopts), one per core here: a decoder made in a test
-    process with threads=0 (onnxruntime's choice: a thread per core, spinning between runs) gets one intra-op thread
-    instead, so the workers do not fight for the cores. Measured on the test models: the same tokens for the same
-    seeds (6,000 sampled requests compared), and 0.78 against 0.90 ms a request. Decoders in subprocesses (the CLI
-    tests, specdec-serve) keep the default."""
+def _one_thread_per_worker():
+    """The suite runs in two worker processes (pyproject.toml's addopts), one per core here, so each keeps to one thread:
+    - a decoder made in a test process with threads=0 (onnxruntime's choice: a thread per core, spinning between runs)
+      gets one intra-op thread. Measured on the test models: the same tokens for the same seeds (6,000 sampled requests
+      compared), and 0.78 against 0.90 ms a request. Decoders in subprocesses (specdec-serve) keep the default.
+    - in a worker, PyTorch (the references: transformers' generate and beam search, the exports) runs on one thread, and
+      so do the PyTorch subprocesses it starts (OMP_NUM_THREADS=1, which PyTorch reads at start). Two workers each
+      asking PyTorch for a thread per core left tests/runtime/test_beam.py and tests/models/test_distill.py at 127 s
+      side by side, against 76 s with one thread each (237 and 135 CPU-seconds)."""
     import specdec.runtime.engine.model as model
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
     real = model.create_session
 
     def one_thread(path, provider, threads=0, *args, **kwargs):
@@ -56,6 +64,17 @@ def _one_onnxruntime_thread_per_worker():
     model.create_session = one_thread
     yield
     model.create_session = real
+
+
+@pytest.fixture(autouse=True)
+def _pytorch_back_to_one_thread():
+    """Code under test may set PyTorch's threads (the bench's peers and beam report set two in the test process): a
+    worker goes back to one thread after each test, so that every later test in it shares the cores as above. Left at
+    two, the bundled pair's beam search test took 252 s in a whole-suite run against 62 s with this reset, and the whole
+    suite 23.7 against 17.4 minutes (27.8 before either fixture kept PyTorch to one thread)."""
+    yield
+    if os.environ.get("PYTEST_XDIST_WORKER") and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
