@@ -101,7 +101,7 @@ def _main(argv) -> int:
         raise SpecdecError(f"specdec-bench takes a command first: {', '.join(p.commands)}",
                            "see specdec-bench --help")
     if argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
-        argv = cli_legacy.translated(argv)
+        argv = cli_legacy.translated(argv, p.commands)
     _check_flags(p, argv)
     args, extra = p.parse_known_args(argv)
     if extra:

@@ -47,8 +47,9 @@ def _without(argv: list, flag: str) -> list:
     return out
 
 
-def command_of(argv: list) -> list:
-    """The subcommand form of a command line without a command (module docstring)."""
+def command_of(argv: list, commands=()) -> list:
+    """The subcommand form of a command line without a command (module docstring); `commands`: the ones to name when
+    there is none."""
     beams = _find(argv, "--num-beams")
     if beams and beams[1] == "1":
         argv, beams = _without(argv, "--num-beams"), None
@@ -64,15 +65,14 @@ def command_of(argv: list) -> list:
     elif _find(argv, "--engine"):
         command = "sweep"
     else:
-        raise SpecdecError("specdec-bench takes a command first: sweep, drafts, beams, shapes, dtypes, serve-load, "
-                           "width, datastore-scale", "see specdec-bench --help")
+        raise SpecdecError(f"specdec-bench takes a command first: {', '.join(commands)}", "see specdec-bench --help")
     if shapes and shapes[1] is not None and command in ("shapes", "dtypes"):
         argv = [shapes[1]] + _without(argv, "--shapes")
     return [command] + argv
 
 
-def translated(argv: list) -> list:
+def translated(argv: list, commands=()) -> list:
     """The subcommand form of `argv`, with the note on stderr."""
-    new = command_of(argv)
+    new = command_of(argv, commands)
     print(f"note: {DEPRECATED}; running: specdec-bench {shlex.join(new)}", file=sys.stderr)
     return new

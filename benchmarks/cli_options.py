@@ -7,19 +7,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specdec.runtime.core.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import OneLineParser, run_cli
 
 
-class BenchParser(argparse.ArgumentParser):
-    """An argparse parser whose errors are one line, `error: <what>; see <prog> --help.`, exit status 2 (run_cli
-    prints them); subcommand parsers are of this class too. Flags are taken as spelled, never abbreviated: --draft
+class BenchParser(OneLineParser):
+    """The commands' one-line-error parser (runtime/core/errors.py), taking flags as spelled, never abbreviated: --draft
     would otherwise be sweep's --draft-checkpoint."""
 
     def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
-
-    def error(self, message):
-        raise SpecdecError(message, f"see {self.prog} --help")
 
 
 def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:

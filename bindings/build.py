@@ -30,6 +30,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from specdec.runtime.core.errors import OneLineParser, run_cli
+
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parent
 INCLUDE = PROJECT / "include"
@@ -216,7 +218,7 @@ def check(out: Path) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specdec-build-capi", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="specdec-build-capi", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=str(PROJECT / "build"), help="output directory (default: <project>/build)")
     p.add_argument("--no-examples", action="store_true", help="build only libspecdec.so")
     p.add_argument("--no-check", action="store_true", help="skip the env -i self-check of the C example")
@@ -226,6 +228,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv) -> int:
     args = parser().parse_args(argv)
     if not HEADER.is_file():
         print(f"error: {HEADER} not found; build from a source checkout of specdec (pip install -e .[capi])",

@@ -7,13 +7,13 @@ import sys
 import warnings
 from pathlib import Path
 
-from specdec.runtime.core.errors import SpecdecError, run_cli
+from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="specdec-export",
         description="Export a T5 target and draft to ONNX graphs with KV-cache I/O and a fused sampling head, the "
                     "tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "

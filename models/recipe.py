@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from specdec.runtime.core.errors import OneLineParser, run_cli
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
@@ -66,8 +68,7 @@ HELP = dict(
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog="specdec-models", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="specdec-models", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen"],
                     help="stage to run (default: all)")
     ap.add_argument("--work-dir", default=os.path.join(HERE, ".work"), help="downloads, caches, checkpoints")
@@ -89,9 +90,13 @@ def build_parser():
     return ap
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     # Passive OpenMP waiting: the run shares two cores with other work without spinning threads.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return run_cli(_main, argv)
+
+
+def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     if args.stage == "widen":
         from .widen import run_widen

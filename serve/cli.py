@@ -8,16 +8,11 @@ import signal
 import sys
 import threading
 
-from specdec.runtime.core.errors import SpecdecError, run_cli
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"error: {message}; see {self.prog} --help.\n")
+from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specdec-serve",
+    p = OneLineParser(prog="specdec-serve",
                 description="Serve an export from specdec-export on Triton Inference Server (PyTriton): model "
                             "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
                             "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")

@@ -236,3 +236,40 @@ def test_the_loader_checks_the_declared_graph_names():
     assert (head.INPUTS, head.OUTPUTS) == (graph_io.HEAD_INPUTS, graph_io.HEAD_OUTPUTS)
     assert (*export_decoder.DECODER_TREE_INPUTS, head.TREE_INPUT, head.TREE_OUTPUT) == \
         (*graph_io.TREE_INPUTS, *graph_io.TREE_OUTPUTS)
+
+
+# -- every command line's errors ----------------------------------------------------------------------------------------
+
+def _console_scripts() -> dict[str, str]:
+    """{command: "module:function"} from pyproject.toml's [project.scripts]."""
+    import tomllib
+
+    pyproject = tomllib.loads((HEADER.parents[1] / "pyproject.toml").read_text())
+    return pyproject["project"]["scripts"]
+
+
+def _subcommands(module) -> list[str]:
+    """The subcommands of a command line module's parser() (none for a module without one)."""
+    parser = getattr(module, "parser", None)
+    actions = parser()._actions if parser else []
+    return next((list(a.choices) for a in actions if isinstance(a, argparse._SubParsersAction)), [])
+
+
+@pytest.mark.parametrize("command", sorted(_console_scripts()))
+def test_every_command_says_a_bad_flag_in_one_line(command, capsys):
+    """Each console script, given an unknown flag: exit status 2 and one line on stderr, `error: ...; see <command>
+    --help.`, naming the flag (or, for a command with subcommands, every subcommand, since one comes first), nothing on
+    stdout. (argparse alone prints a usage block; one parser class, OneLineParser, is under them all.)"""
+    import importlib
+
+    name, function = _console_scripts()[command].split(":")
+    module = importlib.import_module(name)
+    try:
+        code = getattr(module, function)(["--no-such-flag"])
+    except SystemExit as done:          # a main that exits instead of returning its status
+        code = done.code
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", (command, code, out)
+    assert err.startswith("error: ") and err.endswith(f"; see {command} --help.\n") and err.count("\n") == 1, err
+    subcommands = _subcommands(module)
+    assert all(sub in err for sub in subcommands) if subcommands else "--no-such-flag" in err, err

@@ -1,4 +1,7 @@
-"""The one exception type users see: a single line naming the problem and the fix."""
+"""The one exception type users see: a single line naming the problem and the fix, and the command lines' parser and
+runner that print it."""
+
+import argparse
 
 
 class SpecdecError(Exception):
@@ -22,6 +25,15 @@ def first_line(err: BaseException, limit: int = 160, empty: str | None = None) -
 
 def _one_line(text) -> str:
     return " ".join(str(text).splitlines())
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """The argument parser of every specdec command: a bad command line raises SpecdecError, which run_cli prints as
+    one line, `error: <what>; see <prog> --help.`, with exit status 2, instead of argparse's usage block. Subcommand
+    parsers are of this class too (argparse makes them of the parent's class)."""
+
+    def error(self, message):
+        raise SpecdecError(message, f"see {self.prog} --help")
 
 
 def run_cli(main_body, argv=None) -> int:

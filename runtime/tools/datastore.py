@@ -16,15 +16,15 @@ import json
 import sys
 from pathlib import Path
 
-from ..core.errors import SpecdecError, run_cli
+from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..loading.datastore import Datastore
 from .datastore_build import build, load_tokenizer
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specdec-datastore", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = OneLineParser(prog="specdec-datastore", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{build,add,info}")
     b = sub.add_parser("build", help="index text files into a new datastore")
     b.add_argument("texts", nargs="+", metavar="TEXT")
     b.add_argument("--out", required=True, type=Path, help="the datastore file to write (e.g. store.sdds)")

@@ -7,18 +7,12 @@ import argparse
 import json
 import sys
 
-from ..core.errors import SpecdecError, run_cli
+from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..core.params import add_flags, from_flags
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        """A bad command line is one line on stderr and exit status 2, like every other error (no usage block)."""
-        self.exit(2, f"error: {message}; see {self.prog} --help.\n")
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specdec-generate",
+    p = OneLineParser(prog="specdec-generate",
                 description="Exact speculative decoding with an export from specdec-export.")
     p.add_argument("text", nargs="?", help="the prompt, e.g. 'translate English to German: The house is small.' "
                    "(a Whisper export takes --audio instead)")
