@@ -142,7 +142,7 @@ def run_soak(args, instances: int, prompts: list) -> list:
     from .machine import resident_mib
 
     http, grpc, metrics = free_ports(3)
-    argv = [sys.executable, "-m", "specdec.serve.cli", "--engine", str(args.engine), "--address", "127.0.0.1",
+    argv = [sys.executable, "-m", "specdec.serve.cli", "--engine", str(args.engine), "--host", "127.0.0.1",
             "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
             "--instances", str(instances), "--threads", str(args.threads), "--max-batch", str(args.max_batch),
             "--queue-delay-us", str(args.queue_delay_us), "--exit-timeout", "2"]

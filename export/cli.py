@@ -15,8 +15,8 @@ from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair, i
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="specdec-export",
-        description="Export a T5 target and draft to ONNX graphs with KV-cache I/O and a fused sampling head, the "
-                    "tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "
+        description="Export a target and draft (T5 or Whisper) to ONNX graphs with KV-cache I/O and a fused sampling "
+                    "head, the tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "
                     "from models/.")
     p.add_argument("--target", help="target checkpoint: hub id (e.g. t5-large) or local directory")
     p.add_argument("--draft", action="append", metavar="[NAME=]CHECKPOINT",

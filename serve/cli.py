@@ -20,7 +20,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
-    p.add_argument("--address", default="0.0.0.0", help="address to listen on (default 0.0.0.0; 127.0.0.1: local)")
+    p.add_argument("--host", dest="address", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
+    p.add_argument("--address", dest="address", help=argparse.SUPPRESS)      # the earlier name of --host
     p.add_argument("--max-batch", type=int, default=16,
                    help="requests decoded together in one batch, and Triton's max_batch_size for 'specdec' "
                         "(default 16)")

@@ -86,7 +86,8 @@ def source_kwargs(source) -> dict:
 OUTPUTS = (
     Field("text", np.object_, (1,), doc="the output text (stream: this piece's new text)"),
     Field("token_ids", np.int64, (-1,), doc="generated token ids (stream: this piece's)"),
-    Field("stop_reason", np.object_, (1,), doc='"eos", "max_new_tokens" or "max_length" ("" before the end)'),
+    Field("stop_reason", np.object_, (1,),
+          doc='"eos", "max_new_tokens", "max_length", "cancelled" or "error: ..." ("" before the end)'),
     # the request's totals, as declared (runtime/core/stats.py): counts INT64, seconds and ratios FP64
     *(Field(figure.name, np.int64 if figure.unit == "count" else np.float64, (1,), doc=figure.doc)
       for figure in STATS if not figure.group),

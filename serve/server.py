@@ -121,7 +121,7 @@ class Server:
 
     def __init__(self, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
                  max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, http_port: int = 8000,
-                 grpc_port: int = 8001, metrics_port: int = 8002, address: str = "0.0.0.0", exit_timeout_s: int = 5,
+                 grpc_port: int = 8001, metrics_port: int = 8002, address: str = "127.0.0.1", exit_timeout_s: int = 5,
                  log_verbose: int = 0):
         from specdec.runtime.decoding.batch import checked_max_batch
 

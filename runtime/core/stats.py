@@ -130,7 +130,7 @@ class Result:
     text: str
     token_ids: list = field(default_factory=list)   # generated ids, without the decoder start token
     stats: Stats = field(default_factory=Stats)
-    stop_reason: str = ""                            # "eos", "max_new_tokens" or "max_length"
+    stop_reason: str = ""                            # eos, max_new_tokens, max_length, cancelled or "error: ..."
     sequences: list = field(default_factory=list)    # beam search: the num_return_sequences best, best first
     #                                                  (token_ids and text are the first); [token_ids] otherwise
     scores: list = field(default_factory=list)       # beam search: their scores (sum log p / length ** penalty)
@@ -143,7 +143,7 @@ class Piece:
     token_ids: list
     text: str
     stats: Stats | None = None      # the request's statistics so far
-    stop_reason: str = ""           # set on the last piece: "eos", "max_new_tokens" or "max_length"
+    stop_reason: str = ""           # on the last piece: eos, max_new_tokens, max_length, cancelled or "error: ..."
 
 
 class Pieces:

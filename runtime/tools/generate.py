@@ -22,7 +22,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a Whisper export: transcribe (the default) or translate into English")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads per model (0: onnxruntime's default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
     p.add_argument("--datastore", metavar="PATH",
                    help="the datastore the lookup searches (default: the export's own, if any; 'none': no datastore)")
     add_flags(p)     # one flag per request parameter, from its declaration (runtime/core/params.py)

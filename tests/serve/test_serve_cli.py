@@ -63,7 +63,7 @@ def _group_empty(pgid: int) -> bool:
 def test_serve_answers_then_stops_cleanly_on_sigterm(tiny_export, tmp_path):
     http_port, grpc_port, metrics_port = free_ports(3)
     log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
+    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--host", "127.0.0.1", "--http-port",
                              str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
                              "--exit-timeout", "2"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -133,7 +133,7 @@ def test_a_port_in_use_is_one_line(tiny_export):
 def test_sigterm_while_starting_stops_too(tiny_export, tmp_path):
     """SIGTERM before the models are ready (PyTriton can wait up to 2 minutes for its server) ends the start."""
     http_port, grpc_port, metrics_port = free_ports(3)
-    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--address", "127.0.0.1", "--http-port",
+    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--host", "127.0.0.1", "--http-port",
                              str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -155,3 +155,17 @@ def test_sigterm_while_starting_stops_too(tiny_export, tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
+
+
+def test_the_server_listens_on_this_machine_only_unless_told():
+    """--host defaults to 127.0.0.1 (the Server class too); --address, its earlier name, still sets it."""
+    import inspect
+
+    from specdec.serve.cli import parser
+    from specdec.serve.server import Server
+
+    assert parser().parse_args([]).address == "127.0.0.1"
+    assert inspect.signature(Server).parameters["address"].default == "127.0.0.1"
+    assert parser().parse_args(["--host", "0.0.0.0"]).address == "0.0.0.0"
+    assert parser().parse_args(["--address", "10.0.0.2"]).address == "10.0.0.2"
+    assert "--address" not in parser().format_help()
