@@ -33,14 +33,17 @@ def add_arguments(p) -> None:
                         "(the lookup where it pays); comma-separated. Each B and configuration first runs one untimed pass over the "
                         "prompts")
     p.add_argument("--temperature", default="0,1", help="comma-separated (default 0,1)")
-    p.add_argument("--prompts", metavar="FILE")
-    p.add_argument("--num-prompts", type=int, default=128)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--provider", default="cpu")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--json", metavar="OUT.json")
-    p.add_argument("--markdown", metavar="OUT.md")
+    p.add_argument("--prompts", metavar="FILE",
+                   help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "
+                        "test prompts for the bundled pair, else random ids)")
+    p.add_argument("--num-prompts", type=int, default=128, help="prompts taken from it (default 128)")
+    p.add_argument("--repeat", type=int, default=3, help="timed passes over the prompts (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    p.add_argument("--provider", default="cpu", choices=("auto", "cpu", "cuda", "tensorrt"),
+                   help="the execution provider (default cpu)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads of the target (0: onnxruntime's default)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
+    p.add_argument("--markdown", metavar="OUT.md", help="also write the table as Markdown")
 
 
 def _configs(text: str) -> list:

@@ -126,9 +126,10 @@ def run(*, max_new_tokens: int, repeat: int, repeat_help: str, past: str) -> arg
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
                    help=f"{declared('max_new_tokens')} (default {max_new_tokens})")
     g.add_argument("--repeat", type=int, default=repeat, metavar="R", help=f"{repeat_help} (default {repeat})")
-    g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
+    g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"),
+                   help="the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)")
     g.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="intra-op threads per model (0: onnxruntime's default)")
+                   help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
     g.add_argument("--probe-repeats", type=int, default=30, metavar="N",
                    help="repeats of each per-call cost measurement")
     g.add_argument("--past", type=int, default=None, metavar="N",
@@ -181,8 +182,7 @@ def peers(what: str, gamma: str) -> argparse.ArgumentParser:
     g.add_argument("--peer-python", metavar="PYTHON",
                    help="--peers: also time Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM, greedy "
                         "and assisted generate) with this interpreter of a separate venv that has optimum-onnx, "
-                        "onnxruntime and torch, in its own process (benchmarks/optimum_peer.py; its ONNX exports are "
-                        "cached under --workdir/optimum)")
+                        "onnxruntime and torch, in its own process (its ONNX exports are cached under --workdir/optimum)")
     g.add_argument("--peer-timeout", type=float, default=None, metavar="S",
                    help="--peer-python: seconds the Optimum worker may take, exports included (default 1800)")
     g.add_argument("--target-checkpoint", metavar="DIR",

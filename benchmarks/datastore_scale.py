@@ -96,10 +96,10 @@ def _stage(stage: str, tokens: int, args, folder: str) -> dict:
 
 def add_arguments(p) -> None:
     p.add_argument("--tokens", default="1000000,100000000", help="sizes, comma-separated")
-    p.add_argument("--vocab", type=int, default=32128)
-    p.add_argument("--lookups", type=int, default=20000)
+    p.add_argument("--vocab", type=int, default=32128, help="the random tokens' vocabulary size (default 32128)")
+    p.add_argument("--lookups", type=int, default=20000, help="timed lookups per size (default 20000)")
     p.add_argument("--dir", help="where the datastores are written (default: a temporary directory, removed)")
-    p.add_argument("--json", metavar="OUT.json")
+    p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
     p.add_argument("--stage", choices=("build", "probe"), help=argparse.SUPPRESS)
 
 

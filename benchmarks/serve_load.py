@@ -56,7 +56,8 @@ def add_arguments(p) -> None:
     p.add_argument("--prompts", default=None, metavar="FILE",
                    help="JSONL ({\"source\": ...}) or text file of prompts (default: the bundled test prompts)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per request (default 32)")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http",
+                   help="how the clients talk to the server (default http)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads of the decoder (0: onnxruntime's)")
     p.add_argument("--warmup", type=int, default=16, help="untimed requests before the cells (default 16)")
     p.add_argument("--json", default=None, metavar="OUT.json",

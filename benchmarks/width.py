@@ -106,13 +106,16 @@ def add_arguments(p) -> None:
     p.add_argument("--engine", required=True, metavar="DIR", help="export directory (with a datastore for B > 1)")
     p.add_argument("--wide-engine", metavar="DIR",
                    help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
-    p.add_argument("--prompts", metavar="FILE")
-    p.add_argument("--num-prompts", type=int, default=128)
+    p.add_argument("--prompts", metavar="FILE",
+                   help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "
+                        "test prompts for the bundled pair, else random ids)")
+    p.add_argument("--num-prompts", type=int, default=128, help="prompts taken from it (default 128)")
     p.add_argument("--gamma", type=int, default=8, help="the candidates' length (default 8)")
     p.add_argument("--widths", default="1,2,4,8", help="candidates per round B (default 1,2,4,8)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--probe-repeats", type=int, default=20)
-    p.add_argument("--json", metavar="OUT.json")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
+    p.add_argument("--probe-repeats", type=int, default=20,
+                   help="repeats of each per-call cost measurement (default 20)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
 
 
 def run(args) -> int:

@@ -27,11 +27,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=256,
                    help="longest prompt and longest decoder sequence, in tokens (default 256)")
-    p.add_argument("--dtype", default="fp32",
+    p.add_argument("--dtype", default="fp32", metavar="{fp32,fp16,int8}",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
                         "products, fp32 activations and KV cache; a target keeps its encoder, its first decoder "
                         "block and its LM head in fp32)")
-    p.add_argument("--draft-dtype", default=None,
+    p.add_argument("--draft-dtype", default=None, metavar="{fp32,fp16,int8,int8-wo}",
                    help="the draft models' weights when they differ from --dtype: int8 (dynamic) or int8-wo "
                         "(weight-only int8, often the fastest draft step); an int8 draft keeps the output exactly "
                         "the target's (only the target's p decides)")

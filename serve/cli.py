@@ -17,8 +17,8 @@ def parser() -> argparse.ArgumentParser:
                             "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
                             "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--http-port", type=int, default=8000, help="Triton's HTTP/REST port (default 8000)")
+    p.add_argument("--grpc-port", type=int, default=8001, help="Triton's gRPC port (default 8001)")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
     p.add_argument("--host", dest="address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")

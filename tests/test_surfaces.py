@@ -273,3 +273,41 @@ def test_every_command_says_a_bad_flag_in_one_line(command, capsys):
     assert err.startswith("error: ") and err.endswith(f"; see {command} --help.\n") and err.count("\n") == 1, err
     subcommands = _subcommands(module)
     assert all(sub in err for sub in subcommands) if subcommands else "--no-such-flag" in err, err
+
+
+def _parser_of(command: str) -> argparse.ArgumentParser:
+    import importlib
+
+    module = importlib.import_module(_console_scripts()[command].split(":")[0])
+    return (getattr(module, "parser", None) or module.build_parser)()
+
+
+def _arguments(parser: argparse.ArgumentParser, name: str):
+    """(command and subcommand, argument) for every argument a user sees in --help, subcommands included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                yield from _arguments(subparser, f"{name} {sub}")
+        elif not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS:
+            yield name, action
+
+
+SOURCE_FILE = re.compile(r"[\w/]+\.py\b")
+MARKUP = re.compile(r"`|\*\*|:(func|class|mod):")
+NOT_OURS = {"model.py"}        # Triton's Python backend file, which a written model repository holds
+
+
+@pytest.mark.parametrize("command", sorted(_console_scripts()))
+def test_every_flag_has_help_without_source_paths_or_markup(command):
+    """Every argument of every command and subcommand has help text, which names no source file of specdec (users
+    run commands; they do not read modules) and holds no Markdown or reStructuredText markup."""
+    bad = []
+    for name, action in _arguments(_parser_of(command), command):
+        text, label = action.help or "", "/".join(action.option_strings) or action.dest
+        if not text.strip():
+            bad.append(f"{name} {label}: no help")
+        if set(SOURCE_FILE.findall(text)) - NOT_OURS:
+            bad.append(f"{name} {label}: names a source file: {text!r}")
+        if MARKUP.search(text):
+            bad.append(f"{name} {label}: markup: {text!r}")
+    assert not bad, "\n".join(bad)

@@ -131,7 +131,7 @@ class Params:
         test=lambda v: _is_int(v) and 1 <= v <= MAX_BEAMS, must_be=f"an integer in 1..{MAX_BEAMS}",
         fix="use num_beams=1 for greedy or sampling, 2..16 for beam search")
     length_penalty: float = param(
-        1.0, "a finished beam scores sum log p / length ** length_penalty (> 0 favours longer outputs)", "finite",
+        1.0, "a finished beam scores sum log p / length^length_penalty (> 0 favours longer outputs)", "finite",
         "double", group="beam search", test=lambda v: _is_real(v) and math.isfinite(v), must_be="a finite number",
         fix="use 1.0 (the default), > 0 to favour longer, < 0 shorter sequences")
     early_stopping: object = param(

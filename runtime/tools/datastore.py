@@ -26,18 +26,19 @@ def parser() -> argparse.ArgumentParser:
                       formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True, metavar="{build,add,info}")
     b = sub.add_parser("build", help="index text files into a new datastore")
-    b.add_argument("texts", nargs="+", metavar="TEXT")
+    b.add_argument("texts", nargs="+", metavar="TEXT",
+                   help="text files to index: plain text, .jsonl (with --field), either gzipped or not")
     b.add_argument("--out", required=True, type=Path, help="the datastore file to write (e.g. store.sdds)")
     a = sub.add_parser("add", help="add text files to a datastore (rewrites it)")
-    a.add_argument("store", type=Path)
-    a.add_argument("texts", nargs="+", metavar="TEXT")
+    a.add_argument("store", type=Path, help="the datastore file to extend")
+    a.add_argument("texts", nargs="+", metavar="TEXT", help="text files to add (as for build)")
     for q in (b, a):
         q.add_argument("--export", required=True, help="the export directory (or a tokenizer.json) whose tokenizer "
                                                        "makes the ids")
         q.add_argument("--field", help="the field of .jsonl files holding the text")
         q.add_argument("--force", action="store_true", help="build: replace an existing --out file")
     i = sub.add_parser("info", help="describe a datastore (and check it against an export)")
-    i.add_argument("store", type=Path)
+    i.add_argument("store", type=Path, help="the datastore file to describe")
     i.add_argument("--export", help="check that it was made with this export's tokenizer")
     i.add_argument("--json", action="store_true", help="print JSON")
     return p

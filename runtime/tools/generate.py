@@ -21,7 +21,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", choices=("transcribe", "translate"),
                    help="a Whisper export: transcribe (the default) or translate into English")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
-    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"))
+    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"),
+                   help="the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)")
     p.add_argument("--threads", type=int, default=0,
                    help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
     p.add_argument("--datastore", metavar="PATH",
