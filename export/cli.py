@@ -94,7 +94,10 @@ def _drafts(values: list) -> tuple[str, dict]:
     for i, value in enumerate(values):
         name, sep, path = value.partition("=")
         if not sep or "/" in name or "\\" in name:      # a plain checkpoint (a path may contain '=')
-            name, path = ("draft" if i == 0 else f"draft{i + 1}"), value
+            if i > 0:
+                raise SpecdecError(f"--draft {value!r} is a second draft without a name",
+                                   "name every --draft after the first: --draft NAME=CHECKPOINT (e.g. mid=t5-base)")
+            name, path = "draft", value
         if not path:
             raise SpecdecError(f"--draft {value!r} names no checkpoint", "use --draft NAME=CHECKPOINT")
         named.append((name, path))

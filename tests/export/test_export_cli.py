@@ -110,6 +110,13 @@ def test_vocabulary_size_mismatch(tiny_pair, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_second_draft_without_a_name_is_refused(tiny_pair, tmp_path):
+    """Only the first --draft may be unnamed (it is "draft"); a second unnamed one would get a name nobody chose."""
+    assert_one_line_error(*run_export_cli(export_args(*tiny_pair, tmp_path / "out", "--draft", str(tiny_pair[1]))),
+                          "second draft without a name", "--draft NAME=CHECKPOINT")
+    assert not (tmp_path / "out").exists()
+
+
 def test_same_size_but_different_vocabulary(tiny_pair, tmp_path):
     """Same vocab_size, different tokens: only the tokenizers tell, and that check runs after loading."""
     words = {tok: i for i, tok in enumerate(("<pad>", "</s>", "<unk>"))}
