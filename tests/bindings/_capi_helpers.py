@@ -11,11 +11,11 @@ INCLUDE = PROJECT / "include"
 CLEAN_ENV = {"PATH": "/usr/bin:/bin"}
 
 
-def run_program(argv, timeout=300, env=None, check=True) -> subprocess.CompletedProcess:
-    """Run a C program with a clean environment (plus `env`)."""
+def run_program(argv, timeout=300, env=None, check=True, cwd=None) -> subprocess.CompletedProcess:
+    """Run a C program with a clean environment (plus `env`), in `cwd` if given."""
     result = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in {**CLEAN_ENV, **(env or {})}.items()),
                              *map(str, argv)], capture_output=True, text=True, timeout=timeout,
-                            check=False)
+                            check=False, cwd=cwd)
     if check:
         assert result.returncode == 0, f"{argv} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result
