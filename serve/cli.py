@@ -17,6 +17,8 @@ def parser() -> argparse.ArgumentParser:
                             "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
                             "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
+    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"),
+                   help="the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)")
     p.add_argument("--http-port", type=int, default=8000, help="Triton's HTTP/REST port (default 8000)")
     p.add_argument("--grpc-port", type=int, default=8001, help="Triton's gRPC port (default 8001)")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
@@ -58,7 +60,7 @@ def _serve(args) -> int:
     server = Server(args.engine, instances=args.instances, threads=args.threads, max_batch=args.max_batch,
                     max_queue=args.max_queue, queue_delay_us=args.queue_delay_us, http_port=args.http_port,
                     grpc_port=args.grpc_port, metrics_port=args.metrics_port, address=args.address,
-                    exit_timeout_s=args.exit_timeout)
+                    exit_timeout_s=args.exit_timeout, provider=args.provider)
     try:
         server.start()
         serving.set()
@@ -89,7 +91,7 @@ def _main(argv) -> int:
 
         out = write_model_repository(args.write_model_repository, args.engine, instances=args.instances,
                                      threads=args.threads, max_batch=args.max_batch, max_queue=args.max_queue,
-                                     queue_delay_us=args.queue_delay_us)
+                                     queue_delay_us=args.queue_delay_us, provider=args.provider)
         print(f"wrote a Triton model repository for {args.engine} to {out} (models specdec, specdec_stream); run "
               f"it with: tritonserver --model-repository {out}")
         return 0

@@ -36,7 +36,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        decoder = schema.load_decoder(params["engine"], int(params.get("threads", "0")))
+        decoder = schema.load_decoder(params["engine"], int(params.get("threads", "0")), params.get("provider", "auto"))
         self.handler = schema.Handler(decoder, int(params.get("max_batch", schema.MAX_BATCH)),
                                       int(params.get("max_queue", schema.MAX_QUEUE)))
 
@@ -96,7 +96,7 @@ def _io(kind: str, fields) -> str:
 
 def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decoupled: bool,
                  max_batch: int = schema.MAX_BATCH, max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500,
-                 speech: bool = False) -> str:
+                 speech: bool = False, provider: str = "auto") -> str:
     """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models: MODEL with Triton's
     dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without. speech: the
     export is a Whisper one (its inputs are schema.SPEECH_INPUTS)."""
@@ -108,15 +108,16 @@ def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decouple
     else:
         text += (f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n"
                  f"  default_queue_policy {{\n    max_queue_size: {max_queue}\n  }}\n}}\n")
-    for key, value in (("engine", str(engine)), ("threads", str(threads)), ("max_batch", str(max_batch)),
-                       ("max_queue", str(max_queue))):
+    for key, value in (("engine", str(engine)), ("threads", str(threads)), ("provider", provider),
+                       ("max_batch", str(max_batch)), ("max_queue", str(max_queue))):
         quoted = value.replace("\\", "\\\\").replace('"', '\\"')
         text += f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{quoted}" }}\n}}\n'
     return text
 
 
 def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
-                           max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500) -> Path:
+                           max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500,
+                           provider: str = "auto") -> Path:
     """Write the repository to `out` (created; existing model files there are replaced) for the export `engine`,
     which is checked first. Returns `out`."""
     from specdec.runtime.loading.manifest import load_manifest
@@ -131,6 +132,6 @@ def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0,
     for name, decoupled in ((schema.MODEL, False), (schema.STREAM_MODEL, True)):
         (out / name / "1").mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, threads, decoupled, max_batch,
-                                                              max_queue, queue_delay_us, speech))
+                                                              max_queue, queue_delay_us, speech, provider))
         (out / name / "1" / "model.py").write_text(MODEL_PY)
     return out

@@ -306,8 +306,8 @@ def batch_answers(handler: Handler, requests: list) -> list:
     return answers
 
 
-def load_decoder(engine, threads: int = 0):
-    """A SpeculativeDecoder on CPU or the best provider ("auto") with `threads` intra-op threads per model."""
+def load_decoder(engine, threads: int = 0, provider: str = "auto"):
+    """A SpeculativeDecoder on `provider` ("auto": the best this onnxruntime has) with `threads` intra-op threads."""
     from specdec.runtime.decoder import SpeculativeDecoder
 
-    return SpeculativeDecoder.load(engine, provider="auto", threads=threads)
+    return SpeculativeDecoder.load(engine, provider=provider, threads=threads)

@@ -169,3 +169,19 @@ def test_the_server_listens_on_this_machine_only_unless_told():
     assert parser().parse_args(["--host", "0.0.0.0"]).address == "0.0.0.0"
     assert parser().parse_args(["--address", "10.0.0.2"]).address == "10.0.0.2"
     assert "--address" not in parser().format_help()
+
+
+def test_the_provider_is_a_flag_and_a_written_repository_keeps_it(tiny_export, tmp_path):
+    """--provider takes the runtime's choices (a bad one is one line); a written model repository passes it to the
+    decoder its model.py loads (config.pbtxt's parameters), as it does --threads."""
+    res = subprocess.run([*SERVE, "--engine", str(tiny_export), "--provider", "gpu"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--provider" in res.stderr, res.stderr
+    res = subprocess.run([*SERVE, "--engine", str(tiny_export), "--provider", "cpu", "--threads", "1",
+                          "--write-model-repository", str(tmp_path / "repo")], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    for model in ("specdec", "specdec_stream"):
+        config = (tmp_path / "repo" / model / "config.pbtxt").read_text()
+        assert 'key: "provider"\n  value: { string_value: "cpu" }' in config, config
+        assert 'key: "threads"\n  value: { string_value: "1" }' in config, config
