@@ -3,7 +3,9 @@
 1. Generated tables. A page line `<!-- parameters -->` becomes a table of every request parameter, made from
    `specdec.runtime.core.params.PARAMETERS`; `<!-- stats -->` a table of every figure of a request's Stats, made
    from `specdec.runtime.core.stats.STATS`. The declarations are the single source, so the tables cannot drift
-   from the code.
+   from the code. `<!-- c-api -->` becomes the C API reference: include/specdec.h's opening comment, then each
+   section of the header with every declaration (function, type, constant) under its own heading, comment and code
+   as the header has them, so the header stays the one source.
 2. Files outside docs/. Pages link to repository files as a reader of the Markdown in the repository sees them
    (`../benchmarks/README.md`, `../include/specdec.h`). Every such file that exists is added to the site under
    `repo/` (Markdown as a page, anything else as it is), the files those pages link to as well, and the links are
@@ -29,6 +31,7 @@ from mkdocs.structure.files import File, InclusionLevel
 
 PARAMETERS_MARKER = "<!-- parameters -->"
 STATS_MARKER = "<!-- stats -->"
+C_API_MARKER = "<!-- c-api -->"
 REPO_PREFIX = "repo"
 
 # An inline Markdown link or image: [text](target "title") or ![alt](target). The target stops at whitespace or ")".
@@ -93,6 +96,42 @@ def stats_tables() -> str:
 
 
 # -- 2. repository files outside docs/ ------------------------------------------------------------------------
+
+_C_NAME = re.compile(r"typedef\s+(?:enum|struct)\s+(\w+)\s*\{|typedef\s+struct\s+\w+\s+(\w+);"
+                     r"|typedef[^(;]*\(\s*\*\s*(\w+)\)|SPECDEC_API[^(;]*?(\w+)\s*\("
+                     r"|static\s+inline[^(;]*?(\w+)\s*\(|#define\s+(SPECDEC_\w+)")
+_C_SECTION = re.compile(r"/\* ---- (.*?) -+ \*/")
+
+
+def c_api_reference(header: Path) -> str:
+    """include/specdec.h as Markdown: its opening comment, then per section (`/* ---- title ---- */`) each
+    declaration under a heading of its name with the comment and code above and in it; blank-line separated pieces
+    that declare nothing (a struct's later fields, the closing of extern "C") join the declaration before them."""
+    text = header.read_text(encoding="utf-8")
+    opening = text[:text.index("*/") + 2]
+    intro = "\n".join(line.removeprefix(" *").removeprefix(" ") for line in opening.splitlines()[1:-1])
+    out = ["```text", intro.strip("\n"), "```"]
+    items = [("## Constants", None)]             # the macros above the first section
+    for chunk in re.split(r"\n\s*\n", text[len(opening):]):
+        chunk = chunk.strip("\n")
+        heading = _C_SECTION.match(chunk)
+        if heading:
+            section = re.sub(r"\s*\(.*\)$", "", heading.group(1))
+            items.append((f"## {section[0].upper()}{section[1:]}", None))
+            chunk = chunk[heading.end():].strip("\n")
+        code = re.sub(r"/\*.*?\*/", "", chunk, flags=re.S)
+        found = _C_NAME.search(code)
+        name = next(g for g in found.groups() if g) if found else None
+        if name and not name.startswith("_") and name not in ("SPECDEC_API", "SPECDEC_H"):
+            items.append((f"### `{name}`", [chunk]))
+        elif items and items[-1][1] is not None and re.search(r"[;}]", code) and not code.lstrip().startswith("#"):
+            items[-1][1].append(chunk)
+    for title, chunks in items:
+        out += ["", title]
+        if chunks:
+            out += ["", "```c", "\n\n".join(chunks), "```"]
+    return "\n".join(out) + "\n"
+
 
 def links(markdown: str):
     """(match) for every inline link or image outside fenced code blocks and inline code."""
@@ -272,6 +311,8 @@ def on_page_markdown(markdown, page, config, files):
         markdown = markdown.replace(PARAMETERS_MARKER, parameters_table())
     if STATS_MARKER in markdown:
         markdown = markdown.replace(STATS_MARKER, stats_tables())
+    if C_API_MARKER in markdown:
+        markdown = markdown.replace(C_API_MARKER, c_api_reference(_state["root"] / "include" / "specdec.h"))
     return _rewrite_links(markdown, page)
 
 

@@ -205,6 +205,24 @@ def test_stats_table_is_generated_from_the_declarations(site):
         assert figure.name in text, figure.name
 
 
+def test_c_api_reference_is_generated_from_the_header(site):
+    """Every function, type and constant include/specdec.h declares has a heading of its own on the C API page (its
+    id in the page's table of contents), and the page holds the header's comments."""
+    code = re.sub(r"/\*.*?\*/", "", (ROOT / "include" / "specdec.h").read_text(encoding="utf-8"), flags=re.S)
+    declared = set(re.findall(r"^SPECDEC_API\s[^(;]*?(\w+)\s*\(", code, re.M)) | set(re.findall(
+        r"^typedef\s+(?:enum|struct)\s+(\w+)\s*\{", code, re.M)) | set(re.findall(
+        r"^static\s+inline[^(;]*?(\w+)\s*\(", code, re.M))
+    constants = set(re.findall(r"^#define\s+(SPECDEC_\w+)\s+\S", code, re.M)) - {"SPECDEC_API", "SPECDEC_H"}
+    assert {"specdec_open", "specdec_params", "specdec_params_default"} <= declared and "SPECDEC_ERROR_MAX" in constants
+    html = (site / "reference" / "c-api" / "index.html").read_text(encoding="utf-8")
+    text = _text(site / "reference" / "c-api" / "index.html")
+    assert "<!-- c-api -->" not in html
+    missing = [name for name in sorted(declared) if f'id="{name.lower()}"' not in html]
+    missing += [name for name in sorted(constants) if name not in text]
+    assert not missing, missing
+    assert "The calling thread's last error" in text
+
+
 def test_api_reference_is_generated_from_docstrings(site):
     text = _text(site / "reference" / "api" / "index.html")
     for name in ("specdec.runtime.decoder.SpeculativeDecoder", "specdec.runtime.core.params.Params",
