@@ -334,8 +334,8 @@ class SpeculativeDecoder:
         return Request(self._source(prompt, input_ids), checked)
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
-        """A Batcher (runtime/decoding/batcher.py): requests submitted from any thread decoded together, joining the
-        running batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting for one."""
+        """A Batcher: requests submitted from any thread (`submit()`, which returns a Ticket) are decoded together,
+        joining the running batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting."""
         from .decoding.batcher import Batcher
 
         return Batcher(self, max_batch, max_queue)
@@ -367,4 +367,5 @@ class SpeculativeDecoder:
         return self._beam_models[name]
 
     def decode(self, token_ids) -> str:
+        """Token ids to text through the export's tokenizer, special tokens dropped (what `Result.text` holds)."""
         return self.tokenizer.decode([int(t) for t in token_ids], skip_special_tokens=True)

@@ -60,10 +60,12 @@ class Stats:
 
     @property
     def acceptance_rate(self) -> float:
+        """Guesses kept over guesses proposed, over every source (0.0 when nothing was proposed)."""
         return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
     def tokens_per_target_call(self) -> float:
+        """New tokens per target run: 1.0 without speculation, up to gamma + 1 with every guess kept."""
         return self.new_tokens / self.target_calls if self.target_calls else 0.0
 
     def by_kind(self) -> dict:
@@ -90,6 +92,8 @@ class Stats:
         return {f.name: by_kind[f.name] if f.group == "by kind" else getattr(self, f.name) for f in STATS}
 
     def as_dict(self) -> dict:
+        """Every declared figure (STATS) and, under "sources", each source's counters with its alpha: what
+        specdec-generate --json prints."""
         return {**self.figures(), "sources": {name: {**asdict(s), "alpha": s.alpha}
                                               for name, s in self.sources.items()}}
 
@@ -127,6 +131,8 @@ STATS: tuple[Figure, ...] = (
 
 @dataclass
 class Result:
+    """What generate() returns (and generate_batch() returns per request): the text and its token ids, what the
+    request did (`stats`), why it stopped, and with beam search the best sequences and their scores."""
     text: str
     token_ids: list = field(default_factory=list)   # generated ids, without the decoder start token
     stats: Stats = field(default_factory=Stats)

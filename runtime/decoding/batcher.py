@@ -79,6 +79,9 @@ class Ticket:
 
 
 class Batcher:
+    """Continuous batching (made by `SpeculativeDecoder.batcher()`): a thread decodes the submitted requests
+    together, each joining the running batch between rounds and leaving when it ends; `close()` stops it."""
+
     def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64):
         checked_max_batch(max_batch)
         if type(max_queue) is not int or max_queue < 0:

@@ -23,6 +23,10 @@ _NP = {"fp32": np.float32, "fp16": np.float16}
 
 
 class CachedSeq2Seq:
+    """One model of an export (the target or a draft) on a device: its encoder, its cached decoder with the fused
+    sampling head, and the KV cache buffer above. A custom DraftSource gets the draft models this way
+    (`decoder.models`); most users never build one."""
+
     def __init__(self, manifest: Manifest, role: str, provider: str, device: str, rows: int, threads: int = 0,
                  max_length: int | None = None):
         info = manifest.models[role]
