@@ -256,3 +256,9 @@ def test_docs_teach_no_retired_flag():
     found = [f"{path.relative_to(ROOT)}: {old} (now {new})" for path in documents() if "results" not in path.parts
              for old, new in RETIRED.items() if re.search(re.escape(old) + r"\b", path.read_text(errors="replace"))]
     assert not found, found
+
+
+def test_api_reference_shows_no_declaration_internals(site):
+    """Params' fields are declared with check functions; the reference shows no `lambda` of them (the parameter
+    table documents each field)."""
+    assert "lambda" not in _text(site / "reference" / "api" / "index.html")
