@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 def add_arguments(p) -> None:
@@ -39,8 +40,7 @@ def add_arguments(p) -> None:
     p.add_argument("--num-prompts", type=int, default=128, help="prompts taken from it (default 128)")
     p.add_argument("--repeat", type=int, default=3, help="timed passes over the prompts (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
-    p.add_argument("--provider", default="cpu", choices=("auto", "cpu", "cuda", "tensorrt"),
-                   help="the execution provider (default cpu)")
+    p.add_argument("--provider", default="cpu", choices=PROVIDER_CHOICES, help=f"{PROVIDER_HELP}; default cpu")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads of the target (0: onnxruntime's default)")
     p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the table as Markdown")

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from specdec.runtime.core.errors import OneLineParser, run_cli
+from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 class BenchParser(OneLineParser):
@@ -126,8 +127,7 @@ def run(*, max_new_tokens: int, repeat: int, repeat_help: str, past: str) -> arg
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
                    help=f"{declared('max_new_tokens')} (default {max_new_tokens})")
     g.add_argument("--repeat", type=int, default=repeat, metavar="R", help=f"{repeat_help} (default {repeat})")
-    g.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"),
-                   help="the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)")
+    g.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     g.add_argument("--threads", type=int, default=0, metavar="N",
                    help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
     g.add_argument("--probe-repeats", type=int, default=30, metavar="N",

@@ -9,16 +9,16 @@ import sys
 import threading
 
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
+from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="specdec-serve",
-                description="Serve an export from specdec-export on Triton Inference Server (PyTriton): model "
-                            "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
-                            "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
+                      description="Serve an export from specdec-export on Triton Inference Server (PyTriton): model "
+                                  "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
+                                  "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
-    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"),
-                   help="the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)")
+    p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     p.add_argument("--http-port", type=int, default=8000, help="Triton's HTTP/REST port (default 8000)")
     p.add_argument("--grpc-port", type=int, default=8001, help="Triton's gRPC port (default 8001)")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")

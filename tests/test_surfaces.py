@@ -25,18 +25,23 @@ HEADER = Path(__file__).resolve().parents[1] / "include" / "specdec.h"
 C_TYPES = {"int32_t", "int64_t", "uint64_t", "double", "const char *"}
 
 
+def _actions(parser: argparse.ArgumentParser, name: str):
+    """(command and subcommand, action) for every argument of a parser and of all its subcommands, --help and hidden
+    ones included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                yield from _actions(subparser, f"{name} {sub}")
+        else:
+            yield name, action
+
+
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
     """{option string: [the parser (and subcommand) names that take it]} over a parser and all its subcommands."""
     found: dict[str, list[str]] = {}
-
-    def walk(p, name):
-        for action in p._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for sub_name, sub in action.choices.items():
-                    walk(sub, sub_name)
-            for option in action.option_strings:
-                found.setdefault(option, []).append(name)
-    walk(parser, parser.prog)
+    for name, action in _actions(parser, parser.prog):
+        for option in action.option_strings:
+            found.setdefault(option, []).append(name)
     return found
 
 
@@ -248,11 +253,17 @@ def _console_scripts() -> dict[str, str]:
     return pyproject["project"]["scripts"]
 
 
-def _subcommands(module) -> list[str]:
-    """The subcommands of a command line module's parser() (none for a module without one)."""
-    parser = getattr(module, "parser", None)
-    actions = parser()._actions if parser else []
-    return next((list(a.choices) for a in actions if isinstance(a, argparse._SubParsersAction)), [])
+def _parser_of(command: str) -> argparse.ArgumentParser:
+    import importlib
+
+    module = importlib.import_module(_console_scripts()[command].split(":")[0])
+    return (getattr(module, "parser", None) or module.build_parser)()
+
+
+def _subcommands(command: str) -> list[str]:
+    """The subcommands of a command's parser (none for a command without them)."""
+    return next((list(a.choices) for a in _parser_of(command)._actions if isinstance(a, argparse._SubParsersAction)),
+                [])
 
 
 @pytest.mark.parametrize("command", sorted(_console_scripts()))
@@ -271,25 +282,14 @@ def test_every_command_says_a_bad_flag_in_one_line(command, capsys):
     out, err = capsys.readouterr()
     assert code == 2 and out == "", (command, code, out)
     assert err.startswith("error: ") and err.endswith(f"; see {command} --help.\n") and err.count("\n") == 1, err
-    subcommands = _subcommands(module)
+    subcommands = _subcommands(command)
     assert all(sub in err for sub in subcommands) if subcommands else "--no-such-flag" in err, err
-
-
-def _parser_of(command: str) -> argparse.ArgumentParser:
-    import importlib
-
-    module = importlib.import_module(_console_scripts()[command].split(":")[0])
-    return (getattr(module, "parser", None) or module.build_parser)()
 
 
 def _arguments(parser: argparse.ArgumentParser, name: str):
     """(command and subcommand, argument) for every argument a user sees in --help, subcommands included."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub, subparser in action.choices.items():
-                yield from _arguments(subparser, f"{name} {sub}")
-        elif not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS:
-            yield name, action
+    return ((where, action) for where, action in _actions(parser, name)
+            if not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS)
 
 
 SOURCE_FILE = re.compile(r"[\w/]+\.py\b")

@@ -19,6 +19,9 @@ PROVIDERS = {
     "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
     "tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
 }
+# what every command's --provider takes, and says of it ("auto": resolve_provider's choice)
+PROVIDER_CHOICES = ("auto", *PROVIDERS)
+PROVIDER_HELP = "the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)"
 
 
 def resolve_provider(provider: str) -> str:

@@ -9,11 +9,12 @@ import sys
 
 from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..core.params import add_flags, from_flags
+from ..engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="specdec-generate",
-                description="Exact speculative decoding with an export from specdec-export.")
+                      description="Exact speculative decoding with an export from specdec-export.")
     p.add_argument("text", nargs="?", help="the prompt, e.g. 'translate English to German: The house is small.' "
                    "(a Whisper export takes --audio instead)")
     p.add_argument("--audio", metavar="FILE.wav", help="a Whisper export: the 16 kHz WAV file to transcribe")
@@ -21,8 +22,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", choices=("transcribe", "translate"),
                    help="a Whisper export: transcribe (the default) or translate into English")
     p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
-    p.add_argument("--provider", default="auto", choices=("auto", "cpu", "cuda", "tensorrt"),
-                   help="the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)")
+    p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     p.add_argument("--threads", type=int, default=0,
                    help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
     p.add_argument("--datastore", metavar="PATH",
