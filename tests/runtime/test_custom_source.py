@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from test_distribution import (LOOKUP_PROMPT, P_PASS, P_TEETH, SETTINGS, TOKENS, broken_export, caught,
-                               chi_square_p, empirical, exact_distribution)
+                               chi_square_p, empirical, exact_distribution, with_source)
 
 from specdec.runtime import SpeculativeDecoder
 
@@ -26,14 +26,6 @@ def page_source_class():
     namespace = {}
     exec(code.split("\ndec = ")[0], namespace)
     return namespace["RepeatLast"]
-
-
-class with_source:
-    def __init__(self, decoder, source):
-        self.decoder, self.source = decoder, source
-
-    def generate(self, **kwargs):
-        return self.decoder.generate(**{**kwargs, "draft": self.source})
 
 
 def test_the_pages_source_is_greedy_exact(related_decoder):

@@ -172,14 +172,18 @@ def test_the_test_catches_a_proposal_loop_with_dependent_draws(small_vocab_pair,
 N_LOOKUP = 5_000
 LOOKUP_PROMPT = [0, 0, 3, 0, 5, 1]
 
-class with_lookup:
-    """The same decoder with a LookupDraft(1, 2) object as the draft source (draft= takes a DraftSource too)."""
+class with_source:
+    """The same decoder with a DraftSource object as the draft (draft= takes one), for `empirical`."""
 
-    def __init__(self, decoder):
-        self.decoder, self.source = decoder, LookupDraft(1, 2)
+    def __init__(self, decoder, source):
+        self.decoder, self.source = decoder, source
 
     def generate(self, **kwargs):
         return self.decoder.generate(**{**kwargs, "draft": self.source})
+
+
+def with_lookup(decoder) -> with_source:
+    return with_source(decoder, LookupDraft(1, 2))
 
 
 @pytest.mark.parametrize("name", ["temperature", "top_k"])
@@ -230,9 +234,8 @@ def small_datastore(tmp_path, vocab):
     return Datastore.open(write(tmp_path / "store.sdds", segments, vocab, "00" * 32))
 
 
-class with_store(with_lookup):
-    def __init__(self, decoder, store):
-        self.decoder, self.source = decoder, LookupDraft(1, 2, datastore=store)
+def with_store(decoder, store) -> with_source:
+    return with_source(decoder, LookupDraft(1, 2, datastore=store))
 
 
 @pytest.mark.parametrize("name", ["temperature", "top_k"])
