@@ -20,10 +20,10 @@ make_tiny_t5`), since `from conftest import ...` is ambiguous once a subfolder h
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tinymodels import (  # noqa: F401  (re-exported for fixtures)
     tiny_vocab,
@@ -54,6 +54,8 @@ def _one_thread_per_worker():
     import specdec.runtime.engine.model as model
 
     if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"
     real = model.create_session
@@ -73,7 +75,8 @@ def _pytorch_back_to_one_thread():
     two, the bundled pair's beam search test took 252 s in a whole-suite run against 62 s with this reset, and the whole
     suite 23.7 against 17.4 minutes (27.8 before either fixture kept PyTorch to one thread)."""
     yield
-    if os.environ.get("PYTEST_XDIST_WORKER") and torch.get_num_threads() != 1:
+    torch = sys.modules.get("torch")        # imported by the worker's first fixture (above)
+    if torch is not None and os.environ.get("PYTEST_XDIST_WORKER") and torch.get_num_threads() != 1:
         torch.set_num_threads(1)
 
 
