@@ -1,6 +1,6 @@
 """Batched decoding: tokens/s and per-token latency at each batch size B, speculative against target-only.
 
-    specdec-bench batch --engine DIR [--batch 1,4,16] [--draft none,auto] [--temperature 0,1]
+    specdec-bench batch --export DIR [--batch 1,4,16] [--draft none auto] [--temperature 0,1]
                         [--num-prompts 128] [--repeat 3] [--max-new-tokens 64]
 
 Each cell decodes every prompt once through `generate_batch(..., max_batch=B)`: B requests share every target run
@@ -27,12 +27,12 @@ from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--engine", required=True, metavar="DIR", help="export directory")
+    p.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory")
     p.add_argument("--batch", default="1,4,16", help="batch sizes B, comma-separated (default 1,4,16)")
-    p.add_argument("--draft", default="none,auto",
-                   help="none (target only, always added), lookup[:G] (the lookup at gamma G, default 4), auto "
-                        "(the lookup where it pays); comma-separated. Each B and configuration first runs one untimed pass over the "
-                        "prompts")
+    p.add_argument("--draft", nargs="+", action="extend", metavar="NAME[:G]",
+                   help="the configurations, separated by spaces: none (target only, always added), lookup[:G] (the "
+                        "lookup at gamma G, default 4), auto (the lookup where it pays); default none auto. Each B "
+                        "and configuration first runs one untimed pass over the prompts")
     p.add_argument("--temperature", default="0,1", help="comma-separated (default 0,1)")
     p.add_argument("--prompts", metavar="FILE",
                    help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "
@@ -46,9 +46,10 @@ def add_arguments(p) -> None:
     p.add_argument("--markdown", metavar="OUT.md", help="also write the table as Markdown")
 
 
-def _configs(text: str) -> list:
+def _configs(texts) -> list:
+    """The --draft configurations (a comma-separated list, the earlier form, is accepted too)."""
     out = [("none", "none", 0)]
-    for item in text.split(","):
+    for item in [i for text in texts or ["auto"] for i in text.split(",")]:
         item = item.strip()
         name, _, gamma = item.partition(":")
         if name == "none" or not item:

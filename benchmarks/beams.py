@@ -1,4 +1,4 @@
-"""Beam search (`specdec-bench beams --engine DIR --num-beams W`): target-only beam search, exact speculative beam
+"""Beam search (`specdec-bench beams --export DIR --num-beams W`): target-only beam search, exact speculative beam
 search at fixed gammas, gamma="auto", and transformers' own beam search on the same weights, per task, in one run.
 
 Configurations (labels as the report spells them):

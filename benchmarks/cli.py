@@ -1,18 +1,18 @@
 """`specdec-bench`: latency, acceptance rate, cost ratio and speedup of an export, measured on this machine.
 
-    specdec-bench sweep   --engine DIR [--gamma 0,1,2,3,4,6,8] [--temperature 0,1] [--top-k K]
+    specdec-bench sweep   --export DIR [--gamma 0,1,2,3,4,6,8] [--temperature 0,1] [--top-k K]
                           [--top-p P | --filters none,K:P,...] [--lenience L] [--plot OUT.png] [--profile OUT.txt]
                           [--peers [--peer-python PYTHON]]
-    specdec-bench drafts  --engine DIR --draft none,draft,lookup,lookup+draft,auto [--temperature 0,1] [--peers]
-    specdec-bench beams   (--engine DIR | --shapes TARGET:DRAFT) --num-beams W [--gamma 1,2,4]
+    specdec-bench drafts  --export DIR --draft none draft lookup lookup,draft auto [--temperature 0,1] [--peers]
+    specdec-bench beams   (--export DIR | --shapes TARGET:DRAFT) --num-beams W [--gamma 1,2,4]
                           [--early-stopping true|false|never] [--length-penalty L] [--beam-rows 4,8,12,16 (--shapes)]
-    specdec-bench shapes  TARGET:DRAFT [--gamma 0,4] [--workdir bench-results] [--plot OUT.png]
+    specdec-bench shapes  TARGET:DRAFT [--gamma 0,4] [--work-dir bench-results] [--plot OUT.png]
     specdec-bench dtypes  TARGET:DRAFT --dtypes fp32,int8-draft,int8-wo-draft,int8[,int8-wo,int8-wo-fp32]
-    specdec-bench serve-load --engine DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
-    specdec-bench width   --engine DIR [--wide-engine DIR] [--num-prompts 128] [--gamma 8]
+    specdec-bench serve-load --export DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
+    specdec-bench width   --export DIR [--wide-export DIR] [--num-prompts 128] [--gamma 8]
     specdec-bench datastore-scale [--tokens 1000000,100000000]
-    specdec-bench batch   --engine DIR [--batch 1,4,16] [--draft none,auto] [--temperature 0,1]
-    specdec-bench gpu     [--provider cuda] [--engine DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
+    specdec-bench batch   --export DIR [--batch 1,4,16] [--draft none auto] [--temperature 0,1]
+    specdec-bench gpu     [--provider cuda] [--export DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
 
 The measuring commands take --num-prompts N, --prompts FILE (on an export), --max-new-tokens N, --repeat R,
 --provider, --threads, --json OUT.json, --markdown OUT.md, --no-progress; `specdec-bench COMMAND --help` lists a
@@ -27,9 +27,9 @@ import sys
 
 from specdec.runtime.core.errors import SpecdecError, run_cli
 
-from . import (batch, cli_beams, cli_drafts, cli_dtypes, cli_legacy, cli_shapes, cli_sweep, datastore_scale, gpu,
+from . import (batch, cli_beams, cli_drafts, cli_dtypes, cli_shapes, cli_sweep, datastore_scale, gpu,
                serve_load, width)
-from .cli_options import BenchParser
+from .cli_options import RENAMED, BenchParser
 
 # the tools, by their command name: (module, one line for the list of commands)
 TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p99 latency by clients and instances"),
@@ -39,17 +39,17 @@ TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p
          "gpu": (gpu, "the runtime on a GPU provider: exactness against the CPU provider, copies, real-size ms/token")}
 
 # why a flag of other commands is not one of this command's, where there is more to say than that
-HINTS = {("drafts", "--gamma"): "give a fixed gamma per draft as NAME:G, e.g. --draft none,draft:3,lookup,auto",
+HINTS = {("drafts", "--gamma"): "give a fixed gamma per draft as NAME:G, e.g. --draft none draft:3 lookup auto",
          ("beams", "--temperature"): "beam search is deterministic: temperature 0 only",
          ("dtypes", "--temperature"): "dtypes compares greedy decoding: temperature 0 only",
-         ("dtypes", "--engine"): "dtypes compares the weight variants of real-shape models, TARGET:DRAFT; on an "
+         ("dtypes", "--export"): "dtypes compares the weight variants of real-shape models, TARGET:DRAFT; on an "
                                  "export, sweep --peers times CTranslate2 int8 and float32, and an int8 export is "
-                                 "measured by passing it to sweep --engine"}
+                                 "measured by passing it to sweep --export"}
 
 
 def parser() -> argparse.ArgumentParser:
     """The top-level parser, one subparser per command."""
-    p = BenchParser(prog="specdec-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = BenchParser(prog="specdec-bench", renamed=RENAMED, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = p.add_subparsers(dest="command", title="commands", metavar="COMMAND", parser_class=BenchParser)
     p.commands = commands.choices                   # name -> the command's parser
     for module in (cli_sweep, cli_drafts, cli_beams, cli_shapes, cli_dtypes):
@@ -97,11 +97,10 @@ def _invoked_as() -> str:
 def _main(argv) -> int:
     argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]
     p = parser()
-    if not argv:
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         raise SpecdecError(f"specdec-bench takes a command first: {', '.join(p.commands)}",
                            "see specdec-bench --help")
-    if argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
-        argv = cli_legacy.translated(argv, p.commands)
+    argv = p.current_names(argv)
     _check_flags(p, argv)
     args, extra = p.parse_known_args(argv)
     if extra:

@@ -1,4 +1,4 @@
-"""`specdec-bench beams (--engine DIR | --shapes T:D) --num-beams W`: beam search. On an export: per task,
+"""`specdec-bench beams (--export DIR | --shapes T:D) --num-beams W`: beam search. On an export: per task,
 target-only beam search (none), exact speculative beam search at each --gamma, gamma=auto and transformers'
 generate(num_beams=W) on the same checkpoint, interleaved in one run (beams.py). At real shapes (random weights,
 so no generation): the per-call costs of W x 1 and R x (g+1) target runs (beam_costs.py)."""
@@ -20,7 +20,7 @@ HELP = "beam search: none, speculative and auto beam search and transformers' on
 ENGINE_ONLY = {"--prompts": None, "--num-prompts": 8, "--max-new-tokens": 64, "--repeat": 5,
                "--early-stopping": "false", "--length-penalty": 1.0, "--no-repeat-ngram-size": 0,
                "--min-new-tokens": 0, "--no-transformers": False, "--target-checkpoint": None, "--markdown": None}
-SHAPES_ONLY = {"--beam-rows": None, "--source-length": 48, "--workdir": "bench-results", "--max-length": 256,
+SHAPES_ONLY = {"--beam-rows": None, "--source-length": 48, "--work-dir": "bench-results", "--max-length": 256,
                "--keep-checkpoints": False}
 
 
@@ -29,10 +29,10 @@ def add_parser(commands) -> None:
         options.prompts(every_task=True),
         options.run(max_new_tokens=64, repeat=5, repeat_help="repeats of every configuration",
                     past="max_new_tokens/2; with --shapes: 32"),
-        options.output(markdown="write the tables as Markdown (--engine)"),
+        options.output(markdown="write the tables as Markdown (--export)"),
         options.export_shapes(gamma_max=False, title="real-shape models (--shapes)")])
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--engine", metavar="DIR", help="export directory made by specdec-export")
+    what.add_argument("--export", dest="engine", metavar="DIR", help="export directory made by specdec-export")
     what.add_argument("--shapes", metavar="TARGET:DRAFT",
                       help="real shapes: random-initialised models with official configurations (t5-small, t5-base, "
                            "t5-large), e.g. t5-large:t5-small; the per-call costs only")
@@ -40,7 +40,7 @@ def add_parser(commands) -> None:
     p.add_argument("--gamma", type=options.int_list, default=None, metavar="G,...",
                    help="the gammas of exact speculative beam search (draft:G), beside none and gamma=auto; "
                         "0 is none (default 1,2,4)")
-    beam = p.add_argument_group("beam search (--engine; transformers' generate arguments of the same names)")
+    beam = p.add_argument_group("beam search (--export; transformers' generate arguments of the same names)")
     beam.add_argument("--early-stopping", choices=("true", "false", "never"), default="false",
                       help=f"{options.declared('early_stopping')} (default false)")
     beam.add_argument("--length-penalty", type=float, default=1.0, metavar="L",
@@ -62,11 +62,11 @@ def add_parser(commands) -> None:
 
 
 def _form_checked(args) -> None:
-    """--num-beams is beam search; a flag of the other form (--engine or --shapes) is a one-line error."""
+    """--num-beams is beam search; a flag of the other form (--export or --shapes) is a one-line error."""
     if args.num_beams < 2:
         raise SpecdecError(f"--num-beams must be at least 2 for beam search (got {args.num_beams})",
                            "use specdec-bench sweep for greedy and sampling")
-    form, other = ("--shapes", ENGINE_ONLY) if args.shapes else ("--engine", SHAPES_ONLY)
+    form, other = ("--shapes", ENGINE_ONLY) if args.shapes else ("--export", SHAPES_ONLY)
     for flag, default in other.items():
         if getattr(args, flag[2:].replace("-", "_")) != default:
             raise SpecdecError(f"{flag} does not apply to beams {form}", "see specdec-bench beams --help")
@@ -88,7 +88,7 @@ def _shapes(args) -> int:
 
     target, draft = shapes.parse_pair(args.shapes)
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
-    export_dir, _ = shapes.ensure_export(target, draft, Path(args.workdir), max(gammas), args.max_length,
+    export_dir, _ = shapes.ensure_export(target, draft, Path(args.work_dir), max(gammas), args.max_length,
                                          args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
     dec = common.load(export_dir, args.provider, args.threads)
     mach = machine.describe(dec.provider, args.threads)

@@ -193,7 +193,7 @@ def time_peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict
     from .sweep_tables import peers_lines
     from .tables import table
 
-    peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.workdir),
+    peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.work_dir),
                       args.threads, args.target_checkpoint, args.draft_checkpoint, bar_factory(args.no_progress),
                       log=lambda m: print(m, file=sys.stderr), peer_python=args.peer_python,
                       peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S, default=default)

@@ -1,4 +1,4 @@
-"""`specdec-bench drafts --engine DIR --draft none,draft,lookup,lookup+draft,auto`: which source of guesses pays, per
+"""`specdec-bench drafts --export DIR --draft none draft lookup lookup,draft auto`: which source of guesses pays, per
 task of the prompts x temperature x draft configuration, interleaved on one export (drafts.py)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ def add_parser(commands) -> None:
         every_task=True, several_filters=False, repeat_help="repeats of every configuration", plot=False,
         peers_what="specdec's default (draft and gamma 'auto'), after the draft table",
         peer_gamma="the assistants (default min(4, gamma_max))"))
-    p.add_argument("--draft", action="append", required=True, metavar="none,draft,lookup,lookup+draft,auto",
-                   help="the draft configurations: a comma-separated list (repeatable) of none (target only, the "
-                        "baseline, always added), lookup (copy from the source and the output), lookup+datastore "
-                        "(and the export's datastore), a draft model's name (draft), a chain lowest level first "
-                        "with '+' (lookup+draft) and auto (the runtime picks source and gamma each round); NAME:G "
+    p.add_argument("--draft", nargs="+", action="extend", required=True, metavar="NAME[:G]",
+                   help="the draft configurations, separated by spaces: none (target only, the baseline, always "
+                        "added), lookup (copy from the source and the output), lookup,datastore (and the export's "
+                        "datastore), a draft model's name (draft), a chain lowest level first with commas "
+                        "(lookup,draft) and auto (the runtime picks source and gamma each round); NAME:G "
                         "fixes gamma (draft:3), NAME alone runs with gamma=auto. Each temperature starts from fresh "
                         "auto estimates, learned on one untimed warm-up pass over the prompts")
     p.set_defaults(run=run)
@@ -76,12 +76,12 @@ def run(args) -> int:
     print("draft sources per task (ms/tok: median over repeats, +-: half the min-max range; speedup: median of "
           "per-repeat ratios to none of the same task and T, min-max over repeats; tok/call: tokens per target "
           "call; sources: per source alpha = accepted/(accepted + rejections) per guess and share of the tokens, "
-          "lookup> = the lookup as the draft model checked it in lookup+draft)")
+          "lookup> = the lookup as the draft model checked it in lookup,draft)")
     print(table(*draft_lines(rows)))
     print()
     print("Theorem 3.8 for the dominant source with measured costs: thm3.8 = E(alpha, g)/(g c + T(g)/T(0)), g: mean "
           "guesses per round, T(g)/T(0): the probe's target run over g+1 tokens over one token, c: the probe's "
-          "draft step / target step (0 for lookup; x draft runs per guess for lookup+draft); tok/round: the "
+          "draft step / target step (0 for lookup; x draft runs per guess for lookup,draft); tok/round: the "
           "source's measured tokens per round, against E[tok]; mixture: the same "
           "over every kind of round the configuration had (target-only rounds included); meas/...: measured "
           "speedup over the prediction")

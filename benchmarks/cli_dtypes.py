@@ -49,14 +49,14 @@ def run(args) -> int:
     target, draft = shapes.parse_pair(args.pair)
     common.needs_torch("dtypes")
     log = variant_runs.log_stderr
-    dirs, infos, ckpts = variants.ensure_variants(target, draft, Path(args.workdir), args.gamma_max,
+    dirs, infos, ckpts = variants.ensure_variants(target, draft, Path(args.work_dir), args.gamma_max,
                                                    args.max_length, names, log=log)
     decs = {n: common.load(d, args.provider, args.threads) for n, d in dirs.items()}
     gamma_max = min(d.gamma_max for d in decs.values())
     gamma = max(g for g in args.gamma if g <= gamma_max)
     first = decs["fp32"]
     threads = args.threads or os.cpu_count() or 1
-    ct2, ct2_status = peer_engines.ct2_engines(ckpts["target"]["path"], Path(args.workdir), threads, first.tokenizer,
+    ct2, ct2_status = peer_engines.ct2_engines(ckpts["target"]["path"], Path(args.work_dir), threads, first.tokenizer,
                                                prompts_mod.special_id(first, "eos_token_id"), log,
                                                variant_runs.CT2_TYPES)
     mach = machine.describe(first.provider, args.threads)

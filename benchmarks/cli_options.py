@@ -11,6 +11,10 @@ from specdec.runtime.core.errors import OneLineParser, run_cli
 from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
+# earlier flag names, accepted for one release
+RENAMED = {"--engine": "--export", "--wide-engine": "--wide-export", "--workdir": "--work-dir"}
+
+
 class BenchParser(OneLineParser):
     """The commands' one-line-error parser (runtime/core/errors.py), taking flags as spelled, never abbreviated: --draft
     would otherwise be sweep's --draft-checkpoint."""
@@ -22,7 +26,7 @@ class BenchParser(OneLineParser):
 def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
     """A tool's `python -m specdec.bench.<module>`: its subcommand's flags under the module's name, run the same way
     (args.command_line: the command as typed)."""
-    p = BenchParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = BenchParser(prog=prog, renamed=RENAMED, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
 
@@ -68,7 +72,7 @@ def declared(name: str) -> str:
 
 def engine() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--engine", required=True, metavar="DIR", help="export directory made by specdec-export")
+    parent.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory made by specdec-export")
     return parent
 
 
@@ -182,14 +186,14 @@ def peers(what: str, gamma: str) -> argparse.ArgumentParser:
     g.add_argument("--peer-python", metavar="PYTHON",
                    help="--peers: also time Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM, greedy "
                         "and assisted generate) with this interpreter of a separate venv that has optimum-onnx, "
-                        "onnxruntime and torch, in its own process (its ONNX exports are cached under --workdir/optimum)")
+                        "onnxruntime and torch, in its own process (its ONNX exports are cached under --work-dir/optimum)")
     g.add_argument("--peer-timeout", type=float, default=None, metavar="S",
                    help="--peer-python: seconds the Optimum worker may take, exports included (default 1800)")
     g.add_argument("--target-checkpoint", metavar="DIR",
                    help="the target checkpoint the export was made from (default: the path in its manifest)")
     g.add_argument("--draft-checkpoint", metavar="DIR",
                    help="the draft checkpoint (default: the path in the export's manifest)")
-    g.add_argument("--workdir", default="bench-results", metavar="DIR",
+    g.add_argument("--work-dir", default="bench-results", metavar="DIR",
                    help="cache for CTranslate2 conversions and Optimum's exports (default ./bench-results)")
     return parent
 
@@ -205,7 +209,7 @@ def on_export(*, every_task: bool, several_filters: bool, repeat_help: str, plot
 def export_shapes(gamma_max: bool = True, keep: bool = True, title: str = "real-shape models"):
     """Where and how the real-shape models are built and exported (cached)."""
     parent, g = group(title)
-    g.add_argument("--workdir", default="bench-results", metavar="DIR",
+    g.add_argument("--work-dir", default="bench-results", metavar="DIR",
                    help="cache for the random checkpoints, their exports and CTranslate2 conversions (default "
                         "./bench-results)")
     if gamma_max:

@@ -1,5 +1,5 @@
 """`specdec-bench shapes T:D`: what the costs are at real sizes. Random-initialised models with the official
-configurations are built and exported once (cached under --workdir, shapes.py); then the cost probe, the real loop
+configurations are built and exported once (cached under --work-dir, shapes.py); then the cost probe, the real loop
 at temperature 0 on random prompts for each --gamma, and Theorem 3.8 for the paper's alpha values with the measured
 c (alpha itself is meaningless with random weights). A Whisper pair (whisper_shapes.py, whisper_costs.py) also
 times each encoder per request and predicts the speedup of a whole request, the encoders included."""
@@ -54,7 +54,7 @@ def run(args) -> int:
         return run_whisper(args, target, draft)
     if args.num_prompts is None:
         args.num_prompts = 8
-    export_dir, info = shapes.ensure_export(target, draft, Path(args.workdir), args.gamma_max, args.max_length,
+    export_dir, info = shapes.ensure_export(target, draft, Path(args.work_dir), args.gamma_max, args.max_length,
                                             args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
     dec = common.load(export_dir, args.provider, args.threads)
     common.check_gammas(args, dec)

@@ -1,4 +1,4 @@
-"""`specdec-bench sweep --engine DIR`: latency, alpha, c and the speedup over gamma = 0 of every (temperature,
+"""`specdec-bench sweep --export DIR`: latency, alpha, c and the speedup over gamma = 0 of every (temperature,
 filter, gamma), interleaved on one export (sweep.py), against Theorem 3.8's prediction with the measured costs."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def run(args, target: str, draft: str) -> int:
         with common.progress(args, 2, "building checkpoints") as bar:
             return whisper_shapes.build_pair(target, draft, ckpt, log, bar)
 
-    export_dir, info = shapes.ensure_export(target, draft, Path(args.workdir), args.gamma_max, args.max_length,
+    export_dir, info = shapes.ensure_export(target, draft, Path(args.work_dir), args.gamma_max, args.max_length,
                                             args.keep_checkpoints, log=log, build=build, skip_check=SKIP_CHECK)
     dec = common.load(export_dir, args.provider, args.threads)
     common.check_gammas(args, dec)

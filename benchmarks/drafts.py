@@ -1,13 +1,13 @@
-"""The draft-source sweep (`specdec-bench drafts --draft none,draft,lookup,lookup+draft,auto`): which source of
+"""The draft-source sweep (`specdec-bench drafts --draft none draft lookup lookup,draft auto`): which source of
 guesses pays, per task and temperature, on the same sessions and prompts.
 
 A configuration is a draft name as the runtime takes it (Params.draft: "none", "lookup", a draft model's name, a
-chain such as "lookup+draft" -- "+" for "," since the list itself is comma-separated --, or "auto") with a gamma:
-"lookup" searches the output and the source only, "+datastore" adds the export's datastore ("lookup+datastore",
-"lookup+datastore+draft"), and "auto" is the runtime's default, with the datastore when the export has one;
+chain such as "lookup,draft", or "auto") with a gamma:
+"lookup" searches the output and the source only, ",datastore" adds the export's datastore ("lookup,datastore",
+"lookup,datastore,draft"), and "auto" is the runtime's default, with the datastore when the export has one;
 `NAME:G` fixes it (e.g. `draft:3`), `NAME` alone runs with gamma="auto" (the runtime picks it each round from what
 it learned, runtime/decoding/auto.py). `NAME*B` sets Params.candidates: a lookup round verifies up to B
-continuations in one target run, as a token tree (`lookup+datastore*4`, `lookup+datastore*4:8`); without it the
+continuations in one target run, as a token tree (`lookup,datastore*4`, `lookup,datastore*4:8`); without it the
 runtime's default, 0 (auto, runtime/decoding/width.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
 
 Order: temperature by temperature. Each temperature starts from fresh auto estimates (`dec.reset_estimates()`),
@@ -52,10 +52,10 @@ NO_TASK = "-"                  # the task of a prompt without one
 
 @dataclass(frozen=True)
 class DraftConfig:
-    label: str          # as the report spells it: "none", "draft:3", "lookup+draft", "lookup+datastore", "auto"
+    label: str          # as the report spells it: "none", "draft:3", "lookup,draft", "lookup,datastore", "auto"
     draft: str          # as the runtime takes it: "none", "draft", "lookup,draft", "auto"
     gamma: object       # an int (fixed) or "auto"
-    store: bool = False     # the lookup also searches the export's datastore ("+datastore"; "auto" always does)
+    store: bool = False     # the lookup also searches the export's datastore (",datastore"; "auto" always does)
     candidates: int = 0     # Params.candidates ("*B"; 0: the runtime chooses)
 
     @property
@@ -74,8 +74,8 @@ NONE = DraftConfig("none", "none", 0)
 
 
 def parse_item(item: str) -> DraftConfig:
-    """One --draft entry: NAME, NAME:G, NAME*B or NAME*B:G; NAME a draft name with "+" between the levels of a
-    chain."""
+    """One --draft entry: NAME, NAME:G, NAME*B or NAME*B:G; NAME a draft name, or a chain with "," between its levels
+    lowest first (lookup,draft; "+" is the earlier spelling of ",")."""
     name, colon, gamma_text = item.strip().partition(":")
     name, star, width_text = name.partition("*")
     candidates = 0
@@ -84,16 +84,19 @@ def parse_item(item: str) -> DraftConfig:
             candidates = int(width_text)
         except ValueError:
             raise SpecdecError(f"--draft entry '{item}': the number of candidates after '*' must be an integer",
-                               "e.g. lookup+datastore*4 or lookup+datastore*4:8") from None
-    levels = [p.strip() for p in name.replace(",", "+").split("+")]
+                               "e.g. lookup,datastore*4 or lookup,datastore*4:8") from None
+    levels = [p.strip() for p in name.replace("+", ",").split(",")]
     if not name.strip() or any(not p for p in levels):
         raise SpecdecError(f"--draft entry '{item}' has an empty name",
-                           "e.g. --draft none,draft,lookup,lookup+draft,auto or draft:3")
-    label, store = "+".join(levels) + (f"*{candidates}" if star else ""), "datastore" in levels
+                           "e.g. --draft none draft lookup lookup,draft auto, or draft:3")
+    if len(levels) > 1 and ({"none", "auto"} & set(levels) or len(set(levels)) < len(levels)):
+        raise SpecdecError(f"--draft entry '{item}' is not a chain", "separate configurations with spaces and a "
+                           "chain's levels with commas, e.g. --draft none draft lookup lookup,draft auto")
+    label, store = ",".join(levels) + (f"*{candidates}" if star else ""), "datastore" in levels
     levels = [p for p in levels if p != "datastore"]
     if store and "lookup" not in levels:
         raise SpecdecError(f"--draft entry '{item}': the datastore is what the lookup searches",
-                           "write lookup+datastore (or lookup+datastore+draft)")
+                           "write lookup,datastore (or lookup,datastore,draft)")
     runtime_name = ",".join(levels)
     if not colon:
         return NONE if label == "none" else DraftConfig(label, runtime_name, "auto", store, candidates)
@@ -112,11 +115,13 @@ def parse_item(item: str) -> DraftConfig:
 
 
 def parse_configs(texts) -> list[DraftConfig]:
-    """The configurations of the --draft option(s) (comma-separated, repeatable), `none` first, duplicates
-    dropped."""
-    configs = [parse_item(item) for text in texts for item in text.split(",") if item.strip()]
+    """The configurations of the --draft option (one entry per argument, repeatable), `none` first, duplicates
+    dropped. An argument with a "+" is the earlier form, a comma-separated list with "+" inside chains (lookup+draft),
+    accepted for one release."""
+    configs = [parse_item(item) for text in texts for item in (text.split(",") if "+" in text else [text])
+               if item.strip()]
     if not configs:
-        raise SpecdecError("--draft is empty", "e.g. --draft none,draft,lookup,lookup+draft,auto")
+        raise SpecdecError("--draft is empty", "e.g. --draft none draft lookup lookup,draft auto")
     return list({c.label: c for c in [NONE] + configs}.values())
 
 
@@ -126,7 +131,7 @@ def check_configs(dec, configs, base: Params) -> None:
     for config in configs:
         if config.store and dec.datastore is None:
             raise SpecdecError(f"--draft {config.label}: this export has no datastore",
-                               "export with specdec-export --datastore TEXT, or drop +datastore")
+                               "export with specdec-export --datastore-text TEXT, or drop ,datastore")
         try:
             params = config.params(base, 0.0, 1).checked(dec.gamma_max)
             dec.source(params)
@@ -236,7 +241,7 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
 
 
 def without_datastore(dec):
-    """The draft sources of the configurations without "+datastore" (runtime/decoding/sources.py Sources: a lookup
+    """The draft sources of the configurations without ",datastore" (runtime/decoding/sources.py Sources: a lookup
     that searches only the output and the source, and auto estimates of their own); `dec.sources` itself when it
     has no datastore. The run swaps `dec.sources` per request, so every configuration runs on the same workspace:
     two decoders of one export, generating the same target-only requests alternately, differed by 2-3 % (which

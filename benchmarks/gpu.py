@@ -1,10 +1,10 @@
 """The runtime on a GPU in one command: on a machine with an NVIDIA GPU and onnxruntime-gpu,
 
-    specdec-bench gpu --provider cuda [--engine DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
+    specdec-bench gpu --provider cuda [--export DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
 
 checks and times, on the provider under test against the CPU provider and PyTorch:
   1. providers   onnxruntime's available providers and the device;
-  2. greedy      the export (default: the bundled pair, exported into --workdir) decodes every prompt to the same
+  2. greedy      the export (default: the bundled pair, exported into --work-dir) decodes every prompt to the same
                  tokens on the provider as on the CPU provider, target-only, with the draft and with the default;
   3. sampling    a distribution test at T = 1: the first token of speculative requests (the draft at gamma 3, N
                  seeds over the 4 prompts whose first-token distributions spread widest) against the target's exact
@@ -13,7 +13,7 @@ checks and times, on the provider under test against the CPU provider and PyTorc
                  least 4 degrees of freedom passes;
   4. copies      host <-> device copies of a round, counted at the device buffers (runtime/engine/device.py) as a
                  GPU makes them: the design reads back only the accepted count and the next token;
-  5. real size   random weights at the official --shapes configurations (the export cached in --workdir):
+  5. real size   random weights at the official --shapes configurations (the export cached in --work-dir):
                  ms/token target-only and with the default, against transformers' greedy generate on the same
                  device and against the memory-bandwidth bound (the target decoder's weight bytes / bandwidth);
   6. CUDA graphs the same real-size runs with the CUDA provider's enable_cuda_graph, where it is offered.
@@ -44,12 +44,12 @@ P_PASS = 1e-3
 def add_arguments(p) -> None:
     p.add_argument("--provider", default="cuda", choices=("cuda", "tensorrt", "cpu"),
                    help="the provider under test (default cuda); the CPU provider is the reference")
-    p.add_argument("--engine", metavar="DIR", help="the export to check (default: the bundled pair, exported into "
-                                                   "--workdir)")
+    p.add_argument("--export", dest="engine", metavar="DIR", help="the export to check (default: the bundled pair, exported into "
+                                                   "--work-dir)")
     p.add_argument("--shapes", default="t5-large:t5-small", metavar="TARGET:DRAFT",
                    help="the real-size pair, random weights at official configurations (default t5-large:t5-small; "
                         "'none' leaves the step out)")
-    p.add_argument("--workdir", default="bench-results", metavar="DIR",
+    p.add_argument("--work-dir", default="bench-results", metavar="DIR",
                    help="where exports are made and cached (default bench-results)")
     p.add_argument("--num-prompts", type=int, default=4, help="prompts per check (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="new tokens per request (default 32)")
@@ -291,9 +291,9 @@ def real_size(args, on_gpu: bool, log) -> dict:
     from . import prompts as prompts_mod, shapes
 
     target, draft = shapes.parse_pair(args.shapes)
-    export_dir, _ = shapes.ensure_export(target, draft, Path(args.workdir), 4, 128, keep_checkpoints=True, log=log,
+    export_dir, _ = shapes.ensure_export(target, draft, Path(args.work_dir), 4, 128, keep_checkpoints=True, log=log,
                                          skip_check="random weights: the GPU check compares greedy tokens instead")
-    ckpt = shapes.pair_root(Path(args.workdir), target, draft, 4, 128) / "checkpoints" / target
+    ckpt = shapes.pair_root(Path(args.work_dir), target, draft, 4, 128) / "checkpoints" / target
     dec = SpeculativeDecoder.load(export_dir, provider=args.provider)
     eos = prompts_mod.special_id(dec, "eos_token_id")
     prompts = [p.input_ids for p in prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, args.num_prompts,
@@ -382,7 +382,7 @@ def run(args) -> int:
     report["machine"] = machine.describe(provider)
     log(f"specdec-bench gpu: {provider} on {report['device']}; onnxruntime {ort.__version__} "
         f"({', '.join(report['providers'])})")
-    engine = Path(args.engine) if args.engine else bundled_export(Path(args.workdir), log)
+    engine = Path(args.engine) if args.engine else bundled_export(Path(args.work_dir), log)
     report["engine"] = str(engine)
     ref = SpeculativeDecoder.load(engine, provider="cpu")
     dec = SpeculativeDecoder.load(engine, provider=provider)

@@ -30,6 +30,6 @@ for m in missing:
 sys.exit(1 if missing else 0)
 PY
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || { echo "cannot install specdec from this tree"; exit 2; }
-timeout 480 python3 -m specdec.bench.cli gpu --provider cuda --workdir /tmp/specdec-gpu-work --budget-s 400 \
+timeout 480 python3 -m specdec.bench.cli gpu --provider cuda --work-dir /tmp/specdec-gpu-work --budget-s 400 \
     --out "$out/gpu-check.md" --json "$out/gpu-check.json" 2>&1 | tee "$out/gpu-check.log"
 exit "${PIPESTATUS[0]}"

@@ -126,7 +126,7 @@ def _drafts(report: dict) -> list[str]:
     parts.append("Theorem 3.8 for each configuration's dominant source with measured costs, E(α, ḡ) / (ḡ c + "
                  "T(ḡ)/T(0)) (ḡ: mean guesses per round; T(ḡ)/T(0): the probe's target run over ḡ+1 tokens over "
                  "one token; c: the probe's draft step over target step, 0 for lookup, scaled by draft runs per "
-                 "guess for lookup+draft); mixture: the same over every kind of round the configuration had:\n\n"
+                 "guess for lookup,draft); mixture: the same over every kind of round the configuration had:\n\n"
                  + markdown_table(*draft_prediction_lines(report["draft_results"])))
     parts.append(f"Per-call costs at past length {probe['past_length']} (fused runs, decoder + head, T=0): target "
                  f"step {fmt(probe['target_step_ms'], '.3f')} ms, draft step {fmt(probe['draft_step_ms'], '.3f')} "

@@ -36,11 +36,11 @@ DRAFT_NOTES = {
                "every repeat); spread over repeats",
     "sources": "Stats.sources summed over the timed runs: rounds, proposed, accepted, rejections, tokens; alpha = "
                "accepted / (accepted + rejections) per guess; share = tokens / all tokens the target emitted; "
-               "'lookup>' is the lookup as the draft model checked it inside lookup+draft (share null)",
+               "'lookup>' is the lookup as the draft model checked it inside lookup,draft (share null)",
     "prediction": "for the dominant source s (the proposing source with the most tokens): E(alpha_s, g) / (g c_s + "
                   "T(g)/T(0)), g = mean guesses per round, T(g)/T(0) = cost_probe verify_ratio at g+1 tokens "
                   "(interpolated), c_s = cost_probe c for the draft model, 0 for lookup, c x (proposed - lookup> "
-                  "accepted) / proposed for lookup+draft; tokens_per_round: the source's measured tokens per round, "
+                  "accepted) / proposed for lookup,draft; tokens_per_round: the source's measured tokens per round, "
                   "what expected_tokens predicts",
     "predicted_mixture": "the same expectation over every kind of round of the configuration (target-only rounds: "
                          "1 token for 1 step): sum rounds E / sum rounds (g c + T(g)/T(0))",

@@ -1,7 +1,7 @@
 """Load on specdec-serve: requests/s and p50/p99 latency of the `specdec` model at several client counts and
 instance counts, the same prompts and parameters in every cell, with the batch's occupancy and resident memory.
 
-    specdec-bench serve-load --engine DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
+    specdec-bench serve-load --export DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
                              [--max-new-tokens 32] [--max-batch 16] [--queue-delay-us 500] [--protocol http|grpc] [--soak N] [--json OUT]
 
 (`python -m specdec.bench.serve_load` takes the same flags.)
@@ -42,7 +42,7 @@ def _ints(text: str) -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--engine", required=True, metavar="DIR", help="export directory")
+    p.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory")
     p.add_argument("--instances", type=_ints, default=[1],
                    help="Triton instances of 'specdec', sharing one decoder (default 1)")
     p.add_argument("--clients", type=_ints, default=[1, 4, 16, 64], help="concurrent clients (default 1,4,16,64)")
@@ -143,7 +143,7 @@ def run_soak(args, instances: int, prompts: list) -> list:
     from .machine import resident_mib
 
     http, grpc, metrics = free_ports(3)
-    argv = [sys.executable, "-m", "specdec.serve.cli", "--engine", str(args.engine), "--host", "127.0.0.1",
+    argv = [sys.executable, "-m", "specdec.serve.cli", "--export", str(args.engine), "--host", "127.0.0.1",
             "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
             "--instances", str(instances), "--threads", str(args.threads), "--max-batch", str(args.max_batch),
             "--queue-delay-us", str(args.queue_delay_us), "--exit-timeout", "2"]

@@ -168,7 +168,7 @@ def copy_encoder(model, checkpoint: Path) -> None:
     missing = sorted(set(own) - done)
     if missing:
         raise SpecdecError(f"the checkpoint in {checkpoint} lacks encoder weights ({missing[0]}, ...)",
-                           "delete the --workdir cache of this pair and run again")
+                           "delete the --work-dir cache of this pair and run again")
 
 
 def build_checkpoint(name: str, path: Path, seed: int, vocab_size: int, encoder_from: Path | None = None) -> Path:

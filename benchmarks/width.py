@@ -1,7 +1,7 @@
 """Would several candidates per round pay? An exact T = 0 replay of multi-candidate lookups, and the measured cost of
 the wider target run they need.
 
-    specdec-bench width --engine DIR [--wide-engine DIR64] [--num-prompts 128] [--gamma 8]
+    specdec-bench width --export DIR [--wide-export DIR64] [--num-prompts 128] [--gamma 8]
 
 (`python -m specdec.bench.width` takes the same flags.)
 
@@ -14,7 +14,7 @@ tokens) fill up to B. B = 1 is the lookup as it runs today, and the replay's tok
 own (checked and reported: `replay_matches_runtime`).
 
 The cost side: a tree of B candidates of up to gamma tokens is one target run over 1 + (their tokens) positions
-(candidates with distinct first tokens share only the root). `--wide-engine` is an export of the same pair with a
+(candidates with distinct first tokens share only the root). `--wide-export` is an export of the same pair with a
 larger --gamma-max (e.g. 64), whose cost probe (benchmarks/costs.py) times target runs over 1 .. gamma_max + 1
 tokens; the prediction per B is then (tokens per run) / (T(nodes) / T(1)), the round's host work left out (the
 lookup's: tens of microseconds). A decoder graph that verifies a tree needs a tree attention mask and per-token
@@ -72,7 +72,7 @@ def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: i
 
 
 def table(report: dict) -> str:
-    """Markdown: per task and setting, tokens and tree nodes per target run, and with --wide-engine the run's cost
+    """Markdown: per task and setting, tokens and tree nodes per target run, and with --wide-export the run's cost
     T(nodes)/T(1) (the probe's ratios, linear between measured n) and the prediction."""
     line = None
     ratios = report.get("verify_ratio")
@@ -103,8 +103,8 @@ def table(report: dict) -> str:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--engine", required=True, metavar="DIR", help="export directory (with a datastore for B > 1)")
-    p.add_argument("--wide-engine", metavar="DIR",
+    p.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory (with a datastore for B > 1)")
+    p.add_argument("--wide-export", dest="wide_engine", metavar="DIR",
                    help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
     p.add_argument("--prompts", metavar="FILE",
                    help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "

@@ -15,6 +15,7 @@ from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair, i
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="specdec-export",
+        renamed={"--out": "--export", "--datastore": "--datastore-text", "--datastore-field": "--datastore-text-field"},
         description="Export a target and draft (T5 or Whisper) to ONNX graphs with KV-cache I/O and a fused sampling "
                     "head, the tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "
                     "from models/.")
@@ -23,7 +24,8 @@ def parser() -> argparse.ArgumentParser:
                    help="draft checkpoint: hub id (e.g. t5-small) or local directory. The first is the default "
                         "draft, named 'draft'; repeat with NAME=CHECKPOINT for more draft models, usable as chain "
                         "levels (e.g. --draft t5-small --draft mid=t5-base, then draft='draft,mid')")
-    p.add_argument("--out", default="exported", type=Path, help="export directory (default: ./exported)")
+    p.add_argument("--export", default="exported", type=Path, metavar="DIR",
+                   help="the export directory to write (default: ./exported)")
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=256,
                    help="longest prompt and longest decoder sequence, in tokens (default 256)")
@@ -35,11 +37,13 @@ def parser() -> argparse.ArgumentParser:
                    help="the draft models' weights when they differ from --dtype: int8 (dynamic) or int8-wo "
                         "(weight-only int8, often the fastest draft step); an int8 draft keeps the output exactly "
                         "the target's (only the target's p decides)")
-    p.add_argument("--datastore", nargs="+", metavar="FILE",
-                   help="text in the output's language for the lookup to copy from: one segment a line (.txt, "
-                        ".txt.gz) or .jsonl records (with --datastore-field); indexed into datastore.sdds. Default: "
-                        "none, or for the bundled pair its training targets (models/datastore/); 'none': no datastore")
-    p.add_argument("--datastore-field", metavar="NAME", help="the field of .jsonl --datastore files holding the text")
+    p.add_argument("--datastore-text", nargs="+", metavar="FILE",
+                   help="text in the output's language for the lookup to copy from, indexed into the export's "
+                        "datastore.sdds: one segment a line (.txt, .txt.gz) or .jsonl records (with "
+                        "--datastore-text-field). Default: none, or for the bundled pair its training targets "
+                        "(models/datastore/); 'none': no datastore")
+    p.add_argument("--datastore-text-field", metavar="NAME",
+                   help="the field of .jsonl --datastore-text files holding the text")
     p.add_argument("--accept-int8-drift", action="store_true",
                    help="keep an int8 target whose logits drift past the parity tolerance (its output is then the "
                         "int8 model's, exactly); an int8 draft is never refused: the target verifies its guesses")
@@ -53,16 +57,16 @@ def _main(argv) -> int:
     if (args.target is None) != (args.draft is None):
         raise SpecdecError("--target and --draft go together", "pass both, or neither for the bundled pair")
     target, draft = (args.target, args.draft[0]) if args.target else bundled_pair()
-    store = args.datastore if args.datastore is not None else [] if args.target else bundled_datastore()
+    store = args.datastore_text if args.datastore_text is not None else [] if args.target else bundled_datastore()
     if store == ["none"]:
         store = []
     more = {}
     if args.draft:
         draft, more = _drafts(args.draft)
     warnings.filterwarnings("ignore")          # the ONNX tracer's warnings say nothing actionable to users
-    reports = export_pair(ExportOptions(target, draft, args.out, args.gamma_max, args.max_length, args.dtype,
+    reports = export_pair(ExportOptions(target, draft, args.export, args.gamma_max, args.max_length, args.dtype,
                                         args.force, args.opset, more, args.draft_dtype, store,
-                                        args.datastore_field))
+                                        args.datastore_text_field))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
     int8 = {role for role in failed if int8_drift(reports[role])}
     for role in sorted(int8 - {"target"}):
@@ -75,16 +79,16 @@ def _main(argv) -> int:
         print(f"error: the int8 target's logits drift from the float64 reference by "
               f"{max(rep['step_max_abs_diff'], rep['verify_max_abs_diff']):.2g} (tolerance {rep['tolerance']:.2g}; "
               f"argmax agrees on {rep['argmax_agree']}/{rep['argmax_positions']} positions); pass --accept-int8-drift "
-              f"to keep {args.out} (its output is then the int8 model's), or export the target in fp32.",
+              f"to keep {args.export} (its output is then the int8 model's), or export the target in fp32.",
               file=sys.stderr)
         return 1
     failed = [role for role in failed if role not in int8]
     if failed:
-        print(f"error: parity check failed for {', '.join(failed)}; the export in {args.out} is not trustworthy",
+        print(f"error: parity check failed for {', '.join(failed)}; the export in {args.export} is not trustworthy",
               file=sys.stderr)
         return 1
     extra = "".join(f" + {path} ({name})" for name, path in more.items())
-    print(f"exported {target} (target) + {draft} (draft){extra} to {args.out}")
+    print(f"exported {target} (target) + {draft} (draft){extra} to {args.export}")
     return 0
 
 

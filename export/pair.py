@@ -97,7 +97,7 @@ def validate_options(opts: ExportOptions) -> None:
     from specdec.runtime.tools.datastore_build import check_text
 
     for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
-        check_text(text, opts.datastore_field, "--datastore file", "--datastore-field")
+        check_text(text, opts.datastore_field, "--datastore-text file", "--datastore-text-field")
     draft = opts.weights("draft")
     if ("fp16" in (opts.dtype, draft)) and opts.dtype != draft:
         raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "
@@ -130,13 +130,13 @@ def prepare_out_dir(out: Path, force: bool) -> None:
     if out.exists():
         if not force:
             raise SpecdecError(f"output directory '{out}' already exists", "pass --force to replace it, or choose "
-                               "another --out")
+                               "another --export directory")
         if not out.is_dir():
-            raise SpecdecError(f"'{out}' exists and is not a directory", "choose another --out")
+            raise SpecdecError(f"'{out}' exists and is not a directory", "choose another --export directory")
         entries = list(out.iterdir())
         if entries and not ((out / MANIFEST).exists() or (out / MARKER).exists()):
             raise SpecdecError(f"'{out}' is not empty and is not a specdec export; --force only replaces exports",
-                               "choose another --out or empty it yourself")
+                               "choose another --export directory or empty it yourself")
         try:
             shutil.rmtree(out)
         except OSError as err:
@@ -146,7 +146,7 @@ def prepare_out_dir(out: Path, force: bool) -> None:
         (out / MARKER).write_text("specdec export in progress or finished; safe to delete\n")
     except OSError as err:
         raise SpecdecError(f"output directory '{out}' is not writable ({err.strerror})",
-                           "choose an --out where you can write") from None
+                           "choose an --export directory where you can write") from None
 
 
 def check_pair(target_cfg, draft_cfg, target_name: str, draft_name: str) -> None:

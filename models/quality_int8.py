@@ -1,9 +1,9 @@
 """Quality of an int8 target on the bundled pair's test prompts: greedy outputs of the fp32 and the int8
 ONNX exports compared token for token, chrF of both, and greedy alpha (gamma = 1) of the fp32 and int8 drafts.
 
-    specdec-export --out /tmp/q8/fp32
-    specdec-export --out /tmp/q8/int8 --dtype int8
-    specdec-export --out /tmp/q8/fp32_dwo --draft-dtype int8-wo      (or --draft-dtype int8)
+    specdec-export --export /tmp/q8/fp32
+    specdec-export --export /tmp/q8/int8 --dtype int8
+    specdec-export --export /tmp/q8/fp32_dwo --draft-dtype int8-wo      (or --draft-dtype int8)
     python -m specdec.models.quality_int8 --fp32 /tmp/q8/fp32 --int8 /tmp/q8/int8 --fp32-draft-int8 /tmp/q8/fp32_dwo
 
 Tokenization, max_new_tokens (48), detokenization and chrF settings are those of ``specdec.models.evaluate`` (the

@@ -12,19 +12,21 @@ from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
+RENAMED = {"--engine": "--export", "--address": "--host"}     # earlier flag names, accepted for one release
+
+
 def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="specdec-serve",
+    p = OneLineParser(prog="specdec-serve", renamed=RENAMED,
                       description="Serve an export from specdec-export on Triton Inference Server (PyTriton): model "
                                   "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
                                   "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
-    p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
+    p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     p.add_argument("--http-port", type=int, default=8000, help="Triton's HTTP/REST port (default 8000)")
     p.add_argument("--grpc-port", type=int, default=8001, help="Triton's gRPC port (default 8001)")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
     p.add_argument("--host", dest="address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
-    p.add_argument("--address", dest="address", help=argparse.SUPPRESS)      # the earlier name of --host
     p.add_argument("--max-batch", type=int, default=16,
                    help="requests decoded together in one batch, and Triton's max_batch_size for 'specdec' "
                         "(default 16)")
@@ -41,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds a stopping server waits for requests in flight (default 5)")
     p.add_argument("--write-model-repository", metavar="DIR",
                    help="instead of serving, write a Triton model repository (Python backend: config.pbtxt and "
-                        "model.py for both models) that runs --engine on a stand-alone tritonserver")
+                        "model.py for both models) that runs --export on a stand-alone tritonserver")
     return p
 
 
@@ -57,14 +59,14 @@ def _serve(args) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    server = Server(args.engine, instances=args.instances, threads=args.threads, max_batch=args.max_batch,
+    server = Server(args.export, instances=args.instances, threads=args.threads, max_batch=args.max_batch,
                     max_queue=args.max_queue, queue_delay_us=args.queue_delay_us, http_port=args.http_port,
                     grpc_port=args.grpc_port, metrics_port=args.metrics_port, address=args.address,
                     exit_timeout_s=args.exit_timeout, provider=args.provider)
     try:
         server.start()
         serving.set()
-        print(f"specdec-serve: serving {args.engine} as models 'specdec' and 'specdec_stream' (batches of up to "
+        print(f"specdec-serve: serving {args.export} as models 'specdec' and 'specdec_stream' (batches of up to "
               f"{args.max_batch}, {args.max_queue} waiting at most, {args.instances} instance(s)) on http "
               f"{args.address}:{args.http_port}, grpc "
               f"{args.address}:{args.grpc_port}, metrics {args.address}:{args.metrics_port}", flush=True)
@@ -89,10 +91,10 @@ def _main(argv) -> int:
     if args.write_model_repository:
         from .repository import write_model_repository
 
-        out = write_model_repository(args.write_model_repository, args.engine, instances=args.instances,
+        out = write_model_repository(args.write_model_repository, args.export, instances=args.instances,
                                      threads=args.threads, max_batch=args.max_batch, max_queue=args.max_queue,
                                      queue_delay_us=args.queue_delay_us, provider=args.provider)
-        print(f"wrote a Triton model repository for {args.engine} to {out} (models specdec, specdec_stream); run "
+        print(f"wrote a Triton model repository for {args.export} to {out} (models specdec, specdec_stream); run "
               f"it with: tritonserver --model-repository {out}")
         return 0
     return _serve(args)

@@ -102,7 +102,7 @@ def tiny_pair(tmp_path_factory):
 def _tiny_export_run(tmp_path_factory, tiny_pair):
     target, draft = tiny_pair
     out = tmp_path_factory.mktemp("tiny_export") / "export"
-    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", out,
+    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", out,
                                            "--gamma-max", "8", "--max-length", "64"])
     assert code == 0, f"specdec-export failed ({code}):\n{stdout}\n{stderr}"
     return out, stdout, stderr

@@ -245,19 +245,6 @@ def test_repository_pages_are_in_the_site(site):
         assert (site / page).is_file(), page
 
 
-# -- retired spellings -------------------------------------------------------------------------------------------------
-
-RETIRED = {"--address": "specdec-serve --host"}     # still accepted as hidden aliases, never taught
-
-
-def test_docs_teach_no_retired_flag():
-    """A flag kept only as a hidden alias of its new name appears in no user document (dated results excepted: they
-    show commands as they were run)."""
-    found = [f"{path.relative_to(ROOT)}: {old} (now {new})" for path in documents() if "results" not in path.parts
-             for old, new in RETIRED.items() if re.search(re.escape(old) + r"\b", path.read_text(errors="replace"))]
-    assert not found, found
-
-
 def test_api_reference_shows_no_declaration_internals(site):
     """Params' fields are declared with check functions; the reference shows no `lambda` of them (the parameter
     table documents each field)."""

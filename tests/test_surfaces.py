@@ -214,7 +214,7 @@ def test_counters_by_kind_fold_the_sources():
 
 
 def test_specdec_generate_json_holds_every_figure(tiny_export):
-    out = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export),
+    out = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export),
                           "--max-new-tokens", "4", "--json", "hello"], capture_output=True, text=True, check=True)
     stats = json.loads(out.stdout)["stats"]
     assert set(stats) == {f.name for f in STATS} | {"sources"}
@@ -311,3 +311,54 @@ def test_every_flag_has_help_without_source_paths_or_markup(command):
         if MARKUP.search(text):
             bad.append(f"{name} {label}: markup: {text!r}")
     assert not bad, "\n".join(bad)
+
+
+# -- earlier spellings -------------------------------------------------------------------------------------------------
+
+def _renamed() -> list[tuple[str, str, str]]:
+    """(command, earlier flag, current flag) for every flag a command still accepts under an earlier name."""
+    return [(command, old, new) for command in sorted(_console_scripts())
+            for old, new in getattr(_parser_of(command), "renamed", {}).items()]
+
+
+def test_one_name_for_the_export_directory_and_the_work_directory():
+    """The export directory is --export on every command that takes one (never --engine or --out), the bench's cache
+    --work-dir; the earlier names are accepted and hidden."""
+    for command in _console_scripts():
+        options = _options(_parser_of(command))
+        assert not {"--engine", "--workdir", "--wide-engine", "--address"} & set(options), (command, options)
+    assert {"--engine", "--workdir"} <= set(_parser_of("specdec-bench").renamed)
+    assert _parser_of("specdec-export").renamed["--out"] == "--export"
+    for command in ("specdec-export", "specdec-generate", "specdec-serve"):
+        assert "--export" in _options(_parser_of(command)), command
+    bench = _options(_parser_of("specdec-bench"))
+    assert len(bench["--export"]) >= 7 and "--work-dir" in bench, bench
+
+
+@pytest.mark.parametrize("command, old, new", _renamed())
+def test_an_earlier_flag_name_parses_as_the_current_one(command, old, new):
+    """Each earlier name (also as --flag=value) is read as its current name: the same namespace either way."""
+    p = _parser_of(command)
+    assert p.current_names([old, "V", f"{old}=W", "--x"]) == [new, "V", f"{new}=W", "--x"]
+    assert all(new not in p.renamed for new in p.renamed.values())          # a current name is never renamed again
+
+
+def test_docs_teach_no_earlier_spelling():
+    """No user document (dated results excepted: they show commands as they were run) teaches an earlier flag name,
+    or a chain spelled with '+' (one spelling: lookup,draft). A name that is current on another command (--out,
+    --datastore) counts only on the lines that run the command it was renamed on."""
+    from test_docs import documents
+
+    current = {option for command in _console_scripts() for option in _options(_parser_of(command))}
+    found = []
+    for path in documents():
+        if "results" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for command, old, new in _renamed():
+                runs = re.findall(re.escape(command) + r"(?![\w-])[^`;]*", line) if old in current else [line]
+                if any(re.search(re.escape(old) + r"(?![\w-])", run) for run in runs):
+                    found.append(f"{path.name}:{number}: {command} {old} (now {new})")
+            if re.search(r"\blookup\+", line):
+                found.append(f"{path.name}:{number}: a chain with '+' (now lookup,draft)")
+    assert not found, "\n".join(found)

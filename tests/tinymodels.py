@@ -176,7 +176,7 @@ def noisy_copy(src, dst, noise: float, seed: int):
 
 def export_pair(target, draft, out, *extra):
     """specdec-export --target TARGET --draft DRAFT --out OUT [extra]; asserts it succeeded; returns OUT."""
-    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", out, *extra])
+    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", out, *extra])
     assert code == 0, stderr
     return out
 

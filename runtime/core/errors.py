@@ -32,6 +32,26 @@ class OneLineParser(argparse.ArgumentParser):
     one line, `error: <what>; see <prog> --help.`, with exit status 2, instead of argparse's usage block. Subcommand
     parsers are of this class too (argparse makes them of the parent's class)."""
 
+    def __init__(self, *args, renamed: dict | None = None, **kwargs):
+        """renamed: {earlier flag: its current name}, accepted for one release and shown nowhere (not in --help)."""
+        super().__init__(*args, **kwargs)
+        self.renamed = dict(renamed or {})
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self.renamed:
+            import sys
+
+            args = self.current_names(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def current_names(self, argv) -> list:
+        """argv with each earlier flag name (also as --flag=value) replaced by its current name."""
+        def current(arg: str) -> str:
+            flag, eq, value = arg.partition("=")
+            return self.renamed[flag] + eq + value if flag in self.renamed else arg
+
+        return [current(str(a)) for a in argv]
+
     def error(self, message):
         raise SpecdecError(message, f"see {self.prog} --help")
 

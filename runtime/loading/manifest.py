@@ -153,7 +153,7 @@ def load_manifest(root: str | Path, verify_checksums: bool = True) -> Manifest:
 
 def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     if not root.is_dir():
-        raise SpecdecError(f"export directory '{root}' does not exist", "run specdec-export --out DIR first")
+        raise SpecdecError(f"export directory '{root}' does not exist", "run specdec-export --export DIR first")
     path = inside(root, MANIFEST, "the manifest")
     if not path.is_file():
         raise SpecdecError(f"'{root}' has no {MANIFEST}: not an export directory, or an unfinished export", fix)
@@ -170,7 +170,7 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
     if raw.get("format_version") != FORMAT_VERSION:
         raise SpecdecError(f"{root} is an export of format version {raw.get('format_version')}, this specdec reads "
                            f"format {FORMAT_VERSION} (one run decodes a batch of requests of different lengths)",
-                           "re-export it with this version: specdec-export --target ... --draft ... --out DIR")
+                           "re-export it with this version: specdec-export --target ... --draft ... --export DIR")
     check_manifest(raw, str(path))      # structure, counts, numbers, ids, paths: the entries read below are sane
     try:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],

@@ -5,7 +5,7 @@
     specdec-datastore info store.sdds [--export DIR]
 
 TEXT: one segment a line (.txt, .txt.gz) or JSON lines (.jsonl, .jsonl.gz, with --field). A decoder uses it with
-SpeculativeDecoder.load(DIR, datastore="store.sdds"), or `specdec-export --datastore TEXT ...` builds one into the
+SpeculativeDecoder.load(DIR, datastore="store.sdds"), or `specdec-export --datastore-text TEXT ...` builds one into the
 export directory.
 """
 

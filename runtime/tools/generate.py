@@ -12,8 +12,11 @@ from ..core.params import add_flags, from_flags
 from ..engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
+RENAMED = {"--engine": "--export"}     # earlier flag names, accepted for one release
+
+
 def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="specdec-generate",
+    p = OneLineParser(prog="specdec-generate", renamed=RENAMED,
                       description="Exact speculative decoding with an export from specdec-export.")
     p.add_argument("text", nargs="?", help="the prompt, e.g. 'translate English to German: The house is small.' "
                    "(a Whisper export takes --audio instead)")
@@ -21,7 +24,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--language", help="a Whisper export: the audio's language code, e.g. en (default: detected)")
     p.add_argument("--task", choices=("transcribe", "translate"),
                    help="a Whisper export: transcribe (the default) or translate into English")
-    p.add_argument("--engine", default="exported", help="export directory (default: ./exported)")
+    p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     p.add_argument("--threads", type=int, default=0,
                    help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
@@ -59,7 +62,7 @@ def _main(argv) -> int:
     from ..loading.datastore import load_option
     from ..decoder import SpeculativeDecoder
 
-    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads,
+    dec = SpeculativeDecoder.load(args.export, provider=args.provider, threads=args.threads,
                                   datastore=load_option(args.datastore))
     params = from_flags(args)
     speech = {"audio": args.audio, "language": args.language, "task": args.task} if args.audio else {}

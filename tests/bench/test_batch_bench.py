@@ -10,8 +10,8 @@ from benchrun import finite, prompts_file, run
 
 def test_batch_bench_smoke(tiny_export, tmp_path):
     out = tmp_path / "batch.json"
-    code, stdout, stderr = run(["batch", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
-                                "--batch", "1,4", "--draft", "none,auto,lookup:2", "--temperature", "0,1",
+    code, stdout, stderr = run(["batch", "--export", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
+                                "--batch", "1,4", "--draft", "none", "auto", "lookup:2", "--temperature", "0,1",
                                 "--num-prompts", "6", "--repeat", "1", "--max-new-tokens", "8", "--json", out])
     assert code == 0, stderr
     report = json.loads(out.read_text())
@@ -35,6 +35,6 @@ def test_batch_bench_smoke(tiny_export, tmp_path):
 
 
 def test_batch_bench_bad_draft(tiny_export):
-    code, stdout, stderr = run(["batch", "--engine", tiny_export, "--draft", "draft"])
+    code, stdout, stderr = run(["batch", "--export", tiny_export, "--draft", "draft"])
     assert code != 0
     assert "unknown draft 'draft'" in stdout + stderr

@@ -21,7 +21,7 @@ def _spread_ok(spread) -> bool:
 
 def test_beam_mode_report(tiny_export, tmp_path):
     repeats = 2
-    code, out, err = run(["beams", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2),
+    code, out, err = run(["beams", "--export", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2),
                           "--num-beams", 3,
                           "--gamma", "1,2", "--num-prompts", 4, "--repeat", repeats, "--max-new-tokens", 6,
                           "--early-stopping", "true", "--length-penalty", "0.8", "--probe-repeats", 1,
@@ -110,7 +110,7 @@ def test_mismatches_are_counted(tiny_export, tmp_path, monkeypatch):
         return res
 
     monkeypatch.setattr(SpeculativeDecoder, "generate", broken)
-    code, out, err = run(["beams", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2),
+    code, out, err = run(["beams", "--export", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 2),
                           "--num-beams", 2,
                           "--gamma", "1,2", "--num-prompts", 2, "--repeat", 1, "--max-new-tokens", 5,
                           "--probe-repeats", 1, "--no-transformers", "--json", tmp_path / "m.json", "--no-progress"])
@@ -141,7 +141,7 @@ def test_mismatches_are_counted(tiny_export, tmp_path, monkeypatch):
     (["sweep", "--no-transformers"], "--no-transformers does not apply to sweep (a flag of beams)"),
 ])
 def test_beam_option_errors(tiny_export, argv, needle):
-    code, out, err = run(argv[:1] + ["--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv[1:])
+    code, out, err = run(argv[:1] + ["--export", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv[1:])
     assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
 
 

@@ -27,7 +27,7 @@ def png(path):
 
 
 def test_smoke_json_and_plot(tiny_export, tmp_path):
-    code, out, err = run(["sweep", "--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
+    code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "6", "--probe-repeats", "2",
                           "--json", tmp_path / "r.json", "--plot", tmp_path / "r.png", "--markdown", tmp_path / "r.md",
                           "--no-progress"])
@@ -79,7 +79,7 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
 def test_cost_probe_times_the_head(tiny_export, tmp_path):
     """The probe's head-alone timings: G = 0 for the draft and G = 0 .. max gamma for the target, at temperature 0
     and a positive temperature, plain and filtered, each a positive median; and the fused runs' own costs."""
-    code, out, err = run(["sweep", "--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
+    code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "2",
                           "--json", tmp_path / "h.json", "--no-progress"])
     assert code == 0, err
@@ -98,7 +98,7 @@ def test_cost_probe_times_the_head(tiny_export, tmp_path):
 
 
 def test_filters_and_lenience_apply_to_every_configuration(tiny_export, tmp_path):
-    code, out, err = run(["sweep", "--engine", tiny_export, "--gamma", "0,1", "--temperature", "0,1", "--repeat", "1",
+    code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,1", "--temperature", "0,1", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1",
                           "--top-k", "5", "--top-p", "0.9", "--lenience", "0.5",
                           "--json", tmp_path / "f.json", "--markdown", tmp_path / "f.md", "--no-progress"])
@@ -119,7 +119,7 @@ def test_filters_and_lenience_apply_to_every_configuration(tiny_export, tmp_path
 def test_filters_compared_in_one_run(tiny_export, tmp_path):
     """--filters none,3:0.9: every (T, filter, gamma) in one interleaved sweep, speedups against gamma = 0 of the
     same filter, the filter-cost table and JSON block, `best` per (filter, T), greedy exactness per filter."""
-    code, out, err = run(["sweep", "--engine", tiny_export, "--gamma", "0,2", "--temperature", "0,1", "--repeat", "2",
+    code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,2", "--temperature", "0,1", "--repeat", "2",
                           "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1",
                           "--filters", "none,3:0.9", "--json", tmp_path / "m.json", "--markdown", tmp_path / "m.md",
                           "--plot", tmp_path / "m.png", "--no-progress"])
@@ -169,7 +169,7 @@ def test_filter_arguments(tiny_export):
                          (["--filters=-1:0.9"], "top_k in --filters '-1:0.9'"),
                          (["--filters", "3:0.9", "--top-k", "5"], "--top-k"),
                          (["--filters", ","], "--filters is empty")):
-        code, out, err = run(["sweep", "--engine", tiny_export, "--no-progress"] + argv)
+        code, out, err = run(["sweep", "--export", tiny_export, "--no-progress"] + argv)
         assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
     code, out, err = run(["shapes", "t5-large:t5-small", "--filters", "none", "--filters", "3:0.9"])
     assert code == 2 and err.strip().count("\n") == 0 and "shapes measures one filter" in err, err
@@ -177,9 +177,9 @@ def test_filter_arguments(tiny_export):
 
 def test_peers_agree_with_specdec(tiny_export, tmp_path):
     pytest.importorskip("transformers")
-    code, out, err = run(["sweep", "--engine", tiny_export, "--gamma", "0,3", "--temperature", "0", "--repeat", "1",
+    code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,3", "--temperature", "0", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "5", "--probe-repeats", "1", "--peers", "--markdown", tmp_path / "p.md",
-                          "--workdir", tmp_path / "work", "--json", tmp_path / "p.json", "--no-progress"])
+                          "--work-dir", tmp_path / "work", "--json", tmp_path / "p.json", "--no-progress"])
     assert code == 0, err
     assert "transformers assisted gamma=3" in out
     engines = json.loads((tmp_path / "p.json").read_text())["peers"]["engines"]
@@ -215,10 +215,10 @@ def test_normalize_strips_start_token_and_padding():
 def test_peers_beside_the_draft_table(tiny_export, tmp_path):
     """--draft with --peers: the peers after the draft table, in the same run, against specdec's default."""
     pytest.importorskip("transformers")
-    code, out, err = run(["drafts", "--engine", tiny_export, "--draft", "none,auto", "--temperature", "0",
+    code, out, err = run(["drafts", "--export", tiny_export, "--draft", "none", "auto", "--temperature", "0",
                           "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "5", "--probe-repeats", "1", "--peers",
-                          "--peer-gamma", "2", "--markdown", tmp_path / "p.md", "--workdir", tmp_path / "work",
+                          "--peer-gamma", "2", "--markdown", tmp_path / "p.md", "--work-dir", tmp_path / "work",
                           "--json", tmp_path / "p.json", "--no-progress"])
     assert code == 0, err
     report = json.loads((tmp_path / "p.json").read_text())
@@ -246,9 +246,9 @@ def _without_in_process_peers(monkeypatch):
 def test_peer_python_missing_is_a_one_line_note(tiny_export, tmp_path, monkeypatch):
     _without_in_process_peers(monkeypatch)
     missing = tmp_path / "no-venv" / "bin" / "python"
-    code, out, err = run(["sweep", "--engine", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
+    code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,2", "--temperature", "0", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1", "--peers",
-                          "--peer-python", missing, "--workdir", tmp_path / "work", "--json", tmp_path / "p.json",
+                          "--peer-python", missing, "--work-dir", tmp_path / "work", "--json", tmp_path / "p.json",
                           "--no-progress"])
     assert code == 0, err
     engines = json.loads((tmp_path / "p.json").read_text())["peers"]["engines"]
@@ -263,8 +263,8 @@ def test_peer_python_missing_is_a_one_line_note(tiny_export, tmp_path, monkeypat
 def test_peer_python_needs_peers(tiny_export):
     for argv, needle in ((["sweep", "--peer-python", "python3"], "add --peers"),
                          (["sweep", "--peers", "--peer-timeout", "0", "--peer-python", "python3"], "--peer-timeout"),
-                         (["drafts", "--draft", "none,draft", "--peer-python", "python3"], "--peer-python")):
-        code, out, err = run(argv[:1] + ["--engine", tiny_export, "--no-progress"] + argv[1:])
+                         (["drafts", "--draft", "none", "draft", "--peer-python", "python3"], "--peer-python")):
+        code, out, err = run(argv[:1] + ["--export", tiny_export, "--no-progress"] + argv[1:])
         assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
 
 
@@ -378,14 +378,14 @@ def test_optimum_worker_without_optimum(tmp_path):
 def test_bad_arguments_are_one_line_errors(tiny_export, capsys):
     code, out, err = run(["shapes", "t5-huge:t5-small"])
     assert code == 2 and err.strip().count("\n") == 0 and "t5-large:t5-small" in err
-    for argv, needle in ((["sweep", "--engine", tiny_export, "--gamma", "a,b"], "argument --gamma"),
-                         (["sweep", "--gamma", "0,2"], "--engine"),              # no export
+    for argv, needle in ((["sweep", "--export", tiny_export, "--gamma", "a,b"], "argument --gamma"),
+                         (["sweep", "--gamma", "0,2"], "--export"),              # no export
                          (["--gamma", "0,2"], "takes a command first")):        # neither --engine nor --shapes
         code, out, err = run(argv)
         assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
         assert err.startswith("error: ") and "Traceback" not in err
     for option, value in (("--top-p", "0"), ("--top-k", "-1"), ("--lenience", "1.5")):
-        code, out, err = run(["sweep", "--engine", tiny_export, option, value, "--no-progress"])
+        code, out, err = run(["sweep", "--export", tiny_export, option, value, "--no-progress"])
         assert code == 2 and err.strip().count("\n") == 0 and option in err, (option, err)
 
 
@@ -422,7 +422,7 @@ def test_shapes_mode_on_tiny_configs(monkeypatch, tmp_path):
     monkeypatch.setitem(shapes.CONFIGS, "tiny-t", dict(d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2))
     monkeypatch.setitem(shapes.CONFIGS, "tiny-d", dict(d_model=16, d_ff=32, d_kv=8, num_heads=2, num_layers=1))
     monkeypatch.setitem(shapes.COMMON, "vocab_size", 64)
-    argv = ["shapes", "tiny-t:tiny-d", "--workdir", tmp_path / "work", "--gamma-max", "4", "--max-length", "32",
+    argv = ["shapes", "tiny-t:tiny-d", "--work-dir", tmp_path / "work", "--gamma-max", "4", "--max-length", "32",
             "--max-new-tokens", "4", "--num-prompts", "1", "--source-length", "6", "--past", "8",
             "--probe-repeats", "2", "--repeat", "1", "--json", tmp_path / "s.json", "--plot", tmp_path / "s.png",
             "--markdown", tmp_path / "s.md",

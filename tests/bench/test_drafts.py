@@ -11,12 +11,12 @@ from benchrun import finite, prompts_file, run
 from specdec.bench import drafts, prompts, theory
 from specdec.runtime import Stats
 
-DRAFTS = ["none", "draft", "lookup", "lookup+draft", "auto"]
+DRAFTS = ["none", "draft", "lookup", "lookup,draft", "auto"]
 
 
 def test_draft_sweep_smoke(tiny_export, tmp_path):
-    code, out, err = run(["drafts", "--engine", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
-                          "--draft", ",".join(DRAFTS), "--temperature", "0,1", "--num-prompts", "4", "--repeat", "1",
+    code, out, err = run(["drafts", "--export", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 3),
+                          "--draft", *DRAFTS, "--temperature", "0,1", "--num-prompts", "4", "--repeat", "1",
                           "--max-new-tokens", "6", "--probe-repeats", "1", "--json", tmp_path / "d.json",
                           "--markdown", tmp_path / "d.md", "--no-progress"])
     assert code == 0, err
@@ -53,7 +53,7 @@ def test_draft_sweep_smoke(tiny_export, tmp_path):
             assert set(none["sources"]) == {"none"} and none["predicted_speedup"] == 1.0
             assert cells[(task, t, "lookup")]["draft_calls"] == 0              # a lookup runs no model
             assert set(cells[(task, t, "draft")]["sources"]) <= {"draft", "none"}
-            assert cells[(task, t, "lookup+draft")]["prediction"]["source"] in ("lookup,draft", "none")
+            assert cells[(task, t, "lookup,draft")]["prediction"]["source"] in ("lookup,draft", "none")
     assert report["draft_greedy_agreement"] == {task: {d: {"agree": 2, "prompts": 2} for d in DRAFTS}
                                                 for task in ("summarize", "translate")}
     assert set(report["draft_best"]) == {"summarize", "translate"}
@@ -63,13 +63,13 @@ def test_draft_sweep_smoke(tiny_export, tmp_path):
     assert all("alpha" in e and e["rounds"] > 0 for e in report["auto_estimates"].values())
     assert "warm-up" in report["auto_estimates_note"] and "prediction" in report["notes"]
     md = (tmp_path / "d.md").read_text()
-    assert "| task | T | draft |" in md and "| summarize | 1 | lookup+draft |" in md and "mixture" in md
+    assert "| task | T | draft |" in md and "| summarize | 1 | lookup,draft |" in md and "mixture" in md
     assert "What auto had learned" in md
 
 
 def test_fixed_gamma_items(tiny_export, tmp_path):
     """NAME:G runs that source at a fixed gamma; `none` is added when missing; random prompts form one task."""
-    code, out, err = run(["drafts", "--engine", tiny_export, "--draft", "draft:2", "--draft", "lookup:3",
+    code, out, err = run(["drafts", "--export", tiny_export, "--draft", "draft:2", "--draft", "lookup:3",
                           "--temperature", "0",
                           "--num-prompts", "1", "--repeat", "2", "--max-new-tokens", "5", "--probe-repeats", "1",
                           "--json", tmp_path / "g.json", "--no-progress"])
@@ -88,7 +88,8 @@ def test_fixed_gamma_items(tiny_export, tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["--draft", "draft:x"], "must be an integer"),
     (["--draft", "draft:0"], "gamma 0 is target-only"),
-    (["--draft", "lookup+"], "empty name"),
+    (["--draft", "lookup,"], "empty name"),
+    (["--draft", "none,draft"], "is not a chain; separate configurations with spaces"),
     (["--draft", "bogus"], "--draft bogus: unknown draft 'bogus'"),
     (["--draft", "draft:99"], "--draft draft:99: gamma must be an integer in 0..8"),
     (["--draft", "auto", "--gamma", "0,2"], "--gamma does not apply to drafts (give a fixed gamma per draft as NAME:G"),
@@ -96,24 +97,26 @@ def test_fixed_gamma_items(tiny_export, tmp_path):
     (["--draft", "auto", "--profile", "p.txt"], "--profile does not apply to drafts (a flag of sweep)"),
     ([], "--draft"),                                                # required
     (["--draft", "auto", "--filters", "none,3:0.9"], "one filter"),
-    (["--draft", ","], "--draft is empty"),
-    (["--draft", "lookup+datastore"], "this export has no datastore"),
-    (["--draft", "draft+datastore"], "the datastore is what the lookup searches"),
+    (["--draft", " "], "--draft is empty"),
+    (["--draft", "lookup,datastore"], "this export has no datastore"),
+    (["--draft", "draft,datastore"], "the datastore is what the lookup searches"),
 ])
 def test_draft_option_errors(tiny_export, argv, needle):
-    code, out, err = run(["drafts", "--engine", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
+    code, out, err = run(["drafts", "--export", tiny_export, "--no-progress", "--probe-repeats", "1"] + argv)
     assert code == 2 and err.strip().count("\n") == 0 and needle in err, (argv, err)
 
 
 def test_parse_configs_keeps_order_adds_none_and_drops_duplicates():
-    configs = drafts.parse_configs(["lookup+draft,draft:3", "auto,draft:3, lookup , none:0"])
+    configs = drafts.parse_configs(["lookup,draft", "draft:3", "auto", "draft:3", " lookup ", "none:0"])
     assert [(c.label, c.draft, c.gamma) for c in configs] == [
-        ("none", "none", 0), ("lookup+draft", "lookup,draft", "auto"), ("draft:3", "draft", 3),
+        ("none", "none", 0), ("lookup,draft", "lookup,draft", "auto"), ("draft:3", "draft", 3),
         ("auto", "auto", "auto"), ("lookup", "lookup", "auto")]
+    earlier = drafts.parse_configs(["lookup+draft,draft:3,auto,draft:3, lookup , none:0"])   # the earlier form
+    assert earlier == configs
 
 
 def test_lookup_with_and_without_the_datastore_in_one_run(tiny_export, tmp_path):
-    """"lookup" searches the output and the source only, "lookup+datastore" the export's datastore too (here the
+    """"lookup" searches the output and the source only, "lookup,datastore" the export's datastore too (here the
     target's own greedy outputs for the prompts: it copies far more), "auto" as the runtime's default does."""
     import shutil
 
@@ -127,19 +130,19 @@ def test_lookup_with_and_without_the_datastore_in_one_run(tiny_export, tmp_path)
     dec = SpeculativeDecoder.load(export, provider="cpu")
     ids = [json.loads(line)["input_ids"] for line in prompts.read_text().splitlines()]
     add_datastore(export, [dec.generate(input_ids=i, draft="none", max_new_tokens=8).token_ids for i in ids])
-    code, out, err = run(["drafts", "--engine", export, "--prompts", prompts,
-                          "--draft", "lookup:4,lookup+datastore:4,auto",
+    code, out, err = run(["drafts", "--export", export, "--prompts", prompts,
+                          "--draft", "lookup:4", "lookup,datastore:4", "auto",
                           "--temperature", "0", "--num-prompts", "4", "--repeat", "1", "--max-new-tokens", "8",
                           "--probe-repeats", "1", "--json", tmp_path / "s.json", "--no-progress"])
     assert code == 0, err
     report = json.loads((tmp_path / "s.json").read_text())
     assert [(d["label"], d["draft"]) for d in report["settings"]["drafts"]] == [
-        ("none", "none"), ("lookup:4", "lookup"), ("lookup+datastore:4", "lookup"), ("auto", "auto")]
+        ("none", "none"), ("lookup:4", "lookup"), ("lookup,datastore:4", "lookup"), ("auto", "auto")]
     kept = {}
     for r in report["draft_results"]:
         kept[r["draft"]] = kept.get(r["draft"], 0) + sum(r["sources"].get(name, {}).get("accepted", 0)
                                                          for name in ("lookup", "datastore"))
-    assert kept["lookup+datastore:4"] > kept["lookup:4"], kept
+    assert kept["lookup,datastore:4"] > kept["lookup:4"], kept
     assert all(a == {"agree": 2, "prompts": 2} for task in report["draft_greedy_agreement"].values()
                for a in task.values())
 
@@ -182,7 +185,7 @@ def _stats(total_s, new_tokens, target_calls, draft_calls=0, encoder_s=0.0, **so
 
 def test_summary_of_a_chain_by_hand():
     """Speedup per repeat against none, shares, the chain's c scaled by draft runs per guess, the predictions."""
-    configs = drafts.parse_configs(["lookup+draft:4"])
+    configs = drafts.parse_configs(["lookup,draft:4"])
     none, chain = drafts.DraftCell(), drafts.DraftCell()
     none.add(0, _stats(0.020, 10, 10, encoder_s=0.005, none=(10, 0, 0, 0, 10)))
     none.add(1, _stats(0.030, 10, 10, none=(10, 0, 0, 0, 10)))
@@ -190,10 +193,10 @@ def test_summary_of_a_chain_by_hand():
     chain.add(0, _stats(0.010, 10, 4, 12, lookup_draft=(3, 12, 6, 2, 9), none=(1, 0, 0, 0, 1),
                         **{"lookup>": (2, 6, 4, 1, 0)}))
     chain.add(1, _stats(0.020, 10, 4, 12))
-    cells = {("t", 0.0, "none"): none, ("t", 0.0, "lookup+draft:4"): chain}
+    cells = {("t", 0.0, "none"): none, ("t", 0.0, "lookup,draft:4"): chain}
     probe = {"c": 0.2, "verify_ratio": {"1": 1.0, "4": 1.3, "5": 1.4}}
     rows = {r["draft"]: r for r in drafts.summarize(cells, configs, probe)}
-    r = rows["lookup+draft:4"]
+    r = rows["lookup,draft:4"]
     assert r["speedup"]["median"] == pytest.approx((2.0 + 1.5) / 2)     # per repeat: 2/1 and 3/2
     # decode-only (the baseline's 5 ms of encoder left out of repeat 0): 1.5/1 and 3/2
     assert r["decode_speedup"]["median"] == pytest.approx(1.5)
@@ -213,7 +216,7 @@ def test_summary_of_a_chain_by_hand():
     assert r["measured_over_predicted"] == pytest.approx(1.75 / r["predicted_speedup"])
     assert rows["none"]["prediction"]["source"] == "none" and rows["none"]["measured_over_predicted"] == 1.0
     best = drafts.best_by_task(list(rows.values()))
-    assert best == {"t": {"0.0": {"best": "lookup+draft:4", "best_speedup": pytest.approx(1.75),
+    assert best == {"t": {"0.0": {"best": "lookup,draft:4", "best_speedup": pytest.approx(1.75),
                                   "best_decode_speedup": pytest.approx(1.5), "auto_decode_speedup": None,
                                   "best_ms_per_token": pytest.approx(1.5), "baseline_ms_per_token": pytest.approx(2.5),
                                   "auto_speedup": None}}}

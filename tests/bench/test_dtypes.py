@@ -26,7 +26,7 @@ def tiny_shapes(monkeypatch):
 
 
 def argv_for(tmp_path, dtypes: str, name: str = "d"):
-    return ["dtypes", "tiny-t:tiny-d", "--dtypes", dtypes, "--workdir", tmp_path / "work", "--gamma-max", "4",
+    return ["dtypes", "tiny-t:tiny-d", "--dtypes", dtypes, "--work-dir", tmp_path / "work", "--gamma-max", "4",
             "--max-length", "32", "--max-new-tokens", "5", "--num-prompts", "2", "--source-length", "6",
             "--past", "8", "--probe-repeats", "2", "--repeat", "2", "--json", tmp_path / f"{name}.json",
             "--markdown", tmp_path / f"{name}.md", "--no-progress"]
@@ -181,7 +181,7 @@ def test_weight_only_copy_of_the_tiny_export(tiny_export, tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["dtypes", "--engine", "x", "--dtypes", "int8"], "dtypes compares the weight variants of real-shape models"),
+    (["dtypes", "--export", "x", "--dtypes", "int8"], "dtypes compares the weight variants of real-shape models"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int4"], "--dtypes takes a comma-separated list"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--num-beams", "2"], "--num-beams does not apply to dtypes"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--temperature", "1"], "temperature 0 only"),

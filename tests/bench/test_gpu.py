@@ -29,8 +29,8 @@ def test_every_step_runs_on_the_cpu_provider(broad_pair, monkeypatch, tmp_path):
     monkeypatch.setitem(shapes.CONFIGS, "tiny-d", dict(d_model=16, d_ff=32, d_kv=8, num_heads=2, num_layers=1))
     monkeypatch.setitem(shapes.COMMON, "vocab_size", 64)
     out, js = tmp_path / "gpu.md", tmp_path / "gpu.json"
-    code, stdout, err = run(["gpu", "--provider", "cpu", "--engine", broad_pair[1], "--shapes", "tiny-t:tiny-d",
-                             "--workdir", tmp_path / "work", "--num-prompts", "2", "--max-new-tokens", "8",
+    code, stdout, err = run(["gpu", "--provider", "cpu", "--export", broad_pair[1], "--shapes", "tiny-t:tiny-d",
+                             "--work-dir", tmp_path / "work", "--num-prompts", "2", "--max-new-tokens", "8",
                              "--samples", "1500", "--bandwidth-gbs", "10", "--out", out, "--json", js])
     assert code == 0, err
     report = json.loads(js.read_text())
@@ -70,7 +70,7 @@ def test_the_distribution_test_catches_a_broken_residual(broad_pair, tmp_path):
 @pytest.mark.parametrize("argv, words", [(["--provider", "tensorrt"], "not available"),
                                          (["--samples", "10"], "--samples >= 100")])
 def test_bad_input_is_one_line(argv, words, tiny_export, tmp_path):
-    code, _, err = run(["gpu", "--engine", tiny_export, "--out", tmp_path / "x.md", *argv])
+    code, _, err = run(["gpu", "--export", tiny_export, "--out", tmp_path / "x.md", *argv])
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x.md").exists()
 

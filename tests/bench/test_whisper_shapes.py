@@ -110,7 +110,7 @@ def tiny_whisper_shapes(monkeypatch):
 
 
 def shapes_run(tmp_path, pair):
-    argv = ["shapes", pair, "--workdir", tmp_path / "work", "--gamma-max", "4", "--max-length", "32",
+    argv = ["shapes", pair, "--work-dir", tmp_path / "work", "--gamma-max", "4", "--max-length", "32",
             "--max-new-tokens", "4", "--past", "8", "--probe-repeats", "2", "--repeat", "1", "--encoder-repeats", "2",
             "--request-tokens", "50", "--json", tmp_path / "s.json", "--markdown", tmp_path / "s.md",
             "--plot", tmp_path / "s.png", "--no-progress"]

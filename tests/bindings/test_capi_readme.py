@@ -33,7 +33,7 @@ def test_the_readme_c_program_compiles_runs_and_checks_its_status(compile_c, tmp
     assert missing.returncode == 1 and missing.stdout == "", missing
     assert missing.stderr.count("\n") == 1 and "specdec_open" in missing.stderr, missing.stderr
 
-    code, _, stderr = run_export_cli(["--out", tmp_path / "exported", "--max-length", "256"])   # the bundled pair
+    code, _, stderr = run_export_cli(["--export", tmp_path / "exported", "--max-length", "256"])   # the bundled pair
     if code != 0 and "bundled pair" in stderr:
         pytest.skip(stderr.strip())
     assert code == 0, stderr

@@ -133,7 +133,7 @@ def test_export_reports_parity_numbers(tiny_export, tiny_export_log):
 def test_a_wrong_decoder_graph_fails_the_export(tiny_pair, tmp_path, monkeypatch):
     monkeypatch.setattr(decoder_module.DecoderWithCache, "forward", cache_one_slot_off)
     target, draft = tiny_pair
-    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--out", tmp_path / "bad",
+    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", tmp_path / "bad",
                                            "--gamma-max", "2", "--max-length", "32"])
     assert code == 1
     assert "FAILED" in stdout

@@ -28,7 +28,7 @@ def assert_one_line_error(code, stdout, stderr, *needles):
 
 
 def export_args(target, draft, out, *extra):
-    return ["--target", target, "--draft", draft, "--out", out, "--max-length", "32", *extra]
+    return ["--target", target, "--draft", draft, "--export", out, "--max-length", "32", *extra]
 
 
 # --- progress ------------------------------------------------------------------------------------------------
@@ -58,13 +58,13 @@ def test_gamma_max_zero(tiny_pair, tmp_path):
 
 
 def test_max_length_without_room_for_verification(tiny_pair, tmp_path):
-    assert_one_line_error(*run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--out",
+    assert_one_line_error(*run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--export",
                                            tmp_path / "out", "--gamma-max", "8", "--max-length", "9"]),
                           "--max-length 9", "gamma_max 8")
 
 
 def test_target_without_draft(tiny_pair, tmp_path):
-    assert_one_line_error(*run_export_cli(["--target", tiny_pair[0], "--out", tmp_path / "out"]),
+    assert_one_line_error(*run_export_cli(["--target", tiny_pair[0], "--export", tmp_path / "out"]),
                           "--target and --draft")
 
 
@@ -145,10 +145,10 @@ def test_an_export_that_would_not_load_is_one_line_and_leaves_nothing(tiny_pair,
     text = tmp_path / "text.txt"
     text.write_text("w5 w6 w7\nw8 w9\n")
     out = tmp_path / "out"
-    assert run_export_cli(export_args(*tiny_pair, out, "--datastore", text))[0] == 0
+    assert run_export_cli(export_args(*tiny_pair, out, "--datastore-text", text))[0] == 0
     shutil.rmtree(out)
     monkeypatch.setattr(datastore_build, "tokenizer_size", lambda tokenizer: 48)
-    assert_one_line_error(*run_export_cli(export_args(*tiny_pair, out, "--datastore", text)),
+    assert_one_line_error(*run_export_cli(export_args(*tiny_pair, out, "--datastore-text", text)),
                           "written but does not load", "tokenizer of 48 ids", "makes 40", "report it")
     assert not out.exists()
 
@@ -201,7 +201,7 @@ def test_unwritable_output_directory(tiny_pair, tmp_path, where):
     else:
         out = Path("/proc") / f"specdec-export-test-{os.getpid()}"
     line = assert_one_line_error(*run_export_cli(export_args(*tiny_pair, out)),
-                                 f"output directory '{out}' is not writable", "choose an --out")
+                                 f"output directory '{out}' is not writable", "choose an --export directory")
     assert not out.exists()
     if where == "under-a-file":
         assert "not a directory" in line.lower()

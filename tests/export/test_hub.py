@@ -16,7 +16,7 @@ def test_export_by_hub_id_from_an_offline_cache(tiny_pair, tmp_path, monkeypatch
     assert not (tmp_path / "tiny-org").exists()
 
     code, stdout, stderr = run_export_cli(["--target", "tiny-org/tiny-t5", "--draft", "tiny-org/tiny-t5-draft",
-                                           "--out", "out", "--gamma-max", "4", "--max-length", "32"])
+                                           "--export", "out", "--gamma-max", "4", "--max-length", "32"])
     assert code == 0, stderr
     manifest = read_manifest(tmp_path / "out")
     target, draft = manifest["models"]["target"], manifest["models"]["draft"]
@@ -34,7 +34,7 @@ def test_hub_id_missing_from_the_offline_cache_names_the_cache(tiny_pair, tmp_pa
     fill_hub_cache(cache, "tiny-org/tiny-t5", tiny_pair[0], TARGET_COMMIT)
     monkeypatch.chdir(tmp_path)
     code, stdout, stderr = run_export_cli(["--target", "tiny-org/tiny-t5", "--draft", "tiny-org/not-cached",
-                                           "--out", "out"])
+                                           "--export", "out"])
     assert code == 2 and stderr.count("\n") == 1 and "Traceback" not in stderr
     assert stderr.startswith("error: model 'tiny-org/not-cached' could not be found in the local Hugging Face "
                              "cache (HF_HUB_OFFLINE is set)")

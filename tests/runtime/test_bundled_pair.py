@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(not (MODELS / "target" / "config.json").is_file(
 @pytest.fixture(scope="module")
 def bundled_export(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundled") / "export"
-    code, stdout, stderr = run_export_cli(["--out", out, "--max-length", "256"])   # no --target/--draft
+    code, stdout, stderr = run_export_cli(["--export", out, "--max-length", "256"])   # no --target/--draft
     assert code == 0, stderr
     assert "parity" in stdout
     return out

@@ -108,6 +108,6 @@ def test_auto_learns_and_can_forget(related_decoder):
     (["--draft", "d", "--draft", "m=e", "--draft", "m=f"], "two --draft models are named 'm'"),
 ])
 def test_export_draft_names_are_checked(tmp_path, args, message):
-    code, stdout, stderr = run_export_cli(["--target", "t", *args, "--out", tmp_path / "x"])
+    code, stdout, stderr = run_export_cli(["--target", "t", *args, "--export", tmp_path / "x"])
     assert code != 0
     assert message in stderr and len(stderr.strip().splitlines()) == 1

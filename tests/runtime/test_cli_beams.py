@@ -57,7 +57,7 @@ def pairs(ref) -> list:
 
 
 def cli(tiny_export, capsys, *args) -> tuple[int, str, str]:
-    code = main(["--engine", str(tiny_export), "--provider", "cpu", "--threads", "1", *map(str, args)])
+    code = main(["--export", str(tiny_export), "--provider", "cpu", "--threads", "1", *map(str, args)])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -154,7 +154,7 @@ def test_bad_values_are_one_line(tiny_export, capsys, args, needle):
 ])
 def test_exit_status_and_one_line_from_the_command(tiny_export, args, needle):
     """The installed entry point: a bad value, whether argparse or the runtime refuses it, is one line and status 2."""
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), *args, "w5"],
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export), *args, "w5"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()

@@ -131,9 +131,9 @@ def test_export_and_datastore_cli(tiny_pair, tmp_path):
     records = tmp_path / "text.jsonl"
     records.write_text(json.dumps({"reference": "w11 w12 w13"}) + "\n")
     out = tmp_path / "export"
-    code, stdout, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--out", out,
-                                           "--gamma-max", "4", "--max-length", "32", "--datastore", text, records,
-                                           "--datastore-field", "reference"])
+    code, stdout, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--export", out,
+                                           "--gamma-max", "4", "--max-length", "32", "--datastore-text", text, records,
+                                           "--datastore-text-field", "reference"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(out, provider="cpu")
     # the real T5 layout (tiny_pair): the model's rows past its tokenizer's ids; the datastore holds the tokenizer's
@@ -143,8 +143,8 @@ def test_export_and_datastore_cli(tiny_pair, tmp_path):
     assert dec.datastore.continuations([dec.datastore.sep] + tokens, 3)[1] == [dec.tokenizer.encode("w5 w6").ids[:2]
                                                                               + [dec.eos_id]]
 
-    code, _, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--out", tmp_path / "x",
-                                      "--datastore", tmp_path / "missing.txt"])
+    code, _, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--export", tmp_path / "x",
+                                      "--datastore-text", tmp_path / "missing.txt"])
     assert code == 2 and "does not exist" in stderr and len(stderr.strip().splitlines()) == 1
 
     def cli(*args):

@@ -107,7 +107,7 @@ def test_draft_export_from_another_pair_is_refused(tiny_export, tmp_path):
     words = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{f"v{i}": i for i in range(3, 48)}}   # same size, other tokens
     target = make_tiny_t5(tmp_path / "t", tokenizer_words=words, seed=7)
     draft = make_tiny_t5(tmp_path / "d", tokenizer_words=words, d_model=16, layers=1, decoder_layers=1, seed=8)
-    code, _, err = run_export_cli(["--target", target, "--draft", draft, "--out", tmp_path / "other",
+    code, _, err = run_export_cli(["--target", target, "--draft", draft, "--export", tmp_path / "other",
                                    "--gamma-max", "8", "--max-length", "64"])
     assert code == 0, err
     with pytest.raises(SpecdecError, match="does not belong with target export"):
@@ -124,8 +124,8 @@ def test_unknown_provider():
 
 
 def test_cli_errors_are_one_line(tiny_export, tmp_path):
-    for args in (["--engine", str(tmp_path / "none"), "w5"], ["--engine", str(tiny_export), "--gamma", "20", "w5"],
-                 ["--engine", str(tiny_export), "--top-p", "0", "w5"], ["--engine", str(tiny_export), ""]):
+    for args in (["--export", str(tmp_path / "none"), "w5"], ["--export", str(tiny_export), "--gamma", "20", "w5"],
+                 ["--export", str(tiny_export), "--top-p", "0", "w5"], ["--export", str(tiny_export), ""]):
         proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", *args], capture_output=True, text=True)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
@@ -133,18 +133,18 @@ def test_cli_errors_are_one_line(tiny_export, tmp_path):
 
 
 def test_cli_prints_output_and_stats(tiny_export):
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), "--provider",
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export), "--provider",
                            "cpu", "--max-new-tokens", "6", "--gamma", "3", "w5 w6"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith("w")
     assert "alpha" in proc.stderr and "tokens/target call" in proc.stderr
-    streamed = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), "--provider",
+    streamed = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export), "--provider",
                                "cpu", "--max-new-tokens", "6", "--gamma", "3", "--stream", "w5 w6"],
                               capture_output=True, text=True)
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout == proc.stdout
     assert "6 tokens" in streamed.stderr and "alpha" in streamed.stderr
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(tiny_export), "--json",
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export), "--json",
                            "--max-new-tokens", "6", "w5 w6"], capture_output=True, text=True)
     out = json.loads(proc.stdout)
     dec = SpeculativeDecoder.load(tiny_export, provider="cpu")

@@ -19,7 +19,7 @@ import test_distribution as td
 
 def export_int8(target_dir, out, *flags, gamma_max="4", max_length="16"):
     draft = Path(target_dir).parent / "draft"
-    code, stdout, stderr = run_export_cli(["--target", target_dir, "--draft", draft, "--out", out, *flags,
+    code, stdout, stderr = run_export_cli(["--target", target_dir, "--draft", draft, "--export", out, *flags,
                                            "--gamma-max", gamma_max, "--max-length", max_length])
     assert code == 0, stderr
     return out, stdout
@@ -96,7 +96,7 @@ def test_int8_draft_greedy_equals_the_fp32_target(tmp_path, draft_dtype):
     rows = [json.loads(line) for line in (models / "prompts" / "test.jsonl").read_text().splitlines()]
     prompts = [r["source"] for r in rows if r["task"] == "summarize"][:10] + \
         [r["source"] for r in rows if r["task"] == "translate"][:10]
-    code, stdout, stderr = run_export_cli(["--out", tmp_path / "export", "--draft-dtype", draft_dtype,
+    code, stdout, stderr = run_export_cli(["--export", tmp_path / "export", "--draft-dtype", draft_dtype,
                                            "--max-length", "256"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(tmp_path / "export", provider="cpu")
@@ -131,7 +131,7 @@ def test_int8_target_greedy_equals_its_own_target_only_output(tmp_path):
     rows = [json.loads(line) for line in (models / "prompts" / "test.jsonl").read_text().splitlines()]
     prompts = [r["source"] for r in rows if r["task"] == "summarize"][:10] + \
         [r["source"] for r in rows if r["task"] == "translate"][:10]
-    code, _, stderr = run_export_cli(["--out", tmp_path / "export", "--dtype", "int8", "--max-length", "256"])
+    code, _, stderr = run_export_cli(["--export", tmp_path / "export", "--dtype", "int8", "--max-length", "256"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(tmp_path / "export", provider="cpu")
     kept = 0
@@ -231,7 +231,7 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
 def test_bad_dtypes_are_one_line_errors_and_leave_no_directory(small_vocab_pair, tmp_path, flags, message):
     out = tmp_path / "export"
     code, _, stderr = run_export_cli(["--target", small_vocab_pair[0], "--draft",
-                                      Path(small_vocab_pair[0]).parent / "draft", "--out", out, *flags])
+                                      Path(small_vocab_pair[0]).parent / "draft", "--export", out, *flags])
     assert code != 0 and message in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not out.exists()
 
@@ -245,7 +245,7 @@ def test_a_failed_export_leaves_no_partial_directory(small_vocab_pair, tmp_path)
     other = make_tiny_t5(tmp_path / "other", vocab=8, d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1,
                          tokenizer_words=words)
     out = tmp_path / "export"
-    code, _, stderr = run_export_cli(["--target", small_vocab_pair[0], "--draft", other, "--out", out,
+    code, _, stderr = run_export_cli(["--target", small_vocab_pair[0], "--draft", other, "--export", out,
                                       "--draft-dtype", "int8"])
     assert code != 0 and "tokenizers" in stderr and len(stderr.strip().splitlines()) == 1, stderr
     assert not out.exists()
@@ -262,13 +262,13 @@ def test_an_int8_draft_is_never_refused_and_a_drifting_int8_target_only_without_
     target = make_tiny_t5(tmp_path / "target", seed=3, decoder_layers=3, **spread)
     draft = make_tiny_t5(tmp_path / "draft", seed=4, decoder_layers=1, **spread)
     base = ["--target", target, "--draft", draft, "--gamma-max", "4", "--max-length", "16"]
-    code, stdout, stderr = run_export_cli([*base, "--out", tmp_path / "d8", "--draft-dtype", "int8"])
+    code, stdout, stderr = run_export_cli([*base, "--export", tmp_path / "d8", "--draft-dtype", "int8"])
     assert code == 0, stderr
     assert "note: the int8 draft's logits drift" in stdout and "an int8 draft cannot change the output" in stdout
-    code, _, stderr = run_export_cli([*base, "--out", tmp_path / "t8", "--dtype", "int8"])
+    code, _, stderr = run_export_cli([*base, "--export", tmp_path / "t8", "--dtype", "int8"])
     assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
     assert "int8 target's logits drift" in stderr and "argmax agrees on" in stderr and "--accept-int8-drift" in stderr
-    code, _, stderr = run_export_cli([*base, "--out", tmp_path / "t8", "--dtype", "int8", "--force",
+    code, _, stderr = run_export_cli([*base, "--export", tmp_path / "t8", "--dtype", "int8", "--force",
                                       "--accept-int8-drift"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(tmp_path / "t8", provider="cpu")

@@ -106,7 +106,7 @@ def test_checksums_off_still_confines_and_checks(good, tmp_path):
 
 def test_cli_refuses_a_hostile_directory_in_one_line(good, tmp_path):
     export = make_hostile(good, tmp_path, "dotdot graph")
-    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(export), "--provider", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(export), "--provider", "cpu",
                            "w5"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -215,7 +215,7 @@ def test_a_whisper_draft_with_a_t5_target_is_a_one_line_error(pair, tiny_t5_fact
     from tinymodels import run_export_cli
 
     t5 = tiny_t5_factory(tmp_path / "t5")
-    code, _, stderr = run_export_cli(["--target", str(t5), "--draft", str(pair[1] / "draft"), "--out",
+    code, _, stderr = run_export_cli(["--target", str(t5), "--draft", str(pair[1] / "draft"), "--export",
                                       str(tmp_path / "out")])
     assert code == 2 and "whisper" in stderr and len(stderr.strip().splitlines()) == 1, stderr
 
@@ -298,7 +298,7 @@ def test_specdec_generate_transcribes_a_wav_file(pair, decoder, tmp_path):
     path = tmp_path / "clip.wav"
     write_wav(path, WAVES[0])
     want = decoder.generate(audio=str(path), language="de", max_new_tokens=8, temperature=0)
-    cli = [sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(pair[1] / "export")]
+    cli = [sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(pair[1] / "export")]
     out = subprocess.run(cli + ["--audio", str(path), "--language", "de", "--max-new-tokens", "8", "--temperature",
                                 "0", "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -325,7 +325,7 @@ def test_a_padded_whisper_export_with_a_datastore_loads_and_decodes_exactly(pair
     text.write_text("".join(decoder.tokenizer.decode([t for t in want.token_ids if t < 36]) + "\nw9 w10 w11\n"
                             for want in wants.values()))
     out = export_pair(str(pair[1] / "target"), str(pair[1] / "draft"), str(tmp_path / "export"), "--gamma-max", "4",
-                      "--max-length", "64", "--datastore", str(text))
+                      "--max-length", "64", "--datastore-text", str(text))
     dec = SpeculativeDecoder.load(out, provider="cpu")
     assert dec.datastore is not None and dec.datastore.tokenizer_size == 36
     copied = 0
@@ -337,7 +337,7 @@ def test_a_padded_whisper_export_with_a_datastore_loads_and_decodes_exactly(pair
     assert copied > 0, "the datastore holds these outputs: the lookup must copy some"
     path = tmp_path / "clip.wav"
     write_wav(path, WAVES[0])
-    cli = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--engine", str(out), "--audio",
+    cli = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(out), "--audio",
                           str(path), "--language", "en", "--max-new-tokens", "16", "--temperature", "0", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr

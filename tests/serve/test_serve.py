@@ -391,7 +391,7 @@ def long_export(tiny_pair, tmp_path_factory):
     from tinymodels import run_export_cli
 
     out = tmp_path_factory.mktemp("long_export") / "export"
-    code, stdout, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--out", out,
+    code, stdout, stderr = run_export_cli(["--target", tiny_pair[0], "--draft", tiny_pair[1], "--export", out,
                                            "--gamma-max", "8", "--max-length", "1024"])
     assert code == 0, stderr
     return out
@@ -420,7 +420,7 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
     long_prompt = next(p for p in ("w5 w6 w7", "w9 w3", "w12 w30 w2", "w7") if reference.generate(
         p, max_new_tokens=LONG, draft="none").stop_reason == "max_new_tokens")
     repo = tmp_path / "repo"
-    code = subprocess.run([sys.executable, "-m", "specdec.serve.cli", "--engine", str(long_export),
+    code = subprocess.run([sys.executable, "-m", "specdec.serve.cli", "--export", str(long_export),
                            "--write-model-repository", str(repo), "--threads", "1"], capture_output=True, text=True,
                           timeout=120)
     assert code.returncode == 0, code.stderr

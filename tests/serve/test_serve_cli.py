@@ -63,7 +63,7 @@ def _group_empty(pgid: int) -> bool:
 def test_serve_answers_then_stops_cleanly_on_sigterm(tiny_export, tmp_path):
     http_port, grpc_port, metrics_port = free_ports(3)
     log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--host", "127.0.0.1", "--http-port",
+    proc = subprocess.Popen([*SERVE, "--export", str(tiny_export), "--host", "127.0.0.1", "--http-port",
                              str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
                              "--exit-timeout", "2"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -96,7 +96,7 @@ def test_serve_answers_then_stops_cleanly_on_sigterm(tiny_export, tmp_path):
 
 def test_a_bad_engine_is_one_line(tmp_path):
     for extra in ([], ["--write-model-repository", str(tmp_path / "repo")]):
-        res = subprocess.run([*SERVE, "--engine", str(tmp_path / "nothing"), "--http-port", str(free_port()),
+        res = subprocess.run([*SERVE, "--export", str(tmp_path / "nothing"), "--http-port", str(free_port()),
                               *extra], capture_output=True, text=True, timeout=120)
         assert res.returncode == 2, res.stderr
         lines = [line for line in res.stderr.splitlines() if line.strip()]
@@ -109,7 +109,7 @@ def test_without_pytriton_the_runtime_imports_and_serve_says_how_to_install(tiny
             "import specdec.runtime, specdec.serve.schema, specdec.serve.repository\n"
             "assert not [m for m in sys.modules if m.startswith('pytriton') and sys.modules[m] is not None]\n"
             "from specdec.serve.cli import main\n"
-            f"sys.exit(main(['--engine', {str(tiny_export)!r}]))\n")
+            f"sys.exit(main(['--export', {str(tiny_export)!r}]))\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip().count("\n") == 0 and "pip install 'specdec[serve]'" in res.stderr, res.stderr
@@ -133,7 +133,7 @@ def test_a_port_in_use_is_one_line(tiny_export):
 def test_sigterm_while_starting_stops_too(tiny_export, tmp_path):
     """SIGTERM before the models are ready (PyTriton can wait up to 2 minutes for its server) ends the start."""
     http_port, grpc_port, metrics_port = free_ports(3)
-    proc = subprocess.Popen([*SERVE, "--engine", str(tiny_export), "--host", "127.0.0.1", "--http-port",
+    proc = subprocess.Popen([*SERVE, "--export", str(tiny_export), "--host", "127.0.0.1", "--http-port",
                              str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     try:
@@ -174,10 +174,10 @@ def test_the_server_listens_on_this_machine_only_unless_told():
 def test_the_provider_is_a_flag_and_a_written_repository_keeps_it(tiny_export, tmp_path):
     """--provider takes the runtime's choices (a bad one is one line); a written model repository passes it to the
     decoder its model.py loads (config.pbtxt's parameters), as it does --threads."""
-    res = subprocess.run([*SERVE, "--engine", str(tiny_export), "--provider", "gpu"], capture_output=True, text=True,
+    res = subprocess.run([*SERVE, "--export", str(tiny_export), "--provider", "gpu"], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "--provider" in res.stderr, res.stderr
-    res = subprocess.run([*SERVE, "--engine", str(tiny_export), "--provider", "cpu", "--threads", "1",
+    res = subprocess.run([*SERVE, "--export", str(tiny_export), "--provider", "cpu", "--threads", "1",
                           "--write-model-repository", str(tmp_path / "repo")], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
