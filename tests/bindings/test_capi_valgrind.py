@@ -1,6 +1,6 @@
 """The C example under valgrind memcheck: no invalid read/write, use of uninitialised memory or definite leak is
 attributed to libspecdec's own code (bindings/capi.c and the cffi-generated glue) or to the example. What CPython,
-onnxruntime, tokenizers and the dynamic loader report themselves is listed in bindings/README.md.
+onnxruntime, tokenizers and the dynamic loader report themselves is listed in bindings/MAINTAINERS.md.
 
 PYTHONMALLOC=malloc makes CPython use malloc for every object, so memcheck sees real allocations instead of
 pymalloc's arenas (which it would report as invalid reads). About 40 s on 2 cores; SPECDEC_SKIP_VALGRIND=1 skips."""
