@@ -25,7 +25,7 @@ from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
 from specdec.runtime.core.params import DECLARED
 from specdec.runtime.loading.datastore import load_option
 from specdec.runtime.engine.device import resolve_provider
-from specdec.runtime.core.errors import first_line
+from specdec.runtime.core.errors import RunFailed, first_line
 
 from specdec.bindings._capi_audio import AudioCalls
 
@@ -114,6 +114,8 @@ class CApi(AudioCalls):
                 return lib.SPECDEC_OK
             except Failure as failure:
                 status, message = failure.status, str(failure)
+            except RunFailed as err:
+                status, message = lib.SPECDEC_E_RUNTIME, str(err)
             except SpecdecError as err:
                 status, message = lib.SPECDEC_E_INVALID_ARGUMENT, str(err)
             except BaseException as err:  # noqa: BLE001 -- nothing may reach cffi (it would print, return 0 = OK)

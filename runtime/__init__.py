@@ -1,6 +1,6 @@
 """specdec.runtime: exact speculative decoding on ONNX Runtime (needs only onnxruntime, numpy, tokenizers)."""
 
-from .core.errors import SpecdecError
+from .core.errors import RunFailed, SpecdecError
 from .core.params import Params
 from .core.stats import Result, Stats
 from .decoder import Piece, SpeculativeDecoder
@@ -9,5 +9,5 @@ from .decoding.lookup import LookupDraft
 from .decoding.round import Proposal, Verdict
 from .engine.model import CachedSeq2Seq
 
-__all__ = ["SpeculativeDecoder", "SpecdecError", "Params", "Result", "Stats", "Piece", "DraftSource", "ModelDraft", "LookupDraft",
-           "CachedSeq2Seq", "Proposal", "Verdict"]
+__all__ = ["SpeculativeDecoder", "SpecdecError", "RunFailed", "Params", "Result", "Stats", "Piece", "DraftSource",
+           "ModelDraft", "LookupDraft", "CachedSeq2Seq", "Proposal", "Verdict"]

@@ -314,3 +314,41 @@ def whisper_audio(seconds: float, seed: int = 0, rate: int = 16_000):
     wave += 0.02 * rng.standard_normal(len(t))
     wave[len(t) // 3: len(t) // 3 + rate // 4] = 0.0
     return wave.astype(np.float32)
+
+
+def _all_nodes(graph):
+    """The graph's nodes and those of its subgraphs (a draft's decoder is an If over its proposal loop)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == attr.GRAPH else list(attr.graphs)):
+                yield from _all_nodes(sub)
+
+
+def failing_at_run_time(export, dest):
+    """A copy of a tiny T5 export whose draft decoder loads but fails when it runs, its checksums rewritten (a
+    corrupt but consistent export): the relative-position bias table [max_distance + 2, heads] cut to 2 rows. The
+    row indices are computed at run time, so loading succeeds and the lookup fails once a query is a distance of 1
+    or more from a key. Target-only requests do not touch it."""
+    import json
+    import shutil
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from specdec.runtime.loading.manifest import sha256_file
+
+    dest = Path(shutil.copytree(export, dest))
+    path = dest / "draft" / "decoder.onnx"
+    model = onnx.load(str(path))
+    tables = {n.input[0] for n in _all_nodes(model.graph) if n.op_type == "Gather"}
+    init = next(i for i in model.graph.initializer if i.name in tables and i.name == "bias_table")
+    value = numpy_helper.to_array(init)
+    init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value[:2]), init.name))
+    onnx.save(model, str(path))
+    manifest = json.loads((dest / "manifest.json").read_text())
+    for rel in manifest["files"]:
+        manifest["files"][rel] = sha256_file(dest / rel)
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    return dest

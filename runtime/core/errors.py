@@ -14,6 +14,11 @@ class SpecdecError(Exception):
         super().__init__(self.problem + (f"; {self.fix}." if self.fix else "."))
 
 
+class RunFailed(SpecdecError):
+    """ONNX Runtime failed while running a graph that loaded (a corrupt but consistent export, a device fault): the
+    C API's SPECDEC_E_RUNTIME rather than a bad argument."""
+
+
 def first_line(err: BaseException, limit: int = 160, empty: str | None = None) -> str:
     """The first line of an exception's message, at most `limit` characters, for quoting it inside a one-line
     message; when the message is empty: `empty`, or the exception's type name if `empty` is None."""

@@ -12,6 +12,7 @@ import sysconfig
 
 import pytest
 from _capi_helpers import INCLUDE, run_program
+from tinymodels import failing_at_run_time
 
 HEADER = INCLUDE / "specdec.h"
 
@@ -178,3 +179,18 @@ def test_broken_python_environment_is_a_status(capi_build, tiny_export, tmp_path
     assert result.returncode == 1
     assert "SPECDEC_E_PYTHON: specdec_open: the embedded Python cannot import specdec.bindings._capi " \
            "(ImportError: broken on purpose)" in result.stderr
+
+
+def test_onnxruntime_failing_mid_generation_is_specdec_e_runtime(capi_build, tiny_export, tmp_path):
+    """A graph that loads but fails when it runs: SPECDEC_E_RUNTIME with the runtime's one-line message (not
+    SPECDEC_E_INVALID_ARGUMENT: nothing the caller passed is wrong), and target-only requests still work."""
+    bad = failing_at_run_time(tiny_export, tmp_path / "bad")
+    example = capi_build / "specdec-example-c"
+    failed = run_program([example, bad, "--ids", "5,6,7,1", "--max-new-tokens", "8", "--gamma", "2", "--draft",
+                          "draft"], check=False)
+    assert failed.returncode == 1, failed.stderr
+    assert "failed with SPECDEC_E_RUNTIME: specdec_generate_ids: onnxruntime failed running a graph of this export" \
+        in failed.stderr, failed.stderr
+    assert failed.stderr.count("\n") == 1
+    assert run_program([example, bad, "--ids", "5,6,7,1", "--max-new-tokens", "8", "--gamma", "0"]).returncode == 0
+
