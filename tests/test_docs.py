@@ -249,3 +249,20 @@ def test_api_reference_shows_no_declaration_internals(site):
     """Params' fields are declared with check functions; the reference shows no `lambda` of them (the parameter
     table documents each field)."""
     assert "lambda" not in _text(site / "reference" / "api" / "index.html")
+
+
+SOURCE_FILE = re.compile(r"(?<![\w/.-])(?:export|runtime|serve|bindings|benchmarks|models)/(?!examples/)[\w/]*\.(?:py|c)\b")
+
+
+def test_docs_name_no_source_file():
+    """Users read the documents, not the modules: no user document (dated results excepted) sends them to a source
+    file of the package (a test file may be cited as evidence; the C examples are programs users build)."""
+    found = [f"{path.relative_to(ROOT)}:{number}: {match}" for path in documents() if "results" not in path.parts
+             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+             for match in SOURCE_FILE.findall(line)]
+    assert not found, "\n".join(found)
+
+
+def test_the_source_file_check_catches_a_planted_path():
+    assert SOURCE_FILE.findall("see runtime/decoding/auto.py, tests/runtime/test_auto.py and bindings/examples/"
+                               "example.c") == ["runtime/decoding/auto.py"]
