@@ -22,6 +22,8 @@ config.pbtxt: engine (the export directory), threads (intra-op threads per insta
 max_batch and max_queue (the instance's batcher). Each instance is a process with its own decoder; the requests of
 one instance share its batch."""
 
+import faulthandler
+import gc
 import json
 import threading
 
@@ -29,6 +31,11 @@ import triton_python_backend_utils as pb_utils
 
 from specdec.runtime.core.errors import SpecdecError
 from specdec.serve import schema
+
+try:        # a stub killed by a fatal signal (SIGSEGV...) writes its threads' Python stacks to the server's log
+    faulthandler.enable()
+except (RuntimeError, ValueError, OSError):         # no usable stderr
+    pass
 
 
 class TritonPythonModel:
@@ -39,6 +46,7 @@ class TritonPythonModel:
         decoder = schema.load_decoder(params["engine"], int(params.get("threads", "0")), params.get("provider", "auto"))
         self.handler = schema.Handler(decoder, int(params.get("max_batch", schema.MAX_BATCH)),
                                       int(params.get("max_queue", schema.MAX_QUEUE)))
+        self.streams, self.lock = set(), threading.Lock()       # the threads of the streams in flight
 
     def execute(self, requests):
         if not self.decoupled:               # one dynamic batch: every request's rows join the decoder's batch
@@ -46,23 +54,47 @@ class TritonPythonModel:
             return [pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))) if error is not None
                     else pb_utils.InferenceResponse(output_tensors=_tensors(outputs)) for outputs, error in answers]
         for request in requests:             # a stream each: they join the batch while others run
-            threading.Thread(target=self._stream, args=(request,), daemon=True).start()
+            thread = threading.Thread(target=self._stream, args=(request,), daemon=True)
+            with self.lock:
+                self.streams.add(thread)
+            thread.start()
         return None
 
     def finalize(self):
+        # Requests, their senders and tensors live in the stub's shared memory, which the stub unmaps after
+        # finalize() and before its interpreter ends. One of them freed after that (a stream's thread still ending,
+        # or a garbage cycle: a failed request's error keeps, through its traceback, the frames that hold the
+        # requests, and only the interpreter's last collection would free it) locks a mutex in the unmapped memory
+        # and the stub dies of SIGSEGV as it exits. So here, while the memory is there: wait for the streams'
+        # threads, stop the batcher, drop the decoder (its onnxruntime sessions and their threads end now, not at
+        # the interpreter's exit) and free every cycle.
+        with self.lock:
+            streams = list(self.streams)
+        for thread in streams:
+            thread.join(timeout=30)
         self.handler.close()
+        self.handler = None
+        gc.collect()
 
     def _stream(self, request):
+        try:
+            self._send_pieces(request)
+        finally:
+            with self.lock:
+                self.streams.discard(threading.current_thread())
+
+    def _send_pieces(self, request):
         sender = request.get_response_sender()
         pieces = self.handler.stream(_getter(request))
         try:
             for sent, out in enumerate(pieces):
-                # the client went away: its row is freed at the next round. Triton has sent the request's final
-                # flag itself when is_cancelled() said so (decoupled models, Triton 23.10 on): nothing more is sent
+                # the client went away: its row is freed at the next round. The request still needs its final
+                # flag: Triton releases it (and can unload the model, so that a stop ends cleanly) only after it
                 if request.is_cancelled():
                     pieces.close()
                     pb_utils.Logger.log_info(f"specdec_stream: a request cancelled by its client after {sent} "
                                              "pieces; its row is freed")
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     return
                 sender.send(pb_utils.InferenceResponse(output_tensors=_tensors(out)))
         except Exception as err:

@@ -102,6 +102,14 @@ def _tensors(fields):
                    optional=f.optional) for f in fields]
 
 
+# Triton's exit timeout spans both the wait for requests in flight and the unloading of the models after it, and a
+# PyTriton model's stub process takes about 2 s to unload (its proxy looks for the stop once a second). Cut short, the
+# server exits first and the stubs it leaves end non-gracefully: an exit 1, at times an abort (std::terminate) or a
+# stub stuck for good. So Triton gets this much more than exit_timeout_s (a stop takes no longer for it: Triton
+# exits as soon as its models are unloaded).
+UNLOAD_S = 5
+
+
 def _handshake_race(err: BaseException) -> bool:
     """PyTriton 0.7 starts a model's instances at once, and an instance after the first may connect to the first's
     handshake socket after the file exists but before it listens (ConnectionRefusedError in its initialize)."""
@@ -118,7 +126,9 @@ class Server:
     onnxruntime's default, the physical cores). max_batch: rows decoded at once and Triton's max_batch_size.
     max_queue: requests that may wait (in Triton's queue for `specdec`, in the batcher for streams).
     queue_delay_us: how long Triton holds a request for others to batch with. provider: the decoder's execution
-    provider ("auto": the best this onnxruntime has). address: where it listens (127.0.0.1: this machine only)."""
+    provider ("auto": the best this onnxruntime has). address: where it listens (127.0.0.1: this machine only).
+    exit_timeout_s: how long a stopping server waits for requests in flight; its models then have UNLOAD_S more to
+    unload, so that every process of the server ends cleanly."""
 
     def __init__(self, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
                  max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, http_port: int = 8000,
@@ -173,7 +183,8 @@ class Server:
 
         config = TritonConfig(http_address=self.address, http_port=self.http_port, grpc_address=self.address,
                               grpc_port=self.grpc_port, metrics_address=self.address, metrics_port=self.metrics_port,
-                              allow_metrics=True, exit_timeout_secs=self.exit_timeout_s, log_verbose=self.log_verbose)
+                              allow_metrics=True, exit_timeout_secs=self.exit_timeout_s + UNLOAD_S,
+                              log_verbose=self.log_verbose)
         self.triton = Triton(config=config)
         inputs, outputs = _tensors(self.handler.inputs), _tensors(schema.OUTPUTS)     # by the export's kind
         batcher = DynamicBatcher(max_queue_delay_microseconds=self.queue_delay_us,

@@ -405,7 +405,10 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
     no PyTriton): Triton parses both config.pbtxt files into the same inputs and outputs PyTriton declares, and the
     models answer as the Python API does; a bad request is the runtime's one-line message; a stream whose client
     cancels it after its first piece reaches specdec (model.py logs how many pieces it sent, far fewer than the
-    request's) and the stream model goes on serving."""
+    request's) and the stream model goes on serving. Then SIGTERM stops it cleanly (triton_standalone.stop): every
+    stub ends without a signal, having unloaded its model before the exit timeout; a failed request's garbage freed
+    only at the stub's exit once crashed it (SIGSEGV), and a cancelled stream without its final flag kept its model
+    from unloading."""
     import os
     import re
     import signal
@@ -460,6 +463,8 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
                                    inputs(tritonclient_grpc, prompt, batched=False, **params)])
         assert "nosuch" in str(bad)
         assert [p["text"] for p in pieces] == [p.text for p in reference.stream(prompt, **params)]
+        problems = triton_standalone.stop(proc, tmp_path)
+        assert not problems, "\n".join(problems)
     finally:
         if proc.poll() is None:          # a server that failed to start has exited already: its log says why
             os.killpg(proc.pid, signal.SIGTERM)

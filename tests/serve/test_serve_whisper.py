@@ -198,7 +198,9 @@ def test_a_bad_row_beside_a_good_one_fails_alone(http, reference):
 def test_written_model_repository_transcribes_on_a_standalone_tritonserver(http, export, reference, tmp_path):
     """The repository written for the Whisper export on the tritonserver binary (Python backend, no PyTriton):
     the same inputs as the PyTriton server's, audio answered as generate() answers it, a bad request (empty audio
-    included) is exactly the runtime's one line, a stream gives the Python API's pieces."""
+    included) is exactly the runtime's one line, a stream gives the Python API's pieces; SIGTERM stops the server
+    and its stubs cleanly (triton_standalone.stop: a failed request's garbage, freed only at a stub's exit, once
+    crashed it)."""
     import os
     import signal
 
@@ -229,6 +231,8 @@ def test_written_model_repository_transcribes_on_a_standalone_tritonserver(http,
         (pieces,) = grpc_stream(f"127.0.0.1:{ports[1]}", schema.STREAM_MODEL,
                                 [inputs(tritonclient_grpc, batched=False, audio=WAVES[1], **params)])
         assert [p["text"] for p in pieces] == [p.text for p in reference.stream(audio=WAVES[1], **params)]
+        problems = triton_standalone.stop(proc, tmp_path)
+        assert not problems, "\n".join(problems)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
