@@ -9,10 +9,11 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params
 from .core.stats import Piece, Pieces, Result, Stats
-from .decoding.batch import SWITCH_FIRST, Batching, Waiting, batch_source, checked_max_batch
+from .decoding.batch import SWITCH_FIRST, Batching, Waiting, checked_max_batch
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.speech import checked_audio, make_prompt
+from .decoding.plan import Plan, plan
 from .decoding.sources import Sources
 from .decoding.switch import Switch
 from .engine.batch_model import BatchModel
@@ -121,7 +122,11 @@ class SpeculativeDecoder:
     def source(self, params: Params) -> DraftSource | None:
         """The draft source a request's (draft, gamma) asks for; None for target-only decoding. A bad name is a
         one-line SpecdecError naming the choices."""
-        return self.sources.for_sampling(params)
+        return self.sources.for_sampling(self._plan(params))
+
+    def _plan(self, params: Params, batch: bool = False) -> Plan:
+        """What a checked request runs (decoding/plan.py): where, with which source, at which gamma."""
+        return plan(params, self.models, self.gamma_max, batch)
 
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
@@ -182,14 +187,14 @@ class SpeculativeDecoder:
                                "shorten it, or re-export with a larger --max-length")
         return ids
 
-    def _strategy(self, params: Params):
-        """How a checked request is decoded: beam search, or speculative sampling with the source it asks for."""
-        if params.num_beams > 1:
-            draft = self.sources.for_beams(params)
+    def _strategy(self, planned: Plan):
+        """How a planned request is decoded: beam search, or speculative sampling with the source it asks for."""
+        if planned.where == "beams":
+            draft = planned.source
             return BeamSearching(self.beam_model("target"), self.beam_model(draft) if draft else None,
-                                 self.beam_estimates, self.eos_id, self.start_id, self.gamma_max, self.max_length)
-        return Sampling(self.workspace, self.target, self.source(params), self.eos_id, self.start_id,
-                        self.gamma_max, self.max_length)
+                                 self.beam_estimates, self.eos_id, self.start_id, self.max_length)
+        return Sampling(self.workspace, self.target, self.sources.for_sampling(planned), self.eos_id, self.start_id,
+                        self.max_length)
 
     def _speech(self, audio, language, task) -> tuple:
         """A Whisper request's checked PCM and its SpeechPrompt (decoding/speech.py); for a T5 export, a one-line
@@ -202,7 +207,8 @@ class SpeculativeDecoder:
             return None, None
         return checked_audio(audio, speech), make_prompt(speech, self.start_id, language, task)
 
-    def _serve(self, prompt, input_ids, params: Params, audio=None, language=None, task=None):
+    def _serve(self, prompt, input_ids, params: Params, audio=None, language=None, task=None,
+               planned: Plan | None = None):
         """The one request path: check the prompt, decode it with its strategy, time every iteration. Yields
         (request, new tokens) per iteration; the request's stop_reason is set on the last."""
         pcm, speech = self._speech(audio, language, task)
@@ -210,9 +216,10 @@ class SpeculativeDecoder:
             if prompt is not None or input_ids is not None:
                 raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
                                    "pass audio= (a float32 16 kHz array or a WAV file's path)")
-        strategy = self._strategy(params)
-        request = Request(pcm, params, speech=speech) if speech is not None else \
-            Request(self._source(prompt, input_ids), params)
+        planned = planned or self._plan(params)
+        strategy = self._strategy(planned)
+        request = Request(pcm, params, planned, speech=speech) if speech is not None else \
+            Request(self._source(prompt, input_ids), params, planned)
         for new in strategy.run(request):
             request.tick()
             yield request, new
@@ -226,12 +233,13 @@ class SpeculativeDecoder:
         `audio` instead of a prompt (see generate)."""
         pieces = Pieces(self.decode)
         params = Params.of(params, **overrides).checked(self.gamma_max)
-        if params.num_beams > 1:
+        planned = self._plan(params)
+        if planned.where == "beams":
             raise SpecdecError("beam search cannot stream: every beam may still lose until the search ends",
                                "use generate() with num_beams > 1, or stream with num_beams=1")
         hold = self._gate.acquire()
         try:
-            for request, new in self._serve(prompt, input_ids, params, audio, language, task):
+            for request, new in self._serve(prompt, input_ids, params, audio, language, task, planned):
                 piece = pieces.add(new, request.stats, request.stop_reason)
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
@@ -308,8 +316,8 @@ class SpeculativeDecoder:
         for i, item in enumerate(items):
             try:
                 p = params[i] if isinstance(params, (list, tuple)) else params
-                request = self._batch_request(item, None, p, overrides) if prompts is not None else \
-                    self._batch_request(None, item, p, overrides)
+                request = self.batch_request(item, None, p, overrides) if prompts is not None else \
+                    self.batch_request(None, item, p, overrides)
                 queue.append((i, request))
             except SpecdecError as err:
                 failed.append((i, err))
@@ -319,19 +327,29 @@ class SpeculativeDecoder:
             return
         greedy = all(r.params.temperature <= 0 for _, r in queue)
         # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
-        auto = any(r.params.gamma == "auto" and batch_source(r.params) == "lookup" for _, r in queue)
+        auto = any(r.plan.adaptive and r.plan.source == "lookup" for _, r in queue)
         most = min(len(queue), max_batch)
-        for index, request, new in self._run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
+        for index, request, new in self.run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
                                                      (most, greedy), auto):
             yield index, request, new
 
-    def _batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
-        """A checked request of a batch (generate_batch, the batcher): one-line SpecdecError if it cannot run."""
+    def batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
+        """A checked, planned request of a batch (what generate_batch and the batcher queue): a one-line SpecdecError
+        if a batch cannot run it."""
         if self.manifest.speech is not None:
             raise SpecdecError("batches do not run on Whisper exports yet", "transcribe each audio with generate()")
         checked = Params.of(params, **overrides).checked(self.gamma_max)
-        batch_source(checked)
-        return Request(self._source(prompt, input_ids), checked)
+        planned = self._plan(checked, batch=True)
+        return Request(self._source(prompt, input_ids), checked, planned)
+
+    def batchable(self, params: Params) -> bool:
+        """Whether generate_batch and the batcher run this checked request as a row of a batch (False: generate()
+        runs it alone: beam search, logits processors, lenience < 1, a draft model)."""
+        try:
+            self._plan(params, batch=True)
+        except SpecdecError:
+            return False
+        return self.manifest.speech is None
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
         """A Batcher: requests submitted from any thread (`submit()`, which returns a Ticket) are decoded together,
@@ -340,8 +358,8 @@ class SpeculativeDecoder:
 
         return Batcher(self, max_batch, max_queue)
 
-    def _run_batches(self, waiting, most: int, source_cap: int = 1, kind=None, switched: bool = True,
-                     counters: dict | None = None):
+    def run_batches(self, waiting, most: int, source_cap: int = 1, kind=None, switched: bool = True,
+                    counters: dict | None = None):
         """Decode what `waiting` (decoding/batch.py Waiting) holds, and what joins it meanwhile, holding the decoder:
         yields (index, Request, new tokens). One BatchModel serves every batch, grown for the most rows asked."""
         with self._gate.held():

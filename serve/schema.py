@@ -16,7 +16,6 @@ import numpy as np
 from specdec.runtime.core.errors import SpecdecError
 from specdec.runtime.core.params import PARAMETERS, Params, flag_value
 from specdec.runtime.core.stats import STATS, Stats
-from specdec.runtime.decoding.batch import batch_source
 
 MODEL = "specdec"                 # one request -> one response; Triton's dynamic batching: inputs [k, 1]
 STREAM_MODEL = "specdec_stream"   # decoupled: one response per accepted piece, then an empty final one; inputs [1]
@@ -237,9 +236,7 @@ class Handler:
         """The request's Ticket in the batch, or None when a batch cannot run it (a Whisper request never joins)."""
         if isinstance(source, Speech):
             return None
-        try:
-            batch_source(params)
-        except SpecdecError:
+        if not self.decoder.batchable(params):
             return None
         return self.batcher.submit(source, params=params)
 

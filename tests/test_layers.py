@@ -171,3 +171,84 @@ def test_the_runtime_imports_no_export_dependency():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             heavy += [f"{name}: {n}" for n in names if n.split(".")[0] in ("torch", "transformers", "onnx")]
     assert heavy == []
+
+
+# -- the request plan and private names --------------------------------------------------------------------------------
+
+DECODING_PATH = ("specdec.runtime.decoder", "specdec.runtime.decoding", "specdec.runtime.engine")
+PLANNER = "specdec.runtime.decoding.plan"
+PLANNED = {"gamma", "draft", "num_beams"}       # the request's choices only the planner reads
+
+
+def _plan_readers(tree: ast.AST) -> list[str]:
+    """Every read of a request's gamma, draft or num_beams (an attribute of something named params) and every
+    comparison with "auto" in a module's syntax tree."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in PLANNED
+                and ast.unparse(node.value).rsplit(".", 1)[-1] == "params"):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            values = [e for o in operands for e in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o])]
+            if any(isinstance(v, ast.Constant) and v.value == "auto" for v in values) and \
+                    "provider" not in ast.unparse(node):        # the provider's "auto" is another choice
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_planner_alone_reads_gamma_draft_and_num_beams():
+    """On the path from SpeculativeDecoder to the ONNX Runtime run, a request's gamma, draft and num_beams are read
+    by the planner (decoding/plan.py) only, and nothing else compares with "auto": the strategies get the plan."""
+    found = [f"{name}:{line}" for name, path in _modules().items()
+             if name.startswith(DECODING_PATH) and name != PLANNER
+             for line in _plan_readers(ast.parse(path.read_text()))]
+    assert found == []
+
+
+def test_the_plan_reader_check_catches_planted_reads():
+    planted = ast.parse("if request.params.gamma == 'auto': pass\nx = p.draft in ('auto', 'lookup')\ny = plan.gamma\n"
+                        "z = provider == 'auto'")
+    assert sorted(_plan_readers(planted)) == ["1: request.params.gamma", "1: request.params.gamma == 'auto'",
+                                              "2: p.draft in ('auto', 'lookup')"]
+
+
+# underscored names outside the package's Python modules: onnxruntime's IO binding on a raw session (no public
+# form), transformers' T5 relative-position bucketing (export/attention.py), and the C half of the binding itself
+NOT_MODULES = {"_iobinding", "_sess", "_get_c_device", "_relative_position_bucket", "_specdec_set_error"}
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """The names a module defines: its functions, classes, assignments and the attributes it sets on anything."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+    return names
+
+
+def _foreign_private(tree: ast.AST) -> list[str]:
+    """Reads of another module's private names: `x._name` (x not self or cls) where the module itself defines no
+    `_name`."""
+    own = _own_names(tree)
+    return [f"{node.lineno}: {ast.unparse(node)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            and node.attr not in own and node.attr not in NOT_MODULES]
+
+
+def test_no_module_reads_another_modules_private_names():
+    """Modules of the installed package reach each other through public names only (the batcher calls the decoder's
+    batch_request and run_batches, not private methods)."""
+    found = [f"{name}:{line}" for name, path in _modules().items()
+             for line in _foreign_private(ast.parse(path.read_text()))]
+    assert found == []
+
+
+def test_the_private_name_check_catches_a_planted_read():
+    planted = ast.parse("class A:\n    def _mine(self): return self._mine\nx = decoder._run_batches(1)")
+    assert _foreign_private(planted) == ["3: decoder._run_batches"]

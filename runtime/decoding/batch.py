@@ -28,13 +28,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..core.errors import SpecdecError
-from ..core.params import Params
 from .lookup import LookupDraft
 from .request import Request
 from .switch import Switch
 
 MAX_BATCH = 256          # rows of one batched run (each holds a KV cache of max_length positions)
-BATCH_GAMMA = 4          # a lookup row's most guesses a round at gamma="auto": every row's run grows with the widest
 HALF_LIFE = 2048         # guesses after which an origin's measured acceptance weighs half
 SWITCH_FIRST = 64        # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)
 
@@ -56,23 +54,6 @@ def checked_max_batch(value) -> int:
         raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {value!r})",
                            f"use 1 <= max_batch <= {MAX_BATCH}")
     return value
-
-
-def batch_source(params: Params) -> str:
-    """The batched path's draft for a request: "lookup" or "none"; a one-line error for what it does not run."""
-    if params.num_beams > 1:
-        raise SpecdecError("beam search cannot run in a batch", "generate it alone with generate(num_beams=...)")
-    if params.min_new_tokens or params.no_repeat_ngram_size:
-        raise SpecdecError("logits processors (min_new_tokens, no_repeat_ngram_size) do not run in a batch yet",
-                           "generate this request alone with generate()")
-    if params.lenience != 1:
-        raise SpecdecError("lenience < 1 does not run in a batch", "generate this request alone with generate()")
-    if params.gamma == 0 or params.draft == "none":
-        return "none"
-    if params.draft in ("auto", "lookup"):
-        return "lookup"
-    raise SpecdecError(f"draft={params.draft!r} does not run in a batch: a batch's guesses come from the lookup",
-                       "use draft='auto', 'lookup' or 'none' in generate_batch, or generate this request alone")
 
 
 class Batching:
@@ -161,10 +142,10 @@ class Batching:
         request.began = time.perf_counter()      # its time runs from taking a row: the wait for one is not counted
         self.model.join(b, request.ids, params, request.stats)
         lookup = None
-        if batch_source(params) == "lookup":
+        if request.plan.source == "lookup":
             lookup = LookupDraft(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
             lookup.start(request.ids, request.stats)
-        gamma = BATCH_GAMMA if params.gamma == "auto" else int(params.gamma)
+        gamma = request.plan.gamma
         return Row(index, request, lookup, min(gamma, self.model.gamma), np.random.default_rng(params.seed),
                    self.start_id, [self.start_id])
 
@@ -178,7 +159,7 @@ class Batching:
         if room < 1:
             return []
         found = row.lookup.guesses(SimpleNamespace(seq=row.seq, known=[]), room)
-        if found and row.request.params.gamma == "auto":
+        if found and row.request.plan.adaptive:
             found = found[:self.worth(row.lookup.origin, len(found))]
         return found
 

@@ -100,7 +100,7 @@ class Batcher:
         """Queue a request (checked here: a bad one raises its one-line SpecdecError and queues nothing)."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        request = self.decoder._batch_request(prompt, input_ids, params, overrides)
+        request = self.decoder.batch_request(prompt, input_ids, params, overrides)
         ticket = Ticket(self, request)
         with self._wake:
             if len(self.waiting) >= self.max_queue:
@@ -132,8 +132,8 @@ class Batcher:
                 if self._closed and not len(self.waiting):
                     return
             try:
-                for ticket, _, new in self.decoder._run_batches(self.waiting, self.max_batch, kind="batcher",
-                                                                 counters=self.counters):
+                for ticket, _, new in self.decoder.run_batches(self.waiting, self.max_batch, kind="batcher",
+                                                               counters=self.counters):
                     ticket._put(new)
             except SpecdecError as err:
                 self._fail_taken(err)

@@ -24,6 +24,7 @@ from ..core.stats import Stats
 from .beam import BeamSearch
 from .beam_decode import BeamEstimates, BeamRun
 from .lookup import proposing_lookup
+from .plan import Plan
 from .processors import Processors
 from .round import DraftSource
 from .speculative import speculative_step, target_step
@@ -35,6 +36,7 @@ class Request:
     ids: np.ndarray                  # the prompt's token ids (checked: inside the vocabulary and max_length), or a
     #                                  Whisper request's PCM (float32, checked)
     params: Params                   # checked
+    plan: Plan                       # what it runs (decoding/plan.py): the only reading of its gamma and draft
     speech: SpeechPrompt | None = None     # a Whisper request's decoder prompt and suppressed tokens
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = ""            # "eos", "max_new_tokens" or "max_length" once it has ended
@@ -61,10 +63,9 @@ class Sampling:
     """Speculative sampling on the decoder's workspace: a round with `source` where k >= 1 guesses fit, a
     target-only step otherwise (or always, without a source)."""
 
-    def __init__(self, workspace, target, source: DraftSource | None, eos_id: int, start_id: int, gamma_max: int,
-                 max_length: int):
+    def __init__(self, workspace, target, source: DraftSource | None, eos_id: int, start_id: int, max_length: int):
         self.ws, self.target, self.source = workspace, target, source
-        self.eos_id, self.start_id, self.gamma_max, self.max_length = eos_id, start_id, gamma_max, max_length
+        self.eos_id, self.start_id, self.max_length = eos_id, start_id, max_length
 
     def run(self, request: Request):
         ws, target, source, params, stats = self.ws, self.target, self.source, request.params, request.stats
@@ -81,7 +82,7 @@ class Sampling:
             if lookup is not None:        # a tree of candidates is exact only with lenience 1, no processors
                 lookup.width = params.candidates if params.lenience == 1 and ws.processors is None else None
         out, limit = [], params.max_new_tokens
-        cap = self.gamma_max if params.gamma == "auto" else params.gamma
+        cap = request.plan.gamma
         while True:
             # room for k guesses: the verify run appends k+1 tokens and must stay inside max_length
             g = min(cap, limit - len(out) - 1, self.max_length - target.length - 1)
@@ -103,35 +104,33 @@ class BeamSearching:
     """Beam search over the batched sessions: target-only (`draft` None), or speculative with a draft model at a
     fixed gamma or the one `estimates` chooses each step."""
 
-    def __init__(self, target, draft, estimates: BeamEstimates, eos_id: int, start_id: int, gamma_max: int,
-                 max_length: int):
+    def __init__(self, target, draft, estimates: BeamEstimates, eos_id: int, start_id: int, max_length: int):
         self.target, self.draft, self.estimates = target, draft, estimates
-        self.eos_id, self.start_id, self.gamma_max, self.max_length = eos_id, start_id, gamma_max, max_length
+        self.eos_id, self.start_id, self.max_length = eos_id, start_id, max_length
 
     def run(self, request: Request):
-        params, draft, speech = request.params, self.draft, request.speech
+        params, plan, draft, speech = request.params, request.plan, self.draft, request.speech
         prompt = [self.start_id] if speech is None else list(speech.tokens)
         # the decoder's positions hold the prompt and every generated token but the last
-        search = BeamSearch(params.num_beams, min(params.max_new_tokens, self.max_length + 1 - len(prompt)),
+        search = BeamSearch(plan.num_beams, min(params.max_new_tokens, self.max_length + 1 - len(prompt)),
                             self.eos_id, params.length_penalty, params.early_stopping)
         suppressed = () if speech is None else (speech.suppress, speech.begin_suppress)
         processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size, len(prompt),
                                 *suppressed)
         run = BeamRun(self.target, draft, search, processors, prompt, self.max_length, request.stats)
-        auto = params.gamma == "auto"
-        run.begin(request.ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if auto else params.gamma)
+        run.begin(request.ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if plan.adaptive else plan.gamma)
         if None in prompt:
             run.detect_language(speech.languages)
         while not search.done:
             if draft is None:
                 run.target_step()
-            elif auto:
-                gamma = self.estimates.choose(min(self.gamma_max, self.max_length))
+            elif plan.adaptive:
+                gamma = self.estimates.choose(min(plan.gamma, self.max_length))
                 t = time.perf_counter()
                 steps = run.speculative_step(gamma) if gamma else run.target_step()
                 self.estimates.learn(gamma, steps, time.perf_counter() - t)
             else:
-                run.speculative_step(params.gamma)
+                run.speculative_step(plan.gamma)
         found = search.results(params.num_return_sequences)
         request.sequences = [tokens for tokens, _ in found]
         request.scores = [score for _, score in found]

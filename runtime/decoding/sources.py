@@ -1,59 +1,17 @@
-"""Draft names: what `draft=` may say, and the DraftSource each name builds.
-
-    "none"               target only (as gamma = 0)
-    "lookup"             copy from the output so far, the source and the export's datastore (runtime/decoding/lookup.py)
-    "draft", or another  a draft model of the export (specdec-export --draft NAME=CHECKPOINT adds more)
-    model name
-    "a,b,...,m"          a chain, lowest level first: a proposes to b, which verifies and proposes to ..., m
-                         proposes to the target (runtime/decoding/draft.py). "lookup" may only come first. "+" may stand
-                         for "," ("lookup+draft", handy where a list is comma-separated, as in specdec-bench).
-    "auto"               each round, the best of none, lookup, draft and lookup,draft (runtime/decoding/auto.py)
-"""
+"""The DraftSource each planned source builds, kept per decoder with what auto learns (the names a request's
+`draft=` may say are parsed by the planner, decoding/plan.py)."""
 
 from __future__ import annotations
 
-from ..core.errors import SpecdecError
-from ..core.params import Params
 from .auto import AutoDraft, Estimates
 from .beam_decode import BeamEstimates
 from .draft import DraftSource, ModelDraft
 from .lookup import LookupDraft
+from .plan import Plan
 from .width import Width
 
 AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")
-
-
-def choices(models) -> str:
-    names = ["none", "auto", "lookup", *models]
-    chains = ["lookup," + m for m in models]
-    return ", ".join(names + chains[:1]) + " or any chain of them, lowest level first (e.g. 'lookup," + \
-        ",".join(models) + "')"
-
-
-def parse(spec: str, models) -> list[str]:
-    """The chain's levels, lowest first; a one-line SpecdecError naming the choices for anything else."""
-    if not isinstance(spec, str):
-        raise SpecdecError(f"draft must be a name or a DraftSource (got {type(spec).__name__})",
-                           f"use {choices(models)}")
-    parts = [p.strip() for p in spec.replace("+", ",").split(",")]
-    if not spec.strip() or any(not p for p in parts):
-        raise SpecdecError(f"draft chain {spec!r} is empty or has an empty level", f"use {choices(models)}")
-    if len(parts) > 1 and ({"none", "auto"} & set(parts)):
-        raise SpecdecError(f"draft chain {spec!r}: 'none' and 'auto' cannot be chain levels",
-                           f"use {choices(models)}")
-    for p in parts:
-        if p not in ("none", "auto", "lookup") and p not in models:
-            raise SpecdecError(f"unknown draft {p!r}" + (f" in chain {spec!r}" if len(parts) > 1 else "") +
-                               " (this export's draft models: " + ", ".join(models) + ")",
-                               f"use {choices(models)}, or export another draft with specdec-export --draft "
-                               f"NAME=CHECKPOINT")
-    if "lookup" in parts[1:]:
-        raise SpecdecError(f"draft chain {spec!r}: 'lookup' verifies nothing, so it can only be the first level",
-                           f"use {choices(models)}")
-    if len(set(parts)) < len(parts):
-        raise SpecdecError(f"draft chain {spec!r} names a level twice (one model has one cache)",
-                           f"use {choices(models)}")
-    return parts
+DEFAULT_PLAN = Plan("sampling", choose_source=True, adaptive=True)   # draft="auto", gamma="auto"
 
 
 def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, datastore=None,
@@ -92,55 +50,39 @@ class Sources:
         gamma="auto" request (its draft and candidates) learns its own: their rounds cost differently (a lookup
         asked for 4 candidates searches the datastore for them), and one kind's costs would mislead another's
         choice."""
-        return self.for_sampling(Params()).estimates
+        return self.for_sampling(DEFAULT_PLAN).estimates
 
-    def for_sampling(self, params: Params) -> DraftSource | None:
-        """The source a sampling request asks for; None for target-only decoding. A bad name is a one-line
-        SpecdecError naming the choices."""
-        draft, gamma = params.draft, params.gamma
-        if isinstance(draft, DraftSource):
+    def for_sampling(self, plan: Plan) -> DraftSource | None:
+        """The source of a sampling request's plan (decoding/plan.py); None for target-only decoding."""
+        if isinstance(plan.source, DraftSource):
+            draft = plan.source
             if isinstance(draft, LookupDraft):      # a lookup object proposes to the target itself
-                draft.top, draft.chooser = gamma != "auto", draft.chooser or self.width
-            if gamma != "auto":
-                return None if gamma == 0 else draft
-            key = (draft, params.candidates)    # kept, with what it learned, while requests pass the same object;
+                draft.top, draft.chooser = not plan.adaptive, draft.chooser or self.width
+            if not plan.adaptive:
+                return draft
+            key = (draft, plan.candidates)      # kept, with what it learned, while requests pass the same object;
             if self._object_auto[0] != key:     # one slot, so a new object per request does not pile them up
                 self._object_auto = (key, AutoDraft({draft.name: draft}, Estimates()))
             return self._object_auto[1]
-        parts = parse(draft, list(self.models))
-        if gamma == 0 or parts == ["none"]:
+        if not plan.speculative:
             return None
-        draft = ",".join(parts)                  # one spelling per chain ("lookup+draft" is "lookup,draft")
-        key = (draft, gamma == "auto", params.candidates if gamma == "auto" else None)
+        key = (plan.choose_source, plan.source, plan.adaptive, plan.candidates if plan.adaptive else None)
         if key not in self._made:
-            if parts == ["auto"]:
+            if plan.choose_source:
                 lookup = LookupDraft(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
                 made = {spec: build(spec.split(","), self.models, lookup) for spec in AUTO_CANDIDATES
                         if all(p == "lookup" or p in self.models for p in spec.split(","))}
-                self._made[key] = AutoDraft(made, Estimates(), adaptive=gamma == "auto")
+                self._made[key] = AutoDraft(made, Estimates(), adaptive=plan.adaptive)
             else:
-                made = build(parts, self.models, datastore=self.datastore, tokenizer_size=self.tokenizer_size)
+                made = build(plan.source.split(","), self.models, datastore=self.datastore,
+                             tokenizer_size=self.tokenizer_size)
                 if isinstance(made, LookupDraft):
-                    made.top = gamma != "auto"           # it proposes to the target itself (auto's: via auto)
-                self._made[key] = AutoDraft({draft: made}, Estimates()) if gamma == "auto" else made
+                    made.top = not plan.adaptive         # it proposes to the target itself (auto's: via auto)
+                self._made[key] = AutoDraft({plan.source: made}, Estimates()) if plan.adaptive else made
             for level in _levels(self._made[key]):
                 if isinstance(level, LookupDraft):
                     level.chooser = self.width
         return self._made[key]
-
-    def for_beams(self, params: Params) -> str | None:
-        """The draft model a beam search request speculates with, or None for target-only beam search: the name is
-        parsed as for sampling, and must then be "none", "auto" or one draft model."""
-        draft, gamma = params.draft, params.gamma
-        parts = parse(draft, list(self.models)) if isinstance(draft, str) else None
-        if gamma == 0 or parts == ["none"]:
-            return None
-        if parts == ["auto"]:
-            return "draft" if "draft" in self.models else None
-        if parts is not None and len(parts) == 1 and parts[0] in self.models:
-            return parts[0]
-        raise SpecdecError(f"beam search speculates with a draft model, not with draft={params.as_dict()['draft']!r}",
-                           f"use draft='auto', 'none' or one of {', '.join(self.models) or '(none in this export)'}")
 
 
 def _levels(source) -> list:

@@ -135,7 +135,7 @@ def test_mismatches_are_counted(tiny_export, tmp_path, monkeypatch):
     (["beams", "--num-beams", "0"], "--num-beams must be at least 2"),
     (["beams", "--num-beams", "99"], "num_beams must be an integer in 1..16"),
     (["beams", "--num-beams", "4", "--gamma", "1,99"], "draft:99: gamma must be an integer in 0..8"),
-    (["beams", "--num-beams", "4", "--beam-rows", "4,8"], "--beam-rows does not apply to beams --engine"),
+    (["beams", "--num-beams", "4", "--beam-rows", "4,8"], "--beam-rows does not apply to beams --export"),
     (["beams"], "--num-beams"),                                      # required
     (["sweep", "--early-stopping", "true"], "--early-stopping does not apply to sweep (a flag of beams)"),
     (["sweep", "--no-transformers"], "--no-transformers does not apply to sweep (a flag of beams)"),

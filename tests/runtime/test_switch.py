@@ -190,9 +190,9 @@ def test_a_source_object_keeps_its_switch_and_a_new_object_takes_its_slot(relate
     learning); a new object replaces it, so a new object per request does not pile AutoDrafts up."""
     from specdec.runtime.decoding.lookup import LookupDraft
 
-    sources, a, b = related_decoder.sources, LookupDraft(), LookupDraft()
-    first = sources.for_sampling(Params(draft=a))
-    assert sources.for_sampling(Params(draft=a)) is first
-    assert sources.for_sampling(Params(draft=b)) is not first
-    assert sources.for_sampling(Params(draft=a)) is not first
-    assert len([k for k in sources._made if isinstance(k[0], LookupDraft)]) == 0
+    source, a, b = related_decoder.source, LookupDraft(), LookupDraft()
+    first = source(Params(draft=a))
+    assert source(Params(draft=a)) is first
+    assert source(Params(draft=b)) is not first
+    assert source(Params(draft=a)) is not first
+    assert not [k for k in related_decoder.sources._made if any(isinstance(part, LookupDraft) for part in k)]
