@@ -85,7 +85,7 @@ class Nodes:
         key = (arr.dtype.str, arr.shape, tuple(arr.reshape(-1).tolist()))
         if key not in self.constants:
             self.constants[key] = self.op("Constant", value=helper.make_tensor(
-                self.fresh() + "_v", _onnx_type(arr.dtype), arr.shape, arr.reshape(-1).tolist()))
+                self.fresh() + "_v", onnx_type(arr.dtype), arr.shape, arr.reshape(-1).tolist()))
         return self.constants[key]
 
     def branch(self, tag: str, build) -> "helper.GraphProto":
@@ -107,7 +107,7 @@ def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
-def _onnx_type(dtype) -> int:
+def onnx_type(dtype) -> int:
     return {np.dtype(np.float32): _F, np.dtype(np.int64): _I, np.dtype(np.bool_): _B}[np.dtype(dtype)]
 
 

@@ -32,7 +32,7 @@ from onnx import TensorProto, helper
 
 from specdec.runtime.core.graph_io import STEPS
 
-from .head import _onnx_type
+from .head import onnx_type
 _F, _I, _B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 
 
@@ -124,7 +124,7 @@ def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
     def const(name, value, dtype):
         arr = np.asarray(value, dtype=dtype)
         return helper.make_node("Constant", [], [name], name=name + "_Constant", value=helper.make_tensor(
-            name + "_v", _onnx_type(arr.dtype), arr.shape, arr.reshape(-1).tolist()))
+            name + "_v", onnx_type(arr.dtype), arr.shape, arr.reshape(-1).tolist()))
 
     def node(op, inputs, out, **attrs):
         return helper.make_node(op, inputs, [out], name=out + "_" + op, **attrs)

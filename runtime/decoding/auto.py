@@ -29,6 +29,7 @@ import time
 
 from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
+from .estimators import Line, Mean
 from .switch import Switch
 from .tree import matched
 
@@ -52,55 +53,19 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return gamma + 1.0 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
-class _Mean:
-    """A decayed running mean."""
-
-    def __init__(self):
-        self.total = self.weight = 0.0
-
-    def add(self, value: float) -> None:
-        self.total = self.total * DECAY + value
-        self.weight = self.weight * DECAY + 1
-
-    def get(self, default=None):
-        return self.total / self.weight if self.weight > 0 else default
-
-
-class _Line:
-    """Decayed least squares of y = a + b x, b >= 0, with pseudo-observations on a prior line (they decide while the
-    data cannot: no data, or data at one x only)."""
-
-    def __init__(self):
-        self.sums = [0.0] * 5       # decayed w, sum x, sum x^2, sum y, sum x y
-
-    def add(self, x: float, y: float) -> None:
-        w, sx, sxx, sy, sxy = self.sums
-        d = FIT_DECAY
-        self.sums = [w * d + 1.0, sx * d + x, sxx * d + x * x, sy * d + y, sxy * d + x * y]
-
-    def fit(self, prior, weight: float, at) -> tuple[float, float]:
-        w, sx, sxx, sy, sxy = self.sums
-        for x in at:
-            y = prior(x)
-            w, sx, sxx, sy, sxy = w + weight, sx + weight * x, sxx + weight * x * x, sy + weight * y, sxy + weight * x * y
-        det = w * sxx - sx * sx
-        b = max((w * sxy - sx * sy) / det, 0.0) if det > 1e-12 else 0.0
-        return (sy - b * sx) / w, b
-
-
 class Estimates:
     """What the choice learns: the target run's time by k, host time per round, and per source its per-guess alpha,
     its cost per guess and the wall time of its rounds by gamma."""
 
     def __init__(self):
-        self.target = _Line()       # target run seconds over k+1 tokens, by k
-        self.host = _Mean()         # seconds per round outside target runs, target-only rounds
+        self.target = Line(FIT_DECAY)       # target run seconds over k+1 tokens, by k
+        self.host = Mean(DECAY)         # seconds per round outside target runs, target-only rounds
         self.counts = {}            # source -> [accepted, rejections], decayed, from the prior pseudo-counts
         self.round = 0
-        self.cost = {}              # source -> _Mean of seconds per guess beyond the host time
-        self.rounds = {}            # source -> _Line of a round's wall seconds by gamma
-        self.encoder = {}           # source -> _Mean of the encoder seconds its first use in a request costs
-        self.request_tokens = _Mean()   # tokens per request
+        self.cost = {}              # source -> Mean of seconds per guess beyond the host time
+        self.rounds = {}            # source -> Line of a round's wall seconds by gamma
+        self.encoder = {}           # source -> Mean of the encoder seconds its first use in a request costs
+        self.request_tokens = Mean(DECAY)   # tokens per request
         self.calibration = {}       # source -> [tokens made, tokens expected at the choice], decayed
         self.last_chosen = {}       # source -> round number
         self.wait = {}              # source -> rounds it may go unchosen before it is tried once (EXPLORE..MAX_WAIT)
@@ -186,14 +151,14 @@ class Estimates:
             return
         self.target.add(proposed, target_s)
         if encoder_s > 0:
-            self.encoder.setdefault(source, _Mean()).add(encoder_s)
+            self.encoder.setdefault(source, Mean(DECAY)).add(encoder_s)
         if proposed == 0:
             self.host.add(other_s)
             return
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
         self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
-        self.cost.setdefault(source, _Mean()).add((other_s - self.host.get(0.0)) / proposed)
-        self.rounds.setdefault(source, _Line()).add(proposed, target_s + other_s)
+        self.cost.setdefault(source, Mean(DECAY)).add((other_s - self.host.get(0.0)) / proposed)
+        self.rounds.setdefault(source, Line(FIT_DECAY)).add(proposed, target_s + other_s)
         if expected is not None:
             made, exp = self.calibration.get(source, (0.0, 0.0))
             self.calibration[source] = (made * DECAY + accepted + 1, exp * DECAY + expected)

@@ -17,7 +17,8 @@ MIN_SAMPLES measured rounds. On this CPU a wider run costs nearly what its token
 
 from __future__ import annotations
 
-from .auto import MARGIN, PRIOR_WEIGHT, REFIT, _Line, _Mean
+from .auto import DECAY, FIT_DECAY, MARGIN, PRIOR_WEIGHT, REFIT
+from .estimators import Line, Mean
 from .tree import Tree, allocate, matched
 
 WIDTHS = (1, 2, 4)
@@ -27,10 +28,10 @@ MIN_SAMPLES = 24     # measured rounds before a width above 1 may be chosen
 
 class Width:
     def __init__(self):
-        self.made = {b: _Mean() for b in WIDTHS}      # tokens a round of b candidates makes
-        self.nodes = {b: _Mean() for b in WIDTHS}     # tree nodes it verifies
-        self.extra = {b: _Mean() for b in WIDTHS}     # host seconds looking up its extra candidates
-        self.cost = _Line()                           # target run seconds by nodes verified
+        self.made = {b: Mean(DECAY) for b in WIDTHS}      # tokens a round of b candidates makes
+        self.nodes = {b: Mean(DECAY) for b in WIDTHS}     # tree nodes it verifies
+        self.extra = {b: Mean(DECAY) for b in WIDTHS}     # host seconds looking up its extra candidates
+        self.cost = Line(FIT_DECAY)                           # target run seconds by nodes verified
         self.samples = self.rounds = 0
         self.choice = 1
         self.measuring = False      # this round looked up max(WIDTHS) candidates to learn from
