@@ -3,12 +3,12 @@
     input_ids  int64 [batch, new]                                   new = 1 ... gamma+1 (any N works)
     past_kv    dtype [past, dec_layers, 2, batch, heads, d_kv]      past = tokens already in the cache (may be 0)
     cross_kv   dtype [dec_layers, 2, batch, heads, src_len, d_kv]   from the encoder graph
-    row_lengths    int64 [batch] or [1]  (format 7) cache positions row b owns: slots 0 .. row_lengths[b]-1 of
+    row_lengths    int64 [batch] or [1]  cache positions row b owns: slots 0 .. row_lengths[b]-1 of
                                     past_kv; -1 (the default, an overridable initializer) = past for every row
-    source_lengths int64 [batch] or [1]  (format 7) encoder positions of row b in cross_kv (the rest is padding);
+    source_lengths int64 [batch] or [1]  encoder positions of row b in cross_kv (the rest is padding);
                                     -1 (the default) = src_len for every row
-    tree_depth int64 [new]          (target only, format 6) new token i sits at absolute position length + depth[i]
-    tree_mask  bool  [new, new]     (target only, format 6) new token i attends to new token j iff mask[i, j]
+    tree_depth int64 [new]          (target only) new token i sits at absolute position length + depth[i]
+    tree_mask  bool  [new, new]     (target only) new token i attends to new token j iff mask[i, j]
  -> logits     fp32  [batch, new, vocab]
     new_kv     dtype [new, dec_layers, 2, batch, heads, d_kv]       K/V of the new tokens only, in slot order
 
@@ -18,7 +18,7 @@ past ... past+new-1. Rolling back rejected tokens is setting the length; nothing
 Position i of an N-token call attends causally to the cache and to new tokens 0..i, with T5's relative-position
 bias for absolute position past+i, so it gives the logits of i one-token steps.
 
-Rows of a batch may hold sequences of different lengths (format 7): row b owns cache slots 0 .. row_lengths[b]-1,
+Rows of a batch may hold sequences of different lengths: row b owns cache slots 0 .. row_lengths[b]-1,
 its new token i sits at position row_lengths[b] + i (or + tree_depth[i]) and attends to its own slots only; the
 new tokens' K/V still land in slots past .. past+new-1 of every row, and the runtime moves a shorter row's kept
 ones down to its own length (runtime/engine/batch_model.py). Cross-attention of row b sees its first
@@ -135,8 +135,8 @@ def bias_table(attn) -> torch.Tensor:
 
 def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, residual: bool = True,
                    tree: bool = False) -> None:
-    """The traced decoder with the speculative head (export/head.py) appended: format 2's one graph per model.
-    `tree=True` for a target (format 6): the tree inputs of the decoder and of the head (TREE_INPUTS, TREE_OUTPUTS).
+    """The traced decoder with the speculative head (export/head.py) appended: one graph per model.
+    `tree=True` for a target: the tree inputs of the decoder and of the head (TREE_INPUTS, TREE_OUTPUTS).
     `residual=False` only for the distribution tests' deliberately broken control."""
     trace_decoder(model, path, dtype, opset, tree)
     append_head(path, residual, tree)

@@ -1,5 +1,5 @@
 """The speculative head: ONNX nodes appended to a decoder graph so one run does a decoder pass *and* Algorithm 1's
-sampling work (export format 3) for every batch row. Built with onnx.helper, not traced, so the filter and the
+sampling work for every batch row. Built with onnx.helper, not traced, so the filter and the
 temperature-0 path can be switched inside the graph with `If` nodes: one graph, one copy of the weights, no work for a
 branch not taken.
 
@@ -23,7 +23,7 @@ Outputs added to (logits [B, N, V], new_kv):
                                   rejection (n_b < G_b), else from p_{n+1}
 At B = 1 with every input in its shared form this is the head of batch 1: probs [G+1, V], accepted and next_token [1].
 
-The target's head (`tree=True`, format 6) also has
+The target's head (`tree=True`) also has
     tree_uniforms [M] fp32  -> draws [M] int64   one inverse-CDF draw per row of `probs` (M = B*(G+1); at
                               temperature 0 the row's argmax). A tree verify run binds B = 1, M = G+1 = N, zero q rows
                               and the decoder's tree_depth/tree_mask (export/decoder.py), and reads `probs` and `draws`
@@ -371,8 +371,8 @@ def head_only_model(opset: int = 17, residual: bool = True, tree: bool = False):
 
 def plain_step_feed(vocab: int, temperature: float = 0.0, session=None, new: int = 1) -> dict:
     """Head inputs for a plain step over `new` tokens (G = 0), e.g. to run a decoder graph for its logits alone; with
-    an onnxruntime `session` also what that graph's extra inputs need: `steps` = 1 for a format-5 draft graph
-    (export/loop.py), and for a target graph (format 6) a chain's tree_depth = arange(new) and tree_mask = the lower
+    an onnxruntime `session` also what that graph's extra inputs need: `steps` = 1 for a draft graph with its proposal loop
+    (export/loop.py), and for a target graph a chain's tree_depth = arange(new) and tree_mask = the lower
     triangle, and no tree draws (tree_uniforms [0])."""
     names = {i.name for i in session.get_inputs()} if session is not None else set()
     extra = {"steps": np.ones(1, np.int64)} if "steps" in names else {}
@@ -385,6 +385,6 @@ def plain_step_feed(vocab: int, temperature: float = 0.0, session=None, new: int
 
 
 def chain_tree_feed(new: int) -> dict:
-    """The tree inputs of a target graph's chain run over `new` tokens: what a format-5 target graph computed."""
+    """The tree inputs of a target graph's chain run over `new` tokens: what a target graph without tree inputs computed."""
     return {"tree_depth": np.arange(new, dtype=np.int64), "tree_mask": np.tril(np.ones((new, new), np.bool_)),
             TREE_INPUT: np.zeros(0, np.float32)}

@@ -1,4 +1,4 @@
-"""A draft's whole proposal in one run (export format 5): the decoder + head graph wrapped so that it can also
+"""A draft's whole proposal in one run: the decoder + head graph wrapped so that it can also
 iterate k autoregressive steps inside ONNX Runtime, after verifying a lower chain level's guesses.
 
 The draft model's graph gets one more input, `steps` [1] int64, and becomes
@@ -13,7 +13,7 @@ The draft model's graph gets one more input, `steps` [1] int64, and becomes
             to past_kv (the bound cache) and to the keys and values the loop kept so far. Outputs: next_token [k]
             = t_1 .. t_k (x_1 .. x_n, z, the draws; cut to k when all G = k guesses were kept), probs [k, V] their
             rows, accepted [1] = n, new_kv [N - G + k - 1, ...] (t_k is drawn, not run), logits [1, 0, V] (none).
-      else: the decoder + head exactly as before (format 3): 1-token steps, verify runs, catch-up runs, beams.
+      else: the decoder + head exactly as before: 1-token steps, verify runs, catch-up runs, beams.
 
 So a draft's proposal is one run for any k, and so is a chain level that verifies the level below and continues on
 its own. Both branches read one copy of the weights (initializers of the main graph, outer scope for the

@@ -320,7 +320,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 dtype = torch_dtype[role]
                 rel = f"{role}/{stage}.onnx"
                 sharing = {r: sources[r].model for r in shared} if role == "target" else None
-                # the target's decoder verifies token trees (format 6); a draft's proposes chains
+                # the target's decoder verifies token trees; a draft's proposes chains
                 write_graph(graph_writer(sources[role], stage, dtype, opts.opset, role == "target", sharing),
                             out / rel)
                 quant = quantize_stage(opts, role, stage, out / rel, configs[role])

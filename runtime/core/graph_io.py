@@ -7,18 +7,18 @@ SPEECH_INPUTS = ("audio",)                      # a Whisper encoder's input: flo
 
 DECODER_INPUTS = ("input_ids", "past_kv", "cross_kv")
 DECODER_OUTPUTS = ("logits", "new_kv")
-# format 7, every decoder: the cache positions and encoder positions each batch row owns, int64 [B] (or [1]); both
+# every decoder: the cache positions and encoder positions each batch row owns, int64 [B] (or [1]); both
 # default to -1 (overridable initializers: "all of past_kv", "all of cross_kv"), so a caller of one length binds
 # neither. A batch of rows of different lengths binds both (export/decoder.py).
 ROW_INPUTS = ("row_lengths", "source_lengths")          # new_kv is bound in place, after past_kv in the one cache buffer
 # the speculative head fused into every decoder graph: sample or verify inside the run
 HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
 HEAD_OUTPUTS = ("probs", "accepted", "next_token")
-# format 7: the head works on every batch row; guess_counts int64 [B] (or [1]) is each row's number of real guesses
+# the head works on every batch row; guess_counts int64 [B] (or [1]) is each row's number of real guesses
 # among the G columns (default -1: all G), an overridable initializer like ROW_INPUTS (export/head.py)
 GUESS_COUNTS = "guess_counts"
 STEPS = "steps"                                 # a draft decoder's trip count: its k steps in one run
-# the TARGET decoder only (format 6): verify a token tree in one run. tree_depth int64 [new] (new token i sits at
+# the TARGET decoder only: verify a token tree in one run. tree_depth int64 [new] (new token i sits at
 # position past + tree_depth[i]) and tree_mask bool [new, new] (token i sees new token j iff tree_mask[i, j]: j is i
 # or an ancestor) go to the decoder (export/decoder.py); tree_uniforms fp32 [M] -> draws int64 [M], one draw per
 # row of `probs`, go to the head (export/head.py). A chain run binds arange(new), the lower triangle, [0] and [0].

@@ -6,7 +6,7 @@ a miss); `commit` gets the Verdict of the level above. A new kind of draft is a 
 
 A ModelDraft with a source `below` is one level of a chain (report Algorithm 3, generalized): it verifies what the
 level below proposes with Algorithm 1 and passes the tokens it keeps plus its own next token, each distributed
-exactly as its own q, up with its own rows, then continues on its own; with a format-5 export all of that is one run
+exactly as its own q, up with its own rows, then continues on its own; with its proposal loop all of that is one run
 of its proposal loop (export/loop.py). So "lookup,draft" is the draft model checking copied tokens, and
 "small,medium" a three-model chain under the target.
 """
@@ -24,7 +24,7 @@ __all__ = ["DraftSource", "ModelDraft"]
 
 class ModelDraft(DraftSource):
     """A small T5 export. Alone: k autoregressive steps that write x_1 .. x_k and q_1 .. q_k into the rows, in one
-    run of its proposal loop (format 5; logits processors as one mask row, workspace.py) or one run per step (an
+    run of its proposal loop (logits processors as one mask row, workspace.py) or one run per step (an
     int8-wo draft, k = 1). Over a
     source `below`: Algorithm 1 of its own on the source's guesses, then its own steps (see the module docstring);
     one run with the loop, else verify runs and single steps."""

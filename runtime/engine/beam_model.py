@@ -46,13 +46,13 @@ class BeamModel:
         self.scalars["lenience"].write([1.0])
         for name in ("uniforms", "temperature", "top_k", "top_p", "lenience"):
             self.decoder.input(name, self.scalars[name], (1,))
-        self.steps = Buffer((1,), np.int64, dev)                # a format-5 draft: plain steps (export/loop.py)
+        self.steps = Buffer((1,), np.int64, dev)                # a draft's proposal loop: plain steps (export/loop.py)
         self.steps.write([1])
         self.decoder.input("steps", self.steps, (1,))
         self.decoder.input("draft_probs", self.empty, (0, v))
         self.decoder.input("logit_mask", self.empty, (0, v))
         self._head_outputs(1)
-        self.chain = ChainPositions(dev)              # a format-6 target's tree inputs: the chain's
+        self.chain = ChainPositions(dev)              # a target's tree inputs: the chain's
 
     def _head_outputs(self, rows: int) -> None:
         """The head's outputs for up to `rows` rows (one per row: a plain step, G = 0), bound at each run's rows."""

@@ -176,7 +176,7 @@ class Binder:
     def _open(self, session: ort.InferenceSession) -> None:
         self.session = session
         self.binding = session.io_binding()
-        # inputs with a default (format 7's row_lengths, source_lengths, guess_counts) are bound like the others
+        # inputs with a default (the per-row row_lengths, source_lengths, guess_counts) are bound like the others
         self.names = {i.name for i in (*session.get_inputs(), *session.get_overridable_initializers())}
         self.outputs = {o.name for o in session.get_outputs()}
         # The public bind_* methods rebuild an OrtDevice on every call, which is most of the host time of a

@@ -56,7 +56,7 @@ class CachedSeq2Seq:
             Buffer((self.max_length,), np.int64, device)
         self.length = 0          # decoder positions whose K/V are in the cache
         self.src_len = 0
-        # format 5 drafts: `steps` > 1 runs a whole proposal in one run (export/loop.py). Not with weight-only int8
+        # a draft with its proposal loop: `steps` > 1 runs a whole proposal in one run (export/loop.py). Not with weight-only int8
         # weights: ONNX Runtime prepacks MatMulNBits weights in the plain branch but not inside the Loop, where each
         # step then dequantizes them (measured on the bundled draft: 1.17 ms per guess in the loop, 0.28 ms as
         # single steps), so such a draft proposes one run per guess
@@ -64,7 +64,7 @@ class CachedSeq2Seq:
         self.loops = self.steps_input and info.weights != "int8-wo"
         self.steps = Buffer((1,), np.int64, device)
         self._steps = 0
-        self.chain = ChainPositions(device, rows)     # the tree inputs of a format-6 target's plain runs
+        self.chain = ChainPositions(device, rows)     # the tree inputs of a target's plain (chain) runs
         self.trees = "tree_depth" in self.decoder.names
         self._free = None        # free_session()
 
@@ -111,7 +111,7 @@ class CachedSeq2Seq:
     def run(self, inputs: dict, outputs: dict, steps: int = 1) -> float:
         """One decoder + speculative-head run: append the `input_ids` view's N tokens to the sequence, with the
         head's views (workspace.py) bound as given. The logits land in rows 0..N-1 of `self.logits`. Seconds.
-        `steps` = k > 1 (a format-5 draft): the whole proposal in one run, k tokens (after verifying the last G
+        `steps` = k > 1 (a draft with its proposal loop): the whole proposal in one run, k tokens (after verifying the last G
         input tokens against `draft_probs` when G > 0: a chain level); the cache gains the N - G tokens before the
         guesses and the first k-1 of the k (rejected guesses' keys and values are dropped in the graph), and no
         logits are written."""

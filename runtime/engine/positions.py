@@ -1,6 +1,6 @@
-"""The target graph's tree inputs (export format 6) for a run that verifies no tree: N new tokens in a chain.
+"""The target graph's tree inputs for a run that verifies no tree: N new tokens in a chain.
 
-A format-6 target decoder takes `tree_depth` [N] (new token i sits at position past + depth_i), `tree_mask` [N, N]
+A target decoder takes `tree_depth` [N] (new token i sits at position past + depth_i), `tree_mask` [N, N]
 (token i sees token j iff j is i or an ancestor) and `tree_uniforms` [M] (M > 0: one draw per head row, the `draws`
 output; runtime/decoding/tree.py). Every other run (a plain step, a chain's verification, a catch-up run, beam
 search) binds the chain's values: depth 0 .. N-1, a lower-triangular mask, no uniforms and an empty `draws`. They

@@ -164,7 +164,7 @@ class Workspace:
 
     def proposal(self, first: int, k: int, out: Buffer, out_row: int, *, guesses: int = 0,
                  q: Buffer | None = None) -> tuple[dict, dict]:
-        """A format-5 draft's proposal loop in one run over positions first..end: the last `guesses` tokens (a
+        """A draft's proposal loop in one run over positions first..end: the last `guesses` tokens (a
         chain's level below proposed them, q in rows 0.. of `q`) are verified first, then the model samples until
         it has k tokens t_1 .. t_k (the kept guesses, the token its verification drew, its own draws). They land
         after the guesses' base (end - guesses + 1 ..), their rows in `out` from `out_row` on, the kept count at

@@ -17,11 +17,7 @@ Layout of an export directory (format_version 7):
     NAME/encoder.onnx, NAME/decoder.onnx       the same for every further draft model (specdec-export --draft
                                                NAME=CHECKPOINT), usable as a chain level
 
-Format 1 had separate sampler graphs (sampler/*.onnx) and decoders without the head; format 2's head took batch 1
-only and had no `logit_mask` input (logits processors, beam search); format 3's drafts made one run per guess (no
-`steps` input); format 4's proposal loop could not verify a lower chain level's guesses; format 5's target could
-not verify a token tree (no tree inputs); format 6's decoders took one sequence length for all batch rows and its
-head worked on row 0 only. All are refused with a message to re-export.
+An export of an earlier format is refused with a message to re-export (CHANGELOG.md says what each format added).
 """
 
 from __future__ import annotations
