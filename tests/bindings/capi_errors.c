@@ -27,21 +27,8 @@ static const int32_t prompt[] = {20, 30, 1};      /* "w20 w30" */
 static int32_t ref_greedy[MAX_NEW], ref_sampled[MAX_NEW];
 static size_t n_greedy, n_sampled;
 static char ref_text[4096];
-static char detail[8192];
 
-#define FAIL(...) do { snprintf(detail, sizeof detail, __VA_ARGS__); return 0; } while (0)
-#define CHECK(cond, ...) do { if (!(cond)) FAIL(__VA_ARGS__); } while (0)
-#define CALL(expr) do { if (!(expr)) return 0; } while (0)
-
-/* a fixed draft and gamma: reproducible also when sampling (draft "auto" at temperature > 0 is not) */
-static specdec_params greedy_params(void)
-{
-    specdec_params p = specdec_params_default();
-    p.max_new_tokens = MAX_NEW;
-    p.gamma = 3;
-    p.draft = "draft";
-    return p;
-}
+#include "capi_cases.h"
 
 static specdec_params sampled_params(void)
 {
@@ -57,17 +44,7 @@ static specdec_params sampled_params(void)
 static int expect_failure(const char *what, specdec_status got, specdec_status want, const char *function,
                           const char *needle)
 {
-    const char *msg = specdec_last_error();
-    if (getenv("CAPI_ERRORS_VERBOSE"))
-        printf("  %-26s %s\n", specdec_status_name(got), msg);
-    CHECK(got == want, "%s: status %s, expected %s (message: %s)", what, specdec_status_name(got),
-          specdec_status_name(want), msg);
-    CHECK(msg != NULL && msg[0] != '\0', "%s: empty last error", what);
-    CHECK(strchr(msg, '\n') == NULL && strchr(msg, '\r') == NULL, "%s: message is not one line: %s", what, msg);
-    CHECK(strncmp(msg, function, strlen(function)) == 0, "%s: message does not start with %s: %s", what, function,
-          msg);
-    CHECK(needle == NULL || strstr(msg, needle) != NULL, "%s: message lacks '%s': %s", what, needle, msg);
-    return 1;
+    return one_line_refusal(what, got, want, function, needle, "CAPI_ERRORS_VERBOSE");
 }
 
 /* a session opened with options_json gives the reference greedy output, then is closed */
