@@ -41,33 +41,8 @@ FIXED = [case for case in CASES if "gamma" in case[1]]
 
 
 @pytest.fixture(scope="module")
-def server(tiny_export):
-    http, grpc, metrics = free_ports(3)
-    srv = Server(tiny_export, http_port=http, grpc_port=grpc, metrics_port=metrics, address="127.0.0.1",
-                 exit_timeout_s=2)
-    srv.start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{server.http_port}", concurrency=8)
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def grpc(server):
-    client = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_export):
-    """The Python API on the same export: what every served answer must equal."""
-    return SpeculativeDecoder.load(tiny_export, provider="cpu")
+def served_export(tiny_export):
+    return tiny_export
 
 
 def expected(dec, prompt, params, counts=True):

@@ -14,7 +14,7 @@ pytest.importorskip("pytriton")
 tritonclient_http = pytest.importorskip("tritonclient.http")
 tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
 
-from specdec.runtime import SpecdecError, SpeculativeDecoder  # noqa: E402
+from specdec.runtime import SpecdecError  # noqa: E402
 from specdec.serve import schema  # noqa: E402
 from specdec.serve.server import Server, free_ports  # noqa: E402
 
@@ -42,24 +42,8 @@ def export(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(export):
-    http, grpc, metrics = free_ports(3)
-    with Server(export, http_port=http, grpc_port=grpc, metrics_port=metrics, address="127.0.0.1",
-                exit_timeout_s=2) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{server.http_port}")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def reference(export):
-    """The Python API on the same export: what every served answer must equal."""
-    return SpeculativeDecoder.load(export, provider="cpu")
+def served_export(export):
+    return export
 
 
 def expected(dec, wave, params, counts: bool) -> dict:
@@ -98,17 +82,13 @@ def test_both_models_declare_the_audio_inputs(http):
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_audio_over_http_and_grpc_equals_the_python_api(server, http, reference, case):
+def test_audio_over_http_and_grpc_equals_the_python_api(http, grpc, reference, case):
     wave, params = CASES[case]
     want = expected(reference, wave, params, counts="draft" in params)
     assert want["token_ids"], "the reference generated nothing: the comparison would say little"
-    grpc = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
-    try:
-        for client, module in ((http, tritonclient_http), (grpc, tritonclient_grpc)):
-            got = served(client, module, audio=WAVES[wave], **params)
-            assert {key: got[key] for key in want} == want, module.__name__
-    finally:
-        grpc.close()
+    for client, module in ((http, tritonclient_http), (grpc, tritonclient_grpc)):
+        got = served(client, module, audio=WAVES[wave], **params)
+        assert {key: got[key] for key in want} == want, module.__name__
 
 
 def test_an_empty_prompt_beside_the_audio_is_ignored(http, reference):
@@ -164,23 +144,19 @@ TEXT = [  # sent to a Whisper export, with the server's one-line message
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_bad_requests_are_one_line_errors_and_the_server_keeps_serving(server, http, reference, protocol):
-    grpc = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+def test_bad_requests_are_one_line_errors_and_the_server_keeps_serving(http, grpc, reference, protocol):
     client, module = (http, tritonclient_http) if protocol == "http" else (grpc, tritonclient_grpc)
     want = expected(reference, 1, {"language": "en", "draft": "draft", "gamma": 2}, counts=True)
-    try:
-        for sent, runtime, needle in BAD:
-            message = refused(client, module, **sent)
-            assert needle in message, (needle, message)
-            if runtime is not None:
-                assert one_line(reference, **runtime) in message
-            got = served(client, module, audio=WAVES[1], language="en", draft="draft", gamma=2)
-            assert {key: got[key] for key in want} == want, f"after {needle}"
-        for sent, line in TEXT:
-            assert line in refused(client, module, **sent)
-        assert "FP32" in refused(client, module, audio=WAVES[0], dtypes={"audio": "FP64"})
-    finally:
-        grpc.close()
+    for sent, runtime, needle in BAD:
+        message = refused(client, module, **sent)
+        assert needle in message, (needle, message)
+        if runtime is not None:
+            assert one_line(reference, **runtime) in message
+        got = served(client, module, audio=WAVES[1], language="en", draft="draft", gamma=2)
+        assert {key: got[key] for key in want} == want, f"after {needle}"
+    for sent, line in TEXT:
+        assert line in refused(client, module, **sent)
+    assert "FP32" in refused(client, module, audio=WAVES[0], dtypes={"audio": "FP64"})
 
 
 def test_a_bad_row_beside_a_good_one_fails_alone(http, reference):
