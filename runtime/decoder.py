@@ -9,13 +9,12 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params
 from .core.stats import Piece, Pieces, Result, Stats
-from .decoding.batch import SWITCH_FIRST, Batching, Waiting, checked_max_batch
+from .decoding.batch import Batching, Waiting, checked_max_batch
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.speech import checked_audio, make_prompt
 from .decoding.plan import Plan, plan
 from .decoding.sources import Sources
-from .decoding.switch import Switch
 from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
 from .engine.device import device_of, release_freed_memory, resolve_provider
@@ -73,8 +72,6 @@ class SpeculativeDecoder:
         # draft= and gamma= -> sources; what auto learns
         self.sources = Sources(self.models, datastore, self.vocabulary.tokenizer_size)
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
-        self._batch_switches = {}       # kind of batch -> Switch (runtime/decoding/switch.py)
-        self._batch_acceptance = {}     # kind of batch -> origin -> what its copies were worth (decoding/batch.py)
         self._batch_model = None        # the BatchModel every batch runs on, grown for the most rows asked
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
@@ -92,8 +89,6 @@ class SpeculativeDecoder:
         """Forget what the auto choice learned (acceptance rates and costs) from earlier requests."""
         with self._gate.held():
             self.sources.reset()
-            self._batch_switches.clear()
-            self._batch_acceptance.clear()
 
     @property
     def estimates(self):
@@ -369,9 +364,9 @@ class SpeculativeDecoder:
                 model = self._batch_model = None      # its buffers go before the new ones are made
                 model = self._batch_model = BatchModel(self.target, most_rows, self.gamma_max)
             model.layout(max(1, min(len(waiting), most)), source_cap)
-            switch = self._batch_switches.setdefault(kind, Switch(first=SWITCH_FIRST)) if switched else None
+            switch, acceptance = self.sources.batch_state(kind, switched)
             batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch,
-                                self._batch_acceptance.setdefault(kind, {}), counters, self.vocabulary.tokenizer_size)
+                                acceptance, counters, self.vocabulary.tokenizer_size)
             for row, new in batching.run(waiting, most):
                 row.request.tick()
                 yield row.index, row.request, new

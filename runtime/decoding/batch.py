@@ -34,7 +34,6 @@ from .switch import Switch
 
 MAX_BATCH = 256          # rows of one batched run (each holds a KV cache of max_length positions)
 HALF_LIFE = 2048         # guesses after which an origin's measured acceptance weighs half
-SWITCH_FIRST = 64        # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)
 
 
 @dataclass

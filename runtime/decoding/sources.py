@@ -8,6 +8,7 @@ from .beam_decode import BeamEstimates
 from .draft import DraftSource, ModelDraft
 from .lookup import LookupDraft
 from .plan import Plan
+from .switch import SWITCH_FIRST, Switch
 from .width import Width
 
 AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")
@@ -29,20 +30,26 @@ def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, dat
 
 
 class Sources:
-    """What a request's `draft` and `gamma` resolve to on one decoder, for sampling and for beam search alike: the
-    sources (made on first use and kept, so a lookup's or a model's state is not rebuilt per request), what auto
-    learns across requests (`estimates`, and `beam_estimates` for beam search's gamma), and `datastore`, what the
-    lookups search besides the output and the source. `tokenizer_size`: the ids a lookup may propose
-    (runtime/loading/vocabulary.py)."""
+    """What a decoder learns across requests, in one object that `reset()` forgets: the sources a request's plan
+    asks for (made on first use and kept, so a lookup's or a model's state is not rebuilt per request), what auto
+    learns (`estimates`, and `beam_estimates` for beam search's gamma), the width choice, and per kind of batch its
+    switch and what each origin's copies were worth (`batch_state`); with `datastore`, what the lookups search
+    besides the output and the source. `tokenizer_size`: the ids a lookup may propose (loading/vocabulary.py)."""
 
     def __init__(self, models: dict, datastore=None, tokenizer_size: int | None = None):
         self.models, self.datastore, self.tokenizer_size = models, datastore, tokenizer_size
         self.reset()
 
     def reset(self) -> None:
-        """Forget the sources made and what auto learned."""
+        """Forget the sources made and everything learned."""
         self.beam_estimates, self._made, self._object_auto = BeamEstimates(), {}, (None, None)
         self.width = Width()        # how many candidates a lookup round verifies, when a request leaves it open
+        self._batches = {}          # kind of batch -> (its Switch, origin -> what its copies were worth)
+
+    def batch_state(self, kind, switched: bool) -> tuple:
+        """(switch or None, acceptance by origin) a kind of batch keeps across its batches (decoding/batch.py)."""
+        switch, acceptance = self._batches.setdefault(kind, (Switch(first=SWITCH_FIRST), {}))
+        return (switch if switched else None), acceptance
 
     @property
     def estimates(self) -> Estimates:
