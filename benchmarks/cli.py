@@ -49,7 +49,8 @@ HINTS = {("drafts", "--gamma"): "give a fixed gamma per draft as NAME:G, e.g. --
 
 def parser() -> argparse.ArgumentParser:
     """The top-level parser, one subparser per command."""
-    p = BenchParser(prog="specdec-bench", renamed=RENAMED, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = BenchParser(prog="specdec-bench", renamed=RENAMED, description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = p.add_subparsers(dest="command", title="commands", metavar="COMMAND", parser_class=BenchParser)
     p.commands = commands.choices                   # name -> the command's parser
     for module in (cli_sweep, cli_drafts, cli_beams, cli_shapes, cli_dtypes):

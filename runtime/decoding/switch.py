@@ -37,7 +37,7 @@ MARGIN = 0.03         # auto's rounds take the lead only when their seconds per 
 KEEP_MARGIN = 0.01    # and keep it while they are this much lower (a lead that flips on noise costs a new measuring)
 EARLY = 16            # rounds of each mode after which a clear difference leads before FIRST
 CLEAR = 0.25          # a difference is clear when one mode's seconds per token are this much lower
-SWITCH_FIRST = 64        # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)
+SWITCH_FIRST = 64     # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)
 _DECAY = 0.5 ** (1 / HALF_LIFE)
 _STEP = 0.6180339887498949      # the golden ratio's fraction: an evenly spread sequence of phases
 
