@@ -25,7 +25,8 @@ def test_greedy_lenience_keeps_only_tokens_within_l_of_the_best_under_pytorch(re
     rates, not_argmax, checked = {1.0: [0, 0], LENIENCE: [0, 0]}, 0, 0
     for ids in prompts(48, 30, seed=4):
         for lenience in (1.0, LENIENCE):
-            res = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=4, lenience=lenience)
+            res = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=4, draft="draft",
+                                   lenience=lenience)
             rates[lenience][0] += res.stats.accepted
             rates[lenience][1] += res.stats.proposed
             if lenience == 1.0:
