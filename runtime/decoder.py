@@ -14,7 +14,7 @@ from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.speech import checked_audio, make_prompt
 from .decoding.plan import Plan, plan
-from .decoding.sources import Sources
+from .decoding.sources import Learned
 from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
 from .engine.device import device_of, release_freed_memory, resolve_provider
@@ -39,18 +39,19 @@ def _belongs_together(target, draft) -> None:
 
 class SpeculativeDecoder:
     """A target model and its draft models over one workspace of device buffers; sessions, KV caches and buffers
-    are created once and reused by every request. A request's `draft` parameter picks the source (sources.py).
+    are created once and reused by every request. A request's `draft` parameter picks the source.
 
     Public attributes: `target` (CachedSeq2Seq), `models` (name -> CachedSeq2Seq, the draft models), `draft` (the
-    default model draft, a ModelDraft), `estimates` (what the default request, draft="auto" / gamma="auto", learned,
-    runtime/decoding/auto.py; each kind of gamma="auto" request learns its own; `reset_estimates()` forgets them),
-    `sources` (runtime/decoding/sources.py Sources: the draft sources made for requests and what they learned; one
-    may be swapped for another over the same models between requests, as specdec-bench does to run configurations
-    with and without the datastore on one workspace), `workspace` (runtime/engine/workspace.py), `tokenizer`, `manifest`, `provider`,
+    default model draft, a ModelDraft), `learned` (what the decoder learns across requests, in one object with
+    `reset()`: the draft sources made for requests, what draft="auto" / gamma="auto" learned (`estimates`, and
+    `beam_estimates` for beam search), the batches' switches; `learning()` makes another over the same models, and
+    `generate(..., learned=...)` / `stream(..., learned=...)` use it instead, as specdec-bench does to run
+    configurations with and without the datastore on one workspace), `estimates` / `beam_estimates` (those of
+    `learned`), `workspace` (the device buffers every request reuses), `tokenizer`, `manifest`, `provider`,
     `gamma_max`, `max_length`, `vocab_size` (the model's rows: ids 0 .. vocab_size - 1 may go in and come out),
-    `vocabulary` (those rows and the ids the tokenizer makes, runtime/loading/vocabulary.py: a real T5 has 32,128
-    rows for 32,100 ids), `eos_id`, `start_id` (the decoder start token), `datastore` (what the lookup searches
-    besides the output and the source, runtime/loading/datastore.py; None without one).
+    `vocabulary` (those rows and the ids the tokenizer makes: a real T5 has 32,128 rows for 32,100 ids), `eos_id`,
+    `start_id` (the decoder start token), `datastore` (what the lookup searches besides the output and the source;
+    None without one).
 
     Threads: one request at a time (runtime/engine/gate.py). generate(), beam search and reset_estimates() wait for the
     request before them; a stream holds the decoder from its first piece to its end, and loses it (its next piece
@@ -69,8 +70,7 @@ class SpeculativeDecoder:
         self.vocabulary = manifest.vocabulary     # the model's rows and the ids its tokenizer makes
         self.target, self.models = target, dict(models)
         self.draft = ModelDraft(self.models["draft"]) if "draft" in self.models else None
-        # draft= and gamma= -> sources; what auto learns
-        self.sources = Sources(self.models, datastore, self.vocabulary.tokenizer_size)
+        self.learned = Learned(self.models, datastore, self.vocabulary.tokenizer_size)
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
         self._batch_model = None        # the BatchModel every batch runs on, grown for the most rows asked
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
@@ -86,38 +86,48 @@ class SpeculativeDecoder:
         self._gate.idle_s = float(seconds)
 
     def reset_estimates(self) -> None:
-        """Forget what the auto choice learned (acceptance rates and costs) from earlier requests."""
+        """Forget what the decoder learned (acceptance rates and costs) from earlier requests."""
         with self._gate.held():
-            self.sources.reset()
+            self.learned.reset()
+
+    def learning(self, datastore: bool = True) -> Learned:
+        """A new object to learn in (see `learned`), over this decoder's models; without the datastore when
+        `datastore` is False. Pass it as generate(..., learned=...) or stream(..., learned=...)."""
+        return Learned(self.models, self.datastore if datastore else None, self.vocabulary.tokenizer_size)
 
     @property
     def estimates(self):
-        """What the default request (draft="auto", gamma="auto") learned (runtime/decoding/auto.py)."""
-        return self.sources.estimates
+        """What the default request (draft="auto", gamma="auto") learned."""
+        return self.learned.estimates
 
     @property
     def beam_estimates(self):
-        """What gamma="auto" learned for beam search (runtime/decoding/beam_decode.py)."""
-        return self.sources.beam_estimates
+        """What gamma="auto" learned for beam search."""
+        return self.learned.beam_estimates
 
-    @beam_estimates.setter
-    def beam_estimates(self, estimates) -> None:
-        self.sources.beam_estimates = estimates
+    @property
+    def sources(self) -> Learned:
+        """The earlier name of `learned` (kept while specdec-bench moves to learned=)."""
+        return self.learned
+
+    @sources.setter
+    def sources(self, learned: Learned) -> None:
+        self.learned = learned
 
     @property
     def datastore(self):
-        """What the lookup searches besides the output and the source (runtime/loading/datastore.py), or None."""
-        return self.sources.datastore
+        """What the lookup searches besides the output and the source, or None."""
+        return self.learned.datastore
 
     @datastore.setter
     def datastore(self, store) -> None:
-        self.sources.datastore = store
-        self.sources.reset()
+        self.learned.datastore = store
+        self.learned.reset()
 
-    def source(self, params: Params) -> DraftSource | None:
+    def source(self, params: Params, learned: Learned | None = None) -> DraftSource | None:
         """The draft source a request's (draft, gamma) asks for; None for target-only decoding. A bad name is a
         one-line SpecdecError naming the choices."""
-        return self.sources.for_sampling(self._plan(params))
+        return self._learned(learned).for_sampling(self._plan(params))
 
     def _plan(self, params: Params, batch: bool = False) -> Plan:
         """What a checked request runs (decoding/plan.py): where, with which source, at which gamma."""
@@ -159,6 +169,14 @@ class SpeculativeDecoder:
         release_freed_memory()          # what reading the graphs left in the heap
         return decoder
 
+    def _learned(self, learned) -> Learned:
+        if learned is None:
+            return self.learned
+        if not isinstance(learned, Learned) or learned.models is not self.models:
+            raise SpecdecError("learned= must come from this decoder's learning()",
+                               "make one with decoder.learning(), or leave learned out")
+        return learned
+
     # -- requests -------------------------------------------------------------------------------------------
     def _source(self, prompt, input_ids) -> np.ndarray:
         if (prompt is None) == (input_ids is None):
@@ -182,13 +200,13 @@ class SpeculativeDecoder:
                                "shorten it, or re-export with a larger --max-length")
         return ids
 
-    def _strategy(self, planned: Plan):
+    def _strategy(self, planned: Plan, learned: Learned):
         """How a planned request is decoded: beam search, or speculative sampling with the source it asks for."""
         if planned.where == "beams":
             draft = planned.source
             return BeamSearching(self.beam_model("target"), self.beam_model(draft) if draft else None,
-                                 self.beam_estimates, self.eos_id, self.start_id, self.max_length)
-        return Sampling(self.workspace, self.target, self.sources.for_sampling(planned), self.eos_id, self.start_id,
+                                 learned.beam_estimates, self.eos_id, self.start_id, self.max_length)
+        return Sampling(self.workspace, self.target, learned.for_sampling(planned), self.eos_id, self.start_id,
                         self.max_length)
 
     def _speech(self, audio, language, task) -> tuple:
@@ -203,7 +221,7 @@ class SpeculativeDecoder:
         return checked_audio(audio, speech), make_prompt(speech, self.start_id, language, task)
 
     def _serve(self, prompt, input_ids, params: Params, audio=None, language=None, task=None,
-               planned: Plan | None = None):
+               planned: Plan | None = None, learned: Learned | None = None):
         """The one request path: check the prompt, decode it with its strategy, time every iteration. Yields
         (request, new tokens) per iteration; the request's stop_reason is set on the last."""
         pcm, speech = self._speech(audio, language, task)
@@ -212,7 +230,7 @@ class SpeculativeDecoder:
                 raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
                                    "pass audio= (a float32 16 kHz array or a WAV file's path)")
         planned = planned or self._plan(params)
-        strategy = self._strategy(planned)
+        strategy = self._strategy(planned, self._learned(learned))
         request = Request(pcm, params, planned, speech=speech) if speech is not None else \
             Request(self._source(prompt, input_ids), params, planned)
         for new in strategy.run(request):
@@ -220,12 +238,13 @@ class SpeculativeDecoder:
             yield request, new
 
     def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, **overrides):
+               language: str | None = None, task: str | None = None, learned: Learned | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
         temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size). A Whisper export takes
-        `audio` instead of a prompt (see generate)."""
+        `audio` instead of a prompt (see generate). `learned`: learn in that object (`learning()`) instead of
+        `self.learned`."""
         pieces = Pieces(self.decode)
         params = Params.of(params, **overrides).checked(self.gamma_max)
         planned = self._plan(params)
@@ -234,7 +253,8 @@ class SpeculativeDecoder:
                                "use generate() with num_beams > 1, or stream with num_beams=1")
         hold = self._gate.acquire()
         try:
-            for request, new in self._serve(prompt, input_ids, params, audio, language, task, planned):
+            for request, new in self._serve(prompt, input_ids, params, audio, language, task, planned,
+                                              learned):
                 piece = pieces.add(new, request.stats, request.stop_reason)
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
@@ -243,7 +263,8 @@ class SpeculativeDecoder:
             self._gate.release(hold)
 
     def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-                 language: str | None = None, task: str | None = None, **overrides) -> Result:
+                 language: str | None = None, task: str | None = None, learned: Learned | None = None,
+                 **overrides) -> Result:
         """Generate from a prompt (text) or input_ids. draft="none" or gamma=0 is target-only decoding on the same
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
         stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences.
@@ -254,7 +275,7 @@ class SpeculativeDecoder:
         params = Params.of(params, **overrides).checked(self.gamma_max)
         with self._gate.held():
             out, request = [], None
-            for request, new in self._serve(prompt, input_ids, params, audio, language, task):
+            for request, new in self._serve(prompt, input_ids, params, audio, language, task, learned=learned):
                 out.extend(new)
             return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
                           request.scores)
@@ -364,7 +385,7 @@ class SpeculativeDecoder:
                 model = self._batch_model = None      # its buffers go before the new ones are made
                 model = self._batch_model = BatchModel(self.target, most_rows, self.gamma_max)
             model.layout(max(1, min(len(waiting), most)), source_cap)
-            switch, acceptance = self.sources.batch_state(kind, switched)
+            switch, acceptance = self.learned.batch_state(kind, switched)
             batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.datastore, switch,
                                 acceptance, counters, self.vocabulary.tokenizer_size)
             for row, new in batching.run(waiting, most):

@@ -29,7 +29,7 @@ def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, dat
     return source
 
 
-class Sources:
+class Learned:
     """What a decoder learns across requests, in one object that `reset()` forgets: the sources a request's plan
     asks for (made on first use and kept, so a lookup's or a model's state is not rebuilt per request), what auto
     learns (`estimates`, and `beam_estimates` for beam search's gamma), the width choice, and per kind of batch its
@@ -102,3 +102,6 @@ def _levels(source) -> list:
         out.append(s)
         todo += list(getattr(s, "candidates", {}).values()) + [getattr(s, "below", None)]
     return out
+
+
+Sources = Learned       # the earlier name, while specdec-bench moves to SpeculativeDecoder.learning()

@@ -167,7 +167,7 @@ def test_auto_beam_search_is_exact_and_learns(pairs):
     """gamma="auto": identical to target-only beam search; it tries every gamma (0 = target-only steps) and keeps
     an estimate of beam steps per second for each."""
     _, decoder = pairs["v1.0-v48"]
-    decoder.beam_estimates = type(decoder.beam_estimates)()
+    decoder.reset_estimates()
     case = (4, False, 1.0, 0, 0, 2)
     for prompt in random_prompts(48, 6, seed=8):
         want, _ = ours(decoder, prompt, case, draft="none")

@@ -8,7 +8,7 @@ from transformers import T5ForConditionalGeneration
 
 from tinymodels import random_prompts, run_export_cli
 
-from specdec.runtime import DraftSource, ModelDraft, Proposal, SpecdecError
+from specdec.runtime import DraftSource, ModelDraft, Params, Proposal, SpecdecError
 
 MAX_NEW = 24
 SOURCES = ["draft", "mid", "lookup", "lookup,draft", "draft,mid", "lookup,mid", "lookup,draft,mid", "auto"]
@@ -100,6 +100,32 @@ def test_auto_learns_and_can_forget(related_decoder):
     assert dec.estimates.target.sums[0] > 0 and dec.estimates.round > 0
     dec.reset_estimates()
     assert dec.estimates.target.sums[0] == 0 and dec.estimates.round == 0
+
+
+def test_a_learned_object_passed_explicitly_learns_alone_and_decodes_the_same(related_decoder):
+    """learned=: a request learns in the object it is given (decoder.learning()), not in decoder.learned, and gives
+    the same greedy output (what is learned changes speed, never the output); beam search learns there too; an
+    object of another decoder's models, or of another type, is a one-line error and the decoder stays usable."""
+    dec = related_decoder
+    dec.reset_estimates()
+    mine, bare = dec.learning(), dec.learning(datastore=False)
+    assert mine is not dec.learned and bare.datastore is None and mine.estimates is not dec.estimates
+    for ids in random_prompts(48, 3, seed=29):
+        ours = dec.generate(input_ids=ids, max_new_tokens=MAX_NEW, learned=mine)
+        assert ours.token_ids == dec.generate(input_ids=ids, max_new_tokens=MAX_NEW, draft="none").token_ids
+        assert list(dec.stream(input_ids=ids, max_new_tokens=MAX_NEW, learned=bare))[-1].stop_reason
+    assert mine.estimates.round > 0 and bare.estimates.round > 0
+    assert dec.estimates.round == 0 and dec.estimates.target.sums[0] == 0      # the decoder's own learned nothing
+    dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8, num_beams=2, gamma="auto", draft="draft", learned=mine)
+    assert mine.beam_estimates.rates() and not dec.beam_estimates.rates()
+    assert dec.source(Params(draft="auto"), learned=mine) is not dec.source(Params(draft="auto"))
+    mine.reset()
+    assert mine.estimates.round == 0
+    for wrong in (object(), type(dec.learned)({}, None)):
+        with pytest.raises(SpecdecError) as err:
+            dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=4, learned=wrong)
+        assert "\n" not in str(err.value) and "learning()" in str(err.value)
+    assert dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=4).token_ids
 
 
 @pytest.mark.parametrize("args, message", [

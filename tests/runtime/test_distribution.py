@@ -301,7 +301,7 @@ def switching_draft(decoder):
             super().choose(ws, cap)          # the sources start, the plan is made
             return "draft", cap
 
-    source = Always({"draft": ModelDraft(decoder.sources.models["draft"])}, Estimates())
+    source = Always({"draft": ModelDraft(decoder.models["draft"])}, Estimates())
     source.switch = Alternate()
     return source
 

@@ -195,4 +195,4 @@ def test_a_source_object_keeps_its_switch_and_a_new_object_takes_its_slot(relate
     assert source(Params(draft=a)) is first
     assert source(Params(draft=b)) is not first
     assert source(Params(draft=a)) is not first
-    assert not [k for k in related_decoder.sources._made if any(isinstance(part, LookupDraft) for part in k)]
+    assert not [k for k in related_decoder.learned._made if any(isinstance(part, LookupDraft) for part in k)]
