@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from .core.errors import SpecdecError
-from .core.params import Params
+from .core.params import Params, checked_max_batch
 from .core.stats import Piece, Pieces, Result, Stats
-from .decoding.batch import Batching, Waiting, checked_max_batch
+from .decoding.batch import Batching, Waiting
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.speech import checked_audio, make_prompt

@@ -152,7 +152,7 @@ def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0,
                            provider: str = "auto") -> Path:
     """Write the repository to `out` (created; existing model files there are replaced) for the export `engine`,
     which is checked first. Returns `out`."""
-    from specdec.runtime.loading.manifest import load_manifest
+    from specdec.runtime import load_manifest
 
     engine = Path(engine).resolve()
     speech = load_manifest(engine).speech is not None    # a one-line SpecdecError if it is not a (complete) export

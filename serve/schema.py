@@ -305,6 +305,6 @@ def batch_answers(handler: Handler, requests: list) -> list:
 
 def load_decoder(engine, threads: int = 0, provider: str = "auto"):
     """A SpeculativeDecoder on `provider` ("auto": the best this onnxruntime has) with `threads` intra-op threads."""
-    from specdec.runtime.decoder import SpeculativeDecoder
+    from specdec.runtime import SpeculativeDecoder
 
     return SpeculativeDecoder.load(engine, provider=provider, threads=threads)

@@ -23,6 +23,7 @@ import sysconfig
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError, first_line
+from specdec.runtime.core.params import checked_max_batch
 
 from . import schema
 
@@ -134,8 +135,6 @@ class Server:
                  max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, address: str = "127.0.0.1", exit_timeout_s: int = 5,
                  log_verbose: int = 0, provider: str = "auto"):
-        from specdec.runtime.decoding.batch import checked_max_batch
-
         for name, value, least in (("instances", instances, 1), ("threads", threads, 0), ("max_queue", max_queue, 1),
                                    ("queue_delay_us", queue_delay_us, 0)):
             if type(value) is not int or value < least:

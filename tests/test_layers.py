@@ -257,6 +257,32 @@ def test_no_module_reads_another_modules_private_names():
     assert found == []
 
 
+# what serving may import of the runtime: its public names (specdec.runtime) and the declarations every layer shares
+# (specdec.runtime.core: the error type, the parameters and their checks, the stats schema, the graph I/O names)
+RUNTIME_PUBLIC = ("specdec.runtime", "specdec.runtime.core")
+
+
+def _runtime_internals(graph: dict, importer: str) -> list[str]:
+    """Imports by `importer`'s modules of runtime modules outside RUNTIME_PUBLIC."""
+    return sorted(f"{name} -> {target}" for name, edges in graph.items()
+                  if name == importer or name.startswith(importer + ".")
+                  for target in edges if target.startswith("specdec.runtime.")
+                  and not target.startswith(RUNTIME_PUBLIC[1]) and target != RUNTIME_PUBLIC[0])
+
+
+def test_serving_imports_only_the_runtimes_public_api():
+    """specdec.serve reaches the runtime through specdec.runtime's public names and core's declarations, never
+    through the decoder's internals (decoding/, engine/, loading/, decoder.py)."""
+    assert _runtime_internals(_graph(_modules()), "specdec.serve") == []
+
+
+def test_the_public_api_check_catches_a_planted_import():
+    graph = {"specdec.serve.a": {"specdec.runtime", "specdec.runtime.core.params", "specdec.runtime.decoding.batch"},
+             "specdec.serve": {"specdec.runtime.decoder"}, "specdec.bench.x": {"specdec.runtime.engine.model"}}
+    assert _runtime_internals(graph, "specdec.serve") == ["specdec.serve -> specdec.runtime.decoder",
+                                                          "specdec.serve.a -> specdec.runtime.decoding.batch"]
+
+
 def test_the_private_name_check_catches_a_planted_read():
     planted = ast.parse("class A:\n    def _mine(self): return self._mine\nx = decoder._run_batches(1)\n"
                         "from .auto import Estimates, _Mean\nfrom specdec.bindings import _capi")

@@ -22,6 +22,15 @@ from .errors import SpecdecError
 MAX_CANDIDATES = 8           # continuations a lookup round may verify in one target run (a token tree)
 MAX_BEAMS = 16               # beam rows are allocated per request; speculative rounds score up to W x (gamma+1) rows
 EARLY_STOPPING = (False, True, "never")     # transformers' values; specdec_early_stopping numbers them 0, 1, 2
+MAX_BATCH = 256              # rows of one batched run (each holds a KV cache of max_length positions)
+
+
+def checked_max_batch(value) -> int:
+    """The rows a batch may decode at once (generate_batch, the batcher, specdec-serve), or a one-line error."""
+    if type(value) is not int or not 1 <= value <= MAX_BATCH:
+        raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {value!r})",
+                           f"use 1 <= max_batch <= {MAX_BATCH}")
+    return value
 
 
 def _is_int(value) -> bool:

@@ -27,12 +27,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..core.errors import SpecdecError
 from .lookup import LookupDraft
 from .request import Request
 from .switch import Switch
 
-MAX_BATCH = 256          # rows of one batched run (each holds a KV cache of max_length positions)
 HALF_LIFE = 2048         # guesses after which an origin's measured acceptance weighs half
 
 
@@ -46,13 +44,6 @@ class Row:
     pending: int                     # the last token, not yet in the cache
     seq: list = field(default_factory=list)     # the start token and every final token (the lookup reads it)
     out: list = field(default_factory=list)
-
-
-def checked_max_batch(value) -> int:
-    if type(value) is not int or not 1 <= value <= MAX_BATCH:
-        raise SpecdecError(f"max_batch must be an integer in 1..{MAX_BATCH} (got {value!r})",
-                           f"use 1 <= max_batch <= {MAX_BATCH}")
-    return value
 
 
 class Batching:

@@ -21,9 +21,9 @@ import queue
 import threading
 
 from ..core.errors import SpecdecError, first_line
-from ..core.params import Params
+from ..core.params import Params, checked_max_batch
 from ..core.stats import Pieces, Result
-from .batch import Waiting, checked_max_batch
+from .batch import Waiting
 from .request import Request
 
 _END = object()
