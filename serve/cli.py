@@ -8,11 +8,23 @@ import signal
 import sys
 import threading
 
+from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
-from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 RENAMED = {"--engine": "--export", "--address": "--host"}     # earlier flag names, accepted for one release
+
+# The integer options after --host, in --help's order: flag, default, help.
+COUNTS = (
+    ("--max-batch", 16, "requests decoded together in one batch, and Triton's max_batch_size for 'specdec' "
+                        "(default 16)"),
+    ("--max-queue", 64, "requests that may wait for a row; past it a request is refused at once (default 64)"),
+    ("--queue-delay-us", 500, "microseconds Triton holds a request for others to batch with (default 500)"),
+    ("--instances", 1, "Triton instances of 'specdec'; they share one decoder and its batch (default 1)"),
+    ("--threads", 0, "intra-op threads of the decoder (default 0: onnxruntime's choice, the physical cores); with "
+                     "--write-model-repository, per instance"),
+    ("--exit-timeout", 5, "seconds a stopping server waits for requests in flight (default 5)"),
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,20 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
     p.add_argument("--host", dest="address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
-    p.add_argument("--max-batch", type=int, default=16,
-                   help="requests decoded together in one batch, and Triton's max_batch_size for 'specdec' "
-                        "(default 16)")
-    p.add_argument("--max-queue", type=int, default=64,
-                   help="requests that may wait for a row; past it a request is refused at once (default 64)")
-    p.add_argument("--queue-delay-us", type=int, default=500,
-                   help="microseconds Triton holds a request for others to batch with (default 500)")
-    p.add_argument("--instances", type=int, default=1,
-                   help="Triton instances of 'specdec'; they share one decoder and its batch (default 1)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="intra-op threads of the decoder (default 0: onnxruntime's choice, the physical cores); "
-                        "with --write-model-repository, per instance")
-    p.add_argument("--exit-timeout", type=int, default=5,
-                   help="seconds a stopping server waits for requests in flight (default 5)")
+    for flag, default, text in COUNTS:
+        p.add_argument(flag, type=int, default=default, help=text)
     p.add_argument("--write-model-repository", metavar="DIR",
                    help="instead of serving, write a Triton model repository (Python backend: config.pbtxt and "
                         "model.py for both models) that runs --export on a stand-alone tritonserver")
