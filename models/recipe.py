@@ -25,45 +25,27 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
 
-# The committed pair was trained by this recipe as of commit 5d2fde6 (62-min target cap, 4,000 draft steps, no
-# sequence-level distillation); these defaults were measured end to end at 88 min (models/README.md).
-DEFAULTS = dict(
-    seed=0,
-    vocab_size=4096,
-    target_steps=7500,
-    target_max_minutes=60.0,
-    target_batch=32,
-    target_lr=1e-2,
-    target_warmup=400,
-    target_dropout=0.0,
-    draft_steps=3600,
-    draft_max_minutes=19.0,
-    draft_batch=32,
-    draft_lr=1e-2,
-    draft_warmup=200,
-    kl_weight=0.8,
-    seq_kd_sources=18000,
-    seq_kd_repeat=2,
-)
-
-
-HELP = dict(
-    seed="seed for data order, initialisation and the distillation subset",
-    vocab_size="tokenizer pieces (shared by both models)",
-    target_steps="scheduled target steps (cosine schedule length)",
-    target_max_minutes="time budget of the target's training: the lr schedule ends at it or at the last step",
-    target_batch="pairs per target step",
-    target_lr="peak lr (relative: x RMS of each tensor)",
-    target_warmup="linear warmup steps",
-    target_dropout="T5 dropout_rate while training the target",
-    draft_steps="scheduled draft steps",
-    draft_max_minutes="time budget of the draft's training (same rule)",
-    draft_batch="pairs per draft step",
-    draft_lr="peak lr of the draft",
-    draft_warmup="draft warmup steps",
-    kl_weight="loss = (1 - w) CE(reference) + w KL(target || draft)",
-    seq_kd_sources="training sources the target decodes greedily for sequence-level distillation (0: off)",
-    seq_kd_repeat="how many times each target output joins the draft's training set",
+# Each hyperparameter's default and help. The committed pair was trained by this recipe as of commit 5d2fde6
+# (62-min target cap, 4,000 draft steps, no sequence-level distillation); these defaults were measured end to end
+# at 88 min (models/README.md).
+HYPERPARAMETERS = dict(
+    seed=(0, "seed for data order, initialisation and the distillation subset"),
+    vocab_size=(4096, "tokenizer pieces (shared by both models)"),
+    target_steps=(7500, "scheduled target steps (cosine schedule length)"),
+    target_max_minutes=(60.0, "time budget of the target's training: the lr schedule ends at it or at the last "
+                              "step"),
+    target_batch=(32, "pairs per target step"),
+    target_lr=(1e-2, "peak lr (relative: x RMS of each tensor)"),
+    target_warmup=(400, "linear warmup steps"),
+    target_dropout=(0.0, "T5 dropout_rate while training the target"),
+    draft_steps=(3600, "scheduled draft steps"),
+    draft_max_minutes=(19.0, "time budget of the draft's training (same rule)"),
+    draft_batch=(32, "pairs per draft step"),
+    draft_lr=(1e-2, "peak lr of the draft"),
+    draft_warmup=(200, "draft warmup steps"),
+    kl_weight=(0.8, "loss = (1 - w) CE(reference) + w KL(target || draft)"),
+    seq_kd_sources=(18000, "training sources the target decodes greedily for sequence-level distillation (0: off)"),
+    seq_kd_repeat=(2, "how many times each target output joins the draft's training set"),
 )
 
 
@@ -85,8 +67,8 @@ def build_parser():
     ap.add_argument("--draft-shape", default="t5-small", help="widen: the draft's shape (default t5-small)")
     ap.add_argument("--out", help="widen: where target/ and draft/ are written (outside the repository: t5-large "
                                   "is 2.9 GB)")
-    for k, v in DEFAULTS.items():
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{HELP[k]} (default {v})")
+    for k, (v, text) in HYPERPARAMETERS.items():
+        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
     return ap
 
 
