@@ -29,7 +29,7 @@ import time
 
 from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
-from .estimators import Line, Mean
+from .estimators import Line, Mean, Waits
 from .switch import Switch
 from .tree import matched
 
@@ -67,8 +67,7 @@ class Estimates:
         self.encoder = {}           # source -> Mean of the encoder seconds its first use in a request costs
         self.request_tokens = Mean(DECAY)   # tokens per request
         self.calibration = {}       # source -> [tokens made, tokens expected at the choice], decayed
-        self.last_chosen = {}       # source -> round number
-        self.wait = {}              # source -> rounds it may go unchosen before it is tried once (EXPLORE..MAX_WAIT)
+        self.waits = Waits(EXPLORE, MAX_WAIT)   # source -> rounds it may go unchosen before it is tried once
 
     def times(self, cap: int) -> list:
         """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
@@ -273,10 +272,9 @@ class AutoDraft(DraftSource):
         for key, source in self.candidates.items():
             free = source is self.lookup
             for name in (self.origins if free else (key,)):
-                wait = est.wait.get(name, EXPLORE)
                 if name in chosen_somewhere:
-                    est.wait[name] = EXPLORE
-                elif est.round - est.last_chosen.get(name, est.round - wait) >= wait and plan.stale is None:
+                    est.waits.reset(name)
+                elif est.waits.due(name, est.round) and plan.stale is None:
                     g = cap if not self.adaptive and not free else max(1, min(cap, 2))
                     plan.stale = (name, g, self._uses_lookup(source))
         return plan
@@ -310,8 +308,8 @@ class AutoDraft(DraftSource):
                 (stale[0] not in self.origins or stale[0] == origin):       # a copy origin is tried on its copies
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
-            est.wait[stale[0]] = min(2 * est.wait.get(stale[0], EXPLORE), MAX_WAIT)
-        est.last_chosen[best[0]] = est.round
+            est.waits.double(stale[0])
+        est.waits.ran(best[0], est.round)
         return best[:2]
 
     def propose(self, ws, k, rows, row, stats: Stats):

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from .estimators import Ratio
 from .lookup import LookupDraft
 from .request import Request
 from .switch import Switch
@@ -54,7 +55,7 @@ class Batching:
         self.model, self.eos_id, self.start_id, self.max_length = model, eos_id, start_id, max_length
         self.datastore, self.tokenizer_size = datastore, tokenizer_size      # what a row's lookup searches, proposes
         self.switch = switch
-        # origin -> decayed (guesses judged, kept): what a copy of each origin is worth; the decoder keeps it
+        # origin -> decayed guesses kept over judged: what a copy of each origin is worth; the decoder keeps it
         self.acceptance = {} if acceptance is None else acceptance
         self.counters = {"rounds": 0, "rows": 0} if counters is None else counters     # runs, and rows in them
 
@@ -156,8 +157,8 @@ class Batching:
     def worth(self, origin: str, k: int) -> int:
         """Guesses of `origin` worth verifying: 1 + the expected number of the first k kept, by the acceptance
         measured so far (decayed over about HALF_LIFE guesses; 1/2 before any), at least 1."""
-        proposed, accepted = self.acceptance.get(origin, (0.0, 0.0))
-        alpha = (accepted + 1) / (proposed + 2)
+        measured = self.acceptance.get(origin, Ratio())
+        alpha = (measured.num + 1) / (measured.den + 2)
         expected = sum(alpha ** i for i in range(1, k + 1))
         return max(1, min(k, 1 + int(expected)))
 
@@ -165,9 +166,9 @@ class Batching:
         """Per-guess acceptance of an origin: guess i counts when guesses 1 .. i-1 were kept (the first rejection
         ends the judging)."""
         judged = min(len(proposed), n + 1)
-        old_p, old_a = self.acceptance.get(origin, (0.0, 0.0))
-        decay = 0.5 ** (judged / HALF_LIFE)
-        self.acceptance[origin] = (old_p * decay + judged, old_a * decay + n)
+        measured = self.acceptance.setdefault(origin, Ratio())       # kept over judged
+        measured.fade(0.5 ** (judged / HALF_LIFE))
+        measured.add(n, judged)
 
     def _record(self, row: Row, proposed: list, n: int, new: list, elapsed: float, plain: bool) -> list:
         """Append a round's tokens to the row (cut at max_new_tokens and eos), its stats and stop reason."""

@@ -28,6 +28,7 @@ import numpy as np
 from ..core.stats import Stats
 from ..engine.beam_model import BeamModel
 from .beam import BeamSearch, candidates, log_softmax
+from .estimators import Ratio, Waits
 from .processors import Processors
 from .speech import most_likely
 
@@ -190,11 +191,13 @@ class BeamEstimates:
     GAMMAS = (1, 2, 3, 4)
 
     def __init__(self):
-        self.steps, self.seconds, self.seen, self.last, self.wait = {}, {}, {}, {}, {}
+        self.rate = {}              # gamma -> decayed beam steps over seconds
+        self.seen = {}              # gamma -> rounds run
+        self.waits = Waits(self.EXPLORE, self.MAX_WAIT)
         self.rounds = 0
 
     def best(self) -> int:
-        return max(self.steps, key=lambda g: self.steps[g] / self.seconds[g])
+        return max(self.rate, key=lambda g: self.rate[g].get(0.0))
 
     def choose(self, gamma_max: int) -> int:
         options = [0] + [g for g in self.GAMMAS if g <= gamma_max]
@@ -204,22 +207,21 @@ class BeamEstimates:
                 return g
         best = self.best()
         for g in options:
-            if g != best and self.rounds - self.last[g] > self.wait.get(g, self.EXPLORE):
+            if g != best and self.waits.due(g, self.rounds - 1):     # waited more than its wait
                 return g
         return best
 
     def learn(self, gamma: int, steps: int, seconds: float) -> None:
-        for g in self.steps:
-            self.steps[g] *= self.DECAY
-            self.seconds[g] *= self.DECAY
-        self.steps[gamma] = self.steps.get(gamma, 0.0) + steps
-        self.seconds[gamma] = self.seconds.get(gamma, 0.0) + seconds
+        for rate in self.rate.values():
+            rate.fade(self.DECAY)
+        self.rate.setdefault(gamma, Ratio()).add(steps, seconds)
         self.seen[gamma] = self.seen.get(gamma, 0) + 1
-        self.last[gamma] = self.rounds
-        if self.seen[gamma] > self.WARMUP:
-            wait = self.wait.get(gamma, self.EXPLORE)
-            self.wait[gamma] = self.EXPLORE if self.best() == gamma else min(2 * wait, self.MAX_WAIT)
+        self.waits.ran(gamma, self.rounds)
+        if self.seen[gamma] > self.WARMUP and self.best() == gamma:
+            self.waits.reset(gamma)
+        elif self.seen[gamma] > self.WARMUP:
+            self.waits.double(gamma)
 
     def rates(self) -> dict:
         """gamma -> beam steps per second, as estimated now."""
-        return {g: self.steps[g] / self.seconds[g] for g in sorted(self.steps) if self.seconds[g] > 0}
+        return {g: self.rate[g].get() for g in sorted(self.rate) if self.rate[g].den > 0}

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import time
 
+from .estimators import Ratio
+
 FIRST = 256           # rounds measured half and half before a mode leads
 MIN_SHARE = 1 / 32    # the slower mode's least share of the rounds
 HALF_LIFE = 4096      # rounds after which a measurement weighs half
@@ -51,7 +53,7 @@ class Switch:
         self.rounds = 0                   # rounds asked about
         self.lead = None                  # the faster mode (True: auto's rounds), None while measuring
         self.led = 0                      # rounds since the lead last changed
-        self.spent = {True: [0.0, 0.0], False: [0.0, 0.0]}   # mode -> decayed [seconds, tokens]
+        self.spent = {True: Ratio(), False: Ratio()}        # mode -> decayed seconds over tokens
         self.measured = {True: 0, False: 0}                 # mode -> rounds measured
         self._phase = 0.0
         self._last = None                 # (clock, tokens produced, mode) at the start of the round at hand
@@ -68,11 +70,8 @@ class Switch:
         if self._last is not None:
             began, before, mode = self._last
             for spent in self.spent.values():
-                spent[0] *= _DECAY
-                spent[1] *= _DECAY
-            spent = self.spent[mode]
-            spent[0] += now - began - idle
-            spent[1] += produced - before
+                spent.fade(_DECAY)
+            self.spent[mode].add(now - began - idle, produced - before)
             self.measured[mode] += 1
         self.rounds += 1
         self.led += 1
@@ -100,8 +99,7 @@ class Switch:
         return on is not None and off is not None and min(on, off) < (1 - CLEAR) * max(on, off)
 
     def seconds_per_token(self, auto: bool) -> float | None:
-        seconds, tokens = self.spent[auto]
-        return seconds / tokens if tokens > 0 else None
+        return self.spent[auto].get()
 
     def _decide(self) -> None:
         on, off = self.seconds_per_token(True), self.seconds_per_token(False)
