@@ -231,6 +231,25 @@ static int specdec_enter(const char *function)
     return -1;
 }
 
+/* The start of an entry point named `function`: check the versioned structs it gets (either may be NULL), then
+   clear the thread's error and start Python. Returns SPECDEC_OK, or SPECDEC_E_INVALID_ARGUMENT or SPECDEC_E_PYTHON
+   with the error set. */
+static specdec_status specdec_begin(const char *function, const specdec_params *params, specdec_stats *out_stats)
+{
+    specdec_status st = specdec_prepare(function, params, out_stats);
+    if (st != SPECDEC_OK)
+        return st;
+    return specdec_enter(function) ? SPECDEC_E_PYTHON : SPECDEC_OK;
+}
+
+/* In a public entry point: specdec_begin under the entry point's own name, returning its status when it fails. */
+#define SPECDEC_BEGIN(params, out_stats)                                                                         \
+    do {                                                                                                         \
+        specdec_status begun_ = specdec_begin(__func__, (params), (out_stats));                                  \
+        if (begun_ != SPECDEC_OK)                                                                                \
+            return begun_;                                                                                       \
+    } while (0)
+
 /* ---- public entry points: clear the error, start Python, call the Python side ------------------------ */
 
 SPECDEC_API specdec_status specdec_open(const char *export_dir, const char *options_json,
@@ -238,8 +257,7 @@ SPECDEC_API specdec_status specdec_open(const char *export_dir, const char *opti
 {
     if (out_session)
         *out_session = NULL;
-    if (specdec_enter("specdec_open"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(NULL, NULL);
     return (specdec_status)_specdec_py_open(export_dir, options_json, out_session);
 }
 
@@ -255,8 +273,7 @@ SPECDEC_API void specdec_close(specdec_session *session)
 
 SPECDEC_API specdec_status specdec_get_info(specdec_session *session, specdec_session_info *out_info)
 {
-    if (specdec_enter("specdec_get_info"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(NULL, NULL);
     return (specdec_status)_specdec_py_get_info(session, out_info);
 }
 
@@ -264,11 +281,7 @@ SPECDEC_API specdec_status specdec_generate_ids(specdec_session *session, const 
                                                 size_t n_input, const specdec_params *params, int32_t *out_ids,
                                                 size_t out_capacity, size_t *out_len, specdec_stats *out_stats)
 {
-    specdec_status st = specdec_prepare("specdec_generate_ids", params, out_stats);
-    if (st != SPECDEC_OK)
-        return st;
-    if (specdec_enter("specdec_generate_ids"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_generate_ids(session, input_ids, n_input, params, out_ids, out_capacity,
                                                     out_len, out_stats);
 }
@@ -278,11 +291,7 @@ SPECDEC_API specdec_status specdec_generate_text(specdec_session *session, const
                                                  size_t out_capacity, size_t *out_len,
                                                  specdec_stats *out_stats)
 {
-    specdec_status st = specdec_prepare("specdec_generate_text", params, out_stats);
-    if (st != SPECDEC_OK)
-        return st;
-    if (specdec_enter("specdec_generate_text"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_generate_text(session, prompt, params, out_text, out_capacity, out_len,
                                                      out_stats);
 }
@@ -292,11 +301,7 @@ SPECDEC_API specdec_status specdec_stream(specdec_session *session, const char *
                                           const specdec_params *params, specdec_piece_callback on_piece,
                                           void *user_data, specdec_stats *out_stats)
 {
-    specdec_status st = specdec_prepare("specdec_stream", params, out_stats);
-    if (st != SPECDEC_OK)
-        return st;
-    if (specdec_enter("specdec_stream"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_stream(session, prompt, input_ids, n_input, params, on_piece, user_data,
                                               out_stats);
 }
@@ -310,11 +315,7 @@ SPECDEC_API specdec_status specdec_generate_sequences(specdec_session *session, 
                                                       double *out_scores, size_t max_sequences,
                                                       size_t *out_count, specdec_stats *out_stats)
 {
-    specdec_status st = specdec_prepare("specdec_generate_sequences", params, out_stats);
-    if (st != SPECDEC_OK)
-        return st;
-    if (specdec_enter("specdec_generate_sequences"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_generate_sequences(session, prompt, input_ids, n_input, params, out_ids,
                                                           out_capacity, out_len, out_lengths, out_scores,
                                                           max_sequences, out_count, out_stats);
@@ -323,8 +324,7 @@ SPECDEC_API specdec_status specdec_generate_sequences(specdec_session *session, 
 SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_t *ids, size_t n_ids,
                                           char *out_text, size_t out_capacity, size_t *out_len)
 {
-    if (specdec_enter("specdec_decode"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(NULL, NULL);
     return (specdec_status)_specdec_py_decode(session, ids, n_ids, out_text, out_capacity, out_len);
 }
 
@@ -333,8 +333,7 @@ SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_
 SPECDEC_API specdec_status specdec_get_audio_info(specdec_session *session, size_t *out_max_samples,
                                                   int32_t *out_sample_rate)
 {
-    if (specdec_enter("specdec_get_audio_info"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(NULL, NULL);
     return (specdec_status)_specdec_py_get_audio_info(session, out_max_samples, out_sample_rate);
 }
 
@@ -343,11 +342,7 @@ SPECDEC_API specdec_status specdec_transcribe(specdec_session *session, const fl
                                               const specdec_params *params, char *out_text, size_t out_capacity,
                                               size_t *out_len, specdec_stats *out_stats)
 {
-    specdec_status st = specdec_prepare("specdec_transcribe", params, out_stats);
-    if (st != SPECDEC_OK)
-        return st;
-    if (specdec_enter("specdec_transcribe"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_transcribe(session, pcm, n_samples, wav_path, language, task, params,
                                                   out_text, out_capacity, out_len, out_stats);
 }
@@ -357,11 +352,7 @@ SPECDEC_API specdec_status specdec_transcribe_ids(specdec_session *session, cons
                                                   const specdec_params *params, int32_t *out_ids,
                                                   size_t out_capacity, size_t *out_len, specdec_stats *out_stats)
 {
-    specdec_status st = specdec_prepare("specdec_transcribe_ids", params, out_stats);
-    if (st != SPECDEC_OK)
-        return st;
-    if (specdec_enter("specdec_transcribe_ids"))
-        return SPECDEC_E_PYTHON;
+    SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_transcribe_ids(session, pcm, n_samples, wav_path, language, task, params,
                                                       out_ids, out_capacity, out_len, out_stats);
 }
