@@ -164,6 +164,17 @@ class CApi(AudioCalls):
             finally:
                 session.owner = None
 
+    @contextlib.contextmanager
+    def _prompted(self, session: _Session, prompt, input_ids, n_input: int, params):
+        """A text call's request read from C, then the session's decoder held for it (a Whisper session refused):
+        yields (decoder, prompt text or None for NULL, input ids or None for NULL, Params)."""
+        text = None if prompt == self.ffi.NULL else self._text(prompt, "prompt")
+        ids = self._input_ids(input_ids, n_input)
+        request = self._params(params)
+        with self._hold(session) as dec:
+            self._takes_prompts(dec)
+            yield dec, text, ids, request
+
     def _params(self, ptr) -> Params:
         """The one Params of a request, from the C struct (NULL: the defaults, which specdec_params_default() equals).
         Only the fields inside the caller's struct_size are read; the others keep their Params defaults. Values are
@@ -319,10 +330,7 @@ class CApi(AudioCalls):
     def generate_ids(self, ptr, input_ids, n_input, params, out_ids, out_capacity, out_len, out_stats) -> None:
         session = self._session(ptr)
         self._out_buffer(out_ids, out_capacity, out_len, "out_ids")
-        ids = self._input_ids(input_ids, n_input)
-        request = self._params(params)
-        with self._hold(session) as dec:
-            self._takes_prompts(dec)
+        with self._prompted(session, self.ffi.NULL, input_ids, n_input, params) as (dec, _, ids, request):
             res = dec.generate(input_ids=[] if ids is None else ids, params=request)
         self._give_ids(res, out_ids, out_capacity, out_len, out_stats)
 
@@ -331,10 +339,7 @@ class CApi(AudioCalls):
         self._out_buffer(out_text, out_capacity, out_len, "out_text")
         if prompt == self.ffi.NULL:
             raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "prompt is NULL", "pass the prompt text")
-        text = self._text(prompt, "prompt")
-        request = self._params(params)
-        with self._hold(session) as dec:
-            self._takes_prompts(dec)
+        with self._prompted(session, prompt, self.ffi.NULL, 0, params) as (dec, text, _, request):
             res = dec.generate(text, params=request)
         self._fill_stats(out_stats, res.stats, res.stop_reason)
         self._give_text(res.text.encode("utf-8"), out_text, out_capacity, out_len)
@@ -345,11 +350,7 @@ class CApi(AudioCalls):
         if on_piece == ffi.NULL:
             raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "on_piece is NULL",
                           "pass a callback; use specdec_generate_ids or _text to generate without one")
-        text = None if prompt == ffi.NULL else self._text(prompt, "prompt")
-        ids = self._input_ids(input_ids, n_input)
-        request = self._params(params)
-        with self._hold(session) as dec:
-            self._takes_prompts(dec)
+        with self._prompted(session, prompt, input_ids, n_input, params) as (dec, text, ids, request):
             if request.num_beams != 1:
                 request.checked(dec.gamma_max)          # an invalid num_beams is refused as Python refuses it
                 raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, "beam search cannot stream: every beam may still "
@@ -381,11 +382,7 @@ class CApi(AudioCalls):
         if out_lengths == ffi.NULL and max_sequences:
             raise Failure(bad, f"out_lengths is NULL but max_sequences is {max_sequences}",
                           "pass arrays of max_sequences elements, or max_sequences 0 to measure only")
-        text = None if prompt == ffi.NULL else self._text(prompt, "prompt")
-        ids = self._input_ids(input_ids, n_input)
-        request = self._params(params)
-        with self._hold(session) as dec:
-            self._takes_prompts(dec)
+        with self._prompted(session, prompt, input_ids, n_input, params) as (dec, text, ids, request):
             res = dec.generate(text, input_ids=ids, params=request)
         sequences = [[int(t) for t in seq] for seq in res.sequences]
         scores = [float(x) for x in res.scores] if res.scores else [float("nan")] * len(sequences)
