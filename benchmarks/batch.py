@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
-from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
+from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 def add_arguments(p) -> None:
@@ -71,7 +71,7 @@ def _ints(text: str, what: str) -> list:
 def run(args) -> int:
     from specdec.runtime import Params, SpeculativeDecoder
 
-    from . import machine, prompts as prompts_mod
+    from .common import machine, prompts as prompts_mod
 
     batches = _ints(args.batch, "batch")
     temperatures = [float(t) for t in args.temperature.split(",")]

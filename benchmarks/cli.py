@@ -27,9 +27,14 @@ import sys
 
 from specdec.runtime.core.errors import SpecdecError, run_cli
 
-from . import (batch, cli_beams, cli_drafts, cli_dtypes, cli_shapes, cli_sweep, datastore_scale, gpu,
-               serve_load, width)
-from .cli_options import RENAMED, BenchParser
+from . import batch, datastore_scale, gpu, serve_load, width
+from .beams import cli as cli_beams
+from .drafts import cli as cli_drafts
+from .dtypes import cli as cli_dtypes
+from .shapes import cli as cli_shapes
+from .sweep import cli as cli_sweep
+from .common import options
+from .common.options import RENAMED, BenchParser
 
 # the tools, by their command name: (module, one line for the list of commands)
 TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p99 latency by clients and instances"),
@@ -56,9 +61,7 @@ def parser() -> argparse.ArgumentParser:
     for module in (cli_sweep, cli_drafts, cli_beams, cli_shapes, cli_dtypes):
         module.add_parser(commands)
     for name, (module, summary) in TOOLS.items():
-        sub = commands.add_parser(name, help=summary, description=module.__doc__)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        module.add_arguments(options.command(commands, name, summary, module.run, []))
     for sub in commands.choices.values():
         sub.formatter_class = argparse.RawDescriptionHelpFormatter
     return p

@@ -135,7 +135,7 @@ def run(args) -> int:
 def main(argv=None) -> int:
     """`python -m specdec.bench.datastore_scale`: the same as `specdec-bench datastore-scale`; its stages run it
     this way, in fresh processes."""
-    from .cli_options import tool_main
+    from .common.options import tool_main
 
     return tool_main("python -m specdec.bench.datastore_scale", __doc__, add_arguments, run, argv)
 

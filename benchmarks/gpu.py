@@ -288,7 +288,8 @@ def cuda_graphs():
 def real_size(args, on_gpu: bool, log) -> dict:
     from specdec.runtime import SpeculativeDecoder
 
-    from . import prompts as prompts_mod, shapes
+    from .common import prompts as prompts_mod
+    from .shapes import measure as shapes
 
     target, draft = shapes.parse_pair(args.shapes)
     export_dir, _ = shapes.ensure_export(target, draft, Path(args.work_dir), 4, 128, keep_checkpoints=True, log=log,
@@ -334,7 +335,7 @@ def device_name(provider: str) -> str:
                 return done.stdout.strip().splitlines()[0]
         except (OSError, subprocess.TimeoutExpired):
             pass
-    from . import machine
+    from .common import machine
 
     return machine.describe(provider)["cpu_model"]
 
@@ -342,7 +343,7 @@ def device_name(provider: str) -> str:
 def bundled_export(workdir: Path, log) -> Path:
     """The bundled pair exported into workdir/gpu-bundled (once)."""
     from specdec.export.pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
-    from specdec.runtime.loading.manifest import load_manifest
+    from specdec.runtime import load_manifest
 
     out = Path(workdir) / "gpu-bundled"
     try:
@@ -362,7 +363,7 @@ def run(args) -> int:
     from specdec.runtime import SpeculativeDecoder
     from specdec.runtime.engine.device import resolve_provider
 
-    from . import machine, prompts as prompts_mod
+    from .common import machine, prompts as prompts_mod
 
     if args.num_prompts < 1 or args.max_new_tokens < 2 or args.samples < 100 or args.budget_s <= 0:
         raise SpecdecError("--num-prompts >= 1, --max-new-tokens >= 2, --samples >= 100 and --budget-s > 0 are "

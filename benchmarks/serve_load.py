@@ -65,7 +65,7 @@ def add_arguments(p) -> None:
 
 
 def _prompts(path, count: int) -> list:
-    from . import prompts as prompt_files
+    from .common import prompts as prompt_files
 
     path = path or prompt_files.bundled_prompts_file()
     if path is None:
@@ -140,7 +140,7 @@ def run_soak(args, instances: int, prompts: list) -> list:
 
     from specdec.serve.server import free_ports
 
-    from .machine import resident_mib
+    from .common.machine import resident_mib
 
     http, grpc, metrics = free_ports(3)
     argv = [sys.executable, "-m", "specdec.serve.cli", "--export", str(args.engine), "--host", "127.0.0.1",
@@ -190,7 +190,7 @@ def run(args) -> int:
     """The load cells of the parsed flags; the JSON report's "command" is args.command_line, as it was typed."""
     from specdec.serve.server import Server, free_ports
 
-    from .machine import describe, load_average, resident_mib
+    from .common.machine import describe, load_average, resident_mib
 
     prompts = _prompts(args.prompts, args.requests)
     machine = describe("cpu")
@@ -242,7 +242,7 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """`python -m specdec.bench.serve_load`: the same as `specdec-bench serve-load`."""
-    from .cli_options import tool_main
+    from .common.options import tool_main
 
     return tool_main("python -m specdec.bench.serve_load", __doc__, add_arguments, run, argv)
 

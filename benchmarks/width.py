@@ -15,7 +15,7 @@ own (checked and reported: `replay_matches_runtime`).
 
 The cost side: a tree of B candidates of up to gamma tokens is one target run over 1 + (their tokens) positions
 (candidates with distinct first tokens share only the root). `--wide-export` is an export of the same pair with a
-larger --gamma-max (e.g. 64), whose cost probe (benchmarks/costs.py) times target runs over 1 .. gamma_max + 1
+larger --gamma-max (e.g. 64), whose cost probe (specdec.bench.common.costs) times target runs over 1 .. gamma_max + 1
 tokens; the prediction per B is then (tokens per run) / (T(nodes) / T(1)), the round's host work left out (the
 lookup's: tens of microseconds). A decoder graph that verifies a tree needs a tree attention mask and per-token
 positions; this tool measures whether building one would pay before it is built.
@@ -120,10 +120,9 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from specdec.runtime import SpeculativeDecoder
-    from specdec.runtime.decoding.lookup import LookupDraft
+    from specdec.runtime import LookupDraft
 
-    from . import costs
-    from . import prompts as prompts_mod
+    from .common import costs, prompts as prompts_mod
 
     widths = [int(w) for w in args.widths.split(",")]
     dec = SpeculativeDecoder.load(args.engine, provider="cpu")
@@ -168,7 +167,7 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """`python -m specdec.bench.width`: the same as `specdec-bench width`."""
-    from .cli_options import tool_main
+    from .common.options import tool_main
 
     return tool_main("python -m specdec.bench.width", __doc__, add_arguments, run, argv)
 

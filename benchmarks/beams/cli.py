@@ -1,7 +1,7 @@
 """`specdec-bench beams (--export DIR | --shapes T:D) --num-beams W`: beam search. On an export: per task,
 target-only beam search (none), exact speculative beam search at each --gamma, gamma=auto and transformers'
-generate(num_beams=W) on the same checkpoint, interleaved in one run (beams.py). At real shapes (random weights,
-so no generation): the per-call costs of W x 1 and R x (g+1) target runs (beam_costs.py)."""
+generate(num_beams=W) on the same checkpoint, interleaved in one run (measure.py). At real shapes (random weights,
+so no generation): the per-call costs of W x 1 and R x (g+1) target runs (costs.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from . import cli_common as common, cli_options as options, machine
+from ..common import machine, options, running as common
 
 HELP = "beam search: none, speculative and auto beam search and transformers' on an export, or costs at real shapes"
 
@@ -25,7 +25,7 @@ SHAPES_ONLY = {"--beam-rows": None, "--source-length": 48, "--work-dir": "bench-
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("beams", help=HELP, description=__doc__, parents=[
+    p = options.command(commands, "beams", HELP, run, [
         options.prompts(every_task=True),
         options.run(max_new_tokens=64, repeat=5, repeat_help="repeats of every configuration",
                     past="max_new_tokens/2; with --shapes: 32"),
@@ -58,7 +58,6 @@ def add_parser(commands) -> None:
     costs.add_argument("--beam-rows", type=options.int_list, default=None, metavar="R,...",
                        help="the rows R of the scoring runs to time (default W,2W,3W,4W)")
     costs.add_argument("--source-length", type=int, default=48, metavar="N", help="random prompt length (default 48)")
-    p.set_defaults(run=run)
 
 
 def _form_checked(args) -> None:
@@ -83,8 +82,9 @@ def _shapes(args) -> int:
     measures them on an export."""
     import numpy as np
 
-    from . import beam_costs, beams, shapes
-    from .beam_tables import beam_costs_text
+    from . import costs as beam_costs, measure as beams
+    from ..shapes import measure as shapes
+    from .tables import beam_costs_text, shapes_sections
 
     target, draft = shapes.parse_pair(args.shapes)
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
@@ -102,13 +102,15 @@ def _shapes(args) -> int:
     costs = beam_costs.probe(dec, ids, args.num_beams, gammas, census, past, args.probe_repeats, extra_rows=rows)
     print()
     print(beam_costs_text(costs))
-    common.write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args)
+    common.write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args,
+                 shapes_sections)
     return 0
 
 
 def _engine(args) -> int:
-    from . import beam_costs, beam_summary, beams, prompts as prompts_mod
-    from .report import BEAM_NOTES
+    from . import costs as beam_costs, measure as beams, summary as beam_summary
+    from ..common import prompts as prompts_mod
+    from .tables import BEAM_NOTES, markdown_sections
 
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
     common.runs_checked(args, past=max(1, args.max_new_tokens // 2))
@@ -143,12 +145,12 @@ def _engine(args) -> int:
     per_pass = len(prompts) * len([c for c in configs if c.specdec]) + (len(prompts) if hf else 0)
     with common.progress(args, per_pass * (1 + args.repeat) + (args.repeat if hf else 0),
                          "specdec-bench beams") as bar:
-        cells, equality, shapes, learned = beams.run_beams(dec, prompts, configs, settings, args.repeat, hf, bar)
+        cells, equality, shapes, learning, learned = beams.run_beams(dec, prompts, configs, settings, args.repeat, hf, bar)
     costs = beam_costs.probe(dec, prompts[0].ids, args.num_beams, gammas if has_draft else [], shapes, args.past,
                              args.probe_repeats)
     rows = beam_summary.summarize(cells, configs, equality, costs)
     exact = beam_summary.equality_summary(rows)
-    auto_end = beams.estimates_snapshot(dec.beam_estimates)
+    auto_end = beams.estimates_snapshot(learning.beam_estimates)
     _print_report(costs, rows, exact, learned, auto_end)
 
     out = {"mode": "beams", "machine": mach, "engine": common.engine_info(dec),
@@ -162,14 +164,15 @@ def _engine(args) -> int:
            "auto_estimates_note": beams.ESTIMATES_NOTE,
            "target_run_shapes_seen": _shape_counts(shapes.get("target", [])),
            "elapsed_s": time.perf_counter() - started}
-    common.finish(out, args)
+    common.finish(out, args, markdown_sections)
     return 0
 
 
 def _print_report(costs: dict, rows: list, exact: dict, learned: dict, auto_end: dict) -> None:
-    from .beam_tables import beam_costs_text, beam_estimates_lines, beam_lines, beam_prediction_lines
-    from .beams import ESTIMATES_NOTE, TRANSFORMERS
-    from .tables import table
+    from ..common.tables import lines
+    from .tables import BEAMS, PREDICTIONS, beam_costs_text, beam_estimates_lines
+    from .measure import ESTIMATES_NOTE, TRANSFORMERS
+    from ..common.tables import table
 
     print()
     print(beam_costs_text(costs))
@@ -180,7 +183,7 @@ def _print_report(costs: dict, rows: list, exact: dict, learned: dict, auto_end:
           "target run; spec: share of the rounds that were speculative, and beam steps per speculative round; "
           "time shares of target runs, draft runs (with the proposal's host work), encoders, host; = none: outputs "
           "equal to target-only beam search / compared)")
-    print(table(*beam_lines(rows)))
+    print(table(*lines(BEAMS, rows)))
     predicted = [r for r in rows if r.get("prediction")]
     if predicted:
         print()
@@ -192,7 +195,7 @@ def _print_report(costs: dict, rows: list, exact: dict, learned: dict, auto_end:
               "which it would; c loop, T-ratio loop: the same costs as the loop paid them (Stats: draft ms per "
               "call, the proposal's host work included, and target ms per call, over none's target ms per call), "
               "pred loop = s/(draft runs per round x c loop + T-ratio loop); speedup: measured, vs none)")
-        print(table(*beam_prediction_lines(predicted)))
+        print(table(*lines(PREDICTIONS, predicted)))
     print()
     print(ESTIMATES_NOTE)
     for line in beam_estimates_lines({"after warm-up": learned, "at the end": auto_end}):

@@ -24,7 +24,7 @@ import numpy as np
 
 from specdec.runtime import Stats
 
-from .drafts import rotated
+from ..common.runs import rotated
 
 
 def rows_seen(shapes: list, guesses: int) -> dict | None:

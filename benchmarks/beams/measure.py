@@ -11,7 +11,7 @@ Configurations (labels as the report spells them):
     transformers   T5ForConditionalGeneration.generate(num_beams=W, do_sample=False, ...) on the checkpoint the
                    export was made from (PyTorch, fp32), the same prompts and beam settings
 
-Order: `dec.beam_estimates` is reset (a cold start), then one untimed warm-up pass runs every prompt with every
+Order: the runs learn in a fresh `dec.learning()` (a cold start for auto), then one untimed warm-up pass runs every prompt with every
 configuration (ONNX Runtime's arenas, PyTorch's first calls; auto learns its estimates here, and the target's and
 the draft's run shapes are recorded for the cost probe). Then the repeats: the specdec configurations interleaved
 per prompt (for each prompt, every configuration back to back, the list rotated by one position per prompt and per
@@ -26,7 +26,7 @@ median and min-max over repeats), beam steps per target call, speculative rounds
 went (Stats: target_s, draft_s, encoder_s, host_s over total_s), and how many outputs equal none's (every prompt of
 every repeat and of the warm-up pass).
 
-Per-call costs: beam_costs.py; the rows of the report and the predictions: beam_summary.py.
+Per-call costs: costs.py; the rows of the report and the predictions: summary.py.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from specdec.runtime import Params, SpecdecError, Stats
 
-from .drafts import rotated, task_of, tasks_of
+from ..common.runs import rotated, task_of, tasks_of
 
 SUMMED = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
           "host_s", "steps")
@@ -117,7 +117,7 @@ class TransformersBeam:
         self.torch, self.model, self.eos_id, self.settings = torch, model, eos_id, settings
 
     def run(self, ids: list) -> list:
-        from .peer_engines import normalize
+        from ..common.peer_engines import normalize
 
         torch, s = self.torch, self.settings
         x = torch.tensor([ids], dtype=torch.long)
@@ -135,8 +135,8 @@ def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threa
     given; "not installed" / the error when it cannot run."""
     from pathlib import Path
 
-    from .peer_engines import load_hf
-    from .prompts import special_id
+    from ..common.peer_engines import load_hf
+    from ..common.prompts import special_id
 
     path = checkpoint or dec.manifest.models["target"].source
     if not Path(path).is_dir():
@@ -231,8 +231,8 @@ def estimates_snapshot(est) -> dict:
 def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None, progress=None):
     """Run everything (module docstring). Returns (cells {(task, label): BeamCell}, equality {(task, label):
     {equal, compared, first_mismatch}} against none, agreement of none with transformers likewise under
-    (task, "transformers"), shapes {"target"|"draft": [(rows, tokens)]} of the warm-up pass, estimates snapshot
-    after the warm-up pass, statuses {label: why not run})."""
+    (task, "transformers"), shapes {"target"|"draft": [(rows, tokens)]} of the warm-up pass, what the runs learned
+    (`dec.learning()`, fresh: a cold start for auto) and its estimates snapshot after the warm-up pass)."""
     tasks = list(tasks_of(prompts))
     spec = [c for c in cfgs if c.specdec]
     use_hf = hf is not None and any(not c.specdec for c in cfgs)
@@ -260,7 +260,7 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
             e["first_mismatch"] = {"pass": pass_id, "prompt": i}
 
     def run_spec(pass_id, i, p, config, repeat=None):
-        res = dec.generate(input_ids=p.ids, params=params[config.label])
+        res = dec.generate(input_ids=p.ids, params=params[config.label], learned=learning)
         seqs = [list(s) for s in res.sequences]
         if config.label == NONE.label:
             reference[(pass_id, i)] = seqs
@@ -293,7 +293,7 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
             hf_outputs[(pass_id, i)] = [out]
             tick()
 
-    dec.beam_estimates = type(dec.beam_estimates)()        # a cold start for auto
+    learning = dec.learning()            # a cold start for auto
     target_model = dec.beam_model("target")
     models = {"target": target_model}
     if any(c.draft == "draft" for c in spec):
@@ -304,7 +304,7 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
             stack.enter_context(census)
         spec_pass("warmup", 0)
     hf_pass("warmup")
-    learned = estimates_snapshot(dec.beam_estimates)
+    learned = estimates_snapshot(learning.beam_estimates)
     for r in range(repeats):
         blocks = [lambda r=r: spec_pass(r, r, r), lambda r=r: hf_pass(r, r)]
         for block in (blocks if r % 2 else blocks[::-1]):
@@ -313,4 +313,4 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
         for (pass_id, i), out in hf_outputs.items():
             compare((task_of(prompts[i]), TRANSFORMERS), pass_id, i, out)
     shapes = {name: census.shapes for name, census in censuses.items()}
-    return cells, equality, shapes, learned
+    return cells, equality, shapes, learning, learned

@@ -1,5 +1,5 @@
 """The rows of `specdec-bench beams`: per (task, configuration) from the cells beams.run_beams filled, with
-the speedups, where the time went, the outputs equal to none's, and what the runs predict (beam_costs.py has the
+the speedups, where the time went, the outputs equal to none's, and what the runs predict (costs.py has the
 costs they use).
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import statistics
 
-from .beams import NONE, SOURCE_KEYS, TRANSFORMERS, BeamConfig
-from .sweep import spread
+from .measure import NONE, SOURCE_KEYS, TRANSFORMERS, BeamConfig
+from ..common.runs import spread
 
 PARTS = ("target", "draft", "encoder", "host")     # where the time went: Stats.<part>_s
 

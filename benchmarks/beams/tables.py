@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .tables import fmt, lines, same, table
+from ..common.tables import field, fmt, lines, markdown_table, same, snapshot_lines, table
 
 
 def beam_costs_lines(costs: dict) -> tuple[list[str], list[list[str]]]:
@@ -68,35 +68,94 @@ BEAMS = _CONFIG + (
     same("host %", _pct("host")), same("= none", _equal))
 
 
-def _prediction(key: str, spec: str = ".2f"):
-    return lambda r: fmt(r["prediction"][key], spec)
-
-
 PREDICTIONS = _CONFIG + (
-    same("s", _prediction("steps_per_round")), same("R", _prediction("rows", "d")), same("c", _prediction("c", ".3f")),
-    same("T(R,g+1)/T(W,1)", _prediction("verify_ratio")), same("pred", _prediction("predicted_speedup")),
-    same("ceiling", _prediction("ceiling")), same("T-ratio b-e", _prediction("verify_break_even")),
-    same("c b-e", _prediction("c_break_even", ".3f")), same("c loop", _prediction("c_in_loop", ".3f")),
-    same("T-ratio loop", _prediction("verify_ratio_in_loop")), same("pred loop", _prediction("predicted_in_loop")),
+    same("s", field("steps_per_round")), same("R", field("rows", "d")), same("c", field("c", ".3f")),
+    same("T(R,g+1)/T(W,1)", field("verify_ratio")), same("pred", field("predicted_speedup")),
+    same("ceiling", field("ceiling")), same("T-ratio b-e", field("verify_break_even")),
+    same("c b-e", field("c_break_even", ".3f")), same("c loop", field("c_in_loop", ".3f")),
+    same("T-ratio loop", field("verify_ratio_in_loop")), same("pred loop", field("predicted_in_loop")),
     same("speedup", lambda r: fmt(r.get("speedup_vs_none", {}).get("median"))),
-    same("meas/pred", _prediction("measured_over_predicted")))
-
-
-def beam_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    return lines(BEAMS, rows)
-
-
-def beam_prediction_lines(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
-    return lines(PREDICTIONS, rows)
+    same("meas/pred", field("measured_over_predicted")))
 
 
 def beam_estimates_lines(snapshots: dict) -> list[str]:
-    out = []
-    for when, e in snapshots.items():
-        if "unavailable" in e:
-            out.append(f"{when}: {e['unavailable']}")
-            continue
+    def line(when: str, e: dict) -> str:
         rates = ", ".join(f"gamma {g}: {r:.0f}" for g, r in e["steps_per_s"].items()) or "-"
         seen = ", ".join(f"{g}: {n}" for g, n in e["rounds_seen"].items()) or "-"
-        out.append(f"{when}: beam steps/s {rates} (best: gamma {e['best']}); rounds by gamma {seen}")
-    return out
+        return f"{when}: beam steps/s {rates} (best: gamma {e['best']}); rounds by gamma {seen}"
+    return snapshot_lines(snapshots, line)
+
+
+BEAM_NOTES = {
+    "beam_results": "one row per (task, configuration); config: none (specdec target-only beam search, draft='none'), "
+                    "draft:G (exact speculative beam search, draft='draft', gamma=G), auto (gamma='auto'), "
+                    "transformers (PyTorch generate(num_beams=W) on the target checkpoint)",
+    "ms_per_token": "per repeat: wall time over the task's prompts / tokens of the best sequences (Stats.new_tokens; "
+                    "for transformers its output up to EOS); spread over repeats. ms_per_request likewise per request",
+    "speedup_vs_none": "per repeat: none's wall time over the task's prompts / this configuration's (the same "
+                       "prompts, equal outputs); spread over repeats. speedup_vs_transformers likewise with "
+                       "transformers' wall time",
+    "beam_steps_per_target_call": "beam steps (a target-only round makes 1, a speculative round 1 .. g+1: "
+                                  "Stats.sources tokens) / target runs",
+    "speculative": "Stats.sources summed over the timed runs: rounds, proposed, accepted and steps of the "
+                   "speculative rounds (source 'draft'), target_only_rounds (source 'none'), round_share = "
+                   "speculative rounds / target runs, steps_per_round, accepted_per_guess = accepted / proposed",
+    "time_share": "Stats target_s, draft_s (the draft runs and the proposal's host work between them), encoder_s, "
+                  "host_s over total_s, pooled over the timed runs",
+    "outputs_equal_none": "sequences equal to none's (the reference: not on its own rows) on the same prompt in the "
+                          "same pass (the warm-up pass and every repeat); for transformers its best sequence against "
+                          "none's best (agreement, not required: PyTorch and ONNX Runtime logits differ by round-off)",
+    "beam_costs": "the batched sessions' run times at past_length, median over repeats: target W x 1 "
+                  "(target_step_ms), target R x (g+1) for R = W, W (g+1) and the median rows seen in the warm-up "
+                  "pass (scoring[g]), the draft's W x 1 step; c = draft step / target step. Each target shape runs "
+                  "twice in a row: ms is the second run, after_switch_ms the first (right after another shape)",
+    "prediction": "for draft:G: s / (g c + T(R, g+1)/T(W, 1)), s = measured beam steps per speculative round; "
+                  "host time left out; ceiling = s / (g c + 1) (a scoring run as cheap as a W x 1 step); "
+                  "c_in_loop = draft ms per call (Stats, the proposal's host work included) / none's target ms per "
+                  "call, verify_ratio_in_loop = target ms per call / none's, predicted_in_loop = s / (draft runs per "
+                  "round x c_in_loop + verify_ratio_in_loop); "
+                  "verify_break_even = s - g c, c_break_even = (s - T(R, g+1)/T(W, 1)) / g",
+}
+
+
+def markdown_sections(report: dict) -> list[str]:
+    """The report of `beams` in Markdown (after the machine line)."""
+    s, costs = report["settings"], report["beam_costs"]
+    tasks = ", ".join(f"{task} {n}" for task, n in s["prompts_per_task"].items())
+    hf = s["transformers"]
+    parts = [f"{s['prompts']} prompts ({tasks}; {s['prompts_origin']}), W = {s['num_beams']}, max_new_tokens "
+             f"{s['max_new_tokens']}, early_stopping {s['early_stopping']}, length_penalty {s['length_penalty']:g}, "
+             f"no_repeat_ngram_size {s['no_repeat_ngram_size']}, min_new_tokens {s['min_new_tokens']}, "
+             f"{s['repeats']} repeats; configurations {', '.join(c['label'] for c in s['configs'])} (transformers: "
+             f"{hf['status']}, torch threads {hf['torch_threads']}). {report['auto_estimates_note']}"]
+    parts.append("Per task and configuration: ms per output token (median over repeats, ± half the min-max range) "
+                 "and per request; speedup = the other's wall time ÷ this configuration's on the same prompts "
+                 "(median of per-repeat ratios, min-max for none); beam steps per target run; share of the rounds "
+                 "that were speculative and beam steps per speculative round; time shares (target runs, draft runs "
+                 "with the proposal's host work, encoders, host); outputs equal to none's / compared:\n\n"
+                 + markdown_table(*lines(BEAMS, report["beam_results"])))
+    predicted = [r for r in report["beam_results"] if r.get("prediction")]
+    if predicted:
+        parts.append("What the runs predict for draft:G: pred = s / (g c + T(R, g+1)/T(W, 1)) (s: measured beam "
+                     "steps per speculative round; R: median rows of its scoring run; host time left out); "
+                     "ceiling = s / (g c + 1), the same if the scoring run cost one W × 1 step; it pays when "
+                     "g c + T(R, g+1)/T(W, 1) < s: T-ratio b-e = s − g c, c b-e = (s − T(R, g+1)/T(W, 1)) / g; "
+                     "c loop and T-ratio loop: the same costs as the loop paid them (Stats: draft ms per call with the "
+                     "proposal's host work, target ms per call, over none's target ms per call), pred loop = s / "
+                     "(draft runs per round × c loop + T-ratio loop):\n\n"
+                     + markdown_table(*lines(PREDICTIONS, predicted)))
+    draft = (f"; draft W × 1 step {costs['draft_step_ms']:.3f} ms, c = {costs['c']:.3f}"
+             if costs.get("draft_step_ms") is not None else "")
+    parts.append(f"Per-call costs (batched sessions, past length {costs['past_length']}, median of "
+                 f"{costs['repeats']}): target W × 1 step {costs['target_step_ms']:.3f} ms{draft}:\n\n"
+                 + markdown_table(*beam_costs_lines(costs)))
+    learned = beam_estimates_lines({"after the warm-up pass": report["auto_estimates"]["after_warmup"],
+                                    "at the end": report["auto_estimates"]["at_end"]})
+    parts.append("What auto had learned:\n\n" + "\n".join(f"- {line}" for line in learned))
+    return parts
+
+
+def shapes_sections(report: dict) -> list[str]:
+    """The report of `beams --shapes` in Markdown (after the machine line): the per-call costs."""
+    head = beam_costs_text(report["costs"]).split("\n", 1)[0]
+    return [f"{report['shapes']}: {head}:\n\n" + markdown_table(*beam_costs_lines(report["costs"]))]

@@ -109,7 +109,7 @@ def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log)
 
 class Generate:
     """Hugging Face `generate`, greedy, with the assistant (when given) proposing a constant `gamma` tokens per call
-    and no confidence early-exit: Algorithm 1's setting. Shared with benchmarks/peers.py's transformers peer, which
+    and no confidence early-exit: Algorithm 1's setting. Shared with the peers' transformers peer (peer_engines.py), which
     imports it (this module needs nothing but the standard library until a Generate is made)."""
 
     def __init__(self, model, assistant=None, gamma: int = 0):

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from specdec.runtime.core.errors import OneLineParser, run_cli
-from specdec.runtime.engine.device import PROVIDER_CHOICES, PROVIDER_HELP
+from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
 
 
 # earlier flag names, accepted for one release
@@ -35,6 +35,14 @@ def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
         args.command_line = " ".join([prog] + argv)
         return run(args)
     return run_cli(body, argv)
+
+
+def command(commands, name: str, summary: str, run, parents: list) -> argparse.ArgumentParser:
+    """A command's parser: its line in the list of commands, its --help (the docstring of `run`'s module), the
+    groups of flags it takes (`parents`) and what runs it."""
+    p = commands.add_parser(name, help=summary, description=sys.modules[run.__module__].__doc__, parents=parents)
+    p.set_defaults(run=run)
+    return p
 
 
 def group(title: str) -> tuple:
@@ -198,12 +206,12 @@ def peers(what: str, gamma: str) -> argparse.ArgumentParser:
     return parent
 
 
-def on_export(*, every_task: bool, several_filters: bool, repeat_help: str, plot: bool, peers_what: str,
-              peer_gamma: str) -> list:
-    """The parents of a command that measures generations on an export (sweep, drafts)."""
-    return [engine(), prompts(every_task), sampling(temperatures=True, several_filters=several_filters),
-            run(max_new_tokens=64, repeat=5, repeat_help=repeat_help, past="max_new_tokens/2"), output(plot=plot),
-            peers(peers_what, peer_gamma)]
+def on_export(sweep: bool, repeat_help: str, peer_texts: tuple[str, str]) -> list:
+    """The parents of a command that measures generations on an export: `sweep` (several filters and a plot; each
+    prompt task at least once otherwise, as `drafts` needs) and the peers' texts (peers())."""
+    return [engine(), prompts(every_task=not sweep), sampling(temperatures=True, several_filters=sweep),
+            run(max_new_tokens=64, repeat=5, repeat_help=repeat_help, past="max_new_tokens/2"), output(plot=sweep),
+            peers(*peer_texts)]
 
 
 def export_shapes(gamma_max: bool = True, keep: bool = True, title: str = "real-shape models"):

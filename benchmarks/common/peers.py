@@ -26,8 +26,7 @@ from pathlib import Path
 from specdec.runtime.core.errors import first_line
 
 from .optimum_client import OPTIMUM_TIMEOUT_S, RemoteEngine, optimum_peers
-from .peer_engines import (CT2_COMPUTE_TYPES, Engine, HFEngine, SpecdecEngine, checkpoints, ct2_engines, ct2_name,
-                           load_hf)
+from .peer_engines import CT2_COMPUTE_TYPES, Engine, HFEngine, SpecdecEngine, checkpoints, ct2_engines, ct2_name, load_hf
 
 
 def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workdir: Path, threads: int = 0,

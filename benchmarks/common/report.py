@@ -1,83 +1,16 @@
-"""The JSON report (`--json`): its schema name, the notes that explain its keys, and writing it."""
+"""The report: the JSON (`--json`) with its schema name, the Markdown (`--markdown`: the machine line, then the
+sections the command renders), and the parts several commands show (the cost probe, the sampling filters, the
+peers), each in both renderings (tables.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from .runs import filter_label
+from .tables import Column, fmt, lines, markdown_table, same, table
+
 SCHEMA = "specdec-bench/1"
-
-
-NOTES = {
-    "export_format_2": "no sampler graphs: each draft run is decoder + standardize/draw (G = 0) and each target run "
-                       "decoder + accept/residual over the G guesses (G = 0 at gamma = 0); Stats splits the time "
-                       "into encoder_s, draft_s, target_s and host_s",
-    "ort_runs_per_iteration": "(stats.ort_runs - encoder runs) / target_calls: 1 at gamma = 0, k + 1 for an "
-                              "iteration that drafts k guesses",
-    "sampling_host_ms_per_token": "host_ms_per_token (measured) + head_ms_per_token_estimated",
-    "head_ms_per_token_estimated": "ESTIMATED from cost_probe.head_ms (the head timed alone): head(G=0) x draft "
-                                   "runs + head(G=k) x target runs verifying k guesses (mix of k from the untimed "
-                                   "stream pass), over generated tokens",
-    "c": "draft_s / draft_calls over gamma = 0's target_s / target_calls; both include their sampling head",
-    "predicted_with_costs": "E[tokens] (1 + o0) / (gamma c + verify_ratio + o), o and o0 = host ms per iteration "
-                            "(speculative, baseline) in target steps; no separate sampler term",
-    "filter_cost": "per (temperature, gamma, filter other than none): ms/token (median over repeats), plain "
-                   "sampling's at the same temperature and gamma, and ratio_to_plain: per repeat filtered / plain "
-                   "ms/token (interleaved), spread over repeats",
-    "best": "keyed by the temperature for plain sampling ('0.0') and 'T@K:P' for a top_k:top_p filter "
-            "('1.0@50:0.9'); greedy_agreement likewise by gamma ('2', '2@50:0.9')",
-}
-
-
-DRAFT_NOTES = {
-    "draft_results": "one row per (task, temperature, draft configuration); draft: the label as given to --draft "
-                     "(NAME or NAME:G), draft_name: the runtime's name, gamma: an int or 'auto'",
-    "speedup": "per repeat: none's ms/token over this configuration's, same task and temperature (interleaved in "
-               "every repeat); spread over repeats",
-    "sources": "Stats.sources summed over the timed runs: rounds, proposed, accepted, rejections, tokens; alpha = "
-               "accepted / (accepted + rejections) per guess; share = tokens / all tokens the target emitted; "
-               "'lookup>' is the lookup as the draft model checked it inside lookup,draft (share null)",
-    "prediction": "for the dominant source s (the proposing source with the most tokens): E(alpha_s, g) / (g c_s + "
-                  "T(g)/T(0)), g = mean guesses per round, T(g)/T(0) = cost_probe verify_ratio at g+1 tokens "
-                  "(interpolated), c_s = cost_probe c for the draft model, 0 for lookup, c x (proposed - lookup> "
-                  "accepted) / proposed for lookup,draft; tokens_per_round: the source's measured tokens per round, "
-                  "what expected_tokens predicts",
-    "predicted_mixture": "the same expectation over every kind of round of the configuration (target-only rounds: "
-                         "1 token for 1 step): sum rounds E / sum rounds (g c + T(g)/T(0))",
-    "auto_estimates": "what auto learned (runtime/decoding/auto.py), snapshot after each temperature's warm-up pass",
-}
-
-
-BEAM_NOTES = {
-    "beam_results": "one row per (task, configuration); config: none (specdec target-only beam search, draft='none'), "
-                    "draft:G (exact speculative beam search, draft='draft', gamma=G), auto (gamma='auto'), "
-                    "transformers (PyTorch generate(num_beams=W) on the target checkpoint)",
-    "ms_per_token": "per repeat: wall time over the task's prompts / tokens of the best sequences (Stats.new_tokens; "
-                    "for transformers its output up to EOS); spread over repeats. ms_per_request likewise per request",
-    "speedup_vs_none": "per repeat: none's wall time over the task's prompts / this configuration's (the same "
-                       "prompts, equal outputs); spread over repeats. speedup_vs_transformers likewise with "
-                       "transformers' wall time",
-    "beam_steps_per_target_call": "beam steps (a target-only round makes 1, a speculative round 1 .. g+1: "
-                                  "Stats.sources tokens) / target runs",
-    "speculative": "Stats.sources summed over the timed runs: rounds, proposed, accepted and steps of the "
-                   "speculative rounds (source 'draft'), target_only_rounds (source 'none'), round_share = "
-                   "speculative rounds / target runs, steps_per_round, accepted_per_guess = accepted / proposed",
-    "time_share": "Stats target_s, draft_s (the draft runs and the proposal's host work between them), encoder_s, "
-                  "host_s over total_s, pooled over the timed runs",
-    "outputs_equal_none": "sequences equal to none's (the reference: not on its own rows) on the same prompt in the "
-                          "same pass (the warm-up pass and every repeat); for transformers its best sequence against "
-                          "none's best (agreement, not required: PyTorch and ONNX Runtime logits differ by round-off)",
-    "beam_costs": "the batched sessions' run times at past_length, median over repeats: target W x 1 "
-                  "(target_step_ms), target R x (g+1) for R = W, W (g+1) and the median rows seen in the warm-up "
-                  "pass (scoring[g]), the draft's W x 1 step; c = draft step / target step. Each target shape runs "
-                  "twice in a row: ms is the second run, after_switch_ms the first (right after another shape)",
-    "prediction": "for draft:G: s / (g c + T(R, g+1)/T(W, 1)), s = measured beam steps per speculative round; "
-                  "host time left out; ceiling = s / (g c + 1) (a scoring run as cheap as a W x 1 step); "
-                  "c_in_loop = draft ms per call (Stats, the proposal's host work included) / none's target ms per "
-                  "call, verify_ratio_in_loop = target ms per call / none's, predicted_in_loop = s / (draft runs per "
-                  "round x c_in_loop + verify_ratio_in_loop); "
-                  "verify_break_even = s - g c, c_break_even = (s - T(R, g+1)/T(W, 1)) / g",
-}
 
 
 def write_json(report: dict, path: str | Path) -> Path:
@@ -96,3 +29,131 @@ def _jsonable(value):
     except ImportError:
         pass
     return str(value)
+
+
+SAMP_HOST_NOTE = ("samp+host: host ms per generated token (measured) + the sampling heads' in-graph cost per token "
+                  "(ESTIMATED: head-alone timings of the cost probe x draft and target runs)")
+
+
+def filter_text(r: dict) -> str:
+    parts = []
+    if r.get("top_k"):
+        parts.append(f"top_k {r['top_k']}")
+    if r.get("top_p") is not None and r["top_p"] < 1.0:
+        parts.append(f"top_p {r['top_p']:g}")
+    if r.get("lenience") is not None and r["lenience"] < 1.0:
+        parts.append(f"lenience {r['lenience']:g}")
+    return ", ".join(parts) or "plain"
+
+
+def sweep_filters_text(settings: dict) -> str:
+    """The sweep's filters and lenience (JSON `settings`): `every configuration: top_k 5, top_p 0.9` for one
+    filter, `filters (top_k:top_p) none, 50:0.9, interleaved; every configuration: lenience 1` for several."""
+    filters = settings["filters"]
+    if len(filters) == 1:
+        return f"every configuration: {filter_text({**filters[0], 'lenience': settings['lenience']})}"
+    labels = ", ".join(filter_label((f["top_k"], f["top_p"])) for f in filters)
+    return f"filters (top_k:top_p) {labels}, interleaved; every configuration: lenience {settings['lenience']:g}"
+
+
+def head_grid(probe: dict) -> tuple[list[str], list[list[str]]]:
+    """The head-alone timings as a grid: one line per (temperature, filter), draft G=0 then target G=0..max."""
+    entries = probe.get("head_ms") or []
+    guesses = sorted({e["guesses"] for e in entries if e["role"] == "target"})
+    settings = list(dict.fromkeys((e["temperature"], e["top_k"], e["top_p"]) for e in entries))
+    index = {(e["role"], e["guesses"], e["temperature"], e["top_k"], e["top_p"]): e["ms"] for e in entries}
+    headers = ["T", "filter", "draft G=0"] + [f"target G={g}" for g in guesses]
+    out = []
+    for t, k, p in settings:
+        out.append([fmt(t, "g"), filter_text({"top_k": k, "top_p": p}), fmt(index.get(("draft", 0, t, k, p)), ".3f")]
+                   + [fmt(index.get(("target", g, t, k, p)), ".3f") for g in guesses])
+    return headers, out
+
+
+def verify_lines(probe: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The probe's target run over k tokens: ms, and over its one-token step."""
+    columns = (Column("tokens k", "verify tokens", lambda k: k),
+               Column("target run ms", "ms", lambda k: fmt(probe["verify_ms"][k], ".3f"),
+                      lambda k: fmt(probe["verify_ms"][k])),
+               Column("x one-token step", "× one-token step", lambda k: fmt(probe["verify_ratio"].get(k))))
+    return lines(columns, list(probe["verify_ms"]), markdown)
+
+
+def source_text(probe: dict) -> str:
+    """What the probe's encoders read: `48 tokens`, or a Whisper export's `30.0 s of audio`."""
+    seconds = probe.get("source_seconds")
+    return f"{seconds:.1f} s of audio" if seconds is not None else f"{probe['source_length']} tokens"
+
+
+def probe_text(probe: dict) -> str:
+    s = probe["settings"]
+    head = (f"per-call costs at past length {probe['past_length']} (source {source_text(probe)}, "
+            f"median of {probe['repeats']}; fused runs, decoder + sampling head, at T={s['temperature']:g}, "
+            f"{filter_text(s)}): target step {fmt(probe['target_step_ms'], '.3f')} ms, draft step "
+            f"{fmt(probe['draft_step_ms'], '.3f')} ms, c = {fmt(probe['c'], '.3f')} (without the heads, estimated: "
+            f"{fmt(probe.get('c_without_head'), '.3f')})")
+    out = head + "\n" + table(*verify_lines(probe))
+    if probe.get("head_ms"):
+        out += (f"\n\nsampling head alone, ms (G guesses; vocab {probe['head_vocab']}; an estimate of its cost "
+                f"inside a fused run):\n" + table(*head_grid(probe)))
+    else:
+        out += f"\nsampling head: {probe.get('head_note')}"
+    return out
+
+
+def peers_lines(peers: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
+    """One line per peer: ms/token, tokens/s, latency ratios, tokens equal to specdec's; a peer that did not run
+    gives its status as the note."""
+    first = next(iter(peers["engines"]))
+
+    def ok(cell):
+        return lambda e: cell(e[1]) if e[1].get("status") == "ok" else "-"
+
+    def agreement(p):
+        a = p.get("agreement")
+        return f"{a['agree']}/{a['prompts']}" if a else "-"
+
+    columns = (same("engine", lambda e: e[0]),
+               Column("ms/tok", "ms/token", ok(lambda p: fmt(p["ms_per_token"]["median"])),
+                      ok(lambda p: fmt(p["ms_per_token"]["median"], ".3f"))),
+               Column("tok/s", "tokens/s", ok(lambda p: fmt(p["tokens_per_s"], ".1f")),
+                      ok(lambda p: fmt(p["tokens_per_s"], ".0f"))),
+               Column("vs specdec spec", f"latency ÷ {first}", ok(lambda p: fmt(p["ratio_to_specdec_speculative"]))),
+               Column("vs own AR", "latency ÷ own autoregressive",
+                      ok(lambda p: fmt(p.get("ratio_to_own_autoregressive")))),
+               Column("vs specdec g=0", "latency ÷ specdec γ=0", ok(lambda p: fmt(p["ratio_to_specdec_gamma0"]))),
+               same("same tokens", ok(agreement)),
+               same("note", lambda e: e[1].get("note" if e[1].get("status") == "ok" else "status", "")))
+    return lines(columns, list(peers["engines"].items()), markdown)
+
+
+def markdown(report: dict, sections) -> str:
+    """The machine line, then `sections(report)` (a list of Markdown paragraphs and tables)."""
+    m = report["machine"]
+    head = (f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores, {m.get('memory_gib')} GiB, provider "
+            f"{m['provider']}, onnxruntime {m['onnxruntime']}, {m['date_utc']}; load average "
+            f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end; CPU "
+            f"{100 * (m.get('cpu_busy_before_run') or 0):.0f}% busy just before the run"
+            + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
+    return "\n\n".join([head] + sections(report)) + "\n"
+
+
+def verify_ratios_text(probe: dict) -> str:
+    return ", ".join(f"{k} tokens {v:.2f}×" for k, v in probe["verify_ratio"].items())
+
+
+def head_grid_part(probe: dict, what: str) -> list[str]:
+    """The head-alone timings as a Markdown paragraph (none without them)."""
+    if not probe.get("head_ms"):
+        return []
+    return [f"Sampling head alone, ms (G guesses, vocab {probe['head_vocab']}{what}):\n\n"
+            + markdown_table(*head_grid(probe))]
+
+
+def peers_part(report: dict) -> list[str]:
+    """The peers' table as a Markdown paragraph (none when the run timed no peers)."""
+    pe = report.get("peers")
+    if not pe:
+        return []
+    return [f"Peers (greedy, every task's prompts, {pe['repeats']} repeats; assistants γ = {pe['gamma']}; "
+            f"latency ÷ X > 1: X is faster):\n\n" + markdown_table(*peers_lines(pe, markdown=True))]

@@ -11,7 +11,7 @@ from pathlib import Path
 from specdec.runtime.core.errors import SpecdecError
 
 from . import machine
-from .sweep import PLAIN, filter_label
+from .runs import PLAIN, filter_label
 
 
 # -- flags ---------------------------------------------------------------------------------------------------------
@@ -170,19 +170,24 @@ def progress(args, total: int, desc: str):
         bar.close()
 
 
-def probe(dec, prompts, args, temperatures, max_gamma: int, source=None):
+def probe(dec, prompts, args, temperatures, max_gamma: int, source=None, show: bool = True):
     """The cost probe: fused runs at temperature 0 with the sweep's first filter, the head alone at temperature 0
     and every temperature of the sweep (1.0 too when the sweep has no positive one), with every filter of the
     sweep, for G = 0 .. the largest gamma. `source`: what the encoders read (default the first prompt's ids; a
-    Whisper export's audio)."""
+    Whisper export's audio); `show`: print it."""
     from . import costs
+    from .report import probe_text
 
     head_temps = sorted({float(t) for t in temperatures if t > 0} or {1.0})
     top_k, top_p = args.filters[0]
     source = prompts[0].ids if source is None else source
-    return costs.probe(dec, source, args.past, repeats=args.probe_repeats, temperature=0.0,
-                       top_k=top_k, top_p=top_p, lenience=args.lenience, threads=args.threads,
-                       head_temperatures=head_temps, head_guesses=range(max_gamma + 1), sweep_filters=args.filters)
+    out = costs.probe(dec, source, args.past, repeats=args.probe_repeats, temperature=0.0,
+                      top_k=top_k, top_p=top_p, lenience=args.lenience, threads=args.threads,
+                      head_temperatures=head_temps, head_guesses=range(max_gamma + 1), sweep_filters=args.filters)
+    if show:
+        print()
+        print(probe_text(out))
+    return out
 
 
 def time_peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict:
@@ -190,7 +195,7 @@ def time_peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict
     specdec's default) and print their table; `what` goes into its heading."""
     from .peers import run_peers
     from .optimum_client import OPTIMUM_TIMEOUT_S
-    from .sweep_tables import peers_lines
+    from .report import peers_lines
     from .tables import table
 
     peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.work_dir),
@@ -205,20 +210,20 @@ def time_peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict
     return peers
 
 
-def finish(out: dict, args) -> None:
+def finish(out: dict, args, sections) -> None:
     """The load average at the end into the report's machine, then the report written as asked."""
     out["machine"]["load_average_at_end"] = machine.load_average()
-    write(out, args)
+    write(out, args, sections)
 
 
-def write(out: dict, args) -> None:
-    from .markdown import markdown
-    from .report import write_json
+def write(out: dict, args, sections) -> None:
+    """The report as JSON (--json) and Markdown (--markdown: the machine line, then `sections(out)`)."""
+    from .report import markdown, write_json
 
     if args.json:
         print(f"\nJSON: {write_json(out, args.json)}")
     if args.markdown:
         path = Path(args.markdown)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(markdown(out))
+        path.write_text(markdown(out, sections))
         print(f"Markdown: {path}")

@@ -26,6 +26,16 @@ def same(header: str, cell: Callable[[object], str]) -> Column:
     return Column(header, header, cell)
 
 
+def field(key: str, spec: str = ".2f", under: str = "prediction") -> Callable[[dict], str]:
+    """A cell that formats row[under][key]."""
+    return lambda r: fmt(r[under][key], spec)
+
+
+def snapshot_lines(snapshots: dict, line: Callable[[str, dict], str]) -> list[str]:
+    """One line per snapshot of what auto learned: `line(when, snapshot)`, or why it is unavailable."""
+    return [f"{when}: {e['unavailable']}" if "unavailable" in e else line(when, e) for when, e in snapshots.items()]
+
+
 def lines(columns, rows, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """(headers, one line of cells per row) of the columns that the rendering has."""
     shown = [c for c in columns if (c.md if markdown else c.text) is not None]

@@ -1,20 +1,19 @@
 """`specdec-bench drafts --export DIR --draft none draft lookup lookup,draft auto`: which source of guesses pays, per
-task of the prompts x temperature x draft configuration, interleaved on one export (drafts.py)."""
+task of the prompts x temperature x draft configuration, interleaved on one export (measure.py)."""
 
 from __future__ import annotations
 
 import time
 
-from . import cli_common as common, cli_options as options, machine
+from ..common import machine, options, running as common
 
 HELP = "draft sources on an export: none, a draft model, lookup, chains and auto, per task and temperature"
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("drafts", help=HELP, description=__doc__, parents=options.on_export(
-        every_task=True, several_filters=False, repeat_help="repeats of every configuration", plot=False,
-        peers_what="specdec's default (draft and gamma 'auto'), after the draft table",
-        peer_gamma="the assistants (default min(4, gamma_max))"))
+    p = options.command(commands, "drafts", HELP, run, options.on_export(False, "repeats of every configuration", (
+        "specdec's default (draft and gamma 'auto'), after the draft table",
+        "the assistants (default min(4, gamma_max))")))
     p.add_argument("--draft", nargs="+", action="extend", required=True, metavar="NAME[:G]",
                    help="the draft configurations, separated by spaces: none (target only, the baseline, always "
                         "added), lookup (copy from the source and the output), lookup,datastore (and the export's "
@@ -22,7 +21,6 @@ def add_parser(commands) -> None:
                         "(lookup,draft) and auto (the runtime picks source and gamma each round); NAME:G "
                         "fixes gamma (draft:3), NAME alone runs with gamma=auto. Each temperature starts from fresh "
                         "auto estimates, learned on one untimed warm-up pass over the prompts")
-    p.set_defaults(run=run)
 
 
 def _print_agreement(agreement: dict, lenience: float) -> None:
@@ -38,11 +36,13 @@ def _print_agreement(agreement: dict, lenience: float) -> None:
 
 
 def run(args) -> int:
-    from . import drafts, prompts as prompts_mod
-    from .draft_tables import draft_best_lines, draft_lines, draft_prediction_lines, estimates_lines
-    from .report import DRAFT_NOTES
-    from .sweep_tables import probe_text, sweep_filters_text
-    from .tables import table
+    from . import measure as drafts
+    from ..common import prompts as prompts_mod
+    from ..common.tables import lines
+    from .tables import DRAFTS, PREDICTIONS, draft_best_lines, estimates_lines
+    from ..common.report import sweep_filters_text
+    from .tables import DRAFT_NOTES, markdown_sections
+    from ..common.tables import table
 
     common.export_checked(args)
     common.one_filter(args, "drafts")
@@ -62,22 +62,19 @@ def run(args) -> int:
 
     started = time.perf_counter()
     probe = common.probe(dec, prompts, args, args.temperature, dec.gamma_max)
-    print()
-    print(probe_text(probe))
 
-    total = len(args.temperature) * (1 + args.repeat) * len(prompts) * len(configs)
-    with common.progress(args, total, "specdec-bench drafts") as bar:
+    runs = len(args.temperature) * (1 + args.repeat) * len(prompts) * len(configs)
+    with common.progress(args, runs, "specdec-bench drafts") as bar:
         cells, outputs, learned = drafts.run_drafts(dec, prompts, configs, args.temperature, args.max_new_tokens,
                                                     args.repeat, bar, base=base)
     rows = drafts.summarize(cells, configs, probe)
-    best = drafts.best_by_task(rows)
-    agreement = drafts.greedy_agreement(outputs)
+    best, agreement = drafts.best_by_task(rows), drafts.greedy_agreement(outputs)
     print()
     print("draft sources per task (ms/tok: median over repeats, +-: half the min-max range; speedup: median of "
           "per-repeat ratios to none of the same task and T, min-max over repeats; tok/call: tokens per target "
           "call; sources: per source alpha = accepted/(accepted + rejections) per guess and share of the tokens, "
           "lookup> = the lookup as the draft model checked it in lookup,draft)")
-    print(table(*draft_lines(rows)))
+    print(table(*lines(DRAFTS, rows)))
     print()
     print("Theorem 3.8 for the dominant source with measured costs: thm3.8 = E(alpha, g)/(g c + T(g)/T(0)), g: mean "
           "guesses per round, T(g)/T(0): the probe's target run over g+1 tokens over one token, c: the probe's "
@@ -85,7 +82,7 @@ def run(args) -> int:
           "source's measured tokens per round, against E[tok]; mixture: the same "
           "over every kind of round the configuration had (target-only rounds included); meas/...: measured "
           "speedup over the prediction")
-    print(table(*draft_prediction_lines(rows)))
+    print(table(*lines(PREDICTIONS, rows)))
     print()
     print(drafts.ESTIMATES_NOTE + " At the end of each warm-up pass:")
     for line in estimates_lines(learned):
@@ -113,5 +110,5 @@ def run(args) -> int:
            "draft_greedy_agreement": agreement,
            "auto_estimates": {str(t): e for t, e in learned.items()}, "auto_estimates_note": drafts.ESTIMATES_NOTE,
            "peers": peers, "elapsed_s": time.perf_counter() - started}
-    common.finish(out, args)
+    common.finish(out, args, markdown_sections)
     return 0

@@ -10,7 +10,7 @@ it learned, runtime/decoding/auto.py). `NAME*B` sets Params.candidates: a lookup
 continuations in one target run, as a token tree (`lookup,datastore*4`, `lookup,datastore*4:8`); without it the
 runtime's default, 0 (auto, runtime/decoding/width.py). `none` is target-only decoding (gamma 0), the baseline; it is always added.
 
-Order: temperature by temperature. Each temperature starts from fresh auto estimates (`dec.reset_estimates()`),
+Order: temperature by temperature. Each temperature starts from fresh auto estimates (the learned state's `reset()`),
 then one untimed warm-up pass generates every prompt with every configuration (it allocates ONNX Runtime's arenas
 and is what auto's estimates -- kept across the requests of a decoder -- are learned on), then the timed repeats:
 for each repeat, for each prompt, every configuration back to back, the list rotated by one position per prompt and
@@ -39,15 +39,14 @@ from dataclasses import dataclass, field
 
 from specdec.runtime import Params, SpecdecError
 
-from . import theory
-from .sweep import Cell, per_repeat_ratios, seed_for, spread
+from ..common import theory
+from ..common.runs import Cell, per_repeat_ratios, rotated, seed_for, spread, task_of, tasks_of
 
 ESTIMATES_NOTE = ("auto's estimates (draft=auto, and gamma=auto of every other configuration) were reset at the start "
                   "of each temperature and learned on its warm-up pass (one untimed generate per prompt and "
                   "configuration); they keep learning during the timed runs.")
 SOURCE_KEYS = ("rounds", "proposed", "accepted", "rejections", "tokens")
 WARMUP_SEED = 10 ** 6          # the warm-up pass's seeds: 10**6 + prompt index (the timed runs': seed_for)
-NO_TASK = "-"                  # the task of a prompt without one
 
 
 @dataclass(frozen=True)
@@ -139,21 +138,9 @@ def check_configs(dec, configs, base: Params) -> None:
             raise SpecdecError(f"--draft {config.label}: {err.problem}", err.fix) from None
 
 
-def task_of(prompt) -> str:
-    return prompt.task or NO_TASK
-
-
-def tasks_of(prompts) -> dict:
-    """task -> prompts of it, in the order tasks first appear."""
-    out: dict = {}
-    for p in prompts:
-        out[task_of(p)] = out.get(task_of(p), 0) + 1
-    return out
-
-
 @dataclass
 class DraftCell(Cell):
-    """One (task, temperature, configuration): Stats sums per repeat (sweep.Cell) and Stats.sources summed over
+    """One (task, temperature, configuration): Stats sums per repeat (common/runs.py Cell) and Stats.sources summed over
     every timed run."""
     sources: dict = field(default_factory=dict)      # name -> {rounds, proposed, accepted, rejections, tokens}
 
@@ -163,11 +150,6 @@ class DraftCell(Cell):
             sums = self.sources.setdefault(name, {k: 0 for k in SOURCE_KEYS})
             for k in SOURCE_KEYS:
                 sums[k] += getattr(s, k)
-
-
-def rotated(configs: list, shift: int) -> list:
-    shift %= len(configs)
-    return configs[shift:] + configs[:shift]
 
 
 def estimates_snapshot(est) -> dict:
@@ -184,12 +166,12 @@ def estimates_snapshot(est) -> dict:
         return {"unavailable": f"{type(err).__name__}: {err}"}
 
 
-def switch_snapshot(dec) -> dict:
-    """Where draft="auto"'s switch (runtime/decoding/switch.py) stands: the measured ms per token of auto's rounds
-    and of plain target steps, which leads (True: auto's rounds, None: still measuring) and the other's share of
-    the rounds now."""
+def switch_snapshot(dec, learned) -> dict:
+    """Where draft="auto"'s switch (runtime/decoding/switch.py) stands in `learned`: the measured ms per token of
+    auto's rounds and of plain target steps, which leads (True: auto's rounds, None: still measuring) and the
+    other's share of the rounds now."""
     try:
-        switch = dec.source(Params(draft="auto")).switch
+        switch = dec.source(Params(draft="auto"), learned=learned).switch
         ms = {mode: switch.seconds_per_token(mode) for mode in (True, False)}
         return {"auto_ms_per_token": None if ms[True] is None else 1000.0 * ms[True],
                 "plain_ms_per_token": None if ms[False] is None else 1000.0 * ms[False],
@@ -201,10 +183,17 @@ def switch_snapshot(dec) -> dict:
 def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats: int, progress=None,
                base: Params | None = None):
     """Run everything (module docstring). Returns ({(task, T, label): DraftCell}, {(task, T, label): [token ids of
-    repeat 0, one per prompt of the task]}, {T: estimates_snapshot after the warm-up pass})."""
+    repeat 0, one per prompt of the task]}, {T: estimates_snapshot after the warm-up pass}).
+
+    Every configuration runs on the one decoder and its workspace, learning in an object of its kind passed per
+    request (`learned=`): the decoder's own (`dec.learned`, with the export's datastore) for the configurations that
+    search the datastore, `dec.learning(datastore=False)` for the others (a lookup over the output and the source
+    only, and auto estimates of their own). Two decoders of one export, generating the same target-only requests
+    alternately, differed by 2-3 % (which one was faster depended on the order they were loaded), enough to hide
+    what is measured."""
     base = base or Params()
-    sources = {True: dec.sources, False: without_datastore(dec)}
-    uses = {c.label: sources[c.uses_store] for c in configs}
+    kinds = {True: dec.learned, False: dec.learning(datastore=False) if dec.datastore is not None else dec.learned}
+    uses = {c.label: kinds[c.uses_store] for c in configs}
     tasks = list(tasks_of(prompts))
     cells = {(task, t, c.label): DraftCell() for t in temperatures for task in tasks for c in configs}
     outputs = {key: [] for key in cells}
@@ -216,41 +205,25 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
 
     for t in temperatures:
         params = {c.label: c.params(base, t, max_new_tokens) for c in configs}
-        for s in set(sources.values()):
-            s.reset()
+        for kind in {id(k): k for k in kinds.values()}.values():
+            kind.reset()
         for i, p in enumerate(prompts):              # warm-up: untimed; auto learns its estimates here
             for c in rotated(configs, i):
-                dec.sources = uses[c.label]
-                dec.generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i)
+                dec.generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i, learned=uses[c.label])
                 tick()
-        dec.sources = sources[True]
-        learned[t] = {**estimates_snapshot(dec.estimates), "switch": switch_snapshot(dec)}
+        learned[t] = {**estimates_snapshot(kinds[True].estimates), "switch": switch_snapshot(dec, kinds[True])}
         for r in range(repeats):
             for i, p in enumerate(prompts):
                 for c in rotated(configs, r + i):
-                    dec.sources = uses[c.label]
-                    res = dec.generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i))
+                    res = dec.generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i),
+                                       learned=uses[c.label])
                     key = (task_of(p), t, c.label)
                     cells[key].add(r, res.stats)
                     if r == 0:
                         outputs[key].append(list(res.token_ids))
                     tick()
-        dec.sources = sources[True]
-        learned[t]["switch_at_end"] = switch_snapshot(dec)
+        learned[t]["switch_at_end"] = switch_snapshot(dec, kinds[True])
     return cells, outputs, learned
-
-
-def without_datastore(dec):
-    """The draft sources of the configurations without ",datastore" (runtime/decoding/sources.py Sources: a lookup
-    that searches only the output and the source, and auto estimates of their own); `dec.sources` itself when it
-    has no datastore. The run swaps `dec.sources` per request, so every configuration runs on the same workspace:
-    two decoders of one export, generating the same target-only requests alternately, differed by 2-3 % (which
-    one was faster depended on the order they were loaded), enough to hide what is measured."""
-    if dec.datastore is None:
-        return dec.sources
-    from specdec.runtime.decoding.sources import Sources
-
-    return Sources(dec.models, tokenizer_size=dec.vocabulary.tokenizer_size)
 
 
 # -- summaries ---------------------------------------------------------------------------------------------------

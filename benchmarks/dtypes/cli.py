@@ -1,6 +1,6 @@
 """`specdec-bench dtypes T:D --dtypes fp32,int8-draft,int8,...`: the weight variants of one pair of random-weight
 real-shape checkpoints and CTranslate2 int8 and float32 on the same target, in one interleaved run at temperature 0
-(variants.py has the method, variant_runs.py the run)."""
+(variants.py has the method, runs.py the run)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from . import cli_common as common, cli_options as options, machine
+from ..common import machine, options, running as common
 
 HELP = "int8 and weight-only variants of real-shape models against fp32 and CTranslate2, one interleaved run"
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("dtypes", help=HELP, description=__doc__, parents=[
+    p = options.command(commands, "dtypes", HELP, run, [
         options.random_prompts(),
         options.run(max_new_tokens=32, repeat=3, repeat_help="rounds", past="64"),
         options.output(),
@@ -33,12 +33,13 @@ def add_parser(commands) -> None:
                         "compute_type int8 and float32 on the same target checkpoint when ctranslate2 is installed")
     p.add_argument("--gamma", type=options.int_list, default=[0, 4], metavar="0,G",
                    help="0 and the one speculative gamma (at most the exports' gamma_max; default 0,4)")
-    p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from . import peer_engines, prompts as prompts_mod, shapes, variant_runs, variants
-    from .tables import table
+    from ..common import peer_engines, prompts as prompts_mod
+    from ..shapes import measure as shapes
+    from . import runs as variant_runs, variants
+    from ..common.tables import table
 
     if len([g for g in args.gamma if g > 0]) > 1:
         raise SpecdecError(f"dtypes measures one speculative gamma (got --gamma {','.join(map(str, args.gamma))})",
@@ -114,5 +115,5 @@ def run(args) -> int:
                                    "ms_per_token": {k: [1000.0 * s / max(n, 1) for s, n in v]
                                                     for k, v in raw["times"].items()}},
            "elapsed_s": time.perf_counter() - started}
-    common.finish(out, args)
+    common.finish(out, args, variant_runs.markdown_sections)
     return 0

@@ -8,6 +8,7 @@ import statistics
 import sys
 import time
 
+from ..common.tables import markdown_table
 from .variants import WO_ACCURACY
 
 CT2_TYPES = ("int8", "float32")
@@ -59,7 +60,7 @@ def _spread(values) -> dict | None:
 def measure(decs: dict, ct2: dict, prompts, gamma: int, max_new_tokens: int, rounds: int, probe_repeats: int,
             past: int, threads: int = 0, progress=None) -> dict:
     """The interleaved run. `decs`: {variant: SpeculativeDecoder}; `ct2`: {compute_type: peers.CT2Engine}."""
-    from . import costs
+    from ..common import costs
 
     per_round = max(1, -(-probe_repeats // rounds))
     gamma_max = min(d.gamma_max for d in decs.values())
@@ -101,7 +102,7 @@ def measure(decs: dict, ct2: dict, prompts, gamma: int, max_new_tokens: int, rou
 
 def summarize(raw: dict, weights: dict) -> dict:
     """Rows per variant and CT2 compute type, the per-round ratios and the verdicts against GOALS."""
-    from . import theory
+    from ..common import theory
 
     probes, times, outputs, gamma = raw["probes"], raw["times"], raw["outputs"], raw["gamma"]
     rounds = len(next(iter(probes.values())))
@@ -252,3 +253,18 @@ def verdict_lines(result: dict) -> list[str]:
 
 def log_stderr(message: str) -> None:
     print(message, file=sys.stderr)
+
+
+def markdown_sections(report: dict) -> list[str]:
+    """The report of `dtypes` in Markdown (after the machine line)."""
+    s = report["settings"]
+    ck = report["checkpoints"]
+    parts = [f"{s['prompts']} random prompts of {s['source_length']} tokens, {s['max_new_tokens']} new tokens, "
+             f"T = 0, {s['rounds']} rounds (interleaved); per-call costs at past {s['probe_past']} "
+             f"({s['probe_repeats_per_round']} repeats per round, median per round, then median (min-max) over "
+             f"rounds); speculative γ = {s['gamma']}; CTranslate2 intra_threads {s['ct2_intra_threads']}. Same "
+             f"checkpoints for every variant (target sha256 {ck['target']['sha256'][:12]}, draft "
+             f"{ck['draft']['sha256'][:12]})."]
+    parts.append(markdown_table(*table_lines(report, s["gamma"])))
+    parts.append("\n".join(f"* {line}" for line in verdict_lines(report)))
+    return parts

@@ -88,7 +88,7 @@ def weights_sha256(path: Path) -> str:
 
 def ensure_checkpoints(target: str, draft: str, ckpt: Path, log=print) -> dict:
     """{role: {"path", "sha256"}}: the random checkpoints (seeds 1 and 2), built when missing, kept."""
-    from .shapes import build_checkpoint
+    from ..shapes.measure import build_checkpoint
 
     record_file = ckpt / "fingerprint.json"
     record = json.loads(record_file.read_text()) if record_file.is_file() else {}
@@ -119,7 +119,7 @@ def _info_file(root: Path, name: str) -> Path:
 
 
 def _usable(out: Path) -> bool:
-    from specdec.runtime.loading.manifest import load_manifest
+    from specdec.runtime import load_manifest
 
     if not (out / "manifest.json").is_file():
         return False
@@ -183,7 +183,7 @@ def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4)
         for role in manifest["models"]:
             manifest["models"][role]["weights"] = "int8-wo"
         manifest["files"] = {rel: sha256_file(tmp / rel) for rel in manifest["files"]}
-        manifest["benchmark_variant"] = {"made_by": "specdec.bench.variants.weight_only_export", "from": str(src),
+        manifest["benchmark_variant"] = {"made_by": "specdec.bench.dtypes.variants.weight_only_export", "from": str(src),
                                          "quantizer": "onnxruntime.quantization.matmul_nbits_quantizer."
                                                       "MatMulNBitsQuantizer", "bits": WO_BITS,
                                          "block_size": WO_BLOCK, "symmetric": True,
@@ -200,7 +200,7 @@ def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4)
 def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int, names, log=print):
     """({variant: export dir}, {variant: info}, checkpoints): each variant exported once from the same kept
     checkpoints and cached; a cached one made from other weights is exported again."""
-    from .shapes import pair_root
+    from ..shapes.measure import pair_root
 
     root = pair_root(workdir, target, draft, gamma_max, max_length)
     ckpts = ensure_checkpoints(target, draft, root / "checkpoints", log)

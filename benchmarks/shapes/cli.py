@@ -1,7 +1,7 @@
 """`specdec-bench shapes T:D`: what the costs are at real sizes. Random-initialised models with the official
-configurations are built and exported once (cached under --work-dir, shapes.py); then the cost probe, the real loop
+configurations are built and exported once (cached under --work-dir, measure.py); then the cost probe, the real loop
 at temperature 0 on random prompts for each --gamma, and Theorem 3.8 for the paper's alpha values with the measured
-c (alpha itself is meaningless with random weights). A Whisper pair (whisper_shapes.py, whisper_costs.py) also
+c (alpha itself is meaningless with random weights). A Whisper pair (whisper.py, whisper_costs.py) also
 times each encoder per request and predicts the speedup of a whole request, the encoders included."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from . import cli_common as common, cli_options as options, machine
+from ..common import machine, options, running as common
 
 HELP = ("costs at real sizes (T5 small/base/large, Whisper tiny ... large-v3 and distil-large-v3; random "
         "weights): c, verify ratio, encoders, predicted speedup")
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("shapes", help=HELP, description=__doc__, parents=[
+    p = options.command(commands, "shapes", HELP, run, [
         options.random_prompts(audio=True),
         options.sampling(temperatures=False, several_filters=False),
         options.run(max_new_tokens=32, repeat=2, repeat_help="repeats of the real loop", past="64"),
@@ -29,16 +29,17 @@ def add_parser(commands) -> None:
     options.pair(p, whisper=True)
     p.add_argument("--gamma", type=options.int_list, default=[0, 4], metavar="G,...",
                    help="gammas of the real loop; 0 (the baseline) is always added (default 0,4)")
-    p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from . import prompts as prompts_mod, shapes, whisper_shapes
-    from .shapes import verify_text
-    from .plots import plot_shapes
-    from .report import NOTES
-    from .sweep_tables import SAMP_HOST_NOTE, generation_lines, prediction_lines, probe_text
-    from .tables import table
+    from ..common import prompts as prompts_mod
+    from . import measure as shapes, whisper as whisper_shapes
+    from .measure import verify_text
+    from ..sweep.plots import plot_shapes
+    from ..common.report import SAMP_HOST_NOTE
+    from ..sweep.tables import NOTES
+    from .tables import generation_lines, markdown_sections, prediction_lines
+    from ..common.tables import table
 
     common.runs_checked(args, past=64)
     common.sampling_checked(args)
@@ -49,7 +50,7 @@ def run(args) -> int:
         raise SpecdecError("--encoder-repeats and --request-tokens must be at least 1")
     common.needs_torch("shapes")
     if family == "whisper":
-        from .cli_whisper_shapes import run as run_whisper
+        from .whisper_cli import run as run_whisper
 
         return run_whisper(args, target, draft)
     if args.num_prompts is None:
@@ -67,8 +68,6 @@ def run(args) -> int:
     started = time.perf_counter()
     base = common.base_params(args)
     probe = common.probe(dec, prompts, args, [0.0], dec.gamma_max)     # the head for every G the predictions use
-    print()
-    print(probe_text(probe))
     with common.progress(args, (args.repeat * len(prompts) + 2) * len(args.gamma), "specdec-bench shapes") as bar:
         runs = shapes.run_generations(dec, prompts, args.gamma, args.max_new_tokens, args.repeat, bar, probe, base)
     analysis = shapes.analyse(probe, runs, dec.gamma_max)
@@ -97,7 +96,7 @@ def run(args) -> int:
            "notes": NOTES,
            "cost_probe": probe, "generation": runs, **analysis, "acceptance": verdict,
            "elapsed_s": time.perf_counter() - started}
-    common.finish(out, args)
+    common.finish(out, args, markdown_sections)
     if args.plot:
         title = f"{target}:{draft} real shapes (random weights), {mach['cpu_model']}, {mach['cpu_cores']} cores"
         print(f"plot: {plot_shapes(analysis, args.plot, title)}")

@@ -77,7 +77,7 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
     """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export. `build`: a
     function of the checkpoints' folder that writes both checkpoints there and returns (target dir, draft dir)
     (default: the T5 pair's, build_checkpoint). `skip_check`: why the parity check is left out (ExportOptions)."""
-    from specdec.runtime.loading.manifest import load_manifest
+    from specdec.runtime import load_manifest
 
     root = pair_root(workdir, target, draft, gamma_max, max_length)
     out = root / "export"
@@ -119,7 +119,7 @@ def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dic
     Export format 2 has no sampler runs: a draft step's sampling is inside c (fused draft run over fused target
     step) and accept/residual inside the verify ratio (fused target pass of gamma+1 tokens over the step), so the
     per-iteration overhead on top of gamma c + verify_ratio target steps is the host time alone."""
-    from . import theory
+    from ..common import theory
 
     c, step = probe["c"], probe["target_step_ms"]
     host0 = runs["0"]["host_ms_per_iteration"]
@@ -149,8 +149,8 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
     keeps the target's)."""
     from specdec.runtime import Params
 
-    from .sweep import run_sweep
-    from .sweep_summary import head_ms_per_token, ort_runs_per_iteration
+    from ..sweep.measure import run_sweep
+    from ..sweep.summary import head_ms_per_token, ort_runs_per_iteration
 
     base = base or Params()
     cells, _, acceptance = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress, base=base)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from . import shapes
+from . import measure as shapes
 from .whisper_checkpoint import Specials, save, set_generation
 
 # config.json of the official checkpoints. All: GELU, no embedding scaling, 1,500 encoder positions (30 s of 16 kHz

@@ -1,5 +1,5 @@
-"""`specdec-bench shapes TARGET:DRAFT` for a Whisper pair (cli_shapes.py checked the flags and the names and calls
-this): build and export the pair once (whisper_shapes.py), time the encoders, the cost probe and the real loop on
+"""`specdec-bench shapes TARGET:DRAFT` for a Whisper pair (cli.py checked the flags and the names and calls
+this): build and export the pair once (whisper.py), time the encoders, the cost probe and the real loop on
 random audio requests, predict the speedups (whisper_costs.py) and print / write the report."""
 
 from __future__ import annotations
@@ -8,18 +8,20 @@ import sys
 import time
 from pathlib import Path
 
-from . import cli_common as common, machine, shapes, whisper_shapes
-from .shapes import verify_text
-from .whisper_costs import (ALPHAS, AUDIO_REQUESTS, LABEL, SKIP_CHECK, audio_requests, request_predictions,
-                            speech_text, time_encoders)
+from ..common import machine, running as common
+from . import measure as shapes, whisper as whisper_shapes
+from .measure import verify_text
+from .whisper_costs import ALPHAS, AUDIO_REQUESTS, LABEL, SKIP_CHECK, audio_requests, request_predictions, speech_text, time_encoders
 
 
 def run(args, target: str, draft: str) -> int:
-    """`specdec-bench shapes` on a Whisper pair (cli_shapes.py checked the flags and the names)."""
-    from .plots import plot_shapes
-    from .report import NOTES
-    from .sweep_tables import SAMP_HOST_NOTE, generation_lines, prediction_lines, probe_text
-    from .tables import table
+    """`specdec-bench shapes` on a Whisper pair (cli.py checked the flags and the names)."""
+    from ..sweep.plots import plot_shapes
+    from ..common.report import SAMP_HOST_NOTE, probe_text
+    from ..sweep.tables import NOTES
+    from .tables import generation_lines, prediction_lines
+    from .whisper_costs import markdown_sections
+    from ..common.tables import table
 
     def log(message):
         print(message, file=sys.stderr)
@@ -47,7 +49,7 @@ def run(args, target: str, draft: str) -> int:
     started = time.perf_counter()
     with common.progress(args, args.encoder_repeats + 1, "encoders") as bar:
         encoders = time_encoders(dec, requests[0].audio, args.encoder_repeats, progress=bar)
-    probe = common.probe(dec, requests, args, [0.0], dec.gamma_max, source=requests[0].audio)
+    probe = common.probe(dec, requests, args, [0.0], dec.gamma_max, source=requests[0].audio, show=False)
     own_encoder = not encoders["draft_keeps_target_encoder"]
     with common.progress(args, (args.repeat * len(requests) + 2) * len(args.gamma), "specdec-bench shapes") as bar:
         runs = shapes.run_generations(dec, requests, args.gamma, args.max_new_tokens, args.repeat, bar, probe,
@@ -91,7 +93,7 @@ def run(args, target: str, draft: str) -> int:
     print(f"verify of 5 tokens = {verify_text(verdict)}; host overhead worst "
           f"{100 * verdict['host_fraction_worst']:.2f}% of an iteration")
     out["elapsed_s"] = time.perf_counter() - started
-    common.finish(out, args)
+    common.finish(out, args, markdown_sections)
     if args.plot:
         title = f"{names} real shapes (random weights), {mach['cpu_model']}, {mach['cpu_cores']} cores"
         print(f"plot: {plot_shapes(analysis, args.plot, title)}")

@@ -1,4 +1,4 @@
-"""`specdec-bench shapes` for a Whisper pair (whisper_shapes.py builds and exports it): what a request costs at real
+"""`specdec-bench shapes` for a Whisper pair (whisper.py builds and exports it): what a request costs at real
 sizes. Requests are random audio filling the encoder's 30 s window (random weights make the transcript, and so
 alpha, meaningless, as for T5). Measured: each encoder per request (PCM -> log-mel -> cross K/V; the target's
 encoder graph also gives the cross K/V of a draft that keeps it; a draft with an encoder of its own runs it too), the
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .prompts import Prompt
+from ..common.prompts import Prompt
 
 ALPHAS = (0.7, 0.8)
 REQUEST_TOKENS = 100            # about 30 s of English speech: ~75 words at ~1.3 tokens a word
@@ -108,7 +108,7 @@ def request_predictions(analysis: dict, probe: dict, runs: dict, encoders: dict,
 
 def request_lines(request: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """Request-level speedup per alpha and gamma (Theorem 3.8 / with costs), and the best gammas."""
-    from .sweep_tables import prediction_lines
+    from .tables import prediction_lines
 
     best = {a: {"theorem_best_gamma": b["theorem_3_8_best_gamma"], "with_costs_best_gamma": b["with_costs_best_gamma"]}
             for a, b in request["best"].items()}
@@ -117,7 +117,7 @@ def request_lines(request: dict, markdown: bool = False) -> tuple[list[str], lis
 
 def encoder_lines(report: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
     """One row per model: its encoder per request, median of the timed runs and as the real loop paid it."""
-    from .tables import fmt
+    from ..common.tables import fmt
 
     enc, shapes = report["speech"]["encoder"], report["shapes"]
     loop = report["generation"]
@@ -135,7 +135,7 @@ def encoder_lines(report: dict, markdown: bool = False) -> tuple[list[str], list
 def speech_text(report: dict) -> tuple[str, str]:
     """The Whisper parts of the report as text: before the per-call costs (the encoders) and after the decoder
     predictions (the request-level ones)."""
-    from .tables import table
+    from ..common.tables import table
 
     enc, req = report["speech"]["encoder"], report["request"]
     before = (f"encoders per request ({enc['audio_seconds']:.0f} s window, {enc['encoder_frames']} frames; median "
@@ -147,9 +147,11 @@ def speech_text(report: dict) -> tuple[str, str]:
     return before, after
 
 
-def markdown_parts(report: dict) -> tuple[list[str], list[str]]:
-    """The same for --markdown."""
-    from .tables import markdown_table
+def markdown_sections(report: dict) -> list[str]:
+    """The report of `shapes` on a Whisper pair in Markdown: `shapes`' own, with the encoders before the per-call
+    costs and the whole request's predictions after the decoder's."""
+    from ..common.tables import markdown_table
+    from .tables import markdown_sections as decoder_sections
 
     enc, req, note = report["speech"]["encoder"], report["request"], report["shapes"].get("vocabulary_note")
     before = ([f"Note: {note}."] if note else []) + [
@@ -159,4 +161,4 @@ def markdown_parts(report: dict) -> tuple[list[str], list[str]]:
     after = [f"Whole request of N = {req['tokens']} tokens with the encoders, {LABEL} / with the measured costs "
              f"(the target's encoder is {100 * req['encoder_share_of_baseline']:.1f}% of a target-only request):\n\n"
              + markdown_table(*request_lines(req, markdown=True))]
-    return before, after
+    return decoder_sections(report, before, after)

@@ -1,34 +1,32 @@
 """`specdec-bench sweep --export DIR`: latency, alpha, c and the speedup over gamma = 0 of every (temperature,
-filter, gamma), interleaved on one export (sweep.py), against Theorem 3.8's prediction with the measured costs."""
+filter, gamma), interleaved on one export (measure.py), against Theorem 3.8's prediction with the measured costs."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from . import cli_common as common, cli_options as options, machine
+from ..common import machine, options, running as common
 
 HELP = "gamma sweep on an export: latency, alpha, c and speedup per temperature, filter and gamma"
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("sweep", help=HELP, description=__doc__, parents=options.on_export(
-        every_task=False, several_filters=True, repeat_help="repeats of the whole sweep", plot=True,
-        peers_what="specdec's speculative path at --peer-gamma",
-        peer_gamma="specdec's speculative path and the assistants (default: the best measured gamma at T=0)"))
+    p = options.command(commands, "sweep", HELP, run, options.on_export(True, "repeats of the whole sweep", (
+        "specdec's speculative path at --peer-gamma",
+        "specdec's speculative path and the assistants (default: the best measured gamma at T=0)")))
     p.add_argument("--gamma", type=options.int_list, default=[0, 1, 2, 3, 4, 6, 8], metavar="G,...",
                    help="draft tokens per target call of the draft model; 0 (the baseline) is always added (default "
                         "0,1,2,3,4,6,8)")
     p.add_argument("--profile", metavar="OUT.txt",
                    help="cProfile one pass over the prompts at the best measured gamma (T=0) and write the "
                         "functions where the host time goes")
-    p.set_defaults(run=run)
 
 
 def _setting_name(entry: dict, several: bool) -> str:
     """`T=1` of a `best` entry, with its filter when the sweep has several (`T=1, filter 50:0.9`)."""
-    from .sweep import filter_label
-    from .sweep_summary import row_filter
+    from ..common.runs import filter_label
+    from .summary import row_filter
 
     return f"T={entry['temperature']:g}" + (f", filter {filter_label(row_filter(entry))}" if several else "")
 
@@ -48,7 +46,7 @@ def _print_agreement(agreement: dict, lenience: float, several: bool) -> None:
 
 
 def _print_best(b: dict, several: bool) -> None:
-    from .tables import fmt
+    from ..common.tables import fmt
 
     print(f"\n{_setting_name(b, several)}: best measured gamma {b['measured_best_gamma']}: "
           f"{b['best_ms_per_token']:.3f} ms/token "
@@ -83,12 +81,12 @@ def _profile(args, dec, prompts, gamma: int, base) -> dict:
 
 
 def run(args) -> int:
-    from . import prompts as prompts_mod, sweep, sweep_summary as summary
+    from ..common import prompts as prompts_mod, runs
+    from . import measure as sweep, summary
     from .plots import plot
-    from .report import NOTES
-    from .sweep_tables import (SAMP_HOST_NOTE, filter_cost_lines, probe_text, summary_lines, sweep_filters_text,
-                               sweep_lines, time_lines)
-    from .tables import table
+    from ..common.report import SAMP_HOST_NOTE, sweep_filters_text
+    from .tables import NOTES, SWEEP, TIME, filter_cost_lines, markdown_sections, summary_lines
+    from ..common.tables import lines, table
 
     common.export_checked(args)
     args.gamma = common.with_baseline(args.gamma)
@@ -106,8 +104,6 @@ def run(args) -> int:
 
     started = time.perf_counter()
     probe = common.probe(dec, prompts, args, args.temperature, max(args.gamma))
-    print()
-    print(probe_text(probe))
 
     total = (args.repeat * len(prompts) + 2) * len(args.temperature) * len(args.filters) * len(args.gamma)
     with common.progress(args, total, "specdec-bench") as bar:
@@ -116,7 +112,7 @@ def run(args) -> int:
                                                      filters=args.filters)
     rows = summary.summarize(cells, dec.gamma_max, acceptance, probe, base)
     best = summary.best_by_filter_and_temperature(rows, dec.gamma_max)
-    greedy_best = best.get(sweep.filter_key(0.0, args.filters[0]), {})
+    greedy_best = best.get(runs.filter_key(0.0, args.filters[0]), {})
     agreement = summary.greedy_agreement(outputs)
     filter_cost = summary.filter_cost(cells)
     print()
@@ -129,11 +125,11 @@ def run(args) -> int:
           "thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: measured/thm3.8; w/costs: the prediction with the measured "
           "target-run cost and host time; best_g: gamma maximising thm3.8)")
     print(f"{SAMP_HOST_NOTE}")
-    print(table(*sweep_lines(rows)))
+    print(table(*lines(SWEEP, rows)))
     print()
     print("where the time goes (ms per generated token; the sampling heads run inside the draft and target runs, "
           "their share estimated from the cost probe)")
-    print(table(*time_lines(rows)))
+    print(table(*lines(TIME, rows)))
     if several:
         print()
         print("filters (ms/tok per generated token, median over repeats; x none: this filter's ms/token over plain "
@@ -171,7 +167,7 @@ def run(args) -> int:
            "cost_probe": probe, "results": rows, "best": best, "filter_cost": filter_cost,
            "greedy_agreement": agreement,
            "acceptance": verdicts, "profile": profile, "peers": peers, "elapsed_s": elapsed}
-    common.finish(out, args)
+    common.finish(out, args, markdown_sections)
     if args.plot:
         title = (f"{Path(args.engine).name}: {mach['cpu_model']}, {mach['cpu_cores']} cores, {dec.provider}; "
                  f"{len(prompts)} prompts x {args.repeat}, {args.max_new_tokens} new tokens")

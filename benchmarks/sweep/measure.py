@@ -17,110 +17,9 @@ outputs and acceptance counts are keyed (temperature, filter, gamma).
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
-
 from specdec.runtime import Params
 
-from . import costs
-
-SUMMED = ("total_s", "new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "ort_runs", "encoder_s",
-          "draft_s", "target_s", "host_s", "requests")
-PLAIN = costs.PLAIN                                # the filter (top_k, top_p) `none`: plain sampling
-
-
-def filter_label(f) -> str:
-    """A (top_k, top_p) filter as --filters spells it: `none` or `K:P` (e.g. `50:0.9`)."""
-    top_k, top_p = f
-    return "none" if (top_k, top_p) == PLAIN else f"{top_k}:{top_p:g}"
-
-
-def filter_key(name, f) -> str:
-    """A JSON key for `name` (a temperature, a gamma) under filter `f`: `name` itself for the plain filter (a plain
-    run keeps the keys it always had), `name@K:P` for a filtered one (e.g. `1.0@50:0.9`)."""
-    return str(name) if tuple(f) == PLAIN else f"{name}@{filter_label(f)}"
-
-
-@dataclass
-class Cell:
-    """Stats of one (temperature, filter, gamma) configuration, summed over prompts, one entry per repeat."""
-    per_repeat: list = field(default_factory=list)     # [{stat: sum over prompts}]
-
-    def add(self, repeat: int, stats) -> None:
-        while len(self.per_repeat) <= repeat:
-            self.per_repeat.append({k: 0 for k in SUMMED})
-        for k in SUMMED:
-            self.per_repeat[repeat][k] += 1 if k == "requests" else getattr(stats, k)
-
-    def pooled(self) -> dict:
-        return {k: sum(r[k] for r in self.per_repeat) for k in SUMMED}
-
-    def ms_per_token(self, decode_only: bool = False) -> list:
-        """Per repeat; `decode_only`: without the encoder runs (Stats.encoder_s), the decode loop's own speed, which
-        a long source does not dilute."""
-        return [1000.0 * (r["total_s"] - (r["encoder_s"] if decode_only else 0.0)) / max(r["new_tokens"], 1)
-                for r in self.per_repeat]
-
-
-@dataclass
-class Acceptance:
-    """Per-iteration acceptance counts of one (temperature, filter, gamma), from stream() (exact n and gamma per
-    iteration).
-
-    Algorithm 1 stops testing at the first rejection, so accepted / proposed (Stats.acceptance_rate) is not the
-    per-token acceptance probability alpha of Theorem 3.8: with gamma guesses it estimates
-    (alpha + ... + alpha^gamma) / gamma, which falls as gamma grows even when alpha does not. The maximum-likelihood
-    estimate of alpha under the theorem's i.i.d. model counts the guesses actually tested: every accepted one and
-    the first rejected one of each iteration: alpha-hat = accepted / (accepted + rejections)."""
-    accepted: int = 0
-    rejections: int = 0
-    iterations: int = 0
-    tested_at: list = field(default_factory=list)      # position k (1-based) -> guesses tested there
-    accepted_at: list = field(default_factory=list)
-    runs_by_guesses: dict = field(default_factory=dict)    # guesses k verified by a target run -> target runs
-
-    def add(self, proposed: int, accepted: int) -> None:
-        self.runs_by_guesses[proposed] = self.runs_by_guesses.get(proposed, 0) + 1
-        if proposed <= 0:
-            return
-        self.iterations += 1
-        self.accepted += accepted
-        self.rejections += accepted < proposed
-        while len(self.tested_at) < proposed:
-            self.tested_at.append(0)
-            self.accepted_at.append(0)
-        for k in range(min(accepted + 1, proposed)):
-            self.tested_at[k] += 1
-            if k < accepted:
-                self.accepted_at[k] += 1
-
-    @property
-    def alpha(self) -> float | None:
-        tested = self.accepted + self.rejections
-        return self.accepted / tested if tested else None
-
-    def by_position(self) -> list:
-        return [a / t if t else None for a, t in zip(self.accepted_at, self.tested_at)]
-
-
-def measure_acceptance(dec, prompts, params: Params, repeat: int = 0) -> tuple[Acceptance, list]:
-    """Stream every prompt once with `params` (the seeds of `repeat`): per-iteration accepted/proposed, and the
-    token ids."""
-    acc, outputs = Acceptance(), []
-    for i, p in enumerate(prompts):
-        last_p = last_a = 0
-        tokens = []
-        for piece in dec.stream(**p.kwargs(), params=params, seed=seed_for(repeat, i)):
-            tokens.extend(piece.token_ids)
-            st = piece.stats
-            acc.add(st.proposed - last_p, st.accepted - last_a)
-            last_p, last_a = st.proposed, st.accepted
-        outputs.append(tokens)
-    return acc, outputs
-
-
-def seed_for(repeat: int, prompt_index: int) -> int:
-    return 1000 * repeat + prompt_index
+from ..common.runs import Cell, measure_acceptance, seed_for
 
 
 def configuration_params(base: Params, key: tuple, max_new_tokens: int) -> Params:
@@ -169,21 +68,3 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
                 cells[key].add(r, dec.generate(**p.kwargs(), params=params[key], seed=seed_for(r, i)).stats)
                 tick()
     return cells, outputs, acceptance
-
-
-def per_repeat_ratios(numerator: Cell, denominator: Cell, decode_only: bool = False) -> list:
-    """ms/token of `numerator` over `denominator`, repeat by repeat (both ran interleaved in every repeat)."""
-    return [a / b for a, b in zip(numerator.ms_per_token(decode_only), denominator.ms_per_token(decode_only))]
-
-
-def spread(values) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "p25": _quantile(values, 0.25), "p75": _quantile(values, 0.75)}
-
-
-def _quantile(values, q: float) -> float:
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)

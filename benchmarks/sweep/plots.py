@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .sweep import filter_label
-from .sweep_summary import row_filter
+from ..common.runs import filter_label
+from .summary import row_filter
 
 
 def plot(rows: list[dict], path: str | Path, title: str) -> Path:

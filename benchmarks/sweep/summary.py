@@ -1,4 +1,4 @@
-"""The sweep's summary: one row per (temperature, filter, gamma) from its cells (sweep.py) -- latency, alpha-hat,
+"""The sweep's summary: one row per (temperature, filter, gamma) from its cells (measure.py) -- latency, alpha-hat,
 costs, ORT runs, measured and predicted speedups against gamma = 0 of the same temperature and filter -- and what
 is read off the rows: the best gamma per (filter, temperature), greedy exactness, what a filter costs, and where an
 iteration's time goes against Theorem 3.8's model of it.
@@ -6,7 +6,7 @@ iteration's time goes against Theorem 3.8's model of it.
 Export format 2 has no sampler graphs: the sampling work runs inside the draft runs (standardize/draw) and the
 target runs (accept/residual), so Stats splits a request into encoder_s, draft_s, target_s and host_s. The in-graph
 sampling share is not observable from the loop; "samp+host" adds the head's cost as the cost probe timed it alone
-(costs.py) to the measured host time, and says that part is an estimate.
+(common/costs.py) to the measured host time, and says that part is an estimate.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import statistics
 
 from specdec.runtime import Params
 
-from . import costs, theory
-from .sweep import PLAIN, filter_key, per_repeat_ratios, spread
+from ..common import costs, theory
+from ..common.runs import PLAIN, filter_key, per_repeat_ratios, spread
 
 PARTS = ("encoder", "draft", "target", "host")     # where the time goes; Stats.<part>_s
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from benchrun import finite, prompts_file, run
-from specdec.bench import beam_costs, beam_summary, beams
+from specdec.bench.beams import costs as beam_costs, measure as beams, summary as beam_summary
 from specdec.runtime import SpeculativeDecoder, Stats
 
 TASKS = ("summarize", "translate")

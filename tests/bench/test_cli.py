@@ -8,7 +8,8 @@ import json
 import pytest
 
 from benchrun import run
-from specdec.bench import optimum_client, peer_engines, peers, prompts, shapes
+from specdec.bench.common import optimum_client, peer_engines, peers, prompts
+from specdec.bench.shapes import measure as shapes
 
 ROW_KEYS = {"temperature", "gamma", "repeats", "ms_per_token", "tokens_per_s", "alpha", "tokens_per_target_call",
             "c", "verify_ratio", "host_ms_per_iteration", "host_fraction", "speedup", "predicted_speedup",

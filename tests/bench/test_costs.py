@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 import specdec.bench
-from specdec.bench import costs, sweep, sweep_summary
+from specdec.bench.common import costs
+from specdec.bench.common import runs
+from specdec.bench.sweep import measure as sweep, summary as sweep_summary
 
 
 def _probe(entries):
@@ -35,10 +37,10 @@ def test_head_filters_plain_sweep_and_reference():
 
 
 def test_filter_labels_and_keys():
-    assert sweep.filter_label(sweep.PLAIN) == "none" and sweep.filter_label((50, 0.9)) == "50:0.9"
-    assert sweep.filter_label((0, 0.95)) == "0:0.95" and sweep.filter_label((20, 1.0)) == "20:1"
-    assert sweep.filter_key(0.0, (0, 1.0)) == "0.0" and sweep.filter_key(1.0, (50, 0.9)) == "1.0@50:0.9"
-    assert sweep.filter_key(2, (3, 0.9)) == "2@3:0.9"
+    assert runs.filter_label(runs.PLAIN) == "none" and runs.filter_label((50, 0.9)) == "50:0.9"
+    assert runs.filter_label((0, 0.95)) == "0:0.95" and runs.filter_label((20, 1.0)) == "20:1"
+    assert runs.filter_key(0.0, (0, 1.0)) == "0.0" and runs.filter_key(1.0, (50, 0.9)) == "1.0@50:0.9"
+    assert runs.filter_key(2, (3, 0.9)) == "2@3:0.9"
 
 
 def test_sweep_order_rotates_gamma_within_each_temperature_and_filter():
@@ -53,9 +55,9 @@ def test_sweep_order_rotates_gamma_within_each_temperature_and_filter():
 
 def _cell(*ms_per_token):
     """A Cell whose repeats took these ms per token (10 tokens each)."""
-    cell = sweep.Cell()
+    cell = runs.Cell()
     for ms in ms_per_token:
-        cell.per_repeat.append({**{k: 0 for k in sweep.SUMMED}, "total_s": ms * 10 / 1000.0, "new_tokens": 10})
+        cell.per_repeat.append({**{k: 0 for k in runs.SUMMED}, "total_s": ms * 10 / 1000.0, "new_tokens": 10})
     return cell
 
 
@@ -101,7 +103,7 @@ def test_ort_runs_per_iteration_leaves_the_encoders_out():
 
 
 def test_acceptance_counts_target_runs_by_guesses():
-    acc = sweep.Acceptance()
+    acc = runs.Acceptance()
     for proposed, accepted in ((3, 3), (3, 1), (0, 0), (2, 0)):
         acc.add(proposed, accepted)
     assert acc.runs_by_guesses == {3: 2, 0: 1, 2: 1}
@@ -110,25 +112,29 @@ def test_acceptance_counts_target_runs_by_guesses():
 
 # what the benchmark may touch on a SpeculativeDecoder: its documented public attributes and methods
 PUBLIC = {"target", "draft", "workspace", "tokenizer", "manifest", "provider", "gamma_max", "max_length",
-          "vocab_size", "vocabulary", "generate", "stream", "decode", "source", "estimates", "reset_estimates", "beam_model",
-          "beam_estimates", "models", "datastore", "start_id", "eos_id", "stream_idle_s", "sources", "generate_batch"}
+          "vocab_size", "vocabulary", "generate", "stream", "decode", "source", "estimates", "reset_estimates",
+          "beam_model", "learned", "learning", "beam_estimates", "models", "datastore", "start_id", "eos_id",
+          "stream_idle_s", "generate_batch"}
 RETIRED = {"samplers", "verify_s", "sampling_s", "sample_ms", "accept_sampler_ms", "draw_uniforms"}
 
 
 def test_benchmark_uses_only_the_public_api():
     root = Path(specdec.bench.__file__).parent
     problems = []
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 name = node.attr
                 if name.startswith("_") and not name.startswith("__"):
-                    problems.append(f"{path.name}:{node.lineno}: private attribute .{name}")
+                    problems.append(f"{path.relative_to(root)}:{node.lineno}: private attribute .{name}")
                 if name in RETIRED:
-                    problems.append(f"{path.name}:{node.lineno}: retired .{name}")
+                    problems.append(f"{path.relative_to(root)}:{node.lineno}: retired .{name}")
                 if isinstance(node.value, ast.Name) and node.value.id in ("dec", "decoder") and name not in PUBLIC:
-                    problems.append(f"{path.name}:{node.lineno}: {node.value.id}.{name} is not public")
+                    problems.append(f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{name} is not public")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specdec.runtime.decoding"):
+                problems.append(f"{path.relative_to(root)}:{node.lineno}: imports {node.module} (the decoding path "
+                                "is the runtime's own: use specdec.runtime)")
             if isinstance(node, ast.Constant) and node.value in RETIRED:
-                problems.append(f"{path.name}:{node.lineno}: retired key {node.value!r}")
+                problems.append(f"{path.relative_to(root)}:{node.lineno}: retired key {node.value!r}")
     assert not problems, "\n".join(problems)

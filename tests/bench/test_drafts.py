@@ -8,7 +8,8 @@ import json
 import pytest
 
 from benchrun import finite, prompts_file, run
-from specdec.bench import drafts, prompts, theory
+from specdec.bench.common import prompts, theory
+from specdec.bench.drafts import measure as drafts
 from specdec.runtime import Stats
 
 DRAFTS = ["none", "draft", "lookup", "lookup,draft", "auto"]

@@ -12,7 +12,8 @@ import math
 import pytest
 
 from benchrun import run
-from specdec.bench import shapes, variants
+from specdec.bench.dtypes import variants
+from specdec.bench.shapes import measure as shapes
 
 HAS_CT2 = importlib.util.find_spec("ctranslate2") is not None
 HAS_WO = importlib.util.find_spec("onnx_ir") is not None      # onnxruntime's MatMulNBitsQuantizer imports it

@@ -10,7 +10,8 @@ import pytest
 from benchrun import run
 from tinymodels import broken_export, export_pair, make_tiny_t5
 
-from specdec.bench import gpu, shapes
+from specdec.bench import gpu
+from specdec.bench.shapes import measure as shapes
 from specdec.runtime import SpeculativeDecoder
 
 

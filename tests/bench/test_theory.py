@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from specdec.bench import theory
+from specdec.bench.common import theory
 
 
 def test_expected_tokens_is_a_geometric_sum():
@@ -64,7 +64,7 @@ def test_rejects_out_of_range_inputs(args):
 
 
 def test_alpha_counts_tested_guesses_only():
-    from specdec.bench.sweep import Acceptance
+    from specdec.bench.common.runs import Acceptance
 
     acc = Acceptance()
     for proposed, accepted in ((4, 2), (4, 4), (4, 0), (0, 0)):    # (0, 0): a target-only step, ignored
@@ -77,7 +77,7 @@ def test_alpha_counts_tested_guesses_only():
 def test_alpha_estimate_is_unbiased_where_the_acceptance_rate_is_not():
     import random
 
-    from specdec.bench.sweep import Acceptance
+    from specdec.bench.common.runs import Acceptance
 
     rng = random.Random(0)
     alpha, gamma = 0.7, 8

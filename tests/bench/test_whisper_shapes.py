@@ -11,8 +11,8 @@ import json
 import pytest
 
 from benchrun import finite, run
-from specdec.bench import whisper_costs, whisper_shapes
-from specdec.bench.sweep_summary import encoder_runs
+from specdec.bench.shapes import whisper as whisper_shapes, whisper_costs
+from specdec.bench.sweep.summary import encoder_runs
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
               pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning"),

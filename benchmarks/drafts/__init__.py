@@ -1,0 +1,1 @@
+"""`specdec-bench drafts`: where the guesses come from, per task, temperature and draft configuration."""
