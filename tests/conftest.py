@@ -10,6 +10,13 @@ as in every real T5), d_model 16-32, 1-2 layers.
     tiny_pair                    -> (target_dir, draft_dir)    session scope
     tiny_export                  -> Path of an export directory made by `specdec-export`, session scope
     tiny_export_log              -> (stdout, stderr) of that export
+    whisper_pair                 -> (target model, root): tinymodels.exported_whisper_pair's default pair, session
+    bundled_export               -> Path of the bundled pair (models/) exported with --max-length 256, session
+    shared_dir(tmp_path_factory, key, build) -> Path   build(path) once per test run, for every worker process
+
+Session fixtures that build models or exports are built once per run, not once per worker process: the first worker
+that asks builds them under a directory both workers share (shared_dir, a file lock around the build), the other
+waits for it. What they return is read-only to the tests: a test that changes an export copies it first.
     offline_hub_factory          -> apply(cache_dir): this test runs offline (HF_HUB_OFFLINE=1) with its hub
                                            cache at cache_dir (environment and huggingface_hub.constants)
 
@@ -19,6 +26,7 @@ make_tiny_t5`), since `from conftest import ...` is ambiguous once a subfolder h
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -35,6 +43,7 @@ from tinymodels import (  # noqa: F401  (re-exported for fixtures)
     fill_hub_cache,
     _hub_settings,
     read_manifest,
+    shared_dir,
 )
 
 
@@ -90,22 +99,29 @@ def tiny_pair(tmp_path_factory):
     """(target_dir, draft_dir): v1.1-style target (2+2 layers, d_model 32) and a 1-layer d_model-16 draft,
     same tokenizer. The real T5 layout: 48 vocabulary rows, of which the tokenizer makes 40 (w3 .. w39; rows
     40..47 padded)."""
-    root = tmp_path_factory.mktemp("tiny_pair")
-    target = make_tiny_t5(root / "target", d_model=32, d_kv=8, heads=3, layers=2, decoder_layers=2, v11=True,
-                          seed=1, tokens=PADDED_TOKENS)
-    draft = make_tiny_t5(root / "draft", d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1, v11=True,
-                         seed=2, tokens=PADDED_TOKENS)
-    return target, draft
+    def build(root):
+        make_tiny_t5(root / "target", d_model=32, d_kv=8, heads=3, layers=2, decoder_layers=2, v11=True,
+                     seed=1, tokens=PADDED_TOKENS)
+        make_tiny_t5(root / "draft", d_model=16, d_kv=8, heads=2, layers=1, decoder_layers=1, v11=True,
+                     seed=2, tokens=PADDED_TOKENS)
+
+    root = shared_dir(tmp_path_factory, "tiny_pair", build)
+    return root / "target", root / "draft"
 
 
 @pytest.fixture(scope="session")
 def _tiny_export_run(tmp_path_factory, tiny_pair):
     target, draft = tiny_pair
-    out = tmp_path_factory.mktemp("tiny_export") / "export"
-    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", out,
-                                           "--gamma-max", "8", "--max-length", "64"])
-    assert code == 0, f"specdec-export failed ({code}):\n{stdout}\n{stderr}"
-    return out, stdout, stderr
+
+    def build(root):
+        code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", root / "export",
+                                               "--gamma-max", "8", "--max-length", "64"])
+        assert code == 0, f"specdec-export failed ({code}):\n{stdout}\n{stderr}"
+        (root / "log.json").write_text(json.dumps({"stdout": stdout, "stderr": stderr}))
+
+    root = shared_dir(tmp_path_factory, "tiny_export", build)
+    log = json.loads((root / "log.json").read_text())
+    return root / "export", log["stdout"], log["stderr"]
 
 
 @pytest.fixture(scope="session")
@@ -117,6 +133,36 @@ def tiny_export(_tiny_export_run) -> Path:
 @pytest.fixture(scope="session")
 def tiny_export_log(_tiny_export_run) -> tuple[str, str]:
     return _tiny_export_run[1], _tiny_export_run[2]
+
+
+@pytest.fixture(scope="session")
+def whisper_pair(tmp_path_factory):
+    """(target model, root): tinymodels.exported_whisper_pair with its defaults (the pair the runtime, C API and
+    serving tests share), root/target, root/draft and root/export built once per run. The target model is rebuilt
+    in memory in each worker from the same seed (whisper_pair_models: what was saved and exported)."""
+    from tinymodels import exported_whisper_pair, whisper_pair_models
+
+    root = shared_dir(tmp_path_factory, "whisper_pair", exported_whisper_pair)
+    target, _ = whisper_pair_models(vocab=40, seed=6)      # exported_whisper_pair's defaults
+    return target, root
+
+
+@pytest.fixture(scope="session")
+def bundled_export(tmp_path_factory):
+    """The bundled pair (models/) exported as `specdec-export --export OUT --max-length 256` does (no --target or
+    --draft), once per run; skips where models/ holds no trained pair."""
+    def build(out):
+        code, stdout, stderr = run_export_cli(["--export", out, "--max-length", "256"])
+        assert code == 0 or "bundled pair" in stderr, stderr
+        (out.parent / "bundled_export.log.json").write_text(json.dumps({"code": code, "stdout": stdout,
+                                                                         "stderr": stderr}))
+
+    out = shared_dir(tmp_path_factory, "bundled_export", build)
+    log = json.loads((out.parent / "bundled_export.log.json").read_text())
+    if log["code"] != 0:
+        pytest.skip(log["stderr"].strip())
+    assert "parity" in log["stdout"]
+    return out
 
 
 @pytest.fixture

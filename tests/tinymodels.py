@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 from specdec.bench.shapes import whisper_checkpoint
@@ -98,6 +99,44 @@ def run_export_cli(argv) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(a) for a in argv])
     return code, out.getvalue(), err.getvalue()
+
+
+# --- built once per test run, for every worker process ---------------------------------------------------------
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    import fcntl
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def shared_dir(tmp_path_factory, key: str, build) -> Path:
+    """The directory `key` of this test run, made by build(path) once for all worker processes: the first to ask
+    builds it (holding a lock), the others wait and reuse it. A build that fails leaves nothing behind, so the next
+    test that asks builds it again (and fails the same way). Under pytest-xdist each worker's basetemp is a folder
+    of the run's (pytest-N/popen-gwK), so the run's folder is the one they share; with `-n 0` it is the run's own."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    root = base / "shared"
+    root.mkdir(exist_ok=True)
+    out, done = root / key, root / f"{key}.done"
+    with _locked(root / f"{key}.lock"):
+        if not done.exists():
+            if out.exists():
+                shutil.rmtree(out)
+            try:
+                build(out)
+            except BaseException:
+                shutil.rmtree(out, ignore_errors=True)
+                raise
+            done.touch()
+    return out
 
 
 # --- an offline Hugging Face hub cache ---------------------------------------------------------------------
@@ -283,11 +322,17 @@ def noisy_whisper_draft(target, noise: float, seed: int):
     return draft
 
 
+def whisper_pair_models(vocab: int, seed: int, noise: float = 0.3):
+    """(target, draft) of build_whisper_pair, in memory: a tiny Whisper target with a 1-second window and its
+    noisy_whisper_draft (seeded: the same models every call)."""
+    target = tiny_whisper_model(seed=seed, vocab=vocab, position_scale=1.0, init_std=0.2, **WHISPER_WINDOW)
+    return target, noisy_whisper_draft(target, noise, seed + 1)
+
+
 def build_whisper_pair(root, vocab: int, seed: int, noise: float = 0.3, tokens: int | None = None):
     """A tiny Whisper target with a 1-second window and its noisy_whisper_draft, saved as root/target and
     root/draft, with a tokenizer of `tokens` ids (default: `vocab`); returns the target model."""
-    target = tiny_whisper_model(seed=seed, vocab=vocab, position_scale=1.0, init_std=0.2, **WHISPER_WINDOW)
-    draft = noisy_whisper_draft(target, noise, seed + 1)
+    target, draft = whisper_pair_models(vocab, seed, noise)
     save_tiny_whisper(target, Path(root) / "target", tokens)
     save_tiny_whisper(draft, Path(root) / "draft", tokens)
     return target

@@ -14,6 +14,8 @@ import sys
 import pytest
 from _capi_helpers import INCLUDE
 
+from tinymodels import shared_dir
+
 
 def _need_tools():
     missing = [tool for tool in ("gcc", "g++") if shutil.which(tool) is None]
@@ -28,24 +30,30 @@ def _need_tools():
 
 @pytest.fixture(scope="session")
 def capi_build(tmp_path_factory):
-    """Run `specdec-build-capi --out DIR` (library, both examples, env -i self-check); returns DIR."""
+    """Run `specdec-build-capi --out DIR` (library, both examples, env -i self-check); returns DIR. Built once per
+    run for both worker processes (tests/conftest.py's shared_dir); read-only to the tests."""
     _need_tools()
-    out = tmp_path_factory.mktemp("capi") / "build"
-    result = subprocess.run([sys.executable, "-m", "specdec.bindings.build", "--out", str(out), "--quiet"],
-                            capture_output=True, text=True, timeout=600, check=False)
-    assert result.returncode == 0, f"build failed:\n{result.stdout}\n{result.stderr}"
-    for name in ("libspecdec.so", "specdec-example-c", "specdec-example-cpp"):
-        assert (out / name).is_file(), name
-    out.joinpath("build.log").write_text(result.stdout)
-    return out
+
+    def build(root):
+        out = root / "build"
+        result = subprocess.run([sys.executable, "-m", "specdec.bindings.build", "--out", str(out), "--quiet"],
+                                capture_output=True, text=True, timeout=600, check=False)
+        assert result.returncode == 0, f"build failed:\n{result.stdout}\n{result.stderr}"
+        for name in ("libspecdec.so", "specdec-example-c", "specdec-example-cpp"):
+            assert (out / name).is_file(), name
+        out.joinpath("build.log").write_text(result.stdout)
+
+    return shared_dir(tmp_path_factory, "capi", build) / "build"
 
 
 @pytest.fixture(scope="session")
-def compile_c(capi_build):
-    """compile_c(source, name, cxx=False) -> path of a program linked with libspecdec (rpath to the build)."""
+def compile_c(capi_build, tmp_path_factory):
+    """compile_c(source, name, cxx=False) -> path of a program linked with libspecdec (rpath to the build), in a
+    folder of this worker's (the build is shared by both)."""
+    programs = tmp_path_factory.mktemp("capi_programs")
 
     def compile_one(source, name, cxx=False):
-        exe = capi_build / name
+        exe = programs / name
         cmd = (["g++", "-std=c++11"] if cxx else ["gcc", "-std=c99", "-D_POSIX_C_SOURCE=200809L"]) + [
             "-Wall", "-Wextra", "-pedantic", "-Werror", "-O1", "-g", f"-I{INCLUDE}", str(source), "-o", str(exe),
             f"-L{capi_build}", "-lspecdec", f"-Wl,-rpath,{capi_build}", "-pthread", "-lm"]

@@ -28,7 +28,7 @@ import pytest
 from _capi_helpers import HERE, run_program, tap_results
 
 from fuzz_exports import FuzzSettings, finish_fuzz
-from tinymodels import exported_whisper_pair, whisper_audio
+from tinymodels import whisper_audio
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
 from specdec.runtime.loading.audio import read_wav
@@ -61,10 +61,10 @@ FUZZ_LINE = re.compile(r"case (\d+) (ok (.*)|refused (SPECDEC_\w+) (.*)|good (sa
 
 
 @pytest.fixture(scope="module")
-def whisper_export(tmp_path_factory):
-    """The pair of tests/runtime/test_whisper.py's `pair` fixture, exported the same way."""
-    root = tmp_path_factory.mktemp("capi_whisper")
-    return exported_whisper_pair(root)[1]
+def whisper_export(whisper_pair):
+    """The export of tests/runtime/test_whisper.py's `pair` fixture (exported_whisper_pair's defaults, built once per
+    run: tests/conftest.py)."""
+    return whisper_pair[1] / "export"
 
 
 @pytest.fixture(scope="module")

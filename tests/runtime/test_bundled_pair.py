@@ -11,7 +11,6 @@ import specdec.models
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.decoding.lookup import LookupDraft
 
-from tinymodels import run_export_cli
 
 MODELS = Path(specdec.models.__file__).parent
 PROMPTS = MODELS / "prompts" / "test.jsonl"
@@ -22,13 +21,8 @@ pytestmark = pytest.mark.skipif(not (MODELS / "target" / "config.json").is_file(
                                 reason="the bundled pair is not in models/ (train it with specdec-models)")
 
 
-@pytest.fixture(scope="module")
-def bundled_export(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundled") / "export"
-    code, stdout, stderr = run_export_cli(["--export", out, "--max-length", "256"])   # no --target/--draft
-    assert code == 0, stderr
-    assert "parity" in stdout
-    return out
+# bundled_export (tests/conftest.py): `specdec-export --export OUT --max-length 256` (no --target/--draft), exit 0 and
+# its parity line checked, once per run
 
 
 def test_bundled_pair_greedy_matches_pytorch_and_baseline(bundled_export):

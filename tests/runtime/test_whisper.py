@@ -29,10 +29,9 @@ SOT, EOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS = 2, 1, 3, 4, 5, 6, 7
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("whisper-pair")
-    target, _ = exported_whisper_pair(root)
-    return target, root
+def pair(whisper_pair):
+    """(target model, root): exported_whisper_pair's defaults, built once per run (tests/conftest.py)."""
+    return whisper_pair
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from specdec.runtime import SpecdecError  # noqa: E402
 from specdec.serve import schema  # noqa: E402
 from specdec.serve.server import Server, free_ports  # noqa: E402
 
-from tinymodels import exported_whisper_pair, whisper_audio  # noqa: E402
+from tinymodels import whisper_audio  # noqa: E402
 from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
 
 MAX_NEW = 12
@@ -36,9 +36,9 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory):
-    root = tmp_path_factory.mktemp("whisper-serve")
-    return exported_whisper_pair(root)[1]
+def export(whisper_pair):
+    """exported_whisper_pair's default export, built once per run (tests/conftest.py)."""
+    return whisper_pair[1] / "export"
 
 
 @pytest.fixture(scope="module")
