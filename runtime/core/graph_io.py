@@ -7,6 +7,8 @@ SPEECH_INPUTS = ("audio",)                      # a Whisper encoder's input: flo
 
 DECODER_INPUTS = ("input_ids", "past_kv", "cross_kv")
 DECODER_OUTPUTS = ("logits", "new_kv")
+INPUT_IDS, PAST_KV, CROSS_KV = DECODER_INPUTS
+LOGITS, NEW_KV = DECODER_OUTPUTS
 # every decoder: the cache positions and encoder positions each batch row owns, int64 [B] (or [1]); both
 # default to -1 (overridable initializers: "all of past_kv", "all of cross_kv"), so a caller of one length binds
 # neither. A batch of rows of different lengths binds both (export/decoder.py).
@@ -14,6 +16,11 @@ ROW_INPUTS = ("row_lengths", "source_lengths")          # new_kv is bound in pla
 # the speculative head fused into every decoder graph: sample or verify inside the run
 HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
 HEAD_OUTPUTS = ("probs", "accepted", "next_token")
+DRAFT_PROBS, UNIFORMS, TEMPERATURE, TOP_K, TOP_P, LENIENCE, LOGIT_MASK = HEAD_INPUTS
+PROBS, ACCEPTED, NEXT_TOKEN = HEAD_OUTPUTS
+# a request's sampling parameters among the head's inputs, one value per batch row (or one for every row), and their
+# dtypes; Params (core/params.py) has a field of each name
+SAMPLING = {TEMPERATURE: "float32", TOP_K: "int64", TOP_P: "float32", LENIENCE: "float32"}
 # the head works on every batch row; guess_counts int64 [B] (or [1]) is each row's number of real guesses
 # among the G columns (default -1: all G), an overridable initializer like ROW_INPUTS (export/head.py)
 GUESS_COUNTS = "guess_counts"

@@ -178,7 +178,6 @@ class Batching:
         if self.eos_id in new:
             new = new[:new.index(self.eos_id) + 1]
         stats.target_calls += 1
-        stats.ort_runs += 1
         stats.target_s += elapsed
         if proposed:
             stats.proposed += len(proposed)

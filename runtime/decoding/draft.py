@@ -51,7 +51,6 @@ class ModelDraft(DraftSource):
     def _count(seconds: float, stats: Stats) -> None:
         stats.draft_s += seconds
         stats.draft_calls += 1
-        stats.ort_runs += 1
 
     def _ready(self, ws: Workspace, upto: int, guesses: int, stats: Stats) -> None:
         """When the cache lags so far behind that a run over positions length..upto plus `guesses` would not fit

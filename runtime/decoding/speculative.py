@@ -17,7 +17,6 @@ def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stat
         verifier.verify(ws, target, proposal, ws.rows(0), ws.p)
     stats.target_s += seconds
     stats.target_calls += 1
-    stats.ort_runs += 1
     stats.proposed += verdict.proposed
     stats.accepted += verdict.accepted
     return verdict

@@ -104,4 +104,3 @@ def prefill(ws: Workspace, target: CachedSeq2Seq, count: int, stats: Stats) -> N
 def _count(seconds: float, stats: Stats) -> None:
     stats.target_s += seconds
     stats.target_calls += 1
-    stats.ort_runs += 1

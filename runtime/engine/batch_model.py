@@ -23,15 +23,14 @@ import time
 
 import numpy as np
 
-from ..core.graph_io import GUESS_COUNTS, ROW_INPUTS
+from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGITS, NEW_KV, NEXT_TOKEN,
+                             PAST_KV, PROBS, ROW_INPUTS, STEPS, UNIFORMS)
 from .device import Binder, Buffer
+from .head import Head, View
 from .model import CachedSeq2Seq
 from .positions import ChainPositions
 
 ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
-# a row's sampling parameters, bound per row, and an idle row's: greedy and unfiltered, so that it never makes the
-# head take its sampling or filtering branch for the batch
-IDLE = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "lenience": 1.0}
 
 
 class BatchModel:
@@ -53,12 +52,11 @@ class BatchModel:
         self.cache = Buffer((self.max_length * row * c,), dtype, dev)
         self.cross = Buffer((self.max_length * row * c,), dtype, dev)
         self.buf = {name: Buffer((size,), dtype_, dev) for name, size, dtype_ in (
-            ("input_ids", c * n, np.int64), (ROW_LENGTHS, c, np.int64), (SOURCE_LENGTHS, c, np.int64),
-            (GUESS_COUNTS, c, np.int64), ("draft_probs", c * (n - 1) * v, np.float32),
-            ("uniforms", c * n, np.float32), ("temperature", c, np.float32), ("top_k", c, np.int64),
-            ("top_p", c, np.float32), ("lenience", c, np.float32), ("logit_mask", v, np.float32),
-            ("logits", c * n * v, np.float32), ("probs", c * n * v, np.float32), ("accepted", c, np.int64),
-            ("next_token", c, np.int64))}
+            (INPUT_IDS, c * n, np.int64), (ROW_LENGTHS, c, np.int64), (SOURCE_LENGTHS, c, np.int64),
+            (GUESS_COUNTS, c, np.int64), (DRAFT_PROBS, c * (n - 1) * v, np.float32),
+            (UNIFORMS, c * n, np.float32), (LOGITS, c * n * v, np.float32), (PROBS, c * n * v, np.float32),
+            (ACCEPTED, c, np.int64), (NEXT_TOKEN, c, np.int64))}
+        self.head = Head(c, v, dev)              # each row's sampling parameters: its request's, or idle
         self.capacity = 0
 
     def fits(self, capacity: int, gamma: int) -> bool:
@@ -71,12 +69,13 @@ class BatchModel:
         self.lengths = np.zeros(capacity, np.int64)   # host copies; the buffers are what a run binds
         self.active = np.zeros(capacity, np.bool_)    # rows that hold a request
         self.sources = np.ones(capacity, np.int64)
-        for name, value in IDLE.items():
-            self.buf[name].write(np.full(capacity, value))
+        self.head.reorder([], capacity)
+        self.stats = [None] * capacity                # each row's request's stats (None: idle)
+        self._charge()
         self.buf[SOURCE_LENGTHS].write(self.sources)
-        self.buf["draft_probs"].host[...] = 0.0
+        self.buf[DRAFT_PROBS].host[...] = 0.0
         self._q_set = []                              # flat indices of the one-hot q entries written last run
-        self._sync(self.buf["draft_probs"])
+        self._sync(self.buf[DRAFT_PROBS])
 
     def _views(self, capacity: int, source_cap: int) -> None:
         layers, two, heads, d_kv = self.kv
@@ -93,7 +92,7 @@ class BatchModel:
             raise ValueError(f"a batch of {capacity} rows does not fit buffers for {self.most}")
         self._pull(self.cache, self.cross)
         lengths, sources, active = self.lengths[rows], self.sources[rows], self.active[rows]
-        params = {name: self.buf[name].host[:self.capacity][rows].copy() for name in IDLE}
+        stats = [self.stats[r] for r in rows]
         past = int(lengths.max(initial=0))
         cache = self.cache_rows[:past, :, :, rows].copy()         # the live part, in the old layout
         cross = self.cross_rows[:, :, rows].copy()
@@ -106,13 +105,16 @@ class BatchModel:
                                                    np.zeros(capacity, np.bool_))
         self.lengths[:keep], self.sources[:keep], self.active[:keep] = lengths, sources, active
         self.buf[SOURCE_LENGTHS].write(self.sources)
-        for name, values in params.items():
-            self.buf[name].host[:capacity] = IDLE[name]
-            self.buf[name].host[:keep] = values
+        self.head.reorder(rows, capacity)
+        self.stats = stats + [None] * (capacity - keep)
+        self._charge()
         self._q_set = []
-        self.buf["draft_probs"].host[...] = 0.0
-        self._sync(self.cache, self.cross, self.buf[SOURCE_LENGTHS], self.buf["draft_probs"],
-                   *(self.buf[n] for n in params))
+        self.buf[DRAFT_PROBS].host[...] = 0.0
+        self._sync(self.cache, self.cross, self.buf[SOURCE_LENGTHS], self.buf[DRAFT_PROBS])
+
+    def _charge(self) -> None:
+        """Every run counts in the stats of each request that holds a row (device.Binder.run)."""
+        self.decoder.charged = tuple(s for s in self.stats if s is not None)
 
     @staticmethod
     def _pull(*buffers) -> None:
@@ -138,16 +140,18 @@ class BatchModel:
         self.cross_rows[:, :, row, :, :src] = cross.reshape(model.layers, 2, model.heads, src, model.d_kv)
         self.lengths[row], self.sources[row], self.active[row] = 0, src, True
         self.buf[SOURCE_LENGTHS].write([src], row)
-        for name in IDLE:
-            self.buf[name].write([getattr(params, name)], row)
+        self.head.set(params, row)
+        self.stats[row] = stats
+        self._charge()
         self._sync(self.cross)
 
     def leave(self, row: int) -> None:
         """The row holds no request: idle until another joins."""
         self.lengths[row], self.sources[row], self.active[row] = 0, 1, False
         self.buf[SOURCE_LENGTHS].write([1], row)
-        for name, value in IDLE.items():
-            self.buf[name].write([value], row)
+        self.head.set(None, row)
+        self.stats[row] = None
+        self._charge()
 
     # -- a run --------------------------------------------------------------------------------------------------
     def run(self, pending: np.ndarray, guesses: list, uniforms: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -166,7 +170,7 @@ class BatchModel:
         ids = np.zeros((c, n), np.int64)
         ids[:, 0] = pending
         counts = np.zeros(c, np.int64)
-        q = self.buf["draft_probs"]
+        q = self.buf[DRAFT_PROBS]
         flat = q.host.reshape(-1)
         flat[self._q_set] = 0.0                  # last run's one-hot q entries, in its layout
         self._q_set = []
@@ -178,35 +182,32 @@ class BatchModel:
                 cells = (b * g + np.arange(len(row))) * v + np.asarray(row, np.int64)
                 flat[cells] = 1.0
                 self._q_set += cells.tolist()
-        self.buf["input_ids"].write(ids)
+        self.buf[INPUT_IDS].write(ids)
         self.buf[ROW_LENGTHS].write(self.lengths)
         self.buf[GUESS_COUNTS].write(counts)
-        self.buf["uniforms"].write(uniforms)
+        self.buf[UNIFORMS].write(uniforms)
         self._sync(q)
         kv = self.kv
         bind = self.decoder
-        bind.input("input_ids", self.buf["input_ids"], (c, n))
-        bind.input("past_kv", self.cache, (past, kv[0], kv[1], c, kv[2], kv[3]))
-        bind.input("cross_kv", self.cross, (kv[0], kv[1], c, kv[2], self.source_cap, kv[3]))
-        for name in (ROW_LENGTHS, SOURCE_LENGTHS, GUESS_COUNTS, "temperature", "top_k", "top_p", "lenience"):
+        bind.input(INPUT_IDS, self.buf[INPUT_IDS], (c, n))
+        bind.input(PAST_KV, self.cache, (past, kv[0], kv[1], c, kv[2], kv[3]))
+        bind.input(CROSS_KV, self.cross, (kv[0], kv[1], c, kv[2], self.source_cap, kv[3]))
+        for name in (ROW_LENGTHS, SOURCE_LENGTHS, GUESS_COUNTS):
             bind.input(name, self.buf[name], (c,))
-        bind.input("draft_probs", q, (c, g, v))
-        bind.input("uniforms", self.buf["uniforms"], (c, n))
-        bind.input("logit_mask", self.buf["logit_mask"], (0, v))
-        if "steps" in bind.names:
-            bind.input("steps", self.model.steps, (1,))
+        if STEPS in bind.names:
+            bind.input(STEPS, self.model.steps, (1,))
         self.chain.bind(bind, n)
-        bind.output("logits", self.buf["logits"], (c, n, v))
-        bind.output("new_kv", self.cache, (n, kv[0], kv[1], c, kv[2], kv[3]),
+        bind.output(LOGITS, self.buf[LOGITS], (c, n, v))
+        bind.output(NEW_KV, self.cache, (n, kv[0], kv[1], c, kv[2], kv[3]),
                     past * kv[0] * kv[1] * c * kv[2] * kv[3])
-        bind.output("probs", self.buf["probs"], (c * n, v))
-        bind.output("accepted", self.buf["accepted"], (c,))
-        bind.output("next_token", self.buf["next_token"], (c,))
+        bind.views(self.head.inputs(q=View(q, (c, g, v)), uniforms=View(self.buf[UNIFORMS], (c, n)), rows=c),
+                   self.head.outputs(View(self.buf[PROBS], (c * n, v)), View(self.buf[ACCEPTED], (c,)),
+                                     View(self.buf[NEXT_TOKEN], (c,))))
         t = time.perf_counter()
         bind.run()
         elapsed = time.perf_counter() - t
-        accepted = self.buf["accepted"].flat()[:c].copy()
-        following = self.buf["next_token"].flat()[:c].copy()
+        accepted = self.buf[ACCEPTED].flat()[:c].copy()
+        following = self.buf[NEXT_TOKEN].flat()[:c].copy()
         self._keep(past, accepted + 1)
         return accepted, following, elapsed
 

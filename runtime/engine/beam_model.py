@@ -17,8 +17,10 @@ import time
 
 import numpy as np
 
+from ..core.graph_io import CROSS_KV, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, STEPS
 from ..core.stats import Stats
 from .device import Binder, Buffer
+from .head import Head, View
 from .model import CachedSeq2Seq
 from .positions import ChainPositions
 
@@ -37,28 +39,22 @@ class BeamModel:
         self._head_buffers()
 
     def _head_buffers(self) -> None:
-        v, dev = self.vocab, self.device
-        self.empty = Buffer((1, v), np.float32, dev)            # zero-row views for draft_probs and logit_mask
-        self.scalars = {name: Buffer((1,), dtype, dev) for name, dtype in
-                        (("uniforms", np.float32), ("temperature", np.float32), ("top_k", np.int64),
-                         ("top_p", np.float32), ("lenience", np.float32))}
-        self.scalars["top_p"].write([1.0])
-        self.scalars["lenience"].write([1.0])
-        for name in ("uniforms", "temperature", "top_k", "top_p", "lenience"):
-            self.decoder.input(name, self.scalars[name], (1,))
+        """The head's inputs, bound once: no guesses, no mask, one zero uniform and the idle (greedy, unfiltered)
+        sampling parameters for every row; beam search reads the logits and ignores what the head samples."""
+        dev = self.device
+        self.head = Head(1, self.vocab, dev)
+        self.decoder.views(self.head.inputs(), {})
         self.steps = Buffer((1,), np.int64, dev)                # a draft's proposal loop: plain steps (export/loop.py)
         self.steps.write([1])
-        self.decoder.input("steps", self.steps, (1,))
-        self.decoder.input("draft_probs", self.empty, (0, v))
-        self.decoder.input("logit_mask", self.empty, (0, v))
+        self.decoder.input(STEPS, self.steps, (1,))
         self._head_outputs(1)
         self.chain = ChainPositions(dev)              # a target's tree inputs: the chain's
 
     def _head_outputs(self, rows: int) -> None:
         """The head's outputs for up to `rows` rows (one per row: a plain step, G = 0), bound at each run's rows."""
-        self.head_out = {"probs": Buffer((rows, self.vocab), np.float32, self.device),
-                         "accepted": Buffer((rows,), np.int64, self.device),
-                         "next_token": Buffer((rows,), np.int64, self.device)}
+        self.head_out = (Buffer((rows, self.vocab), np.float32, self.device), Buffer((rows,), np.int64, self.device),
+                         Buffer((rows,), np.int64, self.device))
+        self._outputs = {}          # rows -> the head's output views
 
     def reserve(self, rows: int, tokens: int) -> None:
         """Buffers for `rows` sequences and runs of up to `tokens` tokens: grown (keeping what the caches and the
@@ -99,9 +95,10 @@ class BeamModel:
 
     def encode(self, ids: np.ndarray, rows: int, stats: Stats, capacity: int = 0, tokens: int = 1) -> None:
         """The encoder once (batch 1, the model's own session), its K/V repeated for `rows` sequences; buffers for
-        up to `capacity` rows and runs of `tokens` tokens."""
+        up to `capacity` rows and runs of `tokens` tokens. The runs from here on count in `stats`."""
         m = self.model
         m.encode(ids, stats)
+        self.decoder.charged = (stats,)
         self.src = m.src_len
         self.length = 0
         self.reserve(max(rows, capacity), tokens)
@@ -118,7 +115,7 @@ class BeamModel:
             np.copyto(self.cross.host[:int(np.prod(shape))].reshape(shape), one)
         else:
             self.cross.write(np.broadcast_to(one, shape))
-        self.decoder.input("cross_kv", self.cross, shape)
+        self.decoder.input(CROSS_KV, self.cross, shape)
         self.rows = rows
 
     def _cross_shape(self, rows: int) -> tuple:
@@ -126,7 +123,8 @@ class BeamModel:
         return m.layers, 2, rows, m.heads, self.src, m.d_kv
 
     def run(self, tokens: np.ndarray, stats: Stats | None = None) -> np.ndarray:
-        """Append tokens [rows, N] to every row's sequence; the logits [rows, N, V] (a host view on the CPU)."""
+        """Append tokens [rows, N] to every row's sequence; the logits [rows, N, V] (a host view on the CPU). The
+        run counts in the stats given to `encode` (`stats` is not read: the run counts itself, device.Binder.run)."""
         rows, count = tokens.shape
         assert rows == self.rows, (rows, self.rows)
         self.reserve(rows, count)
@@ -134,21 +132,22 @@ class BeamModel:
         self.input_ids.write(tokens)
         b = self.decoder
         kv = self._kv(rows)
-        b.input("input_ids", self.input_ids, (rows, count))
+        b.input(INPUT_IDS, self.input_ids, (rows, count))
         live = self.caches[self.live]
-        b.input("past_kv", live, (self.length, *kv))
-        b.output("new_kv", live, (count, *kv), self.length * int(np.prod(kv)))
-        b.output("logits", self.logits, (rows, count, self.vocab))
-        b.output("probs", self.head_out["probs"], (rows, self.vocab))
-        b.output("accepted", self.head_out["accepted"], (rows,))
-        b.output("next_token", self.head_out["next_token"], (rows,))
+        b.input(PAST_KV, live, (self.length, *kv))
+        b.output(NEW_KV, live, (count, *kv), self.length * int(np.prod(kv)))
+        b.output(LOGITS, self.logits, (rows, count, self.vocab))
+        head = self._outputs.get(rows)
+        if head is None:
+            probs, accepted, following = self.head_out
+            head = self._outputs[rows] = self.head.outputs(View(probs, (rows, self.vocab)), View(accepted, (rows,)),
+                                                           View(following, (rows,)))
+        b.views({}, head)
         self.chain.bind(b, count)
         if self.length + count > m.max_length:
             raise AssertionError("beam run past max_length")
         t = time.perf_counter()
         b.run()
-        if stats is not None:
-            stats.ort_runs += 1
         self.elapsed = time.perf_counter() - t
         self.length += count
         return self.logits.flat()[:rows * count * self.vocab].reshape(rows, count, self.vocab)
@@ -164,7 +163,7 @@ class BeamModel:
         length = self.length if length is None else length
         if len(order) > self.capacity:
             self.reserve(len(order), 1)
-            self.decoder.input("cross_kv", self.cross, self._cross_shape(self.rows))
+            self.decoder.input(CROSS_KV, self.cross, self._cross_shape(self.rows))
         if from_pinned:
             (source, rows), self.pinned = self.pinned, None
         else:

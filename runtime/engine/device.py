@@ -155,10 +155,15 @@ class Binder:
 
     A binding stays in place between runs, so a view identical to the one already bound (same buffer, offset and
     shape: the sampling parameters, most of a draft step's head) is not bound again; the bounds check runs
-    whenever a view changes."""
+    whenever a view changes.
+
+    `run` is the one place a graph runs, and each run counts itself: `ort_runs` + 1 in each of `charged`, the stats
+    of the requests the binder's runs are for now (one request's, set when its model encodes; every live row's for
+    a batch)."""
 
     def __init__(self, session: ort.InferenceSession, device: str):
         self.device = device
+        self.charged: tuple = ()        # core.stats.Stats (or anything with ort_runs) charged for each run
         self.bound: dict = {}           # name -> (pointer, shape) bound now
         self._kinds: dict = {}          # name -> ("input" or "output", dtype) of what is bound now
         self._open(session)
@@ -222,9 +227,19 @@ class Binder:
             getattr(self.binding, "bind_" + kind)(name, self.device, 0, dtype, list(shape), ptr)
 
     def run(self) -> None:
+        """One run of the session on what is bound now, counted in the charged stats once it succeeded."""
         try:
             self._run()
         except Exception as err:  # onnxruntime's own exception types: a graph that loads but cannot run
             raise RunFailed(f"onnxruntime failed running a graph of this export: {first_line(err, 200)}",
                                "the export may be corrupt: re-export it, or compare its files with a trusted "
                                "manifest") from None
+        for stats in self.charged:
+            stats.ort_runs += 1
+
+    def views(self, inputs: dict, outputs: dict) -> None:
+        """Bind name -> (buffer, shape[, offset]) views: graph inputs, then outputs."""
+        for name, view in inputs.items():
+            self.input(name, *view)
+        for name, view in outputs.items():
+            self.output(name, *view)

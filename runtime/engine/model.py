@@ -13,13 +13,14 @@ import time
 import numpy as np
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import shared_cross
+from ..core.graph_io import CROSS_KV, DRAFT_PROBS, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, STEPS, TREE_INPUTS, shared_cross
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session, release_freed_memory
 from .positions import ChainPositions
 
 _NP = {"fp32": np.float32, "fp16": np.float16}
+TREE_DEPTH = TREE_INPUTS[0]      # bound by a tree round's views; the chain's otherwise (positions.py)
 
 
 class CachedSeq2Seq:
@@ -60,12 +61,12 @@ class CachedSeq2Seq:
         # weights: ONNX Runtime prepacks MatMulNBits weights in the plain branch but not inside the Loop, where each
         # step then dequantizes them (measured on the bundled draft: 1.17 ms per guess in the loop, 0.28 ms as
         # single steps), so such a draft proposes one run per guess
-        self.steps_input = "steps" in self.decoder.names
+        self.steps_input = STEPS in self.decoder.names
         self.loops = self.steps_input and info.weights != "int8-wo"
         self.steps = Buffer((1,), np.int64, device)
         self._steps = 0
         self.chain = ChainPositions(device, rows)     # the tree inputs of a target's plain (chain) runs
-        self.trees = "tree_depth" in self.decoder.names
+        self.trees = TREE_DEPTH in self.decoder.names
         self._free = None        # free_session()
 
     def free_session(self):
@@ -84,8 +85,10 @@ class CachedSeq2Seq:
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call. `ids`: the
         source's token ids, or a Whisper model's PCM samples (float32, at most n_samples): its K/V then cover the
-        encoder's fixed number of frames."""
+        encoder's fixed number of frames. Every run of the model from here on (this encoder run, the decoder runs)
+        counts in `stats.ort_runs` (device.Binder.run)."""
         self.src_len = self.frames or len(ids)
+        self.charge(stats)
         if self.encoder is not None:       # else this request's target encoder run wrote our K/V
             self.source.write(ids)
             inp, out = self.enc_names
@@ -96,9 +99,15 @@ class CachedSeq2Seq:
             t = time.perf_counter()
             self.encoder.run()
             stats.encoder_s += time.perf_counter() - t
-            stats.ort_runs += 1
-        self.decoder.input("cross_kv", self.cross, self.cross_shape())
+        self.decoder.input(CROSS_KV, self.cross, self.cross_shape())
         self.length = 0
+
+    def charge(self, stats: Stats) -> None:
+        """The model's runs (encoder and decoder) count in `stats.ort_runs` from now on: a request's, from its
+        encode on."""
+        self.decoder.charged = (stats,)
+        if self.encoder is not None:
+            self.encoder.charged = (stats,)
 
     def cross_shape(self, src_len: int | None = None) -> tuple:
         return (self.layers, 2, 1, self.heads, self.src_len if src_len is None else src_len, self.d_kv)
@@ -114,9 +123,9 @@ class CachedSeq2Seq:
         `steps` = k > 1 (a draft with its proposal loop): the whole proposal in one run, k tokens (after verifying the last G
         input tokens against `draft_probs` when G > 0: a chain level); the cache gains the N - G tokens before the
         guesses and the first k-1 of the k (rejected guesses' keys and values are dropped in the graph), and no
-        logits are written."""
-        count = int(inputs["input_ids"].shape[1])
-        guesses = int(inputs["draft_probs"].shape[0]) if steps > 1 else 0
+        logits are written. The run counts in the stats of the request that encoded the model (`charge`)."""
+        count = int(inputs[INPUT_IDS].shape[1])
+        guesses = int(inputs[DRAFT_PROBS].shape[0]) if steps > 1 else 0
         rows = count - guesses + steps - 1            # a proposal keeps what it kept and its draws but the last
         if self.length + rows > self.max_length or (steps > 1 and not self.loops):
             raise SpecdecError(f"internal error: a {self.role} run of {count} tokens and {steps} steps at length "
@@ -133,12 +142,12 @@ class CachedSeq2Seq:
             if steps != self._steps:
                 self.steps.write([steps])
                 self._steps = steps
-            binder.input("steps", self.steps, (1,))
-        if self.trees and "tree_depth" not in inputs:
+            binder.input(STEPS, self.steps, (1,))
+        if self.trees and TREE_DEPTH not in inputs:
             self.chain.bind(binder, count)
-        binder.input("past_kv", self.cache, (self.length, *kv))
-        binder.output("logits", self.logits, (1, count if steps == 1 else 0, self.vocab))
-        binder.output("new_kv", self.cache, (rows, *kv), self.length * self.row)
+        binder.input(PAST_KV, self.cache, (self.length, *kv))
+        binder.output(LOGITS, self.logits, (1, count if steps == 1 else 0, self.vocab))
+        binder.output(NEW_KV, self.cache, (rows, *kv), self.length * self.row)
         t = time.perf_counter()
         binder.run()
         elapsed = time.perf_counter() - t

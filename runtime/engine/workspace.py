@@ -27,26 +27,26 @@ and `known` (the tokens at S+1..end when the host knows them, e.g. copied by a l
 some on the device).
 
 A graph input or output is bound to a `View` (buffer, shape, element offset); the binder checks it against its
-buffer (device.Binder).
+buffer (device.Binder). The head's inputs and outputs are named and laid out by head.Head, as for batches and beams;
+the sampling parameters are its device scalars.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import NamedTuple
 
 import numpy as np
 
+from ..core.graph_io import INPUT_IDS, LOGIT_MASK, TREE_INPUTS, TREE_OUTPUTS, UNIFORMS
 from ..core.params import Params
 from .device import Buffer
+from .head import Head, View
+
+__all__ = ["UNIFORM_BLOCK", "View", "Workspace"]
 
 UNIFORM_BLOCK = 1 << 10     # uniforms drawn at a time (a request takes a block at reset, more as it needs)
-
-
-class View(NamedTuple):
-    buffer: Buffer
-    shape: tuple
-    offset: int = 0
+TREE_DEPTH, TREE_MASK, TREE_UNIFORMS = TREE_INPUTS
+(DRAWS,) = TREE_OUTPUTS
 
 
 class Workspace:
@@ -64,10 +64,7 @@ class Workspace:
         self._banned = []     # flat indices of `mask` set to -inf for the last run
         self.processors = None
         self.uniforms = Buffer((UNIFORM_BLOCK,), np.float32, device)
-        self.temperature = Buffer((1,), np.float32, device)
-        self.top_k = Buffer((1,), np.int64, device)
-        self.top_p = Buffer((1,), np.float32, device)
-        self.lenience = Buffer((1,), np.float32, device)
+        self.head = Head(1, vocab, device)          # the request's sampling parameters, the head's names
         self.depth = Buffer((gamma_max + 1,), np.int64, device)       # a tree round's (runtime/decoding/tree.py)
         self.tree_mask = Buffer(((gamma_max + 1) ** 2,), np.bool_, device)
         self.draws = Buffer((gamma_max + 1,), np.int64, device)
@@ -89,10 +86,7 @@ class Workspace:
         self.seq, self.end, self.known = prompt, len(prompt) - 1, []
         self._rng = np.random.default_rng(params.seed)
         self._refill()
-        self.temperature.write([params.temperature])
-        self.top_k.write([params.top_k])
-        self.top_p.write([params.top_p])
-        self.lenience.write([params.lenience])
+        self.head.set(params)
 
     @property
     def start(self) -> int:
@@ -115,11 +109,6 @@ class Workspace:
         self._used += count
         return view
 
-    def _scalars(self) -> dict:
-        return {"temperature": View(self.temperature, (1,)), "top_k": View(self.top_k, (1,)),
-                "top_p": View(self.top_p, (1,)), "lenience": View(self.lenience, (1,)),
-                "logit_mask": View(self.sink, (0, self.vocab))}
-
     # -- the views of one run -----------------------------------------------------------------------------------
     def run(self, first: int, *, guesses: int = 0, q: Buffer | None = None, out: Buffer | None = None,
             out_row: int = 0, next_slot: int | None = None, last: int | None = None) -> tuple[dict, dict]:
@@ -132,9 +121,9 @@ class Workspace:
         if key not in self._views:
             self._views[key] = self._make(first, last, guesses, q, out, out_row, next_slot)
         inputs, outputs = self._views[key]
-        inputs = {**inputs, "uniforms": self._take(guesses + 1)}
+        inputs = {**inputs, UNIFORMS: self._take(guesses + 1)}
         if self.processors is not None:
-            inputs["logit_mask"] = self._masked(last - guesses, guesses + 1)
+            inputs[LOGIT_MASK] = self._masked(last - guesses, guesses + 1)
         return inputs, outputs
 
     def _masked(self, first_row: int, count: int, repeats: bool = True) -> View:
@@ -152,14 +141,14 @@ class Workspace:
     def _make(self, first, last, guesses, q, out, out_row, next_slot, draws: int = 0):
         """The run's views; `draws` > 0: a proposal's `draws` rows and tokens (the loop's) instead of the head's
         guesses + 1 rows and one token."""
-        inputs = {"input_ids": View(self.tokens, (1, last - first + 1), first),
-                  "draft_probs": View(q if q is not None else self.point, (guesses, self.vocab)), **self._scalars()}
+        inputs = {INPUT_IDS: View(self.tokens, (1, last - first + 1), first),
+                  **self.head.inputs(q=View(q if q is not None else self.point, (guesses, self.vocab)))}
         if out is None:
             probs = View(self.sink, (1, self.vocab))
         else:
             probs = View(out, (draws or guesses + 1, self.vocab), out_row * self.vocab)
-        outputs = {"probs": probs, "accepted": View(self.tokens, (1,), self.ACCEPTED),
-                   "next_token": View(self.tokens, (draws or 1,), self.NEXT if next_slot is None else next_slot)}
+        outputs = self.head.outputs(probs, View(self.tokens, (1,), self.ACCEPTED),
+                                    View(self.tokens, (draws or 1,), self.NEXT if next_slot is None else next_slot))
         return MappingProxyType(inputs), MappingProxyType(outputs)
 
     def proposal(self, first: int, k: int, out: Buffer, out_row: int, *, guesses: int = 0,
@@ -173,9 +162,9 @@ class Workspace:
         if key not in self._views:
             self._views[key] = self._make(first, self.end, guesses, q, out, out_row, self.end - guesses + 1, draws=k)
         inputs, outputs = self._views[key]
-        inputs = {**inputs, "uniforms": self._take(guesses + k)}
+        inputs = {**inputs, UNIFORMS: self._take(guesses + k)}
         if self.processors is not None:     # one row for every step: what stands after the first row's tokens
-            inputs["logit_mask"] = self._masked(self.end - guesses, 1, repeats=False)
+            inputs[LOGIT_MASK] = self._masked(self.end - guesses, 1, repeats=False)
         return inputs, outputs
 
     def tree_room(self) -> int:
@@ -198,9 +187,9 @@ class Workspace:
         hold), one draw y_i ~ p_i per node with fresh uniforms to `draws`."""
         inputs, outputs = self.run(self.start, guesses=size, q=self.point, out=self.p)
         n = size + 1
-        inputs = {**inputs, "tree_depth": View(self.depth, (n,)), "tree_mask": View(self.tree_mask, (n, n)),
-                  "tree_uniforms": self._take(n)}
-        return inputs, {**outputs, "draws": View(self.draws, (n,))}
+        inputs = {**inputs, TREE_DEPTH: View(self.depth, (n,)), TREE_MASK: View(self.tree_mask, (n, n)),
+                  TREE_UNIFORMS: self._take(n)}
+        return inputs, {**outputs, DRAWS: View(self.draws, (n,))}
 
     def tree_verdict(self, path: list, tokens: list) -> None:
         """The walk's result: the kept nodes' tokens and the next token at start+1 ..; the round ends after them."""

@@ -26,8 +26,14 @@ import os
 import re
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import shared_cross
+from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGIT_MASK, LOGITS, NEW_KV,
+                             NEXT_TOKEN, PAST_KV, PROBS, ROW_INPUTS, SAMPLING, STEPS, TREE_INPUTS, TREE_OUTPUTS,
+                             UNIFORMS, shared_cross)
 from .confine import FIX as PATH_FIX, lexical_problem, shown
+
+ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
+TREE_DEPTH, TREE_MASK, TREE_UNIFORMS = TREE_INPUTS
+(DRAWS,) = TREE_OUTPUTS
 
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_FILES = 256
@@ -51,22 +57,21 @@ EXPECTED = {
     "encoder": {"inputs": {"!0": ("source", (None, None))},   # the first input and output; source: int64 ids, or
                 #                                                  Whisper's float32 PCM
                 "outputs": {"!0": ("kv", ("L", 2, None, "H", None, "D"))}},
-    "decoder": {"inputs": {"!input_ids": ("int64", (None, None)),
-                           "!past_kv": ("kv", (None, "L", 2, None, "H", "D")),
-                           "!cross_kv": ("kv", ("L", 2, None, "H", None, "D")),
-                           "draft_probs": ("float32", None), "uniforms": ("float32", None),
-                           "temperature": ("float32", None), "top_k": ("int64", None),
-                           "top_p": ("float32", None), "lenience": ("float32", None),
-                           "logit_mask": ("float32", None), "steps": ("int64", (1,)),
-                           "tree_depth": ("int64", (None,)), "tree_mask": ("bool", (None, None)),
-                           "tree_uniforms": ("float32", (None,)), "row_lengths": ("int64", (None,)),
-                           "source_lengths": ("int64", (None,)), "guess_counts": ("int64", (None,))},
-                "outputs": {"!logits": ("float32", (None, None, "V")),
-                            "!new_kv": ("kv", (None, "L", 2, None, "H", "D")),
-                            "probs": ("float32", None), "accepted": ("int64", None),
-                            "next_token": ("int64", None), "draws": ("int64", (None,))}},
+    "decoder": {"inputs": {"!" + INPUT_IDS: ("int64", (None, None)),
+                           "!" + PAST_KV: ("kv", (None, "L", 2, None, "H", "D")),
+                           "!" + CROSS_KV: ("kv", ("L", 2, None, "H", None, "D")),
+                           DRAFT_PROBS: ("float32", None), UNIFORMS: ("float32", None),
+                           **{name: (dtype, None) for name, dtype in SAMPLING.items()},
+                           LOGIT_MASK: ("float32", None), STEPS: ("int64", (1,)),
+                           TREE_DEPTH: ("int64", (None,)), TREE_MASK: ("bool", (None, None)),
+                           TREE_UNIFORMS: ("float32", (None,)), ROW_LENGTHS: ("int64", (None,)),
+                           SOURCE_LENGTHS: ("int64", (None,)), GUESS_COUNTS: ("int64", (None,))},
+                "outputs": {"!" + LOGITS: ("float32", (None, None, "V")),
+                            "!" + NEW_KV: ("kv", (None, "L", 2, None, "H", "D")),
+                            PROBS: ("float32", None), ACCEPTED: ("int64", None),
+                            NEXT_TOKEN: ("int64", None), DRAWS: ("int64", (None,))}},
 }
-VOCAB_LAST = ("draft_probs", "probs", "logit_mask")     # their last axis, when fixed, is the vocabulary
+VOCAB_LAST = (DRAFT_PROBS, PROBS, LOGIT_MASK)     # their last axis, when fixed, is the vocabulary
 
 FIX = "the export is corrupt or was edited by hand; re-run specdec-export, or copy the export again"
 
