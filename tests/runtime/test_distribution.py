@@ -36,9 +36,23 @@ SETTINGS = {"temperature": dict(temperature=1.0, top_k=0, top_p=1.0),
             "top_p": dict(temperature=1.2, top_k=0, top_p=0.8)}
 
 
+_EXACT = {}      # (model_dir, temperature, top_k, top_p, prompt) -> distribution, enumerated once per worker process
+
+
 def exact_distribution(model_dir, temperature, top_k, top_p, prompt=None, processors=()) -> dict:
     """P(first generated tokens = outcome) for every outcome (tuples of <= TOKENS ids, EOS-terminated).
-    `processors`: transformers logits processors applied before the warpers (tests/runtime/test_processors.py)."""
+    `processors`: transformers logits processors applied before the warpers (tests/runtime/test_processors.py).
+    Without processors the enumeration is deterministic, so each model, settings and prompt is enumerated once in a
+    worker process and later calls get a copy of it (the distribution tests share a handful of them)."""
+    if processors:
+        return _enumerated(model_dir, temperature, top_k, top_p, prompt, processors)
+    key = (str(model_dir), temperature, top_k, top_p, tuple(prompt or PROMPT))
+    if key not in _EXACT:
+        _EXACT[key] = _enumerated(model_dir, temperature, top_k, top_p, prompt, ())
+    return dict(_EXACT[key])
+
+
+def _enumerated(model_dir, temperature, top_k, top_p, prompt, processors) -> dict:
     model = T5ForConditionalGeneration.from_pretrained(str(model_dir)).eval()
     warpers = LogitsProcessorList([*processors, TemperatureLogitsWarper(temperature)] +
                                   ([TopKLogitsWarper(top_k)] if top_k else []) +
