@@ -29,12 +29,12 @@ from specdec.runtime.core.errors import SpecdecError, run_cli
 
 from . import batch, datastore_scale, gpu, serve_load, width
 from .beams import cli as cli_beams
+from .common import options
+from .common.options import RENAMED, BenchParser
 from .drafts import cli as cli_drafts
 from .dtypes import cli as cli_dtypes
 from .shapes import cli as cli_shapes
 from .sweep import cli as cli_sweep
-from .common import options
-from .common.options import RENAMED, BenchParser
 
 # the tools, by their command name: (module, one line for the list of commands)
 TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p99 latency by clients and instances"),

@@ -82,8 +82,8 @@ def _shapes(args) -> int:
     measures them on an export."""
     import numpy as np
 
-    from . import costs as beam_costs, measure as beams
     from ..shapes import measure as shapes
+    from . import costs as beam_costs, measure as beams
     from .tables import beam_costs_text, shapes_sections
 
     target, draft = shapes.parse_pair(args.shapes)
@@ -108,8 +108,8 @@ def _shapes(args) -> int:
 
 
 def _engine(args) -> int:
-    from . import costs as beam_costs, measure as beams, summary as beam_summary
     from ..common import prompts as prompts_mod
+    from . import costs as beam_costs, measure as beams, summary as beam_summary
     from .tables import BEAM_NOTES, markdown_sections
 
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
@@ -170,9 +170,9 @@ def _engine(args) -> int:
 
 def _print_report(costs: dict, rows: list, exact: dict, learned: dict, auto_end: dict) -> None:
     from ..common.tables import lines
-    from .tables import BEAMS, PREDICTIONS, beam_costs_text, beam_estimates_lines
-    from .measure import ESTIMATES_NOTE, TRANSFORMERS
     from ..common.tables import table
+    from .measure import ESTIMATES_NOTE, TRANSFORMERS
+    from .tables import BEAMS, PREDICTIONS, beam_costs_text, beam_estimates_lines
 
     print()
     print(beam_costs_text(costs))

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specdec.runtime import Params, SpecdecError, Stats
 
-from ..common.runs import rotated, task_of, tasks_of
+from ..common.runs import Cell, rotated, task_of, tasks_of
 
 SUMMED = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
           "host_s", "steps")
@@ -177,30 +177,13 @@ class ShapeCensus:
         return False
 
 
-@dataclass
-class BeamCell:
+class BeamCell(Cell):
     """One (task, configuration): sums over the task's prompts, one entry per repeat, and Stats.sources pooled."""
-    per_repeat: list = field(default_factory=list)
-    sources: dict = field(default_factory=dict)
+    summed = SUMMED
+    source_keys = SOURCE_KEYS
 
-    def repeat_sums(self, repeat: int) -> dict:
-        while len(self.per_repeat) <= repeat:
-            self.per_repeat.append({k: 0 for k in SUMMED})
-        return self.per_repeat[repeat]
-
-    def add(self, repeat: int, stats: Stats) -> None:
-        r = self.repeat_sums(repeat)
-        for k in SUMMED:
-            if k == "requests":
-                r[k] += 1
-            elif k == "steps":
-                r[k] += sum(s.tokens for s in stats.sources.values())
-            else:
-                r[k] += getattr(stats, k)
-        for name, s in stats.sources.items():
-            sums = self.sources.setdefault(name, {k: 0 for k in SOURCE_KEYS})
-            for k in SOURCE_KEYS:
-                sums[k] += getattr(s, k)
+    def stat(self, key: str, stats: Stats) -> float:
+        return sum(s.tokens for s in stats.sources.values()) if key == "steps" else super().stat(key, stats)
 
     def add_wall(self, repeat: int, seconds: float, new_tokens: int) -> None:
         """A request timed from outside (transformers): wall time and output length only."""
@@ -208,9 +191,6 @@ class BeamCell:
         r["total_s"] += seconds
         r["requests"] += 1
         r["new_tokens"] += new_tokens
-
-    def pooled(self) -> dict:
-        return {k: sum(r[k] for r in self.per_repeat) for k in SUMMED}
 
     def seconds(self) -> list:
         return [r["total_s"] for r in self.per_repeat]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import statistics
 
-from .measure import NONE, SOURCE_KEYS, TRANSFORMERS, BeamConfig
 from ..common.runs import spread
+from .measure import NONE, SOURCE_KEYS, TRANSFORMERS, BeamConfig
 
 PARTS = ("target", "draft", "encoder", "host")     # where the time went: Stats.<part>_s
 

@@ -193,8 +193,8 @@ def probe(dec, prompts, args, temperatures, max_gamma: int, source=None, show: b
 def time_peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict:
     """Time the peers (peers.py) beside specdec's speculative path (the draft at `gamma`, or with `default`
     specdec's default) and print their table; `what` goes into its heading."""
-    from .peers import run_peers
     from .optimum_client import OPTIMUM_TIMEOUT_S
+    from .peers import run_peers
     from .report import peers_lines
     from .tables import table
 

@@ -30,17 +30,33 @@ def filter_key(name, f) -> str:
 
 @dataclass
 class Cell:
-    """Stats of one (temperature, filter, gamma) configuration, summed over prompts, one entry per repeat."""
+    """Stats of one configuration, summed over prompts, one entry per repeat (the keys of `summed`); with
+    `source_keys`, Stats.sources too, summed per source over every run."""
     per_repeat: list = field(default_factory=list)     # [{stat: sum over prompts}]
+    sources: dict = field(default_factory=dict)        # source name -> {key of source_keys: sum}
+    summed = SUMMED
+    source_keys = ()
+
+    def repeat_sums(self, repeat: int) -> dict:
+        while len(self.per_repeat) <= repeat:
+            self.per_repeat.append({k: 0 for k in self.summed})
+        return self.per_repeat[repeat]
 
     def add(self, repeat: int, stats) -> None:
-        while len(self.per_repeat) <= repeat:
-            self.per_repeat.append({k: 0 for k in SUMMED})
-        for k in SUMMED:
-            self.per_repeat[repeat][k] += 1 if k == "requests" else getattr(stats, k)
+        r = self.repeat_sums(repeat)
+        for k in self.summed:
+            r[k] += self.stat(k, stats)
+        for name, s in stats.sources.items() if self.source_keys else ():
+            sums = self.sources.setdefault(name, {k: 0 for k in self.source_keys})
+            for k in self.source_keys:
+                sums[k] += getattr(s, k)
+
+    def stat(self, key: str, stats) -> float:
+        """What one request adds to `key`."""
+        return 1 if key == "requests" else getattr(stats, key)
 
     def pooled(self) -> dict:
-        return {k: sum(r[k] for r in self.per_repeat) for k in SUMMED}
+        return {k: sum(r[k] for r in self.per_repeat) for k in self.summed}
 
     def ms_per_token(self, decode_only: bool = False) -> list:
         """Per repeat; `decode_only`: without the encoder runs (Stats.encoder_s), the decode loop's own speed, which

@@ -36,13 +36,13 @@ def _print_agreement(agreement: dict, lenience: float) -> None:
 
 
 def run(args) -> int:
-    from . import measure as drafts
     from ..common import prompts as prompts_mod
-    from ..common.tables import lines
-    from .tables import DRAFTS, PREDICTIONS, draft_best_lines, estimates_lines
     from ..common.report import sweep_filters_text
-    from .tables import DRAFT_NOTES, markdown_sections
+    from ..common.tables import lines
     from ..common.tables import table
+    from . import measure as drafts
+    from .tables import DRAFTS, PREDICTIONS, draft_best_lines, estimates_lines
+    from .tables import DRAFT_NOTES, markdown_sections
 
     common.export_checked(args)
     common.one_filter(args, "drafts")

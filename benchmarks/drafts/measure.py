@@ -35,7 +35,7 @@ lookup that finds nothing is a plain step).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specdec.runtime import Params, SpecdecError
 
@@ -77,13 +77,8 @@ def parse_item(item: str) -> DraftConfig:
     lowest first (lookup,draft; "+" is the earlier spelling of ",")."""
     name, colon, gamma_text = item.strip().partition(":")
     name, star, width_text = name.partition("*")
-    candidates = 0
-    if star:
-        try:
-            candidates = int(width_text)
-        except ValueError:
-            raise SpecdecError(f"--draft entry '{item}': the number of candidates after '*' must be an integer",
-                               "e.g. lookup,datastore*4 or lookup,datastore*4:8") from None
+    candidates = _integer(width_text, item, "the number of candidates after '*'",
+                          "e.g. lookup,datastore*4 or lookup,datastore*4:8") if star else 0
     levels = [p.strip() for p in name.replace("+", ",").split(",")]
     if not name.strip() or any(not p for p in levels):
         raise SpecdecError(f"--draft entry '{item}' has an empty name",
@@ -99,11 +94,7 @@ def parse_item(item: str) -> DraftConfig:
     runtime_name = ",".join(levels)
     if not colon:
         return NONE if label == "none" else DraftConfig(label, runtime_name, "auto", store, candidates)
-    try:
-        gamma = int(gamma_text)
-    except ValueError:
-        raise SpecdecError(f"--draft entry '{item}': the gamma after ':' must be an integer",
-                           "e.g. draft:3, or the name alone for gamma=auto") from None
+    gamma = _integer(gamma_text, item, "the gamma after ':'", "e.g. draft:3, or the name alone for gamma=auto")
     if gamma < 0:
         raise SpecdecError(f"--draft entry '{item}': gamma must be >= 0")
     if label == "none" or gamma == 0:
@@ -111,6 +102,13 @@ def parse_item(item: str) -> DraftConfig:
             raise SpecdecError(f"--draft entry '{item}': gamma 0 is target-only decoding", "write none")
         return NONE
     return DraftConfig(f"{label}:{gamma}", runtime_name, gamma, store, candidates)
+
+
+def _integer(text: str, item: str, what: str, fix: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecdecError(f"--draft entry '{item}': {what} must be an integer", fix) from None
 
 
 def parse_configs(texts) -> list[DraftConfig]:
@@ -138,18 +136,9 @@ def check_configs(dec, configs, base: Params) -> None:
             raise SpecdecError(f"--draft {config.label}: {err.problem}", err.fix) from None
 
 
-@dataclass
 class DraftCell(Cell):
-    """One (task, temperature, configuration): Stats sums per repeat (common/runs.py Cell) and Stats.sources summed over
-    every timed run."""
-    sources: dict = field(default_factory=dict)      # name -> {rounds, proposed, accepted, rejections, tokens}
-
-    def add(self, repeat: int, stats) -> None:
-        super().add(repeat, stats)
-        for name, s in stats.sources.items():
-            sums = self.sources.setdefault(name, {k: 0 for k in SOURCE_KEYS})
-            for k in SOURCE_KEYS:
-                sums[k] += getattr(s, k)
+    """One (task, temperature, configuration): Stats sums per repeat and Stats.sources summed over every timed run."""
+    source_keys = SOURCE_KEYS
 
 
 def estimates_snapshot(est) -> dict:

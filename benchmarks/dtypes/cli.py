@@ -37,9 +37,9 @@ def add_parser(commands) -> None:
 
 def run(args) -> int:
     from ..common import peer_engines, prompts as prompts_mod
+    from ..common.tables import table
     from ..shapes import measure as shapes
     from . import runs as variant_runs, variants
-    from ..common.tables import table
 
     if len([g for g in args.gamma if g > 0]) > 1:
         raise SpecdecError(f"dtypes measures one speculative gamma (got --gamma {','.join(map(str, args.gamma))})",

@@ -33,13 +33,13 @@ def add_parser(commands) -> None:
 
 def run(args) -> int:
     from ..common import prompts as prompts_mod
+    from ..common.report import SAMP_HOST_NOTE
+    from ..common.tables import table
+    from ..sweep.plots import plot_shapes
+    from ..sweep.tables import NOTES
     from . import measure as shapes, whisper as whisper_shapes
     from .measure import verify_text
-    from ..sweep.plots import plot_shapes
-    from ..common.report import SAMP_HOST_NOTE
-    from ..sweep.tables import NOTES
     from .tables import generation_lines, markdown_sections, prediction_lines
-    from ..common.tables import table
 
     common.runs_checked(args, past=64)
     common.sampling_checked(args)

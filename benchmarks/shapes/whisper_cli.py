@@ -16,12 +16,12 @@ from .whisper_costs import ALPHAS, AUDIO_REQUESTS, LABEL, SKIP_CHECK, audio_requ
 
 def run(args, target: str, draft: str) -> int:
     """`specdec-bench shapes` on a Whisper pair (cli.py checked the flags and the names)."""
-    from ..sweep.plots import plot_shapes
     from ..common.report import SAMP_HOST_NOTE, probe_text
+    from ..common.tables import table
+    from ..sweep.plots import plot_shapes
     from ..sweep.tables import NOTES
     from .tables import generation_lines, prediction_lines
     from .whisper_costs import markdown_sections
-    from ..common.tables import table
 
     def log(message):
         print(message, file=sys.stderr)

@@ -82,11 +82,11 @@ def _profile(args, dec, prompts, gamma: int, base) -> dict:
 
 def run(args) -> int:
     from ..common import prompts as prompts_mod, runs
+    from ..common.report import SAMP_HOST_NOTE, sweep_filters_text
+    from ..common.tables import lines, table
     from . import measure as sweep, summary
     from .plots import plot
-    from ..common.report import SAMP_HOST_NOTE, sweep_filters_text
     from .tables import NOTES, SWEEP, TIME, filter_cost_lines, markdown_sections, summary_lines
-    from ..common.tables import lines, table
 
     common.export_checked(args)
     args.gamma = common.with_baseline(args.gamma)
