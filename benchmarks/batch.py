@@ -16,14 +16,14 @@ rounds only where they are measured to pay, and a row whose lookup finds nothing
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 import numpy as np
 
-from specdec.runtime.core.errors import SpecdecError
-from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
+from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP, SpecdecError
+
+from .common.options import PROMPT_FILE, write_figures
 
 
 def add_arguments(p) -> None:
@@ -34,9 +34,7 @@ def add_arguments(p) -> None:
                         "lookup at gamma G, default 4), auto (the lookup where it pays); default none auto. Each B "
                         "and configuration first runs one untimed pass over the prompts")
     p.add_argument("--temperature", default="0,1", help="comma-separated (default 0,1)")
-    p.add_argument("--prompts", metavar="FILE",
-                   help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "
-                        "test prompts for the bundled pair, else random ids)")
+    p.add_argument("--prompts", metavar="FILE", help=PROMPT_FILE)
     p.add_argument("--num-prompts", type=int, default=128, help="prompts taken from it (default 128)")
     p.add_argument("--repeat", type=int, default=3, help="timed passes over the prompts (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
@@ -127,9 +125,7 @@ def run(args) -> int:
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=1)
+    write_figures(args.json, report)
     return 0
 
 

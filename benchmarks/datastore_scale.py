@@ -126,9 +126,9 @@ def run(args) -> int:
               f"| {a['RssAnon']:.0f} / {a['RssFile']:.0f} MiB "
               f"| {b['RssAnon']:.0f} / {b['RssFile']:.0f} MiB | {r['lookup_us_median']:.0f} us "
               f"| {r['lookup_us_p99']:.0f} us | {r['matched']:.0%} |")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    from .common.options import write_figures
+
+    write_figures(args.json, rows)
     return 0
 
 

@@ -23,10 +23,11 @@ positions; this tool measures whether building one would pay before it is built.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
+
+from .common.options import PROMPT_FILE, write_figures
 
 
 class _Round:
@@ -106,9 +107,7 @@ def add_arguments(p) -> None:
     p.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory (with a datastore for B > 1)")
     p.add_argument("--wide-export", dest="wide_engine", metavar="DIR",
                    help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
-    p.add_argument("--prompts", metavar="FILE",
-                   help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "
-                        "test prompts for the bundled pair, else random ids)")
+    p.add_argument("--prompts", metavar="FILE", help=PROMPT_FILE)
     p.add_argument("--num-prompts", type=int, default=128, help="prompts taken from it (default 128)")
     p.add_argument("--gamma", type=int, default=8, help="the candidates' length (default 8)")
     p.add_argument("--widths", default="1,2,4,8", help="candidates per round B (default 1,2,4,8)")
@@ -159,9 +158,7 @@ def run(args) -> int:
         probe = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)
         report["verify_ratio"] = probe["verify_ratio"]
     print(table(report))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=1)
+    write_figures(args.json, report)
     return 0
 
 

@@ -169,8 +169,7 @@ def _engine(args) -> int:
 
 
 def _print_report(costs: dict, rows: list, exact: dict, learned: dict, auto_end: dict) -> None:
-    from ..common.tables import lines
-    from ..common.tables import table
+    from ..common.tables import lines, table
     from .measure import ESTIMATES_NOTE, TRANSFORMERS
     from .tables import BEAMS, PREDICTIONS, beam_costs_text, beam_estimates_lines
 

@@ -5,12 +5,15 @@ lists only what applies to it). The request parameters keep the names runtime/co
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from specdec.runtime.core.errors import OneLineParser, run_cli
 from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
 
 
+PROMPT_FILE = ("JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled test prompts "
+               "for the bundled pair, else random ids)")
 # earlier flag names, accepted for one release
 RENAMED = {"--engine": "--export", "--wide-engine": "--wide-export", "--workdir": "--work-dir"}
 
@@ -21,6 +24,13 @@ class BenchParser(OneLineParser):
 
     def __init__(self, *args, allow_abbrev: bool = False, **kwargs):
         super().__init__(*args, allow_abbrev=allow_abbrev, **kwargs)
+
+
+def write_figures(path: str | None, figures) -> None:
+    """A tool's --json: its figures as they are, when a path is given."""
+    if path:
+        with open(path, "w") as fh:
+            json.dump(figures, fh, indent=1)
 
 
 def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
@@ -96,9 +106,7 @@ def pair(p, whisper: bool = False) -> None:
 
 def prompts(every_task: bool) -> argparse.ArgumentParser:
     parent, g = group("prompts")
-    g.add_argument("--prompts", metavar="FILE",
-                   help="JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled "
-                        "test prompts for the bundled pair, else random ids)")
+    g.add_argument("--prompts", metavar="FILE", help=PROMPT_FILE)
     g.add_argument("--num-prompts", type=int, default=8, metavar="N",
                    help="prompts to use, round-robin over the prompts' tasks, so N gives N/tasks of each (default 8; "
                         "0 = all" + ("; at least one per task)" if every_task else ")"))

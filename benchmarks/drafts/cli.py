@@ -38,11 +38,9 @@ def _print_agreement(agreement: dict, lenience: float) -> None:
 def run(args) -> int:
     from ..common import prompts as prompts_mod
     from ..common.report import sweep_filters_text
-    from ..common.tables import lines
-    from ..common.tables import table
+    from ..common.tables import lines, table
     from . import measure as drafts
-    from .tables import DRAFTS, PREDICTIONS, draft_best_lines, estimates_lines
-    from .tables import DRAFT_NOTES, markdown_sections
+    from .tables import DRAFTS, DRAFT_NOTES, PREDICTIONS, draft_best_lines, estimates_lines, markdown_sections
 
     common.export_checked(args)
     common.one_filter(args, "drafts")
