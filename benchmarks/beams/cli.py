@@ -84,7 +84,7 @@ def _shapes(args) -> int:
 
     from ..shapes import measure as shapes
     from . import costs as beam_costs, measure as beams
-    from .tables import beam_costs_text, shapes_sections
+    from .tables import beam_costs_text
 
     target, draft = shapes.parse_pair(args.shapes)
     gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
@@ -102,8 +102,7 @@ def _shapes(args) -> int:
     costs = beam_costs.probe(dec, ids, args.num_beams, gammas, census, past, args.probe_repeats, extra_rows=rows)
     print()
     print(beam_costs_text(costs))
-    common.write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args,
-                 shapes_sections)
+    common.write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args)
     return 0
 
 

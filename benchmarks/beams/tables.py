@@ -153,9 +153,3 @@ def markdown_sections(report: dict) -> list[str]:
                                     "at the end": report["auto_estimates"]["at_end"]})
     parts.append("What auto had learned:\n\n" + "\n".join(f"- {line}" for line in learned))
     return parts
-
-
-def shapes_sections(report: dict) -> list[str]:
-    """The report of `beams --shapes` in Markdown (after the machine line): the per-call costs."""
-    head = beam_costs_text(report["costs"]).split("\n", 1)[0]
-    return [f"{report['shapes']}: {head}:\n\n" + markdown_table(*beam_costs_lines(report["costs"]))]

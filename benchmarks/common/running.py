@@ -216,8 +216,9 @@ def finish(out: dict, args, sections) -> None:
     write(out, args, sections)
 
 
-def write(out: dict, args, sections) -> None:
-    """The report as JSON (--json) and Markdown (--markdown: the machine line, then `sections(out)`)."""
+def write(out: dict, args, sections=None) -> None:
+    """The report as JSON (--json) and Markdown (--markdown, for a command that takes it: the machine line, then
+    `sections(out)`)."""
     from .report import markdown, write_json
 
     if args.json:
