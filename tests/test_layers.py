@@ -288,3 +288,36 @@ def test_the_private_name_check_catches_a_planted_read():
                         "from .auto import Estimates, _Mean\nfrom specdec.bindings import _capi")
     assert _foreign_private(planted, {"specdec.bindings._capi"}) == ["3: decoder._run_batches",
                                                                      "4: from auto import _Mean"]
+
+
+# -- what a wheel holds ------------------------------------------------------------------------------------------------
+
+def _unlisted_packages(pyproject: dict, root: Path) -> list[str]:
+    """Folders with an __init__.py under the mapped top-level folders that pyproject's package list leaves out (a
+    wheel, `pip install .`, would miss them; an editable install would not)."""
+    setuptools = pyproject["tool"]["setuptools"]
+    listed, unlisted = set(setuptools["packages"]), []
+    for package, folder in setuptools["package-dir"].items():
+        for init in sorted((root / folder).rglob("__init__.py")):
+            parts = init.parent.relative_to(root / folder).parts
+            if "__pycache__" in parts:
+                continue
+            name = ".".join((package, *parts))
+            if name not in listed:
+                unlisted.append(name)
+    return unlisted
+
+
+def test_every_package_is_in_the_wheel():
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    assert _unlisted_packages(tomllib.loads((root / "pyproject.toml").read_text()), root) == []
+
+
+def test_the_wheel_check_catches_an_unlisted_package(tmp_path):
+    (tmp_path / "bench" / "drafts").mkdir(parents=True)
+    (tmp_path / "bench" / "__init__.py").write_text("")
+    (tmp_path / "bench" / "drafts" / "__init__.py").write_text("")
+    pyproject = {"tool": {"setuptools": {"packages": ["p.bench"], "package-dir": {"p.bench": "bench"}}}}
+    assert _unlisted_packages(pyproject, tmp_path) == ["p.bench.drafts"]
