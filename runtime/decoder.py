@@ -14,7 +14,7 @@ from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.speech import checked_audio, make_prompt
 from .decoding.plan import Plan, plan
-from .decoding.sources import Learned
+from .decoding.learned import Learned
 from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
 from .engine.device import device_of, release_freed_memory, resolve_provider
@@ -104,15 +104,6 @@ class SpeculativeDecoder:
     def beam_estimates(self):
         """What gamma="auto" learned for beam search."""
         return self.learned.beam_estimates
-
-    @property
-    def sources(self) -> Learned:
-        """The earlier name of `learned` (kept while specdec-bench moves to learned=)."""
-        return self.learned
-
-    @sources.setter
-    def sources(self, learned: Learned) -> None:
-        self.learned = learned
 
     @property
     def datastore(self):

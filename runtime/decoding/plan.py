@@ -1,6 +1,6 @@
 """The request plan: what a checked request runs, decided once. `plan()` is the only reader of a request's gamma,
 draft and num_beams; the strategies (Sampling and BeamSearching in request.py, a batch's rows in batch.py) and the
-sources (sources.py) receive the plan and never see "auto".
+sources (learned.py) receive the plan and never see "auto".
 
     where          "sampling" (speculative sampling, greedy included), "beams" (beam search) or "batch" (a row of a
                    batch, whose guesses come from the lookup)

@@ -1,5 +1,6 @@
-"""The DraftSource each planned source builds, kept per decoder with what auto learns (the names a request's
-`draft=` may say are parsed by the planner, decoding/plan.py)."""
+"""What a decoder learns across requests, in one object (Learned): the DraftSource each planned source builds, kept
+with what auto, beam search's gamma and the batches learn (the names a request's `draft=` may say are parsed by the
+planner, decoding/plan.py)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,3 @@ def _levels(source) -> list:
         out.append(s)
         todo += list(getattr(s, "candidates", {}).values()) + [getattr(s, "below", None)]
     return out
-
-
-Sources = Learned       # the earlier name, while specdec-bench moves to SpeculativeDecoder.learning()
