@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from specdec.bench.shapes import whisper_checkpoint
+from specdec.models import whisper_checkpoint
 
 
 SPECIALS = ("<pad>", "</s>", "<unk>")     # ids 0, 1, 2; then w3, w4, ...
@@ -272,7 +272,7 @@ WHISPER_SUPPRESS, WHISPER_BEGIN_SUPPRESS = [8], [1, 9]      # a word never gener
 
 
 def tiny_whisper_specials():
-    """WHISPER_SPECIALS as the checkpoint writer (specdec.bench.shapes.whisper_checkpoint) takes them."""
+    """WHISPER_SPECIALS as the checkpoint writer (specdec.models.whisper_checkpoint) takes them."""
     return whisper_checkpoint.Specials(ids=dict(WHISPER_SPECIALS), unk="<unk>", start=2, eos=1,
                                        languages={"<|en|>": 3, "<|de|>": 4}, tasks={"transcribe": 5, "translate": 6},
                                        no_timestamps=7, suppress=list(WHISPER_SUPPRESS),

@@ -15,10 +15,10 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+from specdec.models.whisper_checkpoint import Specials, save, set_generation
 from specdec.runtime.core.errors import SpecdecError
 
 from . import measure as shapes
-from .whisper_checkpoint import Specials, save, set_generation
 
 # config.json of the official checkpoints. All: GELU, no embedding scaling, 1,500 encoder positions (30 s of 16 kHz
 # audio at 2 feature frames per position), 448 decoder positions, tied output projection, pad = bos = eos =
