@@ -46,9 +46,9 @@ def device_of(provider: str) -> str:
 
 def release_freed_memory() -> None:
     """Hand the C heap's freed pages back to the system (glibc's malloc_trim; nothing elsewhere). Opening a session
-    reads the whole graph, copies its weights and frees the reading buffers, but glibc keeps most of what was freed:
-    the widened t5-large export (fp32 target, 2.36 GiB of graphs) stayed at 3.45 GiB resident after loading, 2.53
-    GiB once trimmed (1.07x its graphs; 2 cores, 2026-11-27). Called after sessions are opened."""
+    reads the whole graph, copies its weights and frees the reading buffers, but glibc keeps most of what was freed
+    (a t5-large-sized export stayed at 1.46x its graphs resident after loading, 1.07x once trimmed: the figures are
+    in benchmarks/results). Called after sessions are opened."""
     global _TRIM
     if _TRIM is None:
         import ctypes
