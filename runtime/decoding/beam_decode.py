@@ -69,7 +69,7 @@ class BeamRun:
     def detect_language(self, languages: tuple) -> None:
         """A Whisper prompt whose language slot is None: the language the target finds most likely after the start
         of transcript (decoding/speech.py), read from one target run; the cache is then empty again."""
-        logits = self.target.run(np.array([self.prompt[:1]] * self.search.width, np.int64), self.stats)[0, -1]
+        logits = self.target.run(np.array([self.prompt[:1]] * self.search.width, np.int64))[0, -1]
         self._count_target()
         self.prompt[1] = most_likely(logits, languages)
         self.target.length = 0
@@ -80,7 +80,7 @@ class BeamRun:
         steps made (1)."""
         seqs = self.seqs()
         unseen = np.array([s[self.target.length:] for s in seqs], np.int64)
-        logits = self.target.run(unseen, self.stats)[:, -1]
+        logits = self.target.run(unseen)[:, -1]
         self._count_target()
         parents, _ = self.search.step(processed(logits, seqs, self.proc))
         self.target.gather(parents)
@@ -110,7 +110,7 @@ class BeamRun:
         base = self.target.length
         self.target.gather([r for r, _ in rows])
         feed = np.array([[roots[r][-1], *path] for r, path in rows], np.int64)
-        logits = self.target.run(feed, self.stats)                  # [R, g+1, V]
+        logits = self.target.run(feed)                  # [R, g+1, V]
         self._count_target()
         scored = {}                                                 # (root, prefix) -> row whose logits hold it
         for i, (r, path) in enumerate(rows):
@@ -153,7 +153,7 @@ class BeamRun:
         tree = set(paths)
         t = time.perf_counter()
         for s in range(gamma):
-            logits = draft.run(feed, self.stats)[:, -1]
+            logits = draft.run(feed)[:, -1]
             self.stats.draft_calls += 1
             if s == 0:
                 self.draft_len = draft.length                       # every root's sequence is in its cache: keep it

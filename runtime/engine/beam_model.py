@@ -122,9 +122,9 @@ class BeamModel:
         m = self.model
         return m.layers, 2, rows, m.heads, self.src, m.d_kv
 
-    def run(self, tokens: np.ndarray, stats: Stats | None = None) -> np.ndarray:
+    def run(self, tokens: np.ndarray) -> np.ndarray:
         """Append tokens [rows, N] to every row's sequence; the logits [rows, N, V] (a host view on the CPU). The
-        run counts in the stats given to `encode` (`stats` is not read: the run counts itself, device.Binder.run)."""
+        run counts itself in the stats given to `encode`."""
         rows, count = tokens.shape
         assert rows == self.rows, (rows, self.rows)
         self.reserve(rows, count)
