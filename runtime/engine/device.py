@@ -232,8 +232,8 @@ class Binder:
             self._run()
         except Exception as err:  # onnxruntime's own exception types: a graph that loads but cannot run
             raise RunFailed(f"onnxruntime failed running a graph of this export: {first_line(err, 200)}",
-                               "the export may be corrupt: re-export it, or compare its files with a trusted "
-                               "manifest") from None
+                            "the export may be corrupt: re-export it, or compare its files with a trusted "
+                            "manifest") from None
         for stats in self.charged:
             stats.ort_runs += 1
 
