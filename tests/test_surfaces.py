@@ -350,12 +350,13 @@ def test_docs_teach_no_earlier_spelling():
     from test_docs import documents
 
     current = {option for command in _console_scripts() for option in _options(_parser_of(command))}
+    renamed = _renamed()        # once: it builds every command's parser (per line, it took minutes)
     found = []
     for path in documents():
         if "results" in path.parts:
             continue
         for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            for command, old, new in _renamed():
+            for command, old, new in renamed:
                 runs = re.findall(re.escape(command) + r"(?![\w-])[^`;]*", line) if old in current else [line]
                 if any(re.search(re.escape(old) + r"(?![\w-])", run) for run in runs):
                     found.append(f"{path.name}:{number}: {command} {old} (now {new})")
