@@ -110,7 +110,7 @@ class BeamRun:
         base = self.target.length
         self.target.gather([r for r, _ in rows])
         feed = np.array([[roots[r][-1], *path] for r, path in rows], np.int64)
-        logits = self.target.run(feed)                  # [R, g+1, V]
+        logits = self.target.run(feed)                              # [R, g+1, V]
         self._count_target()
         scored = {}                                                 # (root, prefix) -> row whose logits hold it
         for i, (r, path) in enumerate(rows):
@@ -217,10 +217,11 @@ class BeamEstimates:
         self.rate.setdefault(gamma, Ratio()).add(steps, seconds)
         self.seen[gamma] = self.seen.get(gamma, 0) + 1
         self.waits.ran(gamma, self.rounds)
-        if self.seen[gamma] > self.WARMUP and self.best() == gamma:
-            self.waits.reset(gamma)
-        elif self.seen[gamma] > self.WARMUP:
-            self.waits.double(gamma)
+        if self.seen[gamma] > self.WARMUP:
+            if self.best() == gamma:
+                self.waits.reset(gamma)
+            else:
+                self.waits.double(gamma)
 
     def rates(self) -> dict:
         """gamma -> beam steps per second, as estimated now."""
