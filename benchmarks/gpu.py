@@ -305,9 +305,12 @@ def real_size(args, on_gpu: bool, log) -> dict:
     out["default"]["identical"] = out["default"]["outputs"] == out["target_only"]["outputs"]
     del dec
     if ckpt.is_dir():
-        out["transformers"] = transformers_ms_per_token(ckpt, prompts, args.max_new_tokens, eos, on_gpu)
-        hf, own = out["transformers"]["outputs"], out["target_only"]["outputs"]
-        out["transformers"]["identical"] = sum(a == b for a, b in zip(hf, own))
+        try:
+            out["transformers"] = transformers_ms_per_token(ckpt, prompts, args.max_new_tokens, eos, on_gpu)
+            hf, own = out["transformers"]["outputs"], out["target_only"]["outputs"]
+            out["transformers"]["identical"] = sum(a == b for a, b in zip(hf, own))
+        except Exception as err:        # noqa: BLE001 - the peer's failure is reported, the check goes on
+            out["transformers_error"] = f"{type(err).__name__}: {str(err).strip()[:200]}"
     gbs, how = (args.bandwidth_gbs, "given (--bandwidth-gbs)") if args.bandwidth_gbs else bandwidth_gbs(on_gpu)
     weights = decoder_weight_bytes(export_dir)
     out["bound"] = {"decoder_bytes": weights, "bandwidth_gbs": gbs, "bandwidth": how,
@@ -388,29 +391,42 @@ def run(args) -> int:
     ref = SpeculativeDecoder.load(engine, provider="cpu")
     dec = SpeculativeDecoder.load(engine, provider=provider)
     prompts = [p.ids for p in prompts_mod.load(None, args.num_prompts, dec)[0]]
-    log("greedy: the provider's tokens against the CPU provider's")
-    report["greedy"] = greedy_identity(ref, dec, prompts, args.max_new_tokens)
-    log(f"sampling: {args.samples} requests at T = 1")
+    report["errors"] = {}
+
+    def step(name: str, what: str, work) -> None:
+        """One step; a failure is recorded in one line and the next step still runs (a GPU lease is short)."""
+        log(what)
+        try:
+            report[name] = work()
+        except Exception as err:            # noqa: BLE001 - the report says what broke, on which step
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+            report["errors"][name] = f"{type(err).__name__}: {first}"
+            log(f"{name}: failed: {report['errors'][name]}")
+        report["elapsed_s"] = time.perf_counter() - started
+        Path(args.out).write_text(markdown(report))        # what is done so far, should a time limit cut the run
+
+    step("greedy", "greedy: the provider's tokens against the CPU provider's",
+         lambda: greedy_identity(ref, dec, prompts, args.max_new_tokens))
     candidates = prompts + [p.input_ids for p in prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, 16, seed=1,
                                                                       eos_id=prompts_mod.special_id(dec, "eos_token_id"))]
-    report["sampling"] = sampling_test(ref, dec, candidates, args.samples)
-    log("copies: one request's host <-> device copies")
-    report["copies"] = copies_per_round(dec, prompts[0], args.max_new_tokens)
+    step("sampling", f"sampling: {args.samples} requests at T = 1",
+         lambda: sampling_test(ref, dec, candidates, args.samples))
+    step("copies", "copies: one request's host <-> device copies",
+         lambda: copies_per_round(dec, prompts[0], args.max_new_tokens))
     del ref, dec
     if args.shapes == "none":
         report["skipped"]["real size"] = "--shapes none"
     elif left() < 60:
         report["skipped"]["real size"] = f"{left():.0f} s of the {args.budget_s:.0f} s budget left"
     else:
-        log(f"real size: {args.shapes}, random weights")
-        report["real_size"] = real_size(args, on_gpu, log)
+        step("real_size", f"real size: {args.shapes}, random weights", lambda: real_size(args, on_gpu, log))
     report["elapsed_s"] = time.perf_counter() - started
     Path(args.out).write_text(markdown(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(markdown(report))
     print(f"wrote {args.out}" + (f" and {args.json}" if args.json else ""))
-    passed = report["greedy"]["passed"] and report["sampling"]["passed"] and \
+    passed = not report["errors"] and report["greedy"]["passed"] and report["sampling"]["passed"] and \
         report.get("real_size", {}).get("default", {}).get("identical", True)
     return 0 if passed else 1
 
@@ -420,40 +436,55 @@ def markdown(r: dict) -> str:
              f"- date: {r['date_utc']}; command: `{r['command']}`",
              f"- onnxruntime {r['onnxruntime']}, providers: {', '.join(r['providers'])}",
              f"- export checked: `{r['engine']}`", ""]
-    lines += ["## Greedy output against the CPU provider", "", "| draft | gamma | identical |", "| --- | --- | --- |"]
-    lines += [f"| {x['draft']} | {x['gamma']} | {x['identical']}/{x['prompts']} |" for x in r["greedy"]["rows"]]
-    s = r["sampling"]
-    p_text = "n/a" if s["p_value"] is None else f"{s['p_value']:.3g}"
-    lines += ["", "## Distribution at T = 1", "",
-              f"First token of {s['samples']} requests on {s['prompts']} prompts ({s['draft']}, gamma {s['gamma']}; "
-              f"{s['accepted']}/{s['proposed']} guesses kept) against the target's exact distribution: chi-square "
-              f"over {s['bins']} bins, {s['dof']} degrees of freedom, p = {p_text} "
-              f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom).", ""]
-    c = r["copies"]
-    lines += ["## Host <-> device copies", "",
-              f"One request with the default: {c['rounds']} rounds, {c['tokens']} tokens; "
-              f"{c['copies_per_round']:.2f} copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.", "",
-              "| direction | buffer | per round | KiB per round |", "| --- | --- | ---: | ---: |"]
-    lines += [f"| {x['direction']} | {x['buffer']} | {x['per_round']:.2f} | {x['bytes_per_round'] / 1024:.1f} |"
-              for x in c["copies"]]
+    for what, why in r.get("errors", {}).items():
+        lines += [f"- FAILED: {what}: {why}", ""]
+    if "greedy" in r:
+        lines += ["## Greedy output against the CPU provider", "", "| draft | gamma | identical |",
+                  "| --- | --- | --- |"]
+        lines += [f"| {x['draft']} | {x['gamma']} | {x['identical']}/{x['prompts']} |" for x in r["greedy"]["rows"]]
+    lines += sampling_lines(r["sampling"]) if "sampling" in r else []
+    lines += copies_lines(r["copies"]) if "copies" in r else []
     if "real_size" in r:
-        z = r["real_size"]
-        lines += ["", f"## Real size: {z['pair']} (random weights)", "", "| run | ms/token | note |",
-                  "| --- | ---: | --- |",
-                  f"| specdec target-only | {z['target_only']['ms_per_token']:.2f} | |",
-                  f"| specdec default | {z['default']['ms_per_token']:.2f} | greedy identical to target-only: "
-                  f"{z['default']['identical']} |"]
-        if "transformers" in z:
-            t = z["transformers"]
-            lines.append(f"| transformers greedy ({t['device']}) | {t['ms_per_token']:.2f} | identical tokens on "
-                         f"{t['identical']}/{len(t['outputs'])} prompts |")
-        b = z["bound"]
-        lines.append(f"| bandwidth bound | {b['ms_per_token']:.2f} | {b['decoder_bytes'] / 2**20:.0f} MiB of "
-                     f"decoder weights at {b['bandwidth_gbs']:.0f} GB/s ({b['bandwidth']}) |")
-        g = z["cuda_graphs"]
-        lines.append(f"| target-only, CUDA graphs | {g['ms_per_token']:.2f} | identical: {g['identical']} |"
-                     if "error" not in g else f"| target-only, CUDA graphs | - | {g['error']} |")
+        lines += real_size_lines(r["real_size"])
     for what, why in r["skipped"].items():
         lines += ["", f"Left out: {what} ({why})."]
     lines += ["", f"Elapsed: {r['elapsed_s']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def sampling_lines(s: dict) -> list[str]:
+    p_text = "n/a" if s["p_value"] is None else f"{s['p_value']:.3g}"
+    return ["", "## Distribution at T = 1", "",
+            f"First token of {s['samples']} requests on {s['prompts']} prompts ({s['draft']}, gamma {s['gamma']}; "
+            f"{s['accepted']}/{s['proposed']} guesses kept) against the target's exact distribution: chi-square "
+            f"over {s['bins']} bins, {s['dof']} degrees of freedom, p = {p_text} "
+            f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom).", ""]
+
+
+def copies_lines(c: dict) -> list[str]:
+    lines = ["## Host <-> device copies", "",
+             f"One request with the default: {c['rounds']} rounds, {c['tokens']} tokens; "
+             f"{c['copies_per_round']:.2f} copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.", "",
+             "| direction | buffer | per round | KiB per round |", "| --- | --- | ---: | ---: |"]
+    return lines + [f"| {x['direction']} | {x['buffer']} | {x['per_round']:.2f} | {x['bytes_per_round'] / 1024:.1f} |"
+                    for x in c["copies"]]
+
+
+def real_size_lines(z: dict) -> list[str]:
+    lines = ["", f"## Real size: {z['pair']} (random weights)", "", "| run | ms/token | note |", "| --- | ---: | --- |",
+             f"| specdec target-only | {z['target_only']['ms_per_token']:.2f} | |",
+             f"| specdec default | {z['default']['ms_per_token']:.2f} | greedy identical to target-only: "
+             f"{z['default']['identical']} |"]
+    if "transformers" in z:
+        t = z["transformers"]
+        lines.append(f"| transformers greedy ({t['device']}) | {t['ms_per_token']:.2f} | identical tokens on "
+                     f"{t['identical']}/{len(t['outputs'])} prompts |")
+    if "transformers_error" in z:
+        lines.append(f"| transformers greedy | - | {z['transformers_error']} |")
+    b = z["bound"]
+    lines.append(f"| bandwidth bound | {b['ms_per_token']:.2f} | {b['decoder_bytes'] / 2**20:.0f} MiB of "
+                 f"decoder weights at {b['bandwidth_gbs']:.0f} GB/s ({b['bandwidth']}) |")
+    g = z["cuda_graphs"]
+    lines.append(f"| target-only, CUDA graphs | {g['ms_per_token']:.2f} | identical: {g['identical']} |"
+                 if "error" not in g else f"| target-only, CUDA graphs | - | {g['error']} |")
+    return lines
