@@ -185,8 +185,10 @@ def _draw(g: Nodes, probs: str, u_col: str) -> str:
 # -- the head -----------------------------------------------------------------------------------------------------
 def _leading_kept(g: Nodes, rejected: str, counts: str) -> str:
     """rejected [B, G] bool, counts [B, 1] (or [1, 1]) -> n [B, 1] int64: the number of guesses before the first
-    rejection, at most the row's guess count."""
-    clean = g.op("Equal", g.op("CumSum", g.op("Cast", rejected, to=_I), g.const(1)), g.const(0))
+    rejection, at most the row's guess count. A rejected column is appended first, so that the sum never runs over an
+    empty axis: at G = 0 onnxruntime before 1.32 keeps that axis at 0 and the head's `accepted` fails to squeeze."""
+    flags = g.op("Pad", g.op("Cast", rejected, to=_I), g.const([0, 0, 0, 1]), g.const(1))          # [B, G + 1]
+    clean = g.op("Equal", g.op("CumSum", flags, g.const(1)), g.const(0))
     return g.op("Min", g.op("ReduceSum", g.op("Cast", clean, to=_I), g.const([-1]), keepdims=1), counts)
 
 
