@@ -24,16 +24,22 @@ PROVIDER_CHOICES = ("auto", *PROVIDERS)
 PROVIDER_HELP = "the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)"
 
 
+def _first_provider(provider: str) -> str:
+    """The name of the provider's first ONNX Runtime provider (an entry may be a (name, options) pair)."""
+    first = PROVIDERS[provider][0]
+    return first if isinstance(first, str) else first[0]
+
+
 def resolve_provider(provider: str) -> str:
     """'auto' -> the best available of tensorrt, cuda, cpu; an unavailable explicit choice is an error."""
     available = set(ort.get_available_providers())
     if provider == "auto":
         for name in ("tensorrt", "cuda", "cpu"):
-            if PROVIDERS[name][0] in available:
+            if _first_provider(name) in available:
                 return name
     if provider not in PROVIDERS:
         raise SpecdecError(f"unknown provider '{provider}'", "use cpu, cuda, tensorrt or auto")
-    if PROVIDERS[provider][0] not in available:
+    if _first_provider(provider) not in available:
         raise SpecdecError(f"provider '{provider}' is not available in this onnxruntime "
                            f"({', '.join(sorted(available))})",
                            "install onnxruntime-gpu for cuda/tensorrt, or use provider='cpu'")

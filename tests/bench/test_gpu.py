@@ -84,3 +84,20 @@ def test_chi_square_tail_equals_scipys():
             if x > 0:
                 want = float(chi2.sf(x, dof))
                 assert math.isclose(gpu.chi2_sf(x, dof), want, rel_tol=1e-8, abs_tol=1e-300), (x, dof)
+
+
+def test_provider_options_keep_provider_resolution_working():
+    """The CUDA-graphs step sets the CUDA provider's options, a (name, options) pair: choosing a provider still
+    works under it (a set membership test of that pair raised TypeError on the first GPU run)."""
+    import onnxruntime as ort
+
+    from specdec.runtime.core.errors import SpecdecError
+    from specdec.runtime.engine.device import resolve_provider
+
+    with gpu.cuda_graphs():
+        assert resolve_provider("auto") in ("tensorrt", "cuda", "cpu")
+        if "CUDAExecutionProvider" in ort.get_available_providers():
+            assert resolve_provider("cuda") == "cuda"
+        else:
+            with pytest.raises(SpecdecError, match="not available"):
+                resolve_provider("cuda")
