@@ -635,3 +635,34 @@ def test_a_strict_greedy_row_next_to_a_lenient_one_stays_strict(head, third):
     want = ref.verify_batch(logits, q, guesses, [0.5, 0.5], t, 0, 1.0, l)
     assert n[:2].tolist() == [1, 0] and [w[1] for w in want] == n.tolist()
     assert tokens.tolist() == [w[2] for w in want]
+
+
+@pytest.mark.parametrize("guesses", [0, 1, 3])
+def test_the_leading_kept_count_never_sums_over_an_empty_axis(guesses):
+    """The count of leading kept guesses sums a [B, G + 1] axis, so that a one-token step (G = 0) reduces over a
+    non-empty axis: onnxruntime before 1.32 (onnxruntime-gpu 1.31.1 included) keeps an empty reduced axis at 0, and
+    the head's `accepted` then failed to squeeze on every plain step. The sum's input is read back here; the count
+    is checked against a direct one."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from specdec.export.head import Nodes, _leading_kept
+
+    g = Nodes("t/")
+    n = _leading_kept(g, "rejected", "counts")
+    summed = [node.input[0] for node in g.nodes if node.op_type == "ReduceSum"]
+    assert len(summed) == 1
+    graph = helper.make_graph(g.nodes, "kept", [helper.make_tensor_value_info("rejected", TensorProto.BOOL, [1, None]),
+                                                helper.make_tensor_value_info("counts", TensorProto.INT64, [1, 1])],
+                              [helper.make_tensor_value_info(n, TensorProto.INT64, None),
+                               helper.make_tensor_value_info(summed[0], TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(guesses)
+    for _ in range(8):
+        rejected = rng.random((1, guesses)) < 0.4
+        count, reduced = session.run(None, {"rejected": rejected, "counts": np.array([[guesses]], np.int64)})
+        assert reduced.shape == (1, guesses + 1)
+        expected = int(np.argmax(rejected[0])) if rejected.any() else guesses
+        assert count.tolist() == [[expected]]
