@@ -185,11 +185,11 @@ def _draw(g: Nodes, probs: str, u_col: str) -> str:
 # -- the head -----------------------------------------------------------------------------------------------------
 def _leading_kept(g: Nodes, rejected: str, counts: str) -> str:
     """rejected [B, G] bool, counts [B, 1] (or [1, 1]) -> n [B, 1] int64: the number of guesses before the first
-    rejection, at most the row's guess count. A rejected column is appended first, so that the sum never runs over an
-    empty axis: at G = 0 onnxruntime before 1.32 keeps that axis at 0 and the head's `accepted` fails to squeeze."""
-    flags = g.op("Pad", g.op("Cast", rejected, to=_I), g.const([0, 0, 0, 1]), g.const(1))          # [B, G + 1]
-    clean = g.op("Equal", g.op("CumSum", flags, g.const(1)), g.const(0))
-    return g.op("Min", g.op("ReduceSum", g.op("Cast", clean, to=_I), g.const([-1]), keepdims=1), counts)
+    rejection, at most the row's guess count: the first maximum of the rejections with a rejected column appended
+    ([B, G + 1], so G when none is rejected). The axis is never empty: at G = 0 onnxruntime before 1.32 kept an empty
+    reduced axis at 0, and the head's `accepted` failed to squeeze."""
+    flags = g.op("Pad", g.op("Cast", rejected, to=_F), g.const([0, 0, 0, 1]), g.const(1.0, np.float32))   # [B, G + 1]
+    return g.op("Min", g.op("ArgMax", flags, axis=-1, keepdims=1), counts)
 
 
 def add_head(graph, residual: bool = True, tree: bool = False) -> None:
