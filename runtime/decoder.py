@@ -132,7 +132,8 @@ class SpeculativeDecoder:
         named "draft" from another export directory made for the same target (same tokenizer). `datastore`: the
         datastore the lookup searches (runtime/loading/datastore.py): None, the export's own if it has one; a path, that
         file instead (made with this export's tokenizer: specdec-datastore build --export DIR); False, none.
-        `threads`: intra-op threads for the target (0: onnxruntime's default); the draft's one-token steps are too
+        `threads`: intra-op threads for the target (0: the SPECDEC_THREADS environment variable when set, else
+        onnxruntime's default, one per physical core); the draft's one-token steps are too
         small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
         class's note on threads."""
         manifest = load_manifest(export_dir)

@@ -47,34 +47,30 @@ from tinymodels import (  # noqa: F401  (re-exported for fixtures)
 )
 
 
+# One intra-op thread per ONNX Runtime session in every test process and the processes they start (C programs,
+# tritonserver, the bench): see _one_thread_per_worker. onnxruntime's own default is tested in
+# tests/runtime/test_intra_op_threads.py.
+os.environ.setdefault("SPECDEC_THREADS", "1")
+
 PADDED_TOKENS = 40      # the tokenizer's ids in the shared pairs, of their 48 rows (as a real T5: 32,100 of 32,128)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread_per_worker():
     """The suite runs in two worker processes (pyproject.toml's addopts), one per core here, so each keeps to one thread:
-    - a decoder made in a test process with threads=0 (onnxruntime's choice: a thread per core, spinning between runs)
-      gets one intra-op thread. Measured on the test models: the same tokens for the same seeds (6,000 sampled requests
-      compared), and 0.78 against 0.90 ms a request. Decoders in subprocesses (specdec-serve) keep the default.
+    - every ONNX Runtime session gets one intra-op thread: SPECDEC_THREADS=1, set above for this process and the
+      processes it starts. Measured on the test models: the same tokens for the same seeds (6,000 sampled requests
+      compared), and 0.78 against 0.90 ms a request alone; two processes at once 2.8 against 9.9 ms.
     - in a worker, PyTorch (the references: transformers' generate and beam search, the exports) runs on one thread, and
       so do the PyTorch subprocesses it starts (OMP_NUM_THREADS=1, which PyTorch reads at start). Two workers each
       asking PyTorch for a thread per core left tests/runtime/test_beam.py and tests/models/test_distill.py at 127 s
       side by side, against 76 s with one thread each (237 and 135 CPU-seconds)."""
-    import specdec.runtime.engine.model as model
-
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
         torch.set_num_threads(1)
         os.environ["OMP_NUM_THREADS"] = "1"
-    real = model.create_session
-
-    def one_thread(path, provider, threads=0, *args, **kwargs):
-        return real(path, provider, threads or 1, *args, **kwargs)
-
-    model.create_session = one_thread
     yield
-    model.create_session = real
 
 
 @pytest.fixture(autouse=True)
