@@ -92,6 +92,7 @@ def describe(provider: str | None = None, threads: int = 0) -> dict:
         "python": platform.python_version(),
         "provider": provider,
         "threads": threads,
+        "specdec_threads": os.environ.get("SPECDEC_THREADS"),      # what threads 0 means when set (runtime guide)
         "onnxruntime": onnxruntime.__version__,
         "onnxruntime_providers": onnxruntime.get_available_providers(),
         "numpy": numpy.__version__,

@@ -131,7 +131,9 @@ def markdown(report: dict, sections) -> str:
     """The machine line, then `sections(report)` (a list of Markdown paragraphs and tables)."""
     m = report["machine"]
     head = (f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores, {m.get('memory_gib')} GiB, provider "
-            f"{m['provider']}, onnxruntime {m['onnxruntime']}, {m['date_utc']}; load average "
+            f"{m['provider']}, onnxruntime {m['onnxruntime']}"
+            + (f", SPECDEC_THREADS={m['specdec_threads']}" if m.get("specdec_threads") else "")
+            + f", {m['date_utc']}; load average "
             f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end; CPU "
             f"{100 * (m.get('cpu_busy_before_run') or 0):.0f}% busy just before the run"
             + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))

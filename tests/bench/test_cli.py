@@ -41,6 +41,8 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
     for key in ("cpu_model", "cpu_cores", "provider", "onnxruntime"):
         assert m[key], key
     assert m["provider"] == "cpu"
+    # the suite runs with SPECDEC_THREADS=1 (tests/conftest.py): the report says what threads 0 meant
+    assert m["specdec_threads"] == "1" and "SPECDEC_THREADS=1" in (tmp_path / "r.md").read_text()
     assert report["settings"]["gammas"] == [0, 2] and report["settings"]["temperatures"] == [0.0]
     rows = {(r["temperature"], r["gamma"]): r for r in report["results"]}
     assert set(rows) == {(0.0, 0), (0.0, 2)}
