@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.core.errors import SpecdecError, first_line
 
 P_PASS = 1e-3
 
@@ -197,6 +197,11 @@ def chi2_sf(x: float, dof: int) -> float:
     return scale * h
 
 
+def failure(err: BaseException, limit: int = 200) -> str:
+    """An exception as one line of the report (its type and its message's first line): a step or a peer that failed."""
+    return f"{type(err).__name__}: {first_line(err, limit, '')}"
+
+
 # -- timing ------------------------------------------------------------------------------------------------------
 def ms_per_token(dec, prompts, max_new_tokens: int, **kwargs) -> dict:
     """One untimed pass, then one timed: ms per generated token and the tokens."""
@@ -310,7 +315,7 @@ def real_size(args, on_gpu: bool, log) -> dict:
             hf, own = out["transformers"]["outputs"], out["target_only"]["outputs"]
             out["transformers"]["identical"] = sum(a == b for a, b in zip(hf, own))
         except Exception as err:        # noqa: BLE001 - the peer's failure is reported, the check goes on
-            out["transformers_error"] = f"{type(err).__name__}: {str(err).strip()[:200]}"
+            out["transformers_error"] = failure(err)
     gbs, how = (args.bandwidth_gbs, "given (--bandwidth-gbs)") if args.bandwidth_gbs else bandwidth_gbs(on_gpu)
     weights = decoder_weight_bytes(export_dir)
     out["bound"] = {"decoder_bytes": weights, "bandwidth_gbs": gbs, "bandwidth": how,
@@ -322,7 +327,7 @@ def real_size(args, on_gpu: bool, log) -> dict:
                 out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
                 out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == out["target_only"]["outputs"]
         except Exception as err:        # the provider refuses, or a run fails: the report says how
-            out["cuda_graphs"] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"}
+            out["cuda_graphs"] = {"error": failure(err)}
     else:
         out["cuda_graphs"] = {"error": f"not offered by the {args.provider} provider"}
     return out
@@ -399,8 +404,7 @@ def run(args) -> int:
         try:
             report[name] = work()
         except Exception as err:            # noqa: BLE001 - the report says what broke, on which step
-            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
-            report["errors"][name] = f"{type(err).__name__}: {first}"
+            report["errors"][name] = failure(err, 300)
             log(f"{name}: failed: {report['errors'][name]}")
         report["elapsed_s"] = time.perf_counter() - started
         Path(args.out).write_text(markdown(report))        # what is done so far, should a time limit cut the run

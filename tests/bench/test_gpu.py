@@ -101,3 +101,10 @@ def test_provider_options_keep_provider_resolution_working():
         else:
             with pytest.raises(SpecdecError, match="not available"):
                 resolve_provider("cuda")
+
+
+def test_a_failure_is_one_line_of_the_report():
+    """A failed step or peer goes into a Markdown table row: its type and its message's first line, cut."""
+    assert gpu.failure(RuntimeError("cannot run\n  at node 7")) == "RuntimeError: cannot run"
+    assert gpu.failure(ValueError()) == "ValueError: "
+    assert gpu.failure(OSError("x" * 500), 300) == "OSError: " + "x" * 300
