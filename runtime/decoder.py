@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +76,8 @@ class SpeculativeDecoder:
         self._batch_model = None        # the BatchModel every batch runs on, grown for the most rows asked
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
         self._gate = Gate(stream_idle_s)
+        self._batcher = None            # the Batcher submit() hands requests to, made on its first call
+        self._batcher_lock = threading.Lock()
 
     @property
     def stream_idle_s(self) -> float:
@@ -212,19 +215,26 @@ class SpeculativeDecoder:
             return None, None
         return checked_audio(audio, speech), make_prompt(speech, self.start_id, language, task)
 
+    def _input(self, prompt, input_ids, audio, language, task) -> tuple:
+        """A request's checked input: (token ids, None) for a text export, (PCM samples, its SpeechPrompt) for a
+        Whisper export."""
+        pcm, speech = self._speech(audio, language, task)
+        if speech is None:
+            return self._source(prompt, input_ids), None
+        if prompt is not None or input_ids is not None:
+            raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
+                               "pass audio= (a float32 16 kHz array or a WAV file's path)")
+        return pcm, speech
+
     def _serve(self, prompt, input_ids, params: Params, audio=None, language=None, task=None,
                planned: Plan | None = None, learned: Learned | None = None):
         """The one request path: check the prompt, decode it with its strategy, time every iteration. Yields
         (request, new tokens) per iteration; the request's stop_reason is set on the last."""
-        pcm, speech = self._speech(audio, language, task)
-        if speech is not None:
-            if prompt is not None or input_ids is not None:
-                raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
-                                   "pass audio= (a float32 16 kHz array or a WAV file's path)")
+        source, speech = self._input(prompt, input_ids, audio, language, task)
         planned = planned or self._plan(params)
         strategy = self._strategy(planned, self._learned(learned))
-        request = Request(pcm, params, planned, speech=speech) if speech is not None else \
-            Request(self._source(prompt, input_ids), params, planned)
+        request = Request(source, params, planned, speech=speech) if speech is not None else \
+            Request(source, params, planned)
         for new in strategy.run(request):
             request.tick()
             yield request, new
@@ -340,6 +350,33 @@ class SpeculativeDecoder:
         for index, request, new in self.run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
                                                      (most, greedy), auto):
             yield index, request, new
+
+    # -- requests from any thread ------------------------------------------------------------------------------
+    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
+               language: str | None = None, task: str | None = None, **overrides):
+        """Hand one request over from any thread and get its Ticket at once: iterate it for its Pieces, or call
+        `result()` for its Result; `cancel()` stops it. The request is checked here (a bad one raises its one-line
+        SpecdecError and nothing is queued). One that a batch can run joins the rows of this decoder's batcher
+        (continuous batching, made on the first submit: at most 16 rows, 64 waiting; `batcher()` makes one of other
+        sizes); any other (beam search, a draft model, logits processors, lenience < 1, a Whisper export's audio)
+        runs alone on the decoder when its ticket is first read, in the thread that reads it. Parameters as for
+        generate()."""
+        with self._batcher_lock:
+            if self._batcher is None:
+                self._batcher = self.batcher()
+        return self._batcher.submit(prompt, input_ids=input_ids, params=params, audio=audio, language=language,
+                                    task=task, **overrides)
+
+    def admit(self, prompt=None, input_ids=None, params: Params | None = None, overrides: dict | None = None,
+              audio=None, language: str | None = None, task: str | None = None) -> tuple:
+        """Check a request as generate() checks it, without running it: (its checked Params, the Request a batch
+        runs it as, or None when it runs alone). A bad request raises its one-line SpecdecError."""
+        checked = Params.of(params, **(overrides or {})).checked(self.gamma_max)
+        source, speech = self._input(prompt, input_ids, audio, language, task)
+        if speech is not None or not self.batchable(checked):
+            self._plan(checked)
+            return checked, None
+        return checked, Request(source, checked, self._plan(checked, batch=True))
 
     def batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
         """A checked, planned request of a batch (what generate_batch and the batcher queue): a one-line SpecdecError

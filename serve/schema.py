@@ -233,12 +233,8 @@ class Handler:
         self.batcher = decoder.batcher(max_batch, max_queue)
 
     def _submit(self, source, params: Params):
-        """The request's Ticket in the batch, or None when a batch cannot run it (a Whisper request never joins)."""
-        if isinstance(source, Speech):
-            return None
-        if not self.decoder.batchable(params):
-            return None
-        return self.batcher.submit(source, params=params)
+        """The request's ticket (runtime/decoding/batcher.py): a row of the batch, or a request that runs alone."""
+        return self.batcher.submit(params=params, **source_kwargs(source))
 
     def generate_rows(self, requests: list) -> list:
         """Rows from rows() ((source, Params) pairs or SpecdecErrors) -> their response dicts or SpecdecErrors, in
@@ -256,10 +252,9 @@ class Handler:
             if isinstance(item, SpecdecError):
                 out.append(item)
                 continue
-            (source, params), ticket = item
+            _, ticket = item
             try:
-                res = ticket.result() if ticket is not None else \
-                    self.decoder.generate(params=params, **source_kwargs(source))
+                res = ticket.result()
             except SpecdecError as err:
                 out.append(err)
                 continue
@@ -271,17 +266,12 @@ class Handler:
         its end cancels the request: a batched one's row is freed at the next round, one that runs alone ends and
         gives the decoder back. A request that runs alone holds the decoder's gate, which belongs to the thread
         that took it: advance and close the generator from one thread."""
-        source, params = request(get, self.speech)
-        ticket = self._submit(source, params)
-        pieces = ticket if ticket is not None else self.decoder.stream(params=params, **source_kwargs(source))
+        ticket = self._submit(*request(get, self.speech))
         try:
-            for piece in pieces:
+            for piece in ticket:
                 yield response(piece.text, piece.token_ids, piece.stats, piece.stop_reason)
         finally:
-            if ticket is not None:
-                ticket.cancel()              # a no-op once it has ended
-            else:
-                pieces.close()
+            ticket.cancel()              # a no-op once it has ended
 
     def close(self) -> None:
         self.batcher.close()

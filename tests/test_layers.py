@@ -276,6 +276,28 @@ def test_serving_imports_only_the_runtimes_public_api():
     assert _runtime_internals(_graph(_modules()), "specdec.serve") == []
 
 
+# the decoder's request methods that serving must not call itself: every served request goes through submit()
+# (runtime/decoding/batcher.py), which decides whether it joins a batch or runs alone
+# (a call on anything named decoder or dec)
+BYPASSES = ("generate", "stream", "batchable", "batch_request", "run_batches", "generate_batch", "stream_batch")
+
+
+def _bypasses(tree: ast.AST) -> list[str]:
+    return [f"{node.lineno}: {ast.unparse(node.func)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BYPASSES
+            and ast.unparse(node.func.value).rsplit(".", 1)[-1] in ("decoder", "dec")]
+
+
+def test_serving_routes_every_request_through_submit():
+    modules = _modules()
+    serving = {name: path for name, path in modules.items() if name.startswith("specdec.serve")}
+    assert serving and [f"{name}:{line}" for name, path in serving.items()
+                        for line in _bypasses(ast.parse(path.read_text()))] == []
+    assert any(".submit(" in path.read_text() for path in serving.values())
+    planted = ast.parse("t = b.submit(x)\nr = self.decoder.generate(params=p)\nq = handler.stream(g)\n")
+    assert _bypasses(planted) == ["2: self.decoder.generate"]
+
+
 def test_the_public_api_check_catches_a_planted_import():
     graph = {"specdec.serve.a": {"specdec.runtime", "specdec.runtime.core.params", "specdec.runtime.decoding.batch"},
              "specdec.serve": {"specdec.runtime.decoder"}, "specdec.bench.x": {"specdec.runtime.engine.model"}}

@@ -9,10 +9,13 @@ requests join it between rounds as they arrive (continuous batching), each with 
     ticket.cancel()                                                  # its row is freed at the next round
     server.close()
 
-A request's input is checked in `submit` (one-line SpecdecError there, nothing queued). Past `max_queue` waiting
-requests, `submit` raises at once ("the batcher is busy") instead of queueing without bound. The batch holds the
-decoder (its gate) while it runs and gives it back when no request is left, so generate() from other threads
-waits for it as for any request.
+`submit` is the one entry for every request (SpeculativeDecoder.submit hands requests to a batcher of its own;
+the Triton handler to its): one that a batch cannot run (beam search, a draft model, logits processors,
+lenience < 1, a Whisper export's audio) gets an `Alone` ticket, read the same way, which runs it on the decoder by
+itself when it is first read. A request's input is checked in `submit` (one-line SpecdecError there, nothing
+queued). Past `max_queue` waiting requests, `submit` raises at once ("the batcher is busy") instead of queueing
+without bound. The batch holds the decoder (its gate) while it runs and gives it back when no request is left, so
+generate() from other threads waits for it as for any request.
 """
 
 from __future__ import annotations
@@ -78,6 +81,49 @@ class Ticket:
             self._end()
 
 
+class Alone:
+    """A submitted request that a batch cannot run (beam search, a draft model, logits processors, lenience < 1, a
+    Whisper export's audio), checked when it was submitted: it runs alone on the decoder, between batches, when it
+    is first read and in the thread that reads it (iterating it streams, as SpeculativeDecoder.stream; `result()`
+    before any iteration generates, as generate(), beam search included). Read and cancel it from one thread: a
+    stream holds the decoder's gate, which belongs to the thread that took it."""
+
+    def __init__(self, decoder, params: Params, source: dict):
+        self._decoder, self._params, self._source = decoder, params, source
+        self._stream = None
+        self._tokens, self._stats, self._stop = [], None, ""
+        self._done: Result | None = None
+
+    def __iter__(self):
+        """The pieces not taken yet, streamed (beam search cannot stream: its one-line SpecdecError)."""
+        if self._done is not None:
+            return
+        if self._stream is None:
+            self._stream = self._decoder.stream(params=self._params, **self._source)
+        for piece in self._stream:
+            self._tokens += piece.token_ids
+            self._stats, self._stop = piece.stats, piece.stop_reason
+            yield piece
+
+    def result(self) -> Result:
+        if self._done is None:
+            if self._stream is None:
+                self._done = self._decoder.generate(params=self._params, **self._source)
+            else:
+                for _ in self:
+                    pass
+                out = list(self._tokens)
+                self._done = Result(self._decoder.decode(out), out, self._stats, self._stop, [out], [])
+        return self._done
+
+    def cancel(self) -> None:
+        """Stop a stream that has started (stop reason "cancelled"; its tokens so far stay): the decoder is free
+        again. A no-op before the first read and after the end."""
+        if self._stream is not None and not self._stop:
+            self._stream.close()
+            self._stop = "cancelled"
+
+
 class Batcher:
     """Continuous batching (made by `SpeculativeDecoder.batcher()`): a thread decodes the submitted requests
     together, each joining the running batch between rounds and leaving when it ends; `close()` stops it."""
@@ -95,12 +141,17 @@ class Batcher:
         self._thread = threading.Thread(target=self._loop, name="specdec-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
-               **overrides) -> Ticket:
-        """Queue a request (checked here: a bad one raises its one-line SpecdecError and queues nothing)."""
+    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
+               language: str | None = None, task: str | None = None, **overrides):
+        """Hand a request over (checked here: a bad one raises its one-line SpecdecError and queues nothing): one a
+        batch can run is queued for a row (a Ticket); any other gets an Alone ticket, which runs it on the decoder
+        when it is first read. Parameters as for SpeculativeDecoder.generate()."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        request = self.decoder.batch_request(prompt, input_ids, params, overrides)
+        checked, request = self.decoder.admit(prompt, input_ids, params, overrides, audio, language, task)
+        if request is None:
+            return Alone(self.decoder, checked, dict(prompt=prompt, input_ids=input_ids, audio=audio,
+                                                     language=language, task=task))
         ticket = Ticket(self, request)
         with self._wake:
             if len(self.waiting) >= self.max_queue:

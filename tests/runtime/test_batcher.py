@@ -91,7 +91,8 @@ def test_bad_input_fails_in_submit_alone(related_decoder):
     with dec.batcher() as server:
         for kwargs, words in ((dict(input_ids=[dec.vocab_size + 1]), "outside the vocabulary"),
                               (dict(input_ids=[3, 1], temperature=-2), "temperature"),
-                              (dict(input_ids=[3, 1], draft="draft"), "does not run in a batch"),
+                              (dict(input_ids=[3, 1], draft="nosuch"), "nosuch"),
+                              (dict(input_ids=[3, 1], num_beams=2, max_new_tokens=0), "max_new_tokens"),
                               (dict(prompt=None), "exactly one")):
             with pytest.raises(SpecdecError) as err:
                 server.submit(**kwargs)
@@ -131,3 +132,28 @@ def test_a_failing_batch_ends_its_tickets_and_the_batcher_goes_on(related_decode
         monkeypatch.setattr(BatchModel, "join", real)
         assert server.submit(input_ids=prompts[1], max_new_tokens=8).result().token_ids == \
             alone(dec, prompts[1:2], 8)[0]
+
+
+def test_requests_a_batch_cannot_run_are_submitted_the_same_way_and_run_alone(related_decoder):
+    """SpeculativeDecoder.submit (its own batcher) takes every request: a draft model's, beam search's and a stream
+    of a draft model's run alone on the decoder and give what generate() gives; a stream cancelled after its first
+    piece frees the decoder (a generate() after it runs), and a batchable request beside them still joins a batch."""
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 3, seed=26)
+    asks = (dict(draft="draft", gamma=3, max_new_tokens=12), dict(num_beams=3, max_new_tokens=8, draft="none"),
+            dict(draft="none", max_new_tokens=12))
+    ref = [dec.generate(input_ids=p, **ask).token_ids for p, ask in zip(prompts, asks)]
+    tickets = [dec.submit(input_ids=p, **ask) for p, ask in zip(prompts, asks)]
+    assert [type(t).__name__ for t in tickets] == ["Alone", "Alone", "Ticket"]
+    assert [t.result().token_ids for t in tickets] == ref
+    streamed = dec.submit(input_ids=prompts[0], **asks[0])
+    assert [t for piece in streamed for t in piece.token_ids] == ref[0]
+    assert streamed.result().token_ids == ref[0]
+    cut = dec.submit(input_ids=prompts[0], draft="draft", gamma=1, max_new_tokens=12, min_new_tokens=12)
+    first = next(iter(cut))
+    cut.cancel()
+    assert cut.result().stop_reason == "cancelled" and cut.result().token_ids == first.token_ids
+    assert dec.generate(input_ids=prompts[1], **asks[1]).token_ids == ref[1]      # the decoder is free again
+    with pytest.raises(SpecdecError) as err:
+        list(dec.submit(input_ids=prompts[1], **asks[1]))                        # beam search cannot stream
+    assert "cannot stream" in str(err.value)
