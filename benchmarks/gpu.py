@@ -277,19 +277,6 @@ def decoder_weight_bytes(export_dir) -> int:
     return sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith("decoder.onnx"))
 
 
-@contextmanager
-def cuda_graphs():
-    """The CUDA provider with enable_cuda_graph for the sessions opened inside."""
-    from specdec.runtime.engine import device
-
-    real = device.PROVIDERS["cuda"]
-    device.PROVIDERS["cuda"] = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), "CPUExecutionProvider"]
-    try:
-        yield
-    finally:
-        device.PROVIDERS["cuda"] = real
-
-
 def real_size(args, on_gpu: bool, log) -> dict:
     from specdec.runtime import SpeculativeDecoder
 
@@ -322,10 +309,9 @@ def real_size(args, on_gpu: bool, log) -> dict:
                     "ms_per_token": 1e3 * weights / (gbs * 1e9)}
     if args.provider == "cuda":
         try:
-            with cuda_graphs():
-                graphed = SpeculativeDecoder.load(export_dir, provider="cuda")
-                out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
-                out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == out["target_only"]["outputs"]
+            graphed = SpeculativeDecoder.load(export_dir, provider="cuda", provider_options={"enable_cuda_graph": "1"})
+            out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
+            out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == out["target_only"]["outputs"]
         except Exception as err:        # the provider refuses, or a run fails: the report says how
             out["cuda_graphs"] = {"error": failure(err)}
     else:

@@ -18,7 +18,7 @@ from .decoding.plan import Plan, plan
 from .decoding.learned import Learned
 from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
-from .engine.device import device_of, release_freed_memory, resolve_provider
+from .engine.device import checked_provider_options, device_of, release_freed_memory, resolve_provider
 from .engine.gate import Gate
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
@@ -130,7 +130,8 @@ class SpeculativeDecoder:
     @classmethod
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
              draft: str | Path | None = None, stream_idle_s: float = 30.0,
-             datastore: str | Path | bool | None = None) -> "SpeculativeDecoder":
+             datastore: str | Path | bool | None = None,
+             provider_options: dict | None = None) -> "SpeculativeDecoder":
         """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
         named "draft" from another export directory made for the same target (same tokenizer). `datastore`: the
         datastore the lookup searches (runtime/loading/datastore.py): None, the export's own if it has one; a path, that
@@ -138,7 +139,9 @@ class SpeculativeDecoder:
         `threads`: intra-op threads for the target (0: the SPECDEC_THREADS environment variable when set, else
         onnxruntime's default, one per physical core); the draft's one-token steps are too
         small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
-        class's note on threads."""
+        class's note on threads. `provider_options`: options of the provider's first onnxruntime provider for every
+        session (e.g. {"enable_cuda_graph": "1"} with provider="cuda"); onnxruntime refusing one is a one-line
+        error."""
         manifest = load_manifest(export_dir)
         draft_manifest = manifest
         if draft is not None:
@@ -150,11 +153,12 @@ class SpeculativeDecoder:
         if datastore is not None and not isinstance(datastore, (str, Path, bool)):
             raise SpecdecError(f"datastore must be a path, None or False (got {type(datastore).__name__})",
                                "pass the path of a datastore file, or False for none")
-        provider = resolve_provider(provider)
+        provider, options = resolve_provider(provider), checked_provider_options(provider_options)
         device = device_of(provider)
-        target = CachedSeq2Seq(manifest, "target", provider, device, manifest.gamma_max + 1, threads)
+        target = CachedSeq2Seq(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=options)
         models = {name: CachedSeq2Seq(draft_manifest if name == "draft" else manifest, name, provider, device,
-                                      manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length)
+                                      manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length,
+                                      options=options)
                   for name in manifest.drafts}
         for name in (manifest.speech or {}).get("shares_target_encoder", []):
             target.share_encoder(models[name])

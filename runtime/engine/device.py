@@ -26,9 +26,8 @@ PROVIDER_HELP = "the execution provider (auto: TensorRT, CUDA or the CPU, the fi
 
 
 def _first_provider(provider: str) -> str:
-    """The name of the provider's first ONNX Runtime provider (an entry may be a (name, options) pair)."""
-    first = PROVIDERS[provider][0]
-    return first if isinstance(first, str) else first[0]
+    """The name of the provider's first ONNX Runtime provider."""
+    return PROVIDERS[provider][0]
 
 
 def resolve_provider(provider: str) -> str:
@@ -88,8 +87,41 @@ def default_threads() -> int:
     return int(raw)
 
 
+def checked_provider_options(options) -> dict:
+    """`provider_options` of a load: None or a dict of option names to values (strings, numbers or booleans), given
+    to the provider's first onnxruntime provider (e.g. {"enable_cuda_graph": "1"} for cuda)."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                                for k, v in options.items()):
+        raise SpecdecError(f"provider_options must be a dict of option names to values (got {options!r:.80})",
+                           'pass e.g. {"enable_cuda_graph": "1"}, or leave it out')
+    return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in options.items()}
+
+
+def session_providers(provider: str, path, options: dict | None = None) -> list:
+    """onnxruntime's provider list for a session of the graph at `path` on `provider`, with `options`
+    (checked_provider_options) merged into its first provider's."""
+    providers = list(PROVIDERS[provider])
+    if provider == "tensorrt":
+        # TensorRT builds its engines from the same ONNX graphs; keep them next to the export so the build
+        # (minutes for a large model) happens once per machine
+        from pathlib import Path
+
+        cache = Path(path).resolve().parent.parent / "engines"
+        providers = [("TensorrtExecutionProvider", {"trt_engine_cache_enable": True,
+                                                    "trt_engine_cache_path": str(cache),
+                                                    "trt_timing_cache_enable": True}), *providers[1:]]
+    if options:
+        first = providers[0] if isinstance(providers[0], tuple) else (providers[0], {})
+        providers = [(first[0], {**first[1], **options}), *providers[1:]]
+    return providers
+
+
 def create_session(path, provider: str, threads: int = 0, spin: bool = True,
-                   batch: int | None = 1) -> ort.InferenceSession:
+                   batch: int | None = 1, options: dict | None = None) -> ort.InferenceSession:
+    """A session of the graph at `path` on `provider`; `options`: checked_provider_options, for its first
+    onnxruntime provider."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads or default_threads()
@@ -105,16 +137,7 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
         # its spinning threads only take cores from the decoder runs that follow (measured on the bundled pair with
         # 2 cores: target steps 2.5-2.9 ms with a spinning encoder pool, 1.9-2.1 ms without)
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    providers = PROVIDERS[provider]
-    if provider == "tensorrt":
-        # TensorRT builds its engines from the same ONNX graphs; keep them next to the export so the build
-        # (minutes for a large model) happens once per machine
-        from pathlib import Path
-
-        cache = Path(path).resolve().parent.parent / "engines"
-        providers = [("TensorrtExecutionProvider", {"trt_engine_cache_enable": True,
-                                                    "trt_engine_cache_path": str(cache),
-                                                    "trt_timing_cache_enable": True}), *providers[1:]]
+    providers = session_providers(provider, path, options)
     try:
         return ort.InferenceSession(str(path), opts, providers=providers)
     except Exception as err:  # onnxruntime raises its own exception types

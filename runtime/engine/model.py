@@ -29,7 +29,7 @@ class CachedSeq2Seq:
     (`decoder.models`); most users never build one."""
 
     def __init__(self, manifest: Manifest, role: str, provider: str, device: str, rows: int, threads: int = 0,
-                 max_length: int | None = None):
+                 max_length: int | None = None, options: dict | None = None):
         info = manifest.models[role]
         arch = info.arch
         self.role, self.device = role, device
@@ -37,14 +37,16 @@ class CachedSeq2Seq:
         self.vocab, self.max_length = manifest.vocab_size, max_length or manifest.max_length
         dtype = _NP[manifest.dtype]
         self.decoder_path, self.provider, self.threads = manifest.path(info.decoder.file), provider, threads
+        self.options = options          # the provider's options (device.checked_provider_options)
         # no encoder: a Whisper draft that keeps the target's, whose encoder run writes our K/V (share_encoder)
         self.encoder = self.enc_names = None
         if info.encoder is not None:
             self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
-            self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False),
-                                  device)
+            self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False,
+                                                 options=options), device)
         self._sharers = []       # drafts whose cross K/V our encoder run also writes
-        self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads), device)
+        self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads, options=options),
+                              device)
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
         self.cache = Buffer((self.max_length, self.layers, 2, 1, self.heads, self.d_kv), dtype, device)
         # Whisper (manifest.speech): the encoder reads PCM and gives a fixed number of frames
@@ -75,7 +77,8 @@ class CachedSeq2Seq:
         batch-1 session is dropped, so the weights are held once. Batch-1 requests run there as fast as on the
         batch-1 session (measured on the bundled pair): the fixed shape's folding no longer shows."""
         if self._free is None:
-            self._free = create_session(self.decoder_path, self.provider, self.threads, batch=None)
+            self._free = create_session(self.decoder_path, self.provider, self.threads, batch=None,
+                                        options=self.options)
             self.decoder.move(self._free)
             release_freed_memory()
         return self._free

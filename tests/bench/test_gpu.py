@@ -86,21 +86,27 @@ def test_chi_square_tail_equals_scipys():
                 assert math.isclose(gpu.chi2_sf(x, dof), want, rel_tol=1e-8, abs_tol=1e-300), (x, dof)
 
 
-def test_provider_options_keep_provider_resolution_working():
-    """The CUDA-graphs step sets the CUDA provider's options, a (name, options) pair: choosing a provider still
-    works under it (a set membership test of that pair raised TypeError on the first GPU run)."""
-    import onnxruntime as ort
+def test_provider_options_go_to_the_first_provider_of_every_session(tiny_export):
+    """The CUDA-graphs step loads with provider_options (nothing global changes): they are merged into the first
+    onnxruntime provider's options (TensorRT's own kept), the CPU provider loads with them and decodes as without,
+    and options that are not a dict of names to values are a one-line error."""
+    from specdec.runtime import SpeculativeDecoder, SpecdecError
+    from specdec.runtime.engine.device import PROVIDERS, session_providers
 
-    from specdec.runtime.core.errors import SpecdecError
-    from specdec.runtime.engine.device import resolve_provider
-
-    with gpu.cuda_graphs():
-        assert resolve_provider("auto") in ("tensorrt", "cuda", "cpu")
-        if "CUDAExecutionProvider" in ort.get_available_providers():
-            assert resolve_provider("cuda") == "cuda"
-        else:
-            with pytest.raises(SpecdecError, match="not available"):
-                resolve_provider("cuda")
+    before = {k: list(v) for k, v in PROVIDERS.items()}
+    assert session_providers("cuda", "x/y.onnx", {"enable_cuda_graph": "1"}) == \
+        [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), "CPUExecutionProvider"]
+    trt = session_providers("tensorrt", "e/target/decoder.onnx", {"trt_fp16_enable": "1"})
+    assert trt[0][0] == "TensorrtExecutionProvider" and trt[0][1]["trt_fp16_enable"] == "1" and \
+        trt[0][1]["trt_engine_cache_enable"] is True and trt[1:] == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert session_providers("cpu", "x/y.onnx") == ["CPUExecutionProvider"] and PROVIDERS == before
+    plain = SpeculativeDecoder.load(tiny_export, provider="cpu").generate(input_ids=[5, 6, 7, 1], max_new_tokens=8)
+    optioned = SpeculativeDecoder.load(tiny_export, provider="cpu", provider_options={"use_arena": False})
+    assert optioned.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8).token_ids == plain.token_ids
+    for bad in ("enable_cuda_graph=1", {"x": [1]}, {1: "a"}):
+        with pytest.raises(SpecdecError) as err:
+            SpeculativeDecoder.load(tiny_export, provider="cpu", provider_options=bad)
+        assert "provider_options" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_failure_is_one_line_of_the_report():
