@@ -1,7 +1,7 @@
 """Per-call costs measured directly on a loaded decoder's public parts (`dec.target`, `dec.draft.model`,
 `dec.workspace`), with no generation loop around them.
 
-Export format 2 fuses Algorithm 1's sampling work into every decoder graph (the speculative head, export/head.py),
+An export fuses Algorithm 1's sampling work into every decoder graph (the speculative head, export/head.py),
 so each decoder call timed here is decoder + head, bound exactly as the decoding loop binds it:
 
     target one-token step   ws.end = L; target.run(*ws.run(L)): decoder over 1 token + a plain draw (G = 0)

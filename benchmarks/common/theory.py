@@ -5,7 +5,7 @@
 
 Theorem 3.8 assumes a verify pass over gamma+1 tokens costs what one target step costs. `speedup_with_costs`
 drops that assumption: the iteration costs gamma c + v(gamma) target steps, v being the measured verify-cost ratio
-(and optionally an extra per-iteration overhead, in target steps, for host work). With export format 2 the sampling
+(and optionally an extra per-iteration overhead, in target steps, for host work). In an export the sampling
 work is inside the runs (c and v are ratios of fused runs, each with its sampling head), so there is no separate
 sampler term.
 """

@@ -116,7 +116,7 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
 def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dict:
     """Theorem 3.8 (and the prediction with the measured verify cost and host time) for the paper's alphas.
 
-    Export format 2 has no sampler runs: a draft step's sampling is inside c (fused draft run over fused target
+    An export has no sampler runs: a draft step's sampling is inside c (fused draft run over fused target
     step) and accept/residual inside the verify ratio (fused target pass of gamma+1 tokens over the step), so the
     per-iteration overhead on top of gamma c + verify_ratio target steps is the host time alone."""
     from ..common import theory

@@ -3,7 +3,7 @@ costs, ORT runs, measured and predicted speedups against gamma = 0 of the same t
 is read off the rows: the best gamma per (filter, temperature), greedy exactness, what a filter costs, and where an
 iteration's time goes against Theorem 3.8's model of it.
 
-Export format 2 has no sampler graphs: the sampling work runs inside the draft runs (standardize/draw) and the
+An export has no sampler graphs: the sampling work runs inside the draft runs (standardize/draw) and the
 target runs (accept/residual), so Stats splits a request into encoder_s, draft_s, target_s and host_s. The in-graph
 sampling share is not observable from the loop; "samp+host" adds the head's cost as the cost probe timed it alone
 (common/costs.py) to the measured host time, and says that part is an estimate.
