@@ -6,7 +6,9 @@
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
 ``package``, ``datastore``, ``evaluate``). ``widen`` (not part of ``all``) writes the bundled pair at real T5 shapes,
 computing the same function, into ``--out`` (models/widen.py):
-``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``.  Everything downloaded or cached goes into ``--work-dir`` (default
+``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``. ``speech-data`` (not part of
+``all`` either) synthesizes the speech pair's clips and caches their features under ``--work-dir``/speech
+(models/speech_data.py; resumable, about 0.1 s a clip on 2 cores).  Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package`` and ``datastore`` write the committed files (``models/target``,
 ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88
 minutes on 2 cores.
@@ -19,7 +21,7 @@ import os
 import sys
 import time
 
-from specdec.runtime.core.errors import OneLineParser, run_cli
+from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -51,7 +53,7 @@ HYPERPARAMETERS = dict(
 
 def build_parser():
     ap = OneLineParser(prog="specdec-models", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen"],
+    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen", "speech-data"],
                     help="stage to run (default: all)")
     ap.add_argument("--work-dir", default=os.path.join(HERE, ".work"), help="downloads, caches, checkpoints")
     ap.add_argument("--out-dir", default=HERE, help="where package writes target/, draft/, prompts/")
@@ -67,6 +69,8 @@ def build_parser():
     ap.add_argument("--draft-shape", default="t5-small", help="widen: the draft's shape (default t5-small)")
     ap.add_argument("--out", help="widen: where target/ and draft/ are written (outside the repository: t5-large "
                                   "is 2.9 GB)")
+    ap.add_argument("--speech-clips", default="24000,500,500",
+                    help="speech-data: clips of the train, validation and test splits (default 24000,500,500)")
     for k, (v, text) in HYPERPARAMETERS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
     return ap
@@ -84,6 +88,15 @@ def _main(argv) -> int:
         from .widen import run_widen
 
         run_widen(args)
+        return 0
+    if args.stage == "speech-data":
+        from .speech_data import run_speech_data
+
+        counts = args.speech_clips.split(",")
+        if len(counts) != 3 or not all(c.strip().isdigit() for c in counts):
+            raise SpecdecError(f"--speech-clips {args.speech_clips!r} is not three counts",
+                               "pass train,validation,test clip counts, e.g. 24000,500,500")
+        run_speech_data(os.path.abspath(args.work_dir), *(int(c) for c in counts), seed=args.seed)
         return 0
     stage = "train-draft" if args.stage == "distill" else args.stage
     stages = STAGES if stage == "all" else [stage]

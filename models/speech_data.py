@@ -1,0 +1,149 @@
+"""The speech pair's data (specdec-models speech-data): English sentences of the bundled corpus spoken by espeak-ng
+(models/speech_synth.py), cut into clips of at most WINDOW_S seconds, and their log-mel features cached in shards.
+
+- Sentences: the English lines of models/datastore/train-targets.txt.gz (the package synopses; German lines and
+  lines with other scripts left out), 3 to 16 words, each once; split by the md5 of the sentence (90 / 5 / 5), so a
+  sentence is in one split only.
+- Clips: one to three consecutive sentences of a split with 0.2 to 0.8 s of silence between them, in one voice and
+  speed (VOICES x SPEEDS by turns; the test split also has clips in HELD_OUT). Each clip records its segments
+  (start, end, text) and words (start, word) in seconds: the timestamps to train and to measure against.
+- Features: Whisper's log-mel spectrogram (transformers' WhisperFeatureExtractor, N_MELS bins, the clip padded to
+  the window), float16, [clips, N_MELS, frames].
+- Shards: `<work>/speech/<split>/shard-NNNNN.npz` (features) beside `.json` (texts, segments, words, voices), each
+  written whole under a temporary name and renamed. A shard that exists is kept, so an interrupted run resumes where
+  it stopped; a shard made again holds the same clips (sentences, voices, silences), with timings within a few
+  milliseconds (espeak-ng's output varies by a few samples from call to call).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import time
+
+import numpy as np
+
+from specdec.runtime.core.errors import SpecdecError
+
+from .speech_synth import HELD_OUT, RATE, SPEEDS, VOICES, Voice, synthesize
+
+WINDOW_S = 10                  # the encoder's window: clips are at most this long
+N_MELS = 80
+SHARD_CLIPS = 256
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "datastore", "train-targets.txt.gz")
+_GERMAN = frozenset("der die das und für mit von zu den dem des ein eine einer eines ist im auf aus bei nicht sich "
+                    "werden wird zum zur über oder als auch".split())
+_ENGLISH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ,.;:'()/+-]*$")
+
+
+def english_sentences(path: str = CORPUS) -> list[str]:
+    """The corpus's English lines of 3 to 16 words, each once, in the file's order."""
+    if not os.path.exists(path):
+        raise SpecdecError(f"the corpus {path} is missing", "check out models/datastore/ (it is committed)")
+    seen, out = set(), []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            text = " ".join(line.split())
+            words = text.lower().replace("(", " ").replace(")", " ").split()
+            if not _ENGLISH.match(text) or not 3 <= len(words) <= 16 or _GERMAN.intersection(words):
+                continue
+            if text not in seen:
+                seen.add(text)
+                out.append(text)
+    return out
+
+
+def split_of(sentence: str) -> str:
+    bucket = int(hashlib.md5(sentence.encode()).hexdigest(), 16) % 100
+    return "train" if bucket < 90 else "validation" if bucket < 95 else "test"
+
+
+def clip_plan(sentences: list[str], split: str, seed: int) -> list[dict]:
+    """The split's clips: consecutive sentences (1 to 3), the silences between them, and the voice."""
+    rng = np.random.default_rng([seed, ("train", "validation", "test").index(split)])
+    voices = [Voice(v, r) for r in SPEEDS for v in VOICES]
+    if split == "test":
+        voices.append(Voice(*HELD_OUT))
+    plans, i = [], 0
+    while i < len(sentences):
+        take = int(rng.integers(1, 4))
+        plans.append({"sentences": sentences[i:i + take], "gaps": rng.uniform(0.2, 0.8, take - 1).round(3).tolist(),
+                      "voice": voices[len(plans) % len(voices)]})
+        i += take
+    return plans
+
+
+def speak(plan: dict) -> tuple:
+    """A planned clip: (pcm, segments [(start, end, text)], words [(start, word)]), cut to whole sentences that fit
+    the window (at least one)."""
+    pcm, segments, words, at = [], [], [], 0.0
+    for k, sentence in enumerate(plan["sentences"]):
+        speech = synthesize(sentence, plan["voice"])
+        gap = plan["gaps"][k - 1] if k else 0.0
+        if k and at + gap + speech.seconds > WINDOW_S:
+            break
+        if gap:
+            pcm.append(np.zeros(int(round(gap * RATE)), np.float32))
+            at = sum(p.size for p in pcm) / RATE
+        segments.append((round(at, 3), round(at + speech.seconds, 3), sentence))
+        words += [(round(at + start, 3), word) for start, word in speech.words]
+        pcm.append(speech.pcm[:WINDOW_S * RATE])
+        at = sum(p.size for p in pcm) / RATE
+    return np.concatenate(pcm), segments, words
+
+
+def features(clips: list) -> np.ndarray:
+    """Whisper's log-mel features of each clip padded to the window: [clips, N_MELS, frames] float16."""
+    from transformers import WhisperFeatureExtractor
+
+    extractor = WhisperFeatureExtractor(feature_size=N_MELS, sampling_rate=RATE, chunk_length=WINDOW_S)
+    out = extractor([c.astype(np.float32) for c in clips], sampling_rate=RATE, return_tensors="np")
+    return out["input_features"].astype(np.float16)
+
+
+def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS, corpus: str = CORPUS,
+          log=print) -> dict:
+    """Write the shards of `clips` ({split: number of clips}) under work/speech; returns {split: shards}. Shards that
+    exist are kept."""
+    sentences = english_sentences(corpus)
+    by_split = {s: [t for t in sentences if split_of(t) == s] for s in ("train", "validation", "test")}
+    written = {}
+    for split, count in clips.items():
+        if split not in by_split:
+            raise SpecdecError(f"unknown split {split!r}", "use train, validation or test")
+        plans = clip_plan(by_split[split], split, seed)[:count]
+        folder = os.path.join(work, "speech", split)
+        os.makedirs(folder, exist_ok=True)
+        shards = range(0, len(plans), shard_clips)
+        t0, made = time.time(), 0
+        for n, first in enumerate(shards):
+            stem = os.path.join(folder, f"shard-{n:05d}")
+            if os.path.exists(stem + ".json"):          # the .json is renamed last: its shard is whole
+                continue
+            spoken = [speak(p) for p in plans[first:first + shard_clips]]
+            _write(stem, features([pcm for pcm, _, _ in spoken]), {
+                "window_s": WINDOW_S, "n_mels": N_MELS, "seed": seed,
+                "clips": [{"seconds": round(pcm.size / RATE, 3), "segments": seg, "words": words,
+                           "text": " ".join(t for _, _, t in seg), "voice": p["voice"].name, "rate": p["voice"].rate}
+                          for (pcm, seg, words), p in zip(spoken, plans[first:first + shard_clips])]})
+            made += 1
+            log(f"speech-data {split}: shard {n + 1}/{len(shards)} ({(time.time() - t0) / made:.1f} s a shard)")
+        written[split] = len(shards)
+    return written
+
+
+def _write(stem: str, feats: np.ndarray, info: dict) -> None:
+    with open(stem + ".npz.tmp", "wb") as f:
+        np.savez(f, features=feats)
+    os.replace(stem + ".npz.tmp", stem + ".npz")
+    with open(stem + ".json.tmp", "w") as f:
+        json.dump(info, f)
+    os.replace(stem + ".json.tmp", stem + ".json")
+
+
+def run_speech_data(work: str, train: int, validation: int, test: int, seed: int = 0) -> None:
+    done = build(work, {"train": train, "validation": validation, "test": test}, seed)
+    print(f"speech-data: {done} shards of at most {SHARD_CLIPS} clips in {os.path.join(work, 'speech')}", flush=True)

@@ -1,0 +1,111 @@
+"""The speech pair's data stage (models/speech_data.py) on a few clips: English sentences only, a split per sentence,
+clips inside the window with the silences and timestamps they claim (checked against the log-mel features' own
+energy), shards that resume without rewriting and rebuild with the same clips, one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from specdec.models import speech_data as sd
+from specdec.models.speech_synth import HELD_OUT
+from specdec.runtime.core.errors import SpecdecError
+
+LINES = ["Useful template functions for Go templates (library)", "RSVG renderer bindings for the Ruby language",
+         "Nützliche Vorlagenfunktionen für Go", "Bibliothek zum Lesen der Dateien und mehr",   # German: out
+         "Fast and Secure Tunneling Daemon", "Fast and Secure Tunneling Daemon",                 # a repeat: once
+         "two words", "документация пакета для разработчиков",                                    # short; Cyrillic
+         "IP geolocation query library (CLI utilities)", "GNU R radix trees in Rcpp",
+         "Puppet module for mapping files to resources and back", "SOCKS (v4 and v5) proxy daemon (danted)"]
+FRAMES_PER_S = 100             # Whisper's hop: 160 samples at 16 kHz
+
+
+def _corpus(path, lines) -> str:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The first 400 lines of the bundled corpus (each split gets clips)."""
+    with gzip.open(sd.CORPUS, "rt", encoding="utf-8") as f:
+        lines = [next(f).rstrip("\n") for _ in range(400)]
+    return _corpus(tmp_path_factory.mktemp("corpus") / "lines.txt.gz", lines)
+
+
+def test_english_sentences_once_each(tmp_path):
+    got = sd.english_sentences(_corpus(tmp_path / "lines.txt.gz", LINES))
+    assert got == [LINES[0], LINES[1], LINES[4], LINES[8], LINES[9], LINES[10], LINES[11]]
+    counts = {s: 0 for s in ("train", "validation", "test")}
+    for sentence in sd.english_sentences():                     # the bundled corpus: about 90 / 5 / 5
+        counts[sd.split_of(sentence)] += 1
+    total = sum(counts.values())
+    assert total > 40_000 and abs(counts["train"] / total - 0.9) < 0.01 and abs(counts["test"] / total - 0.05) < 0.01
+
+
+def _clips(work, split):
+    out = []
+    for info in sorted((work / "speech" / split).glob("shard-*.json")):
+        feats = np.load(str(info).replace(".json", ".npz"))["features"]
+        out += list(zip(json.loads(info.read_text())["clips"], feats))
+    return out
+
+
+def test_clips_fit_the_window_and_their_timestamps_match_the_audio(corpus, tmp_path):
+    done = sd.build(tmp_path, {"train": 4, "test": 3}, shard_clips=3, corpus=corpus, log=lambda *_: None)
+    assert done == {"train": 2, "test": 1}
+    clips = _clips(tmp_path, "train")
+    assert len(clips) == 4
+    for clip, feats in clips:
+        assert feats.shape == (sd.N_MELS, sd.WINDOW_S * FRAMES_PER_S) and feats.dtype == np.float16
+        assert 0 < clip["seconds"] <= sd.WINDOW_S
+        segments = clip["segments"]
+        assert clip["text"] == " ".join(text for _, _, text in segments)
+        ends = [0.0] + [end for _, end, _ in segments]
+        for (start, end, text), before in zip(segments, ends):
+            assert start < end <= clip["seconds"] + 1e-3
+            assert start == 0.0 if before == 0.0 else 0.2 - 1e-3 <= start - before <= 0.8 + 1e-3
+            inside = [s for s, _ in clip["words"] if start - 1e-3 <= s < end]
+            assert inside and abs(inside[0] - start) < 0.05, (text, inside)
+        # the features say the same: speech where a segment is, silence in the gaps and after the clip
+        frames = feats.astype(np.float32).mean(axis=0)
+        speech = np.concatenate([frames[int(a * FRAMES_PER_S):int(b * FRAMES_PER_S)] for a, b, _ in segments])
+        quiet = [frames[int(b * FRAMES_PER_S) + 3:int(a * FRAMES_PER_S) - 3]
+                 for (_, b, _), (a, _, _) in zip(segments, segments[1:])]
+        quiet.append(frames[int(clip["seconds"] * FRAMES_PER_S) + 3:])
+        for gap in quiet:                       # each gap, and the padding after the clip
+            assert gap.size and gap.mean() < speech.mean() - 0.3, (gap.mean(), speech.mean())
+    test_voices = {clip["voice"] for clip, _ in _clips(tmp_path, "test")}
+    assert HELD_OUT[0] not in {clip["voice"] for clip, _ in clips} and test_voices
+
+
+def test_shards_resume_and_rebuild_with_the_same_clips(corpus, tmp_path):
+    sd.build(tmp_path, {"train": 5}, shard_clips=2, corpus=corpus, log=lambda *_: None)
+    shards = sorted((tmp_path / "speech" / "train").glob("shard-*"))
+    assert len(shards) == 6                                      # 3 shards, .npz and .json each
+    before = {p.name: p.stat().st_mtime_ns for p in shards}
+    first = json.loads((tmp_path / "speech" / "train" / "shard-00001.json").read_text())["clips"]
+    (tmp_path / "speech" / "train" / "shard-00001.json").unlink()       # an interrupted shard: its .json missing
+    said = []
+    sd.build(tmp_path, {"train": 5}, shard_clips=2, corpus=corpus, log=said.append)
+    assert len(said) == 1 and "shard 2/3" in said[0]
+    for p in sorted((tmp_path / "speech" / "train").glob("shard-*")):
+        assert (p.stat().st_mtime_ns == before[p.name]) == ("00001" not in p.name), p.name
+    again = json.loads((tmp_path / "speech" / "train" / "shard-00001.json").read_text())["clips"]
+    assert [(c["text"], c["voice"], c["rate"]) for c in again] == [(c["text"], c["voice"], c["rate"]) for c in first]
+    for a, b in zip(again, first):            # espeak-ng's output varies by a few samples between calls
+        assert np.allclose([x for seg in a["segments"] for x in seg[:2]], [x for seg in b["segments"] for x in seg[:2]],
+                           atol=0.01)
+    assert not list((tmp_path / "speech" / "train").glob("*.tmp"))
+
+
+def test_bad_arguments_are_one_line(corpus, tmp_path):
+    for call, words in ((lambda: sd.build(tmp_path, {"dev": 2}, corpus=corpus), "unknown split"),
+                        (lambda: sd.english_sentences(str(tmp_path / "none.gz")), "missing")):
+        with pytest.raises(SpecdecError) as err:
+            call()
+        assert words in str(err.value) and "\n" not in str(err.value)
