@@ -364,7 +364,8 @@ class SpeculativeDecoder:
         (continuous batching, made on the first submit: at most 16 rows, 64 waiting; `batcher()` makes one of other
         sizes); any other (beam search, a draft model, logits processors, lenience < 1, a Whisper export's audio)
         runs alone on the decoder when its ticket is first read, in the thread that reads it. Parameters as for
-        generate()."""
+        generate(). The batcher's thread waits idle between requests and keeps the decoder alive until the process
+        ends; a decoder meant to be dropped should take requests through a `batcher()` it closes."""
         with self._batcher_lock:
             if self._batcher is None:
                 self._batcher = self.batcher()
