@@ -11,7 +11,7 @@
   the window), float16, [clips, N_MELS, frames].
 - Shards: `<work>/speech/<split>/shard-NNNNN.npz` (features) beside `.json` (texts, segments, words, voices), each
   written whole under a temporary name and renamed. A shard that exists is kept, so an interrupted run resumes where
-  it stopped; a shard made again holds the same clips (sentences, voices, silences), with timings within a few
+  it stopped (with the settings that began it: settings.json; other settings are a one-line error); a shard made again holds the same clips (sentences, voices, silences), with timings within a few
   milliseconds (espeak-ng's output varies by a few samples from call to call).
 """
 
@@ -77,20 +77,23 @@ def clip_plan(sentences: list[str], split: str, seed: int) -> list[dict]:
 
 
 def speak(plan: dict) -> tuple:
-    """A planned clip: (pcm, segments [(start, end, text)], words [(start, word)]), cut to whole sentences that fit
-    the window (at least one)."""
+    """A planned clip: (pcm, segments [(start, end, text)], words [(start, word)]), cut to the whole sentences that
+    fit the window (a first sentence longer than the window is a one-line error)."""
     pcm, segments, words, at = [], [], [], 0.0
     for k, sentence in enumerate(plan["sentences"]):
         speech = synthesize(sentence, plan["voice"])
         gap = plan["gaps"][k - 1] if k else 0.0
-        if k and at + gap + speech.seconds > WINDOW_S:
-            break
+        if at + gap + speech.seconds > WINDOW_S:
+            if k:
+                break
+            raise SpecdecError(f"the sentence {sentence[:40]!r} lasts {speech.seconds:.1f} s in {plan['voice'].name}, "
+                               f"longer than the {WINDOW_S} s window", "shorten the corpus's sentences")
         if gap:
             pcm.append(np.zeros(int(round(gap * RATE)), np.float32))
             at = sum(p.size for p in pcm) / RATE
         segments.append((round(at, 3), round(at + speech.seconds, 3), sentence))
         words += [(round(at + start, 3), word) for start, word in speech.words]
-        pcm.append(speech.pcm[:WINDOW_S * RATE])
+        pcm.append(speech.pcm)
         at = sum(p.size for p in pcm) / RATE
     return np.concatenate(pcm), segments, words
 
@@ -116,7 +119,8 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
             raise SpecdecError(f"unknown split {split!r}", "use train, validation or test")
         plans = clip_plan(by_split[split], split, seed)[:count]
         folder = os.path.join(work, "speech", split)
-        os.makedirs(folder, exist_ok=True)
+        _same_settings(folder, {"clips": len(plans), "seed": seed, "shard_clips": shard_clips, "window_s": WINDOW_S,
+                                "n_mels": N_MELS, "sentences": len(by_split[split])})
         shards = range(0, len(plans), shard_clips)
         t0, made = time.time(), 0
         for n, first in enumerate(shards):
@@ -133,6 +137,23 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
             log(f"speech-data {split}: shard {n + 1}/{len(shards)} ({(time.time() - t0) / made:.1f} s a shard)")
         written[split] = len(shards)
     return written
+
+
+def _same_settings(folder: str, settings: dict) -> None:
+    """A split's shards resume only with the settings that began them (settings.json, written first)."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "settings.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            before = json.load(f)
+        if before != settings:
+            changed = ", ".join(f"{k} {before.get(k)} -> {v}" for k, v in settings.items() if before.get(k) != v)
+            raise SpecdecError(f"the shards in {folder} were made with other settings ({changed})",
+                               "use another --work-dir, or delete that folder to make them again")
+        return
+    with open(path + ".tmp", "w") as f:
+        json.dump(settings, f)
+    os.replace(path + ".tmp", path)
 
 
 def _write(stem: str, feats: np.ndarray, info: dict) -> None:

@@ -375,13 +375,15 @@ class SpeculativeDecoder:
     def admit(self, prompt=None, input_ids=None, params: Params | None = None, overrides: dict | None = None,
               audio=None, language: str | None = None, task: str | None = None) -> tuple:
         """Check a request as generate() checks it, without running it: (its checked Params, the Request a batch
-        runs it as, or None when it runs alone). A bad request raises its one-line SpecdecError."""
+        runs it as or None when it runs alone, and its checked input as generate() keywords: the token ids, or the
+        audio samples with language and task). A bad request raises its one-line SpecdecError."""
         checked = Params.of(params, **(overrides or {})).checked(self.gamma_max)
         source, speech = self._input(prompt, input_ids, audio, language, task)
+        given = {"input_ids": source} if speech is None else {"audio": source, "language": language, "task": task}
         if speech is not None or not self.batchable(checked):
             self._plan(checked)
-            return checked, None
-        return checked, Request(source, checked, self._plan(checked, batch=True))
+            return checked, None, given
+        return checked, Request(source, checked, self._plan(checked, batch=True)), given
 
     def batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
         """A checked, planned request of a batch (what generate_batch and the batcher queue): a one-line SpecdecError

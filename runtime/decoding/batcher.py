@@ -25,7 +25,7 @@ import threading
 
 from ..core.errors import SpecdecError, first_line
 from ..core.params import Params, checked_max_batch
-from ..core.stats import Pieces, Result
+from ..core.stats import Pieces, Result, Stats
 from .batch import Waiting
 from .request import Request
 
@@ -84,44 +84,79 @@ class Ticket:
 class Alone:
     """A submitted request that a batch cannot run (beam search, a draft model, logits processors, lenience < 1, a
     Whisper export's audio), checked when it was submitted: it runs alone on the decoder, between batches, when it
-    is first read and in the thread that reads it (iterating it streams, as SpeculativeDecoder.stream; `result()`
-    before any iteration generates, as generate(), beam search included). Read and cancel it from one thread: a
-    stream holds the decoder's gate, which belongs to the thread that took it."""
+    is first read and in the thread that reads it: iterating it streams, as SpeculativeDecoder.stream (beam search
+    cannot stream: its one-line SpecdecError); `result()` before any iteration generates, as generate(), beam search
+    included. Like a stream it holds the decoder from its first piece to its end: leaving a `for` loop over it early
+    (its iterator closed or dropped) cancels it and frees the decoder. `cancel()` may come from any thread: before
+    the first read the request never runs; during a read, the reader stops at the next piece. Reading two requests
+    in turn from one thread ends the first (the decoder's gate belongs to a thread: as for two streams)."""
 
     def __init__(self, decoder, params: Params, source: dict):
         self._decoder, self._params, self._source = decoder, params, source
         self._stream = None
         self._tokens, self._stats, self._stop = [], None, ""
+        self._reader = 0                 # which iterator reads now (an older one that is dropped changes nothing)
+        self._cancel = False
+        self.error: SpecdecError | None = None
         self._done: Result | None = None
 
     def __iter__(self):
-        """The pieces not taken yet, streamed (beam search cannot stream: its one-line SpecdecError)."""
-        if self._done is not None:
+        """The pieces not taken yet."""
+        self._reader += 1
+        me = self._reader
+        if self.error is not None:
+            raise self.error
+        if self._done is not None or self._stop:
+            return
+        if self._cancel:
+            self._stop = "cancelled"
             return
         if self._stream is None:
             self._stream = self._decoder.stream(params=self._params, **self._source)
-        for piece in self._stream:
-            self._tokens += piece.token_ids
-            self._stats, self._stop = piece.stats, piece.stop_reason
-            yield piece
+        try:
+            for piece in self._stream:
+                self._tokens += piece.token_ids
+                self._stats, self._stop = piece.stats, piece.stop_reason
+                yield piece
+                if self._cancel and not self._stop:
+                    break
+        except SpecdecError as err:
+            self.error = err
+            raise
+        finally:
+            if me == self._reader and not self._stop and self.error is None:
+                self._close()            # left early, or cancelled: the decoder is free again
 
     def result(self) -> Result:
+        if self.error is not None:
+            raise self.error
         if self._done is None:
-            if self._stream is None:
-                self._done = self._decoder.generate(params=self._params, **self._source)
-            else:
-                for _ in self:
-                    pass
-                out = list(self._tokens)
-                self._done = Result(self._decoder.decode(out), out, self._stats, self._stop, [out], [])
+            if self._stream is None and not self._cancel:
+                try:
+                    self._done = self._decoder.generate(params=self._params, **self._source)
+                except SpecdecError as err:
+                    self.error = err
+                    raise
+                return self._done
+            for _ in self:
+                pass
+            out = list(self._tokens)
+            self._done = Result(self._decoder.decode(out), out, self._stats or Stats(), self._stop, [out], [])
         return self._done
 
     def cancel(self) -> None:
-        """Stop a stream that has started (stop reason "cancelled"; its tokens so far stay): the decoder is free
-        again. A no-op before the first read and after the end."""
+        """Stop the request (stop reason "cancelled"; its tokens so far stay): not run at all when nothing read it
+        yet; a no-op after its end."""
+        self._cancel = True
         if self._stream is not None and not self._stop:
-            self._stream.close()
-            self._stop = "cancelled"
+            try:
+                self._close()
+            except ValueError:           # being read in another thread now: the reader stops at its next piece
+                pass
+
+    def _close(self) -> None:
+        self._stream.close()
+        self._stop = "cancelled"
 
 
 class Batcher:
@@ -148,10 +183,9 @@ class Batcher:
         when it is first read. Parameters as for SpeculativeDecoder.generate()."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        checked, request = self.decoder.admit(prompt, input_ids, params, overrides, audio, language, task)
+        checked, request, given = self.decoder.admit(prompt, input_ids, params, overrides, audio, language, task)
         if request is None:
-            return Alone(self.decoder, checked, dict(prompt=prompt, input_ids=input_ids, audio=audio,
-                                                     language=language, task=task))
+            return Alone(self.decoder, checked, given)
         ticket = Ticket(self, request)
         with self._wake:
             if len(self.waiting) >= self.max_queue:

@@ -104,8 +104,11 @@ def test_shards_resume_and_rebuild_with_the_same_clips(corpus, tmp_path):
 
 
 def test_bad_arguments_are_one_line(corpus, tmp_path):
+    sd.build(tmp_path, {"validation": 1}, shard_clips=2, corpus=corpus, log=lambda *_: None)
     for call, words in ((lambda: sd.build(tmp_path, {"dev": 2}, corpus=corpus), "unknown split"),
-                        (lambda: sd.english_sentences(str(tmp_path / "none.gz")), "missing")):
+                        (lambda: sd.english_sentences(str(tmp_path / "none.gz")), "missing"),
+                        (lambda: sd.build(tmp_path, {"validation": 3}, shard_clips=2, corpus=corpus), "clips 1 -> 3"),
+                        (lambda: sd.build(tmp_path, {"validation": 1}, seed=5, corpus=corpus), "other settings")):
         with pytest.raises(SpecdecError) as err:
             call()
         assert words in str(err.value) and "\n" not in str(err.value)

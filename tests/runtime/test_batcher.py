@@ -157,3 +157,39 @@ def test_requests_a_batch_cannot_run_are_submitted_the_same_way_and_run_alone(re
     with pytest.raises(SpecdecError) as err:
         list(dec.submit(input_ids=prompts[1], **asks[1]))                        # beam search cannot stream
     assert "cannot stream" in str(err.value)
+
+
+def test_an_alone_ticket_frees_the_decoder_when_left_cancelled_or_failed(related_decoder):
+    """Leaving a loop over an Alone ticket early cancels it (a generate() from another thread then runs at once, not
+    after stream_idle_s); cancel() before any read means it never runs, and from another thread it stops the reader;
+    a failed read raises the same one-line error on every later read."""
+    dec = related_decoder
+    prompt = random_prompts(dec.vocab_size, 1, seed=27)[0]
+    long = dict(draft="draft", gamma=1, max_new_tokens=30, min_new_tokens=30)
+    ticket = dec.submit(input_ids=prompt, **long)
+    for piece in ticket:
+        break
+    other = []
+    waiter = threading.Thread(target=lambda: other.append(dec.generate(input_ids=prompt, max_new_tokens=4)))
+    waiter.start()
+    waiter.join(timeout=dec.stream_idle_s / 2)
+    assert not waiter.is_alive() and other, "the decoder stayed held after leaving the loop"
+    assert ticket.result().stop_reason == "cancelled" and ticket.result().token_ids == piece.token_ids
+    early = dec.submit(input_ids=prompt, **long)
+    early.cancel()
+    assert list(early) == [] and early.result().stop_reason == "cancelled" and early.result().token_ids == []
+    read = dec.submit(input_ids=prompt, **long)
+    pieces = iter(read)
+    first = next(pieces)
+    stopper = threading.Thread(target=read.cancel)
+    stopper.start()
+    stopper.join()
+    rest = list(pieces)
+    assert read.result().stop_reason == "cancelled" and len(first.token_ids + [t for p in rest for t in p.token_ids]) < 30
+    beams = dec.submit(input_ids=prompt, num_beams=2, max_new_tokens=4, draft="none")
+    for _ in range(2):
+        with pytest.raises(SpecdecError, match="cannot stream"):
+            list(beams)
+    with pytest.raises(SpecdecError, match="cannot stream"):
+        beams.result()
+    assert dec.generate(input_ids=prompt, max_new_tokens=4).token_ids == other[0].token_ids
