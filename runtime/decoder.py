@@ -140,8 +140,8 @@ class SpeculativeDecoder:
         onnxruntime's default, one per physical core); the draft's one-token steps are too
         small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
         class's note on threads. `provider_options`: options of the provider's first onnxruntime provider for every
-        session (e.g. {"enable_cuda_graph": "1"} with provider="cuda"); onnxruntime refusing one is a one-line
-        error."""
+        session (e.g. {"enable_cuda_graph": "1"} with provider="cuda"; name the provider: with "auto" they go to
+        whichever it picks); onnxruntime refusing one is a one-line error."""
         manifest = load_manifest(export_dir)
         draft_manifest = manifest
         if draft is not None:
