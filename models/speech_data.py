@@ -78,16 +78,16 @@ def clip_plan(sentences: list[str], split: str, seed: int) -> list[dict]:
 
 def speak(plan: dict) -> tuple:
     """A planned clip: (pcm, segments [(start, end, text)], words [(start, word)]), cut to the whole sentences that
-    fit the window (a first sentence longer than the window is a one-line error)."""
+    fit the window; a sentence longer than the window by itself is left out (None when no sentence is left)."""
     pcm, segments, words, at = [], [], [], 0.0
     for k, sentence in enumerate(plan["sentences"]):
         speech = synthesize(sentence, plan["voice"])
         gap = plan["gaps"][k - 1] if k else 0.0
-        if at + gap + speech.seconds > WINDOW_S:
-            if k:
-                break
-            raise SpecdecError(f"the sentence {sentence[:40]!r} lasts {speech.seconds:.1f} s in {plan['voice'].name}, "
-                               f"longer than the {WINDOW_S} s window", "shorten the corpus's sentences")
+        if speech.seconds > WINDOW_S:
+            continue                        # longer than the window alone (rare: a long spelled-out name)
+        if segments and at + gap + speech.seconds > WINDOW_S:
+            break
+        gap = gap if segments else 0.0
         if gap:
             pcm.append(np.zeros(int(round(gap * RATE)), np.float32))
             at = sum(p.size for p in pcm) / RATE
@@ -95,7 +95,7 @@ def speak(plan: dict) -> tuple:
         words += [(round(at + start, 3), word) for start, word in speech.words]
         pcm.append(speech.pcm)
         at = sum(p.size for p in pcm) / RATE
-    return np.concatenate(pcm), segments, words
+    return (np.concatenate(pcm), segments, words) if segments else None
 
 
 def features(clips: list) -> np.ndarray:
@@ -127,12 +127,13 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
             stem = os.path.join(folder, f"shard-{n:05d}")
             if os.path.exists(stem + ".json"):          # the .json is renamed last: its shard is whole
                 continue
-            spoken = [speak(p) for p in plans[first:first + shard_clips]]
-            _write(stem, features([pcm for pcm, _, _ in spoken]), {
+            spoken = [(speak(p), p) for p in plans[first:first + shard_clips]]
+            spoken = [(clip, p) for clip, p in spoken if clip is not None]
+            _write(stem, features([pcm for (pcm, _, _), _ in spoken]), {
                 "window_s": WINDOW_S, "n_mels": N_MELS, "seed": seed,
                 "clips": [{"seconds": round(pcm.size / RATE, 3), "segments": seg, "words": words,
                            "text": " ".join(t for _, _, t in seg), "voice": p["voice"].name, "rate": p["voice"].rate}
-                          for (pcm, seg, words), p in zip(spoken, plans[first:first + shard_clips])]})
+                          for (pcm, seg, words), p in spoken]})
             made += 1
             log(f"speech-data {split}: shard {n + 1}/{len(shards)} ({(time.time() - t0) / made:.1f} s a shard)")
         written[split] = len(shards)

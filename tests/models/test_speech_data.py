@@ -112,3 +112,14 @@ def test_bad_arguments_are_one_line(corpus, tmp_path):
         with pytest.raises(SpecdecError) as err:
             call()
         assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_sentence_longer_than_the_window_is_left_out(monkeypatch):
+    from specdec.models.speech_synth import Voice
+
+    monkeypatch.setattr(sd, "WINDOW_S", 2)
+    long, short = "Puppet module for mapping files to resources and back", "Fast Daemon"
+    pcm, segments, words = sd.speak({"sentences": [long, short], "gaps": [0.5], "voice": Voice()})
+    assert [text for _, _, text in segments] == [short] and segments[0][0] == 0.0
+    assert abs(pcm.size / 16_000 - segments[0][1]) < 1e-3 and segments[0][1] <= 2 and [w for _, w in words] == short.split()
+    assert sd.speak({"sentences": [long], "gaps": [], "voice": Voice()}) is None
