@@ -8,7 +8,7 @@ Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``tr
 computing the same function, into ``--out`` (models/widen.py):
 ``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``. ``speech-data`` (not part of
 ``all`` either) synthesizes the speech pair's clips and caches their features under ``--work-dir``/speech
-(models/speech_data.py; resumable, about 0.1 s a clip on 2 cores).  Everything downloaded or cached goes into ``--work-dir`` (default
+(models/speech_data.py; resumable, about 35 ms a clip: 17 minutes for the default 25,000 clips).  Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package`` and ``datastore`` write the committed files (``models/target``,
 ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88
 minutes on 2 cores.
