@@ -30,12 +30,13 @@ def timestamp_name(seconds: float) -> str:
     return f"<|{seconds:.2f}|>"
 
 
-def speech_specials(text_size: int, window_s: float, unk: str = "<unk>", suppressed=()) -> Specials:
-    """Specials of a vocabulary whose first `text_size` ids are the text tokenizer's."""
+def speech_specials(text_size: int, window_s: float, unk: tuple = ("<unk>", 2), suppressed=()) -> Specials:
+    """Specials of a vocabulary whose first `text_size` ids are the text tokenizer's; `unk`: its unknown piece's
+    (name, id)."""
     steps = round(window_s / TIME_STEP)
     names = list(WORDS) + [timestamp_name(i * TIME_STEP) for i in range(steps + 1)]
     ids = {name: text_size + k for k, name in enumerate(names)}
-    return Specials(ids={unk: -1, **ids}, unk=unk, start=ids["<|startoftranscript|>"], eos=ids["<|endoftext|>"],
+    return Specials(ids={unk[0]: unk[1], **ids}, unk=unk[0], start=ids["<|startoftranscript|>"], eos=ids["<|endoftext|>"],
                     languages={"<|en|>": ids["<|en|>"]},
                     tasks={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]},
                     no_timestamps=ids["<|notimestamps|>"], suppress=sorted(suppressed),
@@ -52,8 +53,8 @@ def write_speech_tokenizer(path, window_s: float = 10, text_tokenizer: str = TEX
     tok = Tokenizer.from_file(text_tokenizer)
     text_size = tok.get_vocab_size()
     pieces = {"pad": tok.token_to_id("<pad>"), "eos": tok.token_to_id("</s>"), "unk": tok.token_to_id("<unk>")}
-    specials = speech_specials(text_size, window_s, "<unk>", [i for i in pieces.values() if i is not None])
-    specials.ids["<unk>"] = pieces["unk"]
+    specials = speech_specials(text_size, window_s, ("<unk>", pieces["unk"]),
+                               [i for i in pieces.values() if i is not None])
     tok.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B")
     names = [name for name in specials.ids if name != "<unk>"]
     tok.add_special_tokens([AddedToken(name, special=True) for name in names])

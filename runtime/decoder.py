@@ -237,8 +237,7 @@ class SpeculativeDecoder:
         source, speech = self._input(prompt, input_ids, audio, language, task)
         planned = planned or self._plan(params)
         strategy = self._strategy(planned, self._learned(learned))
-        request = Request(source, params, planned, speech=speech) if speech is not None else \
-            Request(source, params, planned)
+        request = Request(source, params, planned, speech=speech)
         for new in strategy.run(request):
             request.tick()
             yield request, new
@@ -379,11 +378,14 @@ class SpeculativeDecoder:
         audio samples with language and task). A bad request raises its one-line SpecdecError."""
         checked = Params.of(params, **(overrides or {})).checked(self.gamma_max)
         source, speech = self._input(prompt, input_ids, audio, language, task)
+        if speech is None:
+            try:
+                return checked, Request(source, checked, self._plan(checked, batch=True)), {"input_ids": source}
+            except SpecdecError:        # a batch cannot run it: it runs alone, if its own plan holds
+                pass
+        self._plan(checked)
         given = {"input_ids": source} if speech is None else {"audio": source, "language": language, "task": task}
-        if speech is not None or not self.batchable(checked):
-            self._plan(checked)
-            return checked, None, given
-        return checked, Request(source, checked, self._plan(checked, batch=True)), given
+        return checked, None, given
 
     def batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
         """A checked, planned request of a batch (what generate_batch and the batcher queue): a one-line SpecdecError

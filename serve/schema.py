@@ -244,15 +244,14 @@ class Handler:
             try:
                 if isinstance(row, SpecdecError):
                     raise row
-                started.append((row, self._submit(*row)))
+                started.append(self._submit(*row))
             except SpecdecError as err:
                 started.append(err)
         out = []
-        for item in started:
-            if isinstance(item, SpecdecError):
-                out.append(item)
+        for ticket in started:
+            if isinstance(ticket, SpecdecError):
+                out.append(ticket)
                 continue
-            _, ticket = item
             try:
                 res = ticket.result()
             except SpecdecError as err:
