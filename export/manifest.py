@@ -56,6 +56,20 @@ def architecture(config) -> dict:
     }
 
 
+def timestamp_tokens(tokenizer, frames: int) -> dict | None:
+    """Whisper's timestamp tokens as the tokenizer has them: {"begin": the id of <|0.00|>, "count": how many follow
+    it at consecutive ids, one every 0.02 s (<|0.02|>, <|0.04|>, ...), up to the window's end}; None without them
+    (then the model transcribes without timestamps, and long audio is cut into windows by its quiet points)."""
+    vocab = tokenizer.get_vocab()
+    begin = vocab.get("<|0.00|>")
+    if begin is None:
+        return None
+    count = 1
+    while count <= frames and vocab.get(f"<|{count * 0.02:.2f}|>") == begin + count:
+        count += 1
+    return {"begin": int(begin), "count": count}
+
+
 def speech_entry(sources: dict, digest: dict) -> dict:
     """A Whisper export's "speech" entry: the audio its encoder graph takes, the decoder prompt's tokens (start of
     transcript, languages, tasks, no timestamps) and the tokens generation suppresses, from the target's generation
@@ -74,6 +88,7 @@ def speech_entry(sources: dict, digest: dict) -> dict:
             "languages": {str(k): int(v) for k, v in (gen.get("lang_to_id") or {}).items()},
             "tasks": {str(k): int(v) for k, v in (gen.get("task_to_id") or {}).items()},
             "no_timestamps_token_id": None if nots is None else int(nots),
+            "timestamps": timestamp_tokens(target.tokenizer, int(target.config.max_source_positions)),
             "suppress_tokens": ids(gen.get("suppress_tokens")),
             "begin_suppress_tokens": ids(gen.get("begin_suppress_tokens")),
             "encoder_sha256": digest,

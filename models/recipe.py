@@ -26,6 +26,7 @@ from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
+SPEECH_STAGES = ["speech", "speech-data", "speech-target", "speech-draft", "speech-package", "speech-evaluate"]
 
 # Each hyperparameter's default and help. The committed pair was trained by this recipe as of commit 5d2fde6
 # (62-min target cap, 4,000 draft steps, no sequence-level distillation); these defaults were measured end to end
@@ -53,7 +54,7 @@ HYPERPARAMETERS = dict(
 
 def build_parser():
     ap = OneLineParser(prog="specdec-models", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen", "speech-data"],
+    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen"] + SPEECH_STAGES,
                     help="stage to run (default: all)")
     ap.add_argument("--work-dir", default=os.path.join(HERE, ".work"), help="downloads, caches, checkpoints")
     ap.add_argument("--out-dir", default=HERE, help="where package writes target/, draft/, prompts/")
@@ -71,6 +72,11 @@ def build_parser():
                                   "is 2.9 GB)")
     ap.add_argument("--speech-clips", default="24000,500,500",
                     help="speech-data: clips of the train, validation and test splits (default 24000,500,500)")
+    ap.add_argument("--speech-minutes", type=float, default=60.0,
+                    help="speech-target: time budget of the speech target's training (default 60)")
+    ap.add_argument("--speech-draft-minutes", type=float, default=15.0,
+                    help="speech-draft: time budget of the speech draft's distillation (default 15)")
+    ap.add_argument("--speech-batch", type=int, default=8, help="speech-target/-draft: clips a step (default 8)")
     for k, (v, text) in HYPERPARAMETERS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
     return ap
@@ -89,15 +95,8 @@ def _main(argv) -> int:
 
         run_widen(args)
         return 0
-    if args.stage == "speech-data":
-        from .speech_data import run_speech_data
-
-        counts = args.speech_clips.split(",")
-        if len(counts) != 3 or not all(c.strip().isdigit() for c in counts):
-            raise SpecdecError(f"--speech-clips {args.speech_clips!r} is not three counts",
-                               "pass train,validation,test clip counts, e.g. 24000,500,500")
-        run_speech_data(os.path.abspath(args.work_dir), *(int(c) for c in counts), seed=args.seed)
-        return 0
+    if args.stage in SPEECH_STAGES:
+        return _speech(args)
     stage = "train-draft" if args.stage == "distill" else args.stage
     stages = STAGES if stage == "all" else [stage]
     work = os.path.abspath(args.work_dir)
@@ -144,6 +143,42 @@ def _main(argv) -> int:
             evaluate(os.path.abspath(args.out_dir), work, threads=args.threads, seed=args.seed)
         print(f"=== {st} done in {(time.time() - t0) / 60:.1f} min ===", flush=True)
     print(f"total {(time.time() - t_all) / 60:.1f} min", flush=True)
+    return 0
+
+
+def _speech(args) -> int:
+    """The speech pair's stages (`speech` runs them all in order; each resumes where an interrupted run stopped)."""
+    work = os.path.abspath(args.work_dir)
+    stages = SPEECH_STAGES[1:] if args.stage == "speech" else [args.stage]
+    for st in stages:
+        t0 = time.time()
+        print(f"=== {st} ===", flush=True)
+        if st == "speech-data":
+            from .speech_data import run_speech_data
+
+            counts = args.speech_clips.split(",")
+            if len(counts) != 3 or not all(c.strip().isdigit() for c in counts):
+                raise SpecdecError(f"--speech-clips {args.speech_clips!r} is not three counts",
+                                   "pass train,validation,test clip counts, e.g. 24000,500,500")
+            run_speech_data(work, *(int(c) for c in counts), seed=args.seed)
+        elif st in ("speech-target", "speech-draft"):
+            from .speech_train import train
+
+            target = st == "speech-target"
+            train(st, work, args.speech_minutes if target else args.speech_draft_minutes,
+                  steps=100_000, batch=args.speech_batch, lr=1e-3 if target else 5e-4, warmup=300 if target else 100,
+                  seed=args.seed + (0 if target else 1), threads=args.threads,
+                  resume=args.resume or args.stage == "speech", precision=args.precision,
+                  log=lambda m: print(m, flush=True))
+        elif st == "speech-package":
+            from .speech_eval import package
+
+            package(work, os.path.abspath(args.out_dir))
+        elif st == "speech-evaluate":
+            from .speech_eval import evaluate
+
+            evaluate(os.path.abspath(args.out_dir), work, threads=args.threads, seed=args.seed)
+        print(f"=== {st} done in {(time.time() - t0) / 60:.1f} min ===", flush=True)
     return 0
 
 

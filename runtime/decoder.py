@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ from .decoding.batch import Batching, Waiting
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
 from .decoding.speech import checked_audio, make_prompt
+from .decoding.transcript import merged, segments, windows
+from .loading.audio import check_audio
 from .decoding.plan import Plan, plan
 from .decoding.learned import Learned
 from .engine.batch_model import BatchModel
@@ -208,21 +211,21 @@ class SpeculativeDecoder:
         return Sampling(self.workspace, self.target, learned.for_sampling(planned), self.eos_id, self.start_id,
                         self.max_length)
 
-    def _speech(self, audio, language, task) -> tuple:
+    def _speech(self, audio, language, task, timestamps=False) -> tuple:
         """A Whisper request's checked PCM and its SpeechPrompt (decoding/speech.py); for a T5 export, a one-line
-        error unless neither audio, language nor task is given."""
+        error unless neither audio, language, task nor timestamps is given."""
         speech = self.manifest.speech
         if speech is None:
-            if audio is not None or language is not None or task is not None:
-                raise SpecdecError("audio, language and task are for Whisper exports; this export is a text model",
-                                   "pass a prompt text or input_ids")
+            if audio is not None or language is not None or task is not None or timestamps is not False:
+                raise SpecdecError("audio, language, task and timestamps are for Whisper exports; this export is a "
+                                   "text model", "pass a prompt text or input_ids")
             return None, None
-        return checked_audio(audio, speech), make_prompt(speech, self.start_id, language, task)
+        return checked_audio(audio, speech), make_prompt(speech, self.start_id, language, task, timestamps)
 
-    def _input(self, prompt, input_ids, audio, language, task) -> tuple:
+    def _input(self, prompt, input_ids, audio, language, task, timestamps=False) -> tuple:
         """A request's checked input: (token ids, None) for a text export, (PCM samples, its SpeechPrompt) for a
         Whisper export."""
-        pcm, speech = self._speech(audio, language, task)
+        pcm, speech = self._speech(audio, language, task, timestamps)
         if speech is None:
             return self._source(prompt, input_ids), None
         if prompt is not None or input_ids is not None:
@@ -231,10 +234,10 @@ class SpeculativeDecoder:
         return pcm, speech
 
     def _serve(self, prompt, input_ids, params: Params, audio=None, language=None, task=None,
-               planned: Plan | None = None, learned: Learned | None = None):
+               planned: Plan | None = None, learned: Learned | None = None, timestamps=False):
         """The one request path: check the prompt, decode it with its strategy, time every iteration. Yields
         (request, new tokens) per iteration; the request's stop_reason is set on the last."""
-        source, speech = self._input(prompt, input_ids, audio, language, task)
+        source, speech = self._input(prompt, input_ids, audio, language, task, timestamps)
         planned = planned or self._plan(params)
         strategy = self._strategy(planned, self._learned(learned))
         request = Request(source, params, planned, speech=speech)
@@ -243,23 +246,28 @@ class SpeculativeDecoder:
             yield request, new
 
     def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, learned: Learned | None = None, **overrides):
+               language: str | None = None, task: str | None = None, timestamps: bool = False,
+               learned: Learned | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
         temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size). A Whisper export takes
-        `audio` instead of a prompt (see generate). `learned`: learn in that object (`learning()`) instead of
-        `self.learned`."""
+        `audio` instead of a prompt (see generate); audio longer than the window streams a Piece per window, its
+        `segments` the window's. `learned`: learn in that object (`learning()`) instead of `self.learned`."""
         pieces = Pieces(self.decode)
         params = Params.of(params, **overrides).checked(self.gamma_max)
         planned = self._plan(params)
         if planned.where == "beams":
             raise SpecdecError("beam search cannot stream: every beam may still lose until the search ends",
                                "use generate() with num_beams > 1, or stream with num_beams=1")
+        audio = self._samples(audio)
+        if self._long(audio):
+            yield from self._stream_long(audio, params, language, task, timestamps, learned)
+            return
         hold = self._gate.acquire()
         try:
             for request, new in self._serve(prompt, input_ids, params, audio, language, task, planned,
-                                              learned):
+                                              learned, timestamps):
                 piece = pieces.add(new, request.stats, request.stop_reason)
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
@@ -268,22 +276,81 @@ class SpeculativeDecoder:
             self._gate.release(hold)
 
     def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-                 language: str | None = None, task: str | None = None, learned: Learned | None = None,
-                 **overrides) -> Result:
+                 language: str | None = None, task: str | None = None, timestamps: bool = False,
+                 learned: Learned | None = None, **overrides) -> Result:
         """Generate from a prompt (text) or input_ids. draft="none" or gamma=0 is target-only decoding on the same
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
         stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences.
 
-        A Whisper export transcribes `audio` (a float32 array of 16 kHz mono samples, at most the 30 s window, or a
-        WAV file's path) instead: `language` as a code ("en", or its token "<|en|>"; None: detected by the target),
-        `task` "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike."""
+        A Whisper export transcribes `audio` (a float32 array of 16 kHz mono samples, or a WAV file's path)
+        instead: `language` as a code ("en", or its token "<|en|>"; None: detected by the target), `task`
+        "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike. `timestamps`
+        True (a model with timestamp tokens): the Result's `segments` hold each segment's start, end and text.
+        Audio longer than the encoder's window is transcribed window by window (decoding/transcript.py; at most
+        4 h), each window's decoding exact; max_new_tokens counts per window."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
+        audio = self._samples(audio)
+        if self._long(audio):
+            return self._transcribe(audio, params, language, task, timestamps, learned)
         with self._gate.held():
-            out, request = [], None
-            for request, new in self._serve(prompt, input_ids, params, audio, language, task, learned=learned):
-                out.extend(new)
-            return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
-                          request.scores)
+            return self._generate(prompt, input_ids, params, audio, language, task, timestamps, learned)
+
+    def _generate(self, prompt, input_ids, params, audio, language, task, timestamps, learned) -> Result:
+        out, request = [], None
+        for request, new in self._serve(prompt, input_ids, params, audio, language, task, learned=learned,
+                                        timestamps=timestamps):
+            out.extend(new)
+        stamps = self.manifest.speech.get("timestamps") if timestamps else None
+        found = segments(out, stamps["begin"], stamps["count"], self._time_step, self.eos_id, self.decode) \
+            if stamps else []
+        return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
+                      request.scores, segments=found)
+
+    # -- audio longer than the window ---------------------------------------------------------------------------
+    def _samples(self, audio):
+        """A Whisper export's audio read and checked once (a WAV file's path becomes its samples); anything else as
+        given (the request's own checks refuse it)."""
+        return check_audio(audio) if self.manifest.speech is not None and audio is not None else audio
+
+    def _long(self, audio) -> bool:
+        return audio is not None and self.manifest.speech is not None and \
+            audio.size > int(self.manifest.speech["n_samples"])
+
+    @property
+    def _time_step(self) -> float:
+        speech = self.manifest.speech
+        return speech["n_samples"] / speech["sampling_rate"] / speech["frames"]
+
+    def _windows(self, pcm, params, language, task, timestamps, learned):
+        """(Result of a window, its Segments) for each window of long audio, each decoded holding the decoder."""
+        make_prompt(self.manifest.speech, self.start_id, language, task, timestamps)    # one-line errors first
+
+        def decode(window, stamps, seed):
+            with self._gate.held():
+                return self._generate(None, None, replace(params, seed=seed % (1 << 64)), window, language, task,
+                                      stamps, learned)
+
+        for _, result, found in windows(pcm, self.manifest.speech, decode, params.seed, self.eos_id, self.decode):
+            yield result, found
+
+    def _transcribe(self, pcm, params, language, task, timestamps, learned) -> Result:
+        results, found = [], []
+        for result, window_segments in self._windows(pcm, params, language, task, timestamps, learned):
+            results.append(result)
+            found += window_segments
+        ids = [t for s in found for t in s.token_ids]
+        return Result(" ".join(s.text for s in found if s.text), ids, merged([r.stats for r in results]),
+                      results[-1].stop_reason, [ids], [], segments=found if timestamps else [])
+
+    def _stream_long(self, pcm, params, language, task, timestamps, learned):
+        results, first = [], True
+        for result, found in self._windows(pcm, params, language, task, timestamps, learned):
+            results.append(result)
+            text = " ".join(s.text for s in found if s.text)
+            yield Piece([t for s in found for t in s.token_ids], text if first or not text else " " + text,
+                        merged([r.stats for r in results]), "", segments=found if timestamps else [])
+            first = first and not text
+        yield Piece([], "", merged([r.stats for r in results]), results[-1].stop_reason)
 
     # -- batches ----------------------------------------------------------------------------------------------
     def generate_batch(self, prompts=None, *, input_ids=None, params=None, max_batch: int = 16,
@@ -356,7 +423,7 @@ class SpeculativeDecoder:
 
     # -- requests from any thread ------------------------------------------------------------------------------
     def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, **overrides):
+               language: str | None = None, task: str | None = None, timestamps: bool = False, **overrides):
         """Hand one request over from any thread and get its Ticket at once: iterate it for its Pieces, or call
         `result()` for its Result; `cancel()` stops it. The request is checked here (a bad one raises its one-line
         SpecdecError and nothing is queued). One that a batch can run joins the rows of this decoder's batcher
@@ -369,22 +436,28 @@ class SpeculativeDecoder:
             if self._batcher is None:
                 self._batcher = self.batcher()
         return self._batcher.submit(prompt, input_ids=input_ids, params=params, audio=audio, language=language,
-                                    task=task, **overrides)
+                                    task=task, timestamps=timestamps, **overrides)
 
     def admit(self, prompt=None, input_ids=None, params: Params | None = None, overrides: dict | None = None,
-              audio=None, language: str | None = None, task: str | None = None) -> tuple:
+              audio=None, language: str | None = None, task: str | None = None, timestamps: bool = False) -> tuple:
         """Check a request as generate() checks it, without running it: (its checked Params, the Request a batch
         runs it as or None when it runs alone, and its checked input as generate() keywords: the token ids, or the
         audio samples with language and task). A bad request raises its one-line SpecdecError."""
         checked = Params.of(params, **(overrides or {})).checked(self.gamma_max)
-        source, speech = self._input(prompt, input_ids, audio, language, task)
+        audio = self._samples(audio)
+        if self._long(audio):       # checked window by window when it runs; its prompt's choices now
+            make_prompt(self.manifest.speech, self.start_id, language, task, timestamps)
+            self._plan(checked)
+            return checked, None, {"audio": audio, "language": language, "task": task, "timestamps": timestamps}
+        source, speech = self._input(prompt, input_ids, audio, language, task, timestamps)
         if speech is None:
             try:
                 return checked, Request(source, checked, self._plan(checked, batch=True)), {"input_ids": source}
             except SpecdecError:        # a batch cannot run it: it runs alone, if its own plan holds
                 pass
         self._plan(checked)
-        given = {"input_ids": source} if speech is None else {"audio": source, "language": language, "task": task}
+        given = {"input_ids": source} if speech is None else {"audio": source, "language": language, "task": task,
+                                                               "timestamps": timestamps}
         return checked, None, given
 
     def batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:

@@ -177,13 +177,14 @@ class Batcher:
         self._thread.start()
 
     def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, **overrides):
+               language: str | None = None, task: str | None = None, timestamps: bool = False, **overrides):
         """Hand a request over (checked here: a bad one raises its one-line SpecdecError and queues nothing): one a
         batch can run is queued for a row (a Ticket); any other gets an Alone ticket, which runs it on the decoder
         when it is first read. Parameters as for SpeculativeDecoder.generate()."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        checked, request, given = self.decoder.admit(prompt, input_ids, params, overrides, audio, language, task)
+        checked, request, given = self.decoder.admit(prompt, input_ids, params, overrides, audio, language, task,
+                                                     timestamps)
         if request is None:
             return Alone(self.decoder, checked, given)
         ticket = Ticket(self, request)

@@ -72,7 +72,7 @@ class Sampling:
         target.encode(request.ids, stats)
         speech = request.speech
         prompt = [self.start_id] if speech is None else prompt_tokens(ws, target, speech, params, stats)
-        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress)
+        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress, speech.timestamps)
         ws.reset(prompt, params, Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size,
                                             len(prompt), *suppressed))
         prefill(ws, target, len(prompt) - 1, stats)
@@ -114,7 +114,7 @@ class BeamSearching:
         # the decoder's positions hold the prompt and every generated token but the last
         search = BeamSearch(plan.num_beams, min(params.max_new_tokens, self.max_length + 1 - len(prompt)),
                             self.eos_id, params.length_penalty, params.early_stopping)
-        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress)
+        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress, speech.timestamps)
         processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size, len(prompt),
                                 *suppressed)
         run = BeamRun(self.target, draft, search, processors, prompt, self.max_length, request.stats)

@@ -29,6 +29,7 @@ class SpeechPrompt:
     languages: tuple = ()            # language token ids, to detect the language from (slot 1 of tokens is None)
     suppress: tuple = ()
     begin_suppress: tuple = ()
+    timestamps: tuple = ()           # with timestamps: Processors.timestamps
 
 
 def checked_audio(audio, speech: dict) -> np.ndarray:
@@ -45,9 +46,13 @@ def checked_audio(audio, speech: dict) -> np.ndarray:
     return pcm
 
 
-def make_prompt(speech: dict, start_id: int, language, task) -> SpeechPrompt:
+MAX_INITIAL_S = 1.0          # a transcript with timestamps starts at most this far into the window (Whisper's rule)
+
+
+def make_prompt(speech: dict, start_id: int, language, task, timestamps: bool = False) -> SpeechPrompt:
     """The decoder prompt of a Whisper request: start of transcript, language (None: detect), task, no timestamps
-    (those the export's model has), and the tokens its generation suppresses."""
+    (those the export's model has; no timestamps left out when `timestamps`), and the tokens its generation
+    suppresses."""
     languages, tasks = speech["languages"], speech["tasks"]
     tokens = [start_id]
     if languages:
@@ -69,10 +74,29 @@ def make_prompt(speech: dict, start_id: int, language, task) -> SpeechPrompt:
         tokens.append(int(tasks[task]))
     elif task != "transcribe":
         raise SpecdecError("this Whisper model is English-only: it only transcribes", "leave out task")
-    if speech["no_timestamps_token_id"] is not None:
+    if timestamps not in (True, False):
+        raise SpecdecError(f"timestamps must be True or False (got {timestamps!r})",
+                           "pass timestamps=True for segments with start and end times")
+    stamps = speech.get("timestamps")
+    if timestamps:
+        if stamps is None:
+            raise SpecdecError("this Whisper model has no timestamp tokens", "leave out timestamps (its text comes "
+                               "without segment times)")
+        if speech["no_timestamps_token_id"] is None:
+            raise SpecdecError("this Whisper model has timestamp tokens but no <|notimestamps|>",
+                               "export it from a checkpoint whose generation config sets no_timestamps_token_id")
+        rule = (int(stamps["begin"]), int(stamps["count"]), round(MAX_INITIAL_S / time_step(speech)),
+                int(speech["no_timestamps_token_id"]))
+    elif speech["no_timestamps_token_id"] is not None:
         tokens.append(int(speech["no_timestamps_token_id"]))
     return SpeechPrompt(tuple(tokens), tuple(int(v) for v in languages.values()) if language is None else (),
-                        tuple(speech["suppress_tokens"]), tuple(speech["begin_suppress_tokens"]))
+                        tuple(speech["suppress_tokens"]), tuple(speech["begin_suppress_tokens"]),
+                        rule if timestamps else ())
+
+
+def time_step(speech: dict) -> float:
+    """Seconds between timestamp tokens: the window over its encoder positions (0.02 s, as in Whisper)."""
+    return speech["n_samples"] / speech["sampling_rate"] / speech["frames"]
 
 
 def prompt_tokens(ws: Workspace, target: CachedSeq2Seq, speech, params: Params, stats: Stats) -> list:

@@ -250,6 +250,13 @@ def _speech(where, speech, vocab: int, models: dict) -> None:
     nots = _key(where, speech, "no_timestamps_token_id", "speech")
     if nots is not None:
         _int(where, nots, "speech no_timestamps_token_id", 0, vocab - 1)
+    stamps = speech.get("timestamps")          # absent in exports made before timestamps: none
+    if stamps is not None:
+        stamps = _obj(where, stamps, "speech timestamps")
+        begin = _int(where, _key(where, stamps, "begin", "speech timestamps"), "speech timestamps begin", 0,
+                     vocab - 1)
+        _int(where, _key(where, stamps, "count", "speech timestamps"), "speech timestamps count", 2,
+             vocab - begin)
     shared = _list(where, _key(where, speech, "shares_target_encoder", "speech"), "speech shares_target_encoder",
                    MAX_MODELS)
     for role in shared:

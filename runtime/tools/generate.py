@@ -10,9 +10,11 @@ import sys
 from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..core.params import add_flags, from_flags
 from ..engine.device import PROVIDER_CHOICES, PROVIDER_HELP
+from .subtitles import lines, srt, vtt
 
 
 RENAMED = {"--engine": "--export"}     # earlier flag names, accepted for one release
+FORMATS = ("text", "json", "srt", "vtt")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -24,6 +26,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--language", help="a Whisper export: the audio's language code, e.g. en (default: detected)")
     p.add_argument("--task", choices=("transcribe", "translate"),
                    help="a Whisper export: transcribe (the default) or translate into English")
+    p.add_argument("--timestamps", action="store_true",
+                   help="a Whisper export with timestamp tokens: segments with start and end times")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text (the default; with --timestamps one line per segment), json (as --json), or "
+                        "subtitles: srt or vtt (these imply --timestamps)")
     p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     p.add_argument("--threads", type=int, default=0,
@@ -65,7 +72,16 @@ def _main(argv) -> int:
     dec = SpeculativeDecoder.load(args.export, provider=args.provider, threads=args.threads,
                                   datastore=load_option(args.datastore))
     params = from_flags(args)
+    args.json = args.json or args.format == "json"
+    timestamps = args.timestamps or args.format in ("srt", "vtt")
+    if args.audio is None and (timestamps or args.format != "text" and not args.json):
+        raise SpecdecError(f"--{'timestamps' if args.timestamps else 'format ' + args.format} is for transcripts",
+                           "pass --audio FILE.wav with a Whisper export, or leave it out")
+    if args.stream and args.format in ("srt", "vtt"):
+        raise SpecdecError(f"--format {args.format} prints the whole transcript at its end", "leave out --stream")
     speech = {"audio": args.audio, "language": args.language, "task": args.task} if args.audio else {}
+    if timestamps:
+        speech["timestamps"] = True
     if args.stream and params.num_beams > 1:
         raise SpecdecError("--stream cannot show a beam search: every beam may still lose until the search ends",
                            "leave out --stream with --num-beams > 1")
@@ -82,7 +98,12 @@ def _main(argv) -> int:
         print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,
                           "sequences": [{"text": dec.decode(seq), "token_ids": seq, "score": score}
                                         for seq, score in zip(res.sequences, scores)],
+                          **({"segments": [{"start": s.start, "end": s.end, "text": s.text} for s in res.segments]}
+                             if timestamps else {}),
                           "provider": dec.provider, "stats": res.stats.as_dict()}))
+    elif args.format in ("srt", "vtt") or timestamps:
+        print((srt if args.format == "srt" else vtt if args.format == "vtt" else lines)(res.segments), end="")
+        print(stats_line(res.stats, dec.provider), file=sys.stderr)
     elif len(res.sequences) > 1:
         for i, (seq, score) in enumerate(zip(res.sequences, scores), 1):
             print(f"{i}. [{score:.4f}] {dec.decode(seq)}")

@@ -1,0 +1,275 @@
+"""Whisper's timestamps and long audio: the timestamp rules are transformers' (WhisperTimeStampLogitsProcessor without
+its log-probability rule), greedy decoding with timestamps equals PyTorch's greedy decoding under those rules and
+is the same speculative or target-only, sampling with timestamps follows the target's distribution (chi-square
+against exact enumeration, with a control that leaves the rules out of the target's rows and is caught), segments
+and subtitles are read and written as they should be, and audio longer than the window is decoded window by window,
+each window exactly as target-only decoding decodes it."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from test_distribution import chi_square_p
+from tinymodels import export_pair, noisy_whisper_draft, tiny_whisper_model, whisper_audio
+
+from specdec.models import whisper_checkpoint
+from specdec.runtime import SpeculativeDecoder
+from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.decoding.processors import Processors
+from specdec.runtime.decoding.transcript import Segment, quietest_cut, segments
+from specdec.runtime.tools.subtitles import lines, srt, vtt
+
+pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
+              pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning"),
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
+
+# A tiny Whisper vocabulary laid out as Whisper's: words (0 .. 11, 0 the unknown one), end of text (12), the prompt's
+# special tokens, <|notimestamps|> (18), then <|0.00|> (19) .. <|0.14|> (26), one every 0.02 s: 27 rows, the last a
+# timestamp (as in Whisper v2, whose 51,865 rows are all ids; a padded row past the timestamps counts as one to the
+# rules, in transformers as here).
+EOT, SOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS, BEGIN, STAMPS, ROWS = 12, 13, 14, 15, 16, 17, 18, 19, 8, 27
+SPECIALS = {"<unk>": 0, "<|endoftext|>": EOT, "<|startoftranscript|>": SOT, "<|en|>": EN, "<|de|>": DE,
+            "<|transcribe|>": TRANSCRIBE, "<|translate|>": TRANSLATE, "<|notimestamps|>": NO_TIMESTAMPS,
+            **{f"<|{i * 0.02:.2f}|>": BEGIN + i for i in range(STAMPS)}}
+PROMPT = [SOT, EN, TRANSCRIBE]
+
+
+def specials():
+    return whisper_checkpoint.Specials(ids=dict(SPECIALS), unk="<unk>", start=SOT, eos=EOT,
+                                       languages={"<|en|>": EN, "<|de|>": DE},
+                                       tasks={"transcribe": TRANSCRIBE, "translate": TRANSLATE},
+                                       no_timestamps=NO_TIMESTAMPS)
+
+
+def reference_processor(begin_index: int, initial: int = 50):
+    """transformers' WhisperTimeStampLogitsProcessor, its log-probability rule off (the runtime leaves it out)."""
+    from transformers import GenerationConfig
+    from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
+
+    config = GenerationConfig(no_timestamps_token_id=NO_TIMESTAMPS, eos_token_id=EOT,
+                              max_initial_timestamp_index=initial)
+    return WhisperTimeStampLogitsProcessor(config, begin_index, _detect_timestamp_from_logprob=False)
+
+
+def reference_banned(seq, vocab: int, initial: int = 50) -> set:
+    scores = reference_processor(len(PROMPT), initial)(torch.tensor([seq]), torch.zeros(1, vocab))
+    return set(np.nonzero(np.isinf(scores[0].numpy()))[0].tolist())
+
+
+@pytest.mark.parametrize("count,initial", [(STAMPS, 50), (60, 5)])
+def test_the_timestamp_rules_are_transformers(count, initial):
+    """Random sequences of words, end of text and timestamps: the same tokens banned over the vocabulary (the
+    timestamps the model has: transformers bans the rows past them too, which the runtime leaves to the model)."""
+    rows = BEGIN + count
+    ours = Processors(eos_id=EOT, prompt=len(PROMPT), timestamps=(BEGIN, count, initial, NO_TIMESTAMPS))
+    rng = np.random.default_rng(0)
+    kinds = {"stamp": list(range(BEGIN, rows)), "word": list(range(1, EOT))}
+    differing = 0
+    for _ in range(400):
+        seq = list(PROMPT)
+        for _ in range(int(rng.integers(0, 7))):
+            seq.append(int(rng.choice(kinds["stamp" if rng.random() < 0.5 else "word"])))
+        assert set(ours.banned(seq)) == reference_banned(seq, rows, initial), seq
+        differing += set(ours.banned(seq)) != set(ours.banned(seq[:-1])) if len(seq) > 3 else 0
+    assert differing > 100, "the sequences must exercise rules that change with the tokens"
+    # a proposal's row (one for all its steps) bans only what every position bans
+    assert ours.banned(PROMPT + [BEGIN], repeats=False) == [NO_TIMESTAMPS]
+
+
+def test_segments_are_read_from_timestamp_tokens():
+    names = dict(enumerate("-abcde", 0))
+    tokens = [BEGIN, 1, 2, BEGIN + 3, BEGIN + 3, 3, BEGIN + 6, BEGIN + 7, 4, EOT, 5]
+    got = segments(tokens, BEGIN, STAMPS, 0.02, EOT, lambda t: " ".join(names[i] for i in t), offset=10.0)
+    assert [(s.start, s.end, s.text) for s in got] == [(10.0, 10.06, "a b"), (10.06, 10.12, "c"), (10.14, None, "d")]
+    assert got[0].token_ids == (1, 2)
+    # text after a segment's end that no timestamp opens starts where that segment ended
+    assert [(s.start, s.end) for s in segments([BEGIN, 1, BEGIN + 2, 2, EOT], BEGIN, STAMPS, 0.02, EOT,
+                                               lambda t: "x")] == [(0.0, 0.04), (0.04, None)]
+
+
+def test_subtitles_are_well_formed():
+    segs = [Segment(0.0, 3.95, "Useful template\nfunctions"), Segment(4.31, 7.75, "RSVG renderer"),
+            Segment(8.0, 8.0, ""), Segment(3725.5, None, "late")]
+    out = srt(segs)
+    cues = out.strip("\n").split("\n\n")
+    assert len(cues) == 3
+    for n, cue in enumerate(cues, 1):
+        index, times, text = cue.split("\n")
+        assert index == str(n) and re.fullmatch(r"\d\d:\d\d:\d\d,\d{3} --> \d\d:\d\d:\d\d,\d{3}", times) and text
+    assert "00:00:00,000 --> 00:00:03,950\nUseful template functions" in out
+    assert "01:02:05,500 --> 01:02:05,500\nlate" in out
+    web = vtt(segs)
+    assert web.startswith("WEBVTT\n\n") and "00:00:04.310 --> 00:00:07.750\nRSVG renderer\n\n" in web
+    assert lines(segs).splitlines()[0] == "[0.00 --> 3.95] Useful template functions"
+
+
+def test_the_chunked_fallback_cuts_at_the_quietest_frame():
+    rate = 16_000
+    loud = 0.5 * np.sin(np.arange(5 * rate) * 0.3).astype(np.float32)
+    loud[int(4.30 * rate):int(4.36 * rate)] = 0.0
+    cut = quietest_cut(loud, rate)
+    assert int(4.30 * rate) <= cut <= int(4.36 * rate)
+
+
+# ---------------------------------------------------------------------------------------------------- a tiny pair
+@pytest.fixture(scope="module")
+def stamped(tmp_path_factory):
+    """A tiny Whisper pair (1 s window) whose tokenizer has timestamp tokens, exported: (target model, export)."""
+    root = tmp_path_factory.mktemp("stamped")
+    target = tiny_whisper_model(seed=11, vocab=ROWS, position_scale=1.0, init_std=0.2, max_source_positions=50,
+                                pad_token_id=EOT, bos_token_id=EOT, eos_token_id=EOT, decoder_start_token_id=SOT)
+    draft = noisy_whisper_draft(target, 1.0, 12)
+    for name, model in (("target", target), ("draft", draft)):
+        whisper_checkpoint.set_generation(model, specials())
+        whisper_checkpoint.save(model, root / name, specials())
+    export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "3",
+                "--max-length", "32")
+    return target, SpeculativeDecoder.load(root / "export", provider="cpu"), root / "export"
+
+
+def features(wave):
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(feature_size=80, chunk_length=1)(wave, sampling_rate=16_000,
+                                                                    return_tensors="pt").input_features
+
+
+def torch_greedy(model, wave, n: int) -> list:
+    """Greedy decoding with PyTorch's forward over the whole sequence and transformers' timestamp rules."""
+    seq, feats, rules = list(PROMPT), features(wave), reference_processor(len(PROMPT))
+    for _ in range(n):
+        with torch.no_grad():
+            logits = model(input_features=feats, decoder_input_ids=torch.tensor([seq])).logits[:, -1]
+        seq.append(int(rules(torch.tensor([seq]), logits)[0].argmax()))
+        if seq[-1] == EOT:
+            break
+    return seq[len(PROMPT):]
+
+
+WAVES = [whisper_audio(0.8, seed=1), whisper_audio(1.0, seed=2)]
+
+
+@pytest.mark.parametrize("draft,gamma", [("none", 0), ("draft", 3), ("auto", "auto")])
+def test_greedy_with_timestamps_equals_pytorch(stamped, draft, gamma):
+    target, dec, _ = stamped
+    for wave in WAVES:
+        got = dec.generate(audio=wave, language="en", max_new_tokens=12, draft=draft, gamma=gamma, timestamps=True)
+        assert got.token_ids == torch_greedy(target, wave, 12)
+        assert got.token_ids[0] in range(BEGIN, BEGIN + STAMPS)
+        assert all(a.start <= (a.end or a.start) for a in got.segments)
+
+
+def test_a_model_without_timestamp_tokens_says_so(decoder_without_stamps):
+    with pytest.raises(SpecdecError, match="no timestamp tokens") as err:
+        decoder_without_stamps.generate(audio=WAVES[0], language="en", timestamps=True)
+    assert "\n" not in str(err.value)
+    assert decoder_without_stamps.generate(audio=WAVES[0], language="en", max_new_tokens=3).token_ids
+
+
+@pytest.fixture(scope="module")
+def decoder_without_stamps(whisper_pair):
+    return SpeculativeDecoder.load(whisper_pair[1] / "export", provider="cpu")
+
+
+# Sampling with timestamps at T = 1: the first TOKENS tokens against exact enumeration under transformers' rules.
+# N and the thresholds as tests/runtime/test_whisper.py's: the control (the target's rows without the rules, so it
+# draws what they ban) must give p < P_TEETH.
+TOKENS, N, P_PASS, P_TEETH = 3, 5_000, 1e-3, 1e-6
+
+
+def exact_distribution(model, wave) -> dict:
+    feats, rules = features(wave), reference_processor(len(PROMPT))
+    dist, frontier = {}, [((), 1.0)]
+    for step in range(TOKENS):
+        nxt = []
+        for outcome, prob in frontier:
+            seq = torch.tensor([PROMPT + list(outcome)])
+            with torch.no_grad():
+                logits = model(input_features=feats, decoder_input_ids=seq).logits[:, -1].double()
+            p = torch.softmax(rules(seq, logits)[0], -1).numpy()
+            for tok in np.nonzero(p)[0]:
+                item = (outcome + (int(tok),), prob * float(p[tok]))
+                (dist.__setitem__(*item) if tok == EOT or step == TOKENS - 1 else nxt.append(item))
+        frontier = nxt
+    return dist
+
+
+def sampled(dec, wave, start, stop) -> tuple[dict, int, int]:
+    counts, proposed, accepted = {}, 0, 0
+    for seed in range(start, stop):
+        r = dec.generate(audio=wave, language="en", max_new_tokens=TOKENS, temperature=1.0, draft="draft", gamma=2,
+                         seed=seed, timestamps=True)
+        counts[tuple(r.token_ids)] = counts.get(tuple(r.token_ids), 0) + 1
+        proposed, accepted = proposed + r.stats.proposed, accepted + r.stats.accepted
+    return counts, proposed, accepted
+
+
+def test_sampling_with_timestamps_follows_the_target_distribution(stamped):
+    target, dec, _ = stamped
+    dist = exact_distribution(target, WAVES[0])
+    counts, proposed, accepted = sampled(dec, WAVES[0], 0, N)
+    assert 0 < accepted < proposed, "the draft's guesses must be both kept and rejected"
+    p_value = chi_square_p(counts, dist)
+    print(f"Whisper sampling with timestamps: N = {N}, p = {p_value:.3g}")
+    assert p_value >= P_PASS, f"chi-square p = {p_value:.3g}"
+
+
+def test_the_timestamp_distribution_test_catches_rules_left_out(stamped, monkeypatch):
+    """The control: the rules only where a proposal's row has them (<|notimestamps|> banned) in the target's rows too.
+    Every rule bans tokens, so a sampler that leaves one out draws outcomes of probability 0 under the target: the
+    chi-square test refuses those first (N / 16 samples are enough)."""
+    target, dec, _ = stamped
+    dist = exact_distribution(target, WAVES[0])
+    original = Processors._timestamp_bans
+    monkeypatch.setattr(Processors, "_timestamp_bans", lambda self, generated, exact: original(self, generated, False))
+    counts = sampled(dec, WAVES[0], 0, N // 16)[0]
+    impossible = sum(c for outcome, c in counts.items() if outcome not in dist)
+    print(f"timestamp rules left out: {impossible} of {N // 16} outcomes impossible under the target")
+    with pytest.raises(AssertionError, match="an outcome the target cannot produce"):
+        chi_square_p(counts, dist)
+
+
+# ---------------------------------------------------------------------------------------------------- long audio
+def test_long_audio_is_decoded_window_by_window_exactly(stamped):
+    _, dec, _ = stamped
+    long = np.concatenate([whisper_audio(0.9, seed=s) for s in range(3)])      # 2.7 s: three 1 s windows or more
+    runs = {d: dec.generate(audio=long, language="en", max_new_tokens=10, draft=d, gamma=g, timestamps=True)
+            for d, g in (("none", 0), ("draft", 3), ("auto", "auto"))}
+    plain = runs["none"]
+    for r in runs.values():
+        assert r.token_ids == plain.token_ids and r.segments == plain.segments and r.text == plain.text
+    starts = [s.start for s in plain.segments]
+    assert plain.segments and starts == sorted(starts) and starts[-1] >= 1.0, "more than one window"
+    assert all(0 <= s.start <= s.end <= long.size / 16_000 for s in plain.segments)
+    assert plain.stats.new_tokens >= sum(len(s.token_ids) for s in plain.segments)
+    # each window is the request it would be alone: the first window's own transcript opens the recording
+    first = dec.generate(audio=long[:16_000], language="en", max_new_tokens=10, timestamps=True)
+    kept = [s for s in first.segments if s.end is not None and s.end < 1.0] or first.segments[:1]
+    assert plain.segments[0].text == kept[0].text
+    pieces = list(dec.stream(audio=long, language="en", max_new_tokens=10, timestamps=True))
+    assert [t for p in pieces for t in p.token_ids] == plain.token_ids
+    assert [s for p in pieces for s in p.segments] == plain.segments and pieces[-1].stop_reason
+
+
+def test_long_audio_without_timestamp_tokens_is_cut_at_quiet_points(decoder_without_stamps):
+    dec = decoder_without_stamps
+    long = np.concatenate([whisper_audio(0.8, seed=1), np.zeros(3_200, np.float32), whisper_audio(0.8, seed=2)])
+    got = dec.generate(audio=long, language="en", max_new_tokens=4)
+    cut = quietest_cut(long[:16_000], 16_000)
+    one = dec.generate(audio=long[:cut], language="en", max_new_tokens=4)
+    two = dec.generate(audio=long[cut:], language="en", max_new_tokens=4, seed=1)
+    assert got.token_ids == one.token_ids + two.token_ids
+    assert got.stats.new_tokens == one.stats.new_tokens + two.stats.new_tokens
+
+
+def test_audio_past_the_limit_is_a_one_line_error(decoder_without_stamps, monkeypatch):
+    from specdec.runtime.decoding import transcript
+
+    monkeypatch.setattr(transcript, "MAX_AUDIO_S", 2)
+    with pytest.raises(SpecdecError, match="the audio is 3 s long, longer than the 2 s a request takes") as err:
+        decoder_without_stamps.generate(audio=np.zeros(3 * 16_000, np.float32), language="en")
+    assert "\n" not in str(err.value)
+    assert decoder_without_stamps.generate(audio=WAVES[0], language="en", max_new_tokens=2).token_ids
