@@ -397,3 +397,33 @@ def failing_at_run_time(export, dest):
         manifest["files"][rel] = sha256_file(dest / rel)
     (dest / "manifest.json").write_text(json.dumps(manifest))
     return dest
+
+
+# ---------------------------------------------------------------------------------------------- Whisper with timestamps
+# A tiny Whisper vocabulary laid out as Whisper's: words (0 .. 11, 0 the unknown one), end of text (12), the prompt's
+# special tokens, <|notimestamps|> (18), then <|0.00|> (19) .. <|0.14|> (26), one every 0.02 s: 27 rows, the last a
+# timestamp (as in Whisper v2, whose 51,865 rows are all ids; a padded row past the timestamps counts as one to the
+# rules, in transformers as here).
+EOT, SOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS, BEGIN, STAMPS, ROWS = 12, 13, 14, 15, 16, 17, 18, 19, 8, 27
+SPECIALS = {"<unk>": 0, "<|endoftext|>": EOT, "<|startoftranscript|>": SOT, "<|en|>": EN, "<|de|>": DE,
+            "<|transcribe|>": TRANSCRIBE, "<|translate|>": TRANSLATE, "<|notimestamps|>": NO_TIMESTAMPS,
+            **{f"<|{i * 0.02:.2f}|>": BEGIN + i for i in range(STAMPS)}}
+def stamped_specials():
+    return whisper_checkpoint.Specials(ids=dict(SPECIALS), unk="<unk>", start=SOT, eos=EOT,
+                                       languages={"<|en|>": EN, "<|de|>": DE},
+                                       tasks={"transcribe": TRANSCRIBE, "translate": TRANSLATE},
+                                       no_timestamps=NO_TIMESTAMPS)
+
+
+def exported_stamped_whisper_pair(root, gamma_max: int = 3, max_length: int = 32):
+    """A tiny Whisper pair (1 s window, STAMPS timestamp tokens, the draft a noisy copy of the target's decoder)
+    saved under root/target and root/draft and exported to root/export: (target model, export path)."""
+    root = Path(root)
+    target = tiny_whisper_model(seed=11, vocab=ROWS, position_scale=1.0, init_std=0.2, max_source_positions=50,
+                                pad_token_id=EOT, bos_token_id=EOT, eos_token_id=EOT, decoder_start_token_id=SOT)
+    draft = noisy_whisper_draft(target, 1.0, 12)
+    for name, model in (("target", target), ("draft", draft)):
+        whisper_checkpoint.set_generation(model, stamped_specials())
+        whisper_checkpoint.save(model, root / name, stamped_specials())
+    return target, export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max",
+                               str(gamma_max), "--max-length", str(max_length))

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 from test_distribution import chi_square_p
-from tinymodels import export_pair, noisy_whisper_draft, tiny_whisper_model, whisper_audio
+from tinymodels import (BEGIN, EN, EOT, NO_TIMESTAMPS, SOT, STAMPS, TRANSCRIBE,
+                        exported_stamped_whisper_pair, whisper_audio)
 
-from specdec.models import whisper_checkpoint
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.core.errors import SpecdecError
 from specdec.runtime.decoding.processors import Processors
@@ -26,22 +26,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchS
               pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning"),
               pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")]
 
-# A tiny Whisper vocabulary laid out as Whisper's: words (0 .. 11, 0 the unknown one), end of text (12), the prompt's
-# special tokens, <|notimestamps|> (18), then <|0.00|> (19) .. <|0.14|> (26), one every 0.02 s: 27 rows, the last a
-# timestamp (as in Whisper v2, whose 51,865 rows are all ids; a padded row past the timestamps counts as one to the
-# rules, in transformers as here).
-EOT, SOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS, BEGIN, STAMPS, ROWS = 12, 13, 14, 15, 16, 17, 18, 19, 8, 27
-SPECIALS = {"<unk>": 0, "<|endoftext|>": EOT, "<|startoftranscript|>": SOT, "<|en|>": EN, "<|de|>": DE,
-            "<|transcribe|>": TRANSCRIBE, "<|translate|>": TRANSLATE, "<|notimestamps|>": NO_TIMESTAMPS,
-            **{f"<|{i * 0.02:.2f}|>": BEGIN + i for i in range(STAMPS)}}
 PROMPT = [SOT, EN, TRANSCRIBE]
-
-
-def specials():
-    return whisper_checkpoint.Specials(ids=dict(SPECIALS), unk="<unk>", start=SOT, eos=EOT,
-                                       languages={"<|en|>": EN, "<|de|>": DE},
-                                       tasks={"transcribe": TRANSCRIBE, "translate": TRANSLATE},
-                                       no_timestamps=NO_TIMESTAMPS)
 
 
 def reference_processor(begin_index: int, initial: int = 50):
@@ -117,17 +102,9 @@ def test_the_chunked_fallback_cuts_at_the_quietest_frame():
 # ---------------------------------------------------------------------------------------------------- a tiny pair
 @pytest.fixture(scope="module")
 def stamped(tmp_path_factory):
-    """A tiny Whisper pair (1 s window) whose tokenizer has timestamp tokens, exported: (target model, export)."""
-    root = tmp_path_factory.mktemp("stamped")
-    target = tiny_whisper_model(seed=11, vocab=ROWS, position_scale=1.0, init_std=0.2, max_source_positions=50,
-                                pad_token_id=EOT, bos_token_id=EOT, eos_token_id=EOT, decoder_start_token_id=SOT)
-    draft = noisy_whisper_draft(target, 1.0, 12)
-    for name, model in (("target", target), ("draft", draft)):
-        whisper_checkpoint.set_generation(model, specials())
-        whisper_checkpoint.save(model, root / name, specials())
-    export_pair(str(root / "target"), str(root / "draft"), str(root / "export"), "--gamma-max", "3",
-                "--max-length", "32")
-    return target, SpeculativeDecoder.load(root / "export", provider="cpu"), root / "export"
+    """tinymodels.exported_stamped_whisper_pair: (target model, its decoder, the export)."""
+    target, export = exported_stamped_whisper_pair(tmp_path_factory.mktemp("stamped"))
+    return target, SpeculativeDecoder.load(export, provider="cpu"), export
 
 
 def features(wave):
