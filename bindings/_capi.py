@@ -28,6 +28,7 @@ from specdec.runtime.engine.device import resolve_provider
 from specdec.runtime.core.errors import RunFailed, first_line
 
 from specdec.bindings._capi_audio import AudioCalls
+from specdec.bindings._failure import Failure
 
 # extern "Python" functions: C name of the public entry point -> private name that cffi binds
 EXTERNS = {
@@ -42,6 +43,7 @@ EXTERNS = {
     "specdec_get_audio_info": "_specdec_py_get_audio_info",         # API version 6: Whisper (_capi_audio.py)
     "specdec_transcribe": "_specdec_py_transcribe",
     "specdec_transcribe_ids": "_specdec_py_transcribe_ids",
+    "specdec_transcribe_segments": "_specdec_py_transcribe_segments",   # API version 7
 }
 
 # Numbers of a field whose numbers stand for words that C refuses in C's words, before Params.checked sees them: a
@@ -55,14 +57,6 @@ C_REFUSALS = {
                        "use a specdec_early_stopping value"),
 }
 OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str}
-
-class Failure(Exception):
-    """A failed call: a specdec_status and the one-line message for specdec_last_error()."""
-
-    def __init__(self, status: int, problem: str, fix: str | None = None):
-        super().__init__(str(SpecdecError(problem, fix)))
-        self.status = status
-
 
 class _Session:
     __slots__ = ("decoder", "lock", "owner")

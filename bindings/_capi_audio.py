@@ -1,12 +1,14 @@
-"""The Whisper calls of libspecdec (include/specdec.h, API version 6): specdec_get_audio_info, specdec_transcribe and
-specdec_transcribe_ids, as a mixin of bindings/_capi.py's CApi (whose helpers they use: _session, _hold, _params,
-_out_buffer, _fill_stats, _give_ids, _give_text, _text).
+"""The Whisper calls of libspecdec (include/specdec.h, API versions 6 and 7): specdec_get_audio_info,
+specdec_transcribe, specdec_transcribe_ids and specdec_transcribe_segments, as a mixin of bindings/_capi.py's CApi
+(whose helpers they use: _session, _hold, _params, _out_buffer, _fill_stats, _give_ids, _give_text, _text, _too_small).
 
 What C passes differently from Python is checked here, in C's words: which audio input was given (samples, or a WAV
-file's path: exactly one), n_samples against the export's window before the caller's buffer is read, and non-finite
-samples. Everything else is SpeculativeDecoder.generate(audio=..., language=..., task=...)'s: it reads a WAV file with
-runtime/loading/audio.py and refuses an unknown language or task or a bad file in one line. Prompts
-sent to a Whisper session by the text calls are refused by _takes_prompts, in C's words too.
+file's path: exactly one), n_samples against the longest audio a request takes before the caller's buffer is read
+(a length past the caller's buffer must never be read), non-finite samples, and segments asked of a model without
+timestamp tokens. Everything else is SpeculativeDecoder.generate(audio=..., language=..., task=..., timestamps=...)'s:
+it reads a WAV file with runtime/loading/audio.py, decodes audio longer than the window window by window, and refuses
+an unknown language or task or a bad file in one line. Prompts sent to a Whisper session by the text calls are
+refused by _takes_prompts, in C's words too.
 
 A SpecdecError raised here becomes SPECDEC_E_INVALID_ARGUMENT with its one-line message (CApi._entry).
 """
@@ -16,12 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from specdec.runtime import SpecdecError
+from specdec.bindings._failure import Failure
+from specdec.runtime.decoding.transcript import MAX_AUDIO_S
 
 NO_AUDIO_FIX = "pass mono 16 kHz float samples (pcm and n_samples) or the path of a WAV file (wav_path)"
 
 
 class AudioCalls:
-    """specdec_get_audio_info, specdec_transcribe and specdec_transcribe_ids (a mixin of CApi)."""
+    """specdec_get_audio_info, specdec_transcribe, _ids and _segments (a mixin of CApi)."""
 
     def get_audio_info(self, ptr, out_max_samples, out_sample_rate) -> None:
         session = self._session(ptr)
@@ -46,11 +50,44 @@ class AudioCalls:
                                 out_len, "out_ids")
         self._give_ids(res, out_ids, out_capacity, out_len, out_stats)
 
+    def transcribe_segments(self, ptr, pcm, n_samples, wav_path, language, task, params, out_text, out_capacity,
+                            out_len, out_starts, out_ends, out_text_lengths, max_segments, out_count,
+                            out_stats) -> None:
+        """The Result's segments: texts NUL-separated into out_text (its length without the last NUL, as a single
+        text's), times and lengths into the caller's arrays; a Segment's end None (the audio's end cut it) is NaN."""
+        ffi = self.ffi
+        self._session(ptr)                  # the checks in generate_sequences' order: session, out_len, out_count
+        self._out_buffer(out_text, out_capacity, out_len, "out_text")
+        if out_count == ffi.NULL:
+            raise SpecdecError("out_count is NULL", "pass the address of a size_t to receive the number of segments")
+        arrays = {"out_starts": out_starts, "out_ends": out_ends, "out_text_lengths": out_text_lengths}
+        for name, array in arrays.items():
+            if array == ffi.NULL and max_segments:
+                raise SpecdecError(f"{name} is NULL but max_segments is {max_segments}",
+                                   "pass arrays of max_segments elements, or max_segments 0 to measure only")
+        res = self._transcribed(ptr, pcm, n_samples, wav_path, language, task, params, out_text, out_capacity,
+                                out_len, "out_text", timestamps=True)
+        texts = [s.text.encode("utf-8") for s in res.segments]
+        data = b"\0".join(texts)
+        out_len[0], out_count[0] = len(data), len(texts)
+        self._fill_stats(out_stats, res.stats, res.stop_reason)
+        if len(texts) > max_segments:
+            count = f"{len(texts)} segment" + ("s" if len(texts) != 1 else "")
+            raise Failure(self.lib.SPECDEC_E_BUFFER_TOO_SMALL, f"the transcript has {count} but max_segments is "
+                          f"{max_segments}", f"call again with max_segments >= {len(texts)} (same params and seed "
+                          "give the same segments)")
+        if len(data) + 1 > out_capacity:
+            raise self._too_small(out_capacity, len(data) + 1, "bytes (every segment's text with its NUL)")
+        ffi.memmove(out_text, data + b"\0", len(data) + 1)
+        out_starts[0:len(texts)] = [float(s.start) for s in res.segments]
+        out_ends[0:len(texts)] = [float("nan") if s.end is None else float(s.end) for s in res.segments]
+        out_text_lengths[0:len(texts)] = [len(t) for t in texts]
+
     # -- helpers ----------------------------------------------------------------------------------------------
     def _transcribed(self, ptr, pcm, n_samples, wav_path, language, task, params, out, out_capacity, out_len,
-                     what: str):
+                     what: str, timestamps: bool = False):
         """The Result of one request: its arguments checked, the session held while its samples are read and
-        the runtime generates."""
+        the runtime generates (with timestamps: the Result's segments)."""
         ffi = self.ffi
         session = self._session(ptr)
         self._out_buffer(out, out_capacity, out_len, what)
@@ -63,8 +100,12 @@ class AudioCalls:
             if speech is None:
                 raise SpecdecError("this export is a text model: it takes a prompt, not audio",
                                    "use specdec_generate_text or specdec_generate_ids, or open a Whisper export")
+            if timestamps and speech.get("timestamps") is None:
+                raise SpecdecError("this Whisper model has no timestamp tokens, so its transcript has no segment "
+                                   "times", "use specdec_transcribe for its text, or export a checkpoint with "
+                                   "timestamp tokens (the official Whisper checkpoints have them)")
             audio = path if path is not None else self._samples(pcm, n_samples, speech)
-            return dec.generate(audio=audio, language=lang, task=kind, params=request)
+            return dec.generate(audio=audio, language=lang, task=kind, params=request, timestamps=timestamps)
 
     def _audio_input(self, pcm, n_samples: int, wav_path):
         """The WAV path (str) when that is the input, None when it is the samples; exactly one must be given."""
@@ -83,13 +124,15 @@ class AudioCalls:
         return None
 
     def _samples(self, pcm, n_samples: int, speech: dict) -> np.ndarray:
-        """A copy of the caller's samples, n_samples checked against the window before the buffer is read."""
-        window, rate = int(speech["n_samples"]), int(speech["sampling_rate"])
-        if n_samples > window:
-            raise SpecdecError(f"n_samples is {n_samples} ({n_samples / rate:.2f} s at {rate} Hz), more than the "
-                               f"export's window of {window} samples ({window / rate:.2f} s)",
-                               f"split the audio into pieces of at most {window} samples (specdec_get_audio_info "
-                               "gives the window)")
+        """A copy of the caller's samples, n_samples checked against the longest audio a request takes before the
+        buffer is read (audio longer than the window is the runtime's to cut into windows)."""
+        rate = int(speech["sampling_rate"])
+        limit = MAX_AUDIO_S * rate
+        if n_samples > limit:
+            raise SpecdecError(f"n_samples is {n_samples} ({n_samples / rate / 3600:.4g} h at {rate} Hz), more than "
+                               f"the {limit} samples ({MAX_AUDIO_S / 3600:.4g} h, SPECDEC_MAX_AUDIO_SECONDS) a "
+                               "request takes", f"split the recording into parts of at most {limit} samples and "
+                               "transcribe each")
         samples = np.frombuffer(self.ffi.buffer(pcm, n_samples * self.ffi.sizeof("float")), np.float32).copy()
         finite = np.isfinite(samples)
         if not finite.all():

@@ -65,6 +65,10 @@ extern "Python" int _specdec_py_transcribe(specdec_session *, const float *, siz
 extern "Python" int _specdec_py_transcribe_ids(specdec_session *, const float *, size_t, const char *, const char *,
                                                const char *, const specdec_params *, int32_t *, size_t, size_t *,
                                                specdec_stats *);
+extern "Python" int _specdec_py_transcribe_segments(specdec_session *, const float *, size_t, const char *,
+                                                    const char *, const char *, const specdec_params *, char *, size_t,
+                                                    size_t *, double *, double *, size_t *, size_t, size_t *,
+                                                    specdec_stats *);
 void _specdec_set_error(const char *message);
 """
 

@@ -49,6 +49,12 @@ static int _specdec_py_transcribe_ids(specdec_session *session, const float *pcm
                                       const char *wav_path, const char *language, const char *task,
                                       const specdec_params *params, int32_t *out_ids, size_t out_capacity,
                                       size_t *out_len, specdec_stats *out_stats);
+static int _specdec_py_transcribe_segments(specdec_session *session, const float *pcm, size_t n_samples,
+                                           const char *wav_path, const char *language, const char *task,
+                                           const specdec_params *params, char *out_text, size_t out_capacity,
+                                           size_t *out_len, double *out_starts, double *out_ends,
+                                           size_t *out_text_lengths, size_t max_segments, size_t *out_count,
+                                           specdec_stats *out_stats);
 
 /* ---- the calling thread's last error ----------------------------------------------------------------- */
 
@@ -355,4 +361,20 @@ SPECDEC_API specdec_status specdec_transcribe_ids(specdec_session *session, cons
     SPECDEC_BEGIN(params, out_stats);
     return (specdec_status)_specdec_py_transcribe_ids(session, pcm, n_samples, wav_path, language, task, params,
                                                       out_ids, out_capacity, out_len, out_stats);
+}
+
+/* ---- API version 7: a Whisper transcript as segments with times ------------------------------------------------ */
+
+SPECDEC_API specdec_status specdec_transcribe_segments(specdec_session *session, const float *pcm,
+                                                       size_t n_samples, const char *wav_path, const char *language,
+                                                       const char *task, const specdec_params *params,
+                                                       char *out_text, size_t out_capacity, size_t *out_len,
+                                                       double *out_starts, double *out_ends,
+                                                       size_t *out_text_lengths, size_t max_segments,
+                                                       size_t *out_count, specdec_stats *out_stats)
+{
+    SPECDEC_BEGIN(params, out_stats);
+    return (specdec_status)_specdec_py_transcribe_segments(session, pcm, n_samples, wav_path, language, task, params,
+                                                           out_text, out_capacity, out_len, out_starts, out_ends,
+                                                           out_text_lengths, max_segments, out_count, out_stats);
 }

@@ -1,7 +1,7 @@
 /*
  * specdec.h -- C API of specdec: exact speculative decoding (Leviathan et al., 2023) of a T5 target/draft
  * pair exported by `specdec-export`, running on ONNX Runtime; and of a Whisper pair, which transcribes audio
- * (specdec_transcribe, API version 6).
+ * (specdec_transcribe, API version 6; of any length, and into segments with times, API version 7).
  *
  * This header is the contract. Plain C99; usable from C++ (extern "C"). Link with libspecdec.so, which
  * `python -m specdec.bindings.build` (or `specdec-build-capi`) writes to build/; see bindings/README.md.
@@ -90,8 +90,14 @@ extern "C" {
         samples or a WAV file's path; text or ids out) and specdec_get_audio_info (the window a session's audio
         must fit in; 0 for a text export). No struct changed (hosts built against version 3 to 5 need no
         recompiling). specdec_generate_ids, _text, specdec_stream and specdec_generate_sequences on a Whisper
-        session are SPECDEC_E_INVALID_ARGUMENT (it takes audio, not a prompt). */
-#define SPECDEC_API_VERSION 6
+        session are SPECDEC_E_INVALID_ARGUMENT (it takes audio, not a prompt).
+     7: Whisper audio of any length and timestamps. specdec_transcribe and _ids take audio longer than the
+        encoder's window (it was SPECDEC_E_INVALID_ARGUMENT): it is decoded window by window, up to
+        SPECDEC_MAX_AUDIO_SECONDS; params.max_new_tokens then counts per window, so a longer recording may need
+        a larger output buffer (SPECDEC_E_BUFFER_TOO_SMALL says how large). New function:
+        specdec_transcribe_segments (the transcript as segments with start and end times, for a model with
+        timestamp tokens). No struct changed (hosts built against version 3 to 6 need no recompiling). */
+#define SPECDEC_API_VERSION 7
 
 /* params.gamma: let the runtime choose the number of guesses each round (0 .. the export's gamma_max) from the
    acceptance and the costs it measures. The default. */
@@ -100,6 +106,10 @@ extern "C" {
 /* Largest struct_size the library accepts for a versioned struct: far above any real layout, so that a struct
    whose struct_size was never set (stack garbage) is refused rather than trusted. */
 #define SPECDEC_STRUCT_SIZE_MAX 4096
+
+/* Longest audio specdec_transcribe, _ids and _segments take, in seconds (4 h: 230,400,000 samples at 16 kHz); longer
+   is SPECDEC_E_INVALID_ARGUMENT, refused before the samples are read. */
+#define SPECDEC_MAX_AUDIO_SECONDS 14400
 
 /* Longest message specdec_last_error() returns, in bytes including the NUL; longer ones are cut (at a
    UTF-8 character boundary) and end with "...". */
@@ -118,9 +128,10 @@ typedef enum specdec_status {
     SPECDEC_E_INVALID_ARGUMENT = 1,
     /* The caller's output buffer is too small. The generation did run: *out_len holds the length that is
        needed (token count; or text bytes without the NUL, so out_capacity must be at least *out_len + 1;
-       specdec_generate_sequences also sets *out_count, the number of sequences) and *out_stats (if given) is
-       filled, but nothing was written to the output buffer. Calling again with a
-       large enough buffer and the same arguments (same seed) gives the same output. */
+       specdec_generate_sequences also sets *out_count, the number of sequences, and specdec_transcribe_segments
+       the number of segments) and *out_stats (if given) is filled, but nothing was written to the output
+       buffers. Calling again with large enough buffers and the same arguments (same seed) gives the same
+       output. */
     SPECDEC_E_BUFFER_TOO_SMALL = 2,
     /* The export directory is missing, incomplete, corrupt (a checksum differs), of another format
        version, or ONNX Runtime cannot load one of its graphs. */
@@ -512,10 +523,11 @@ SPECDEC_API specdec_status specdec_generate_sequences(specdec_session *session, 
 SPECDEC_API specdec_status specdec_decode(specdec_session *session, const int32_t *ids, size_t n_ids,
                                           char *out_text, size_t out_capacity, size_t *out_len);
 
-/* ---- Whisper exports: audio in (API version 6) ---------------------------------------------------------- */
+/* ---- Whisper exports: audio in (API version 6; any length and segments, API version 7) ---------------------- */
 
 /* The audio a session takes: *out_max_samples receives the encoder's window in samples (480000 for a real
-   Whisper's 30 s at 16 kHz; a smaller export has less) and *out_sample_rate the sample rate it takes (16000); both
+   Whisper's 30 s at 16 kHz; a smaller export has less), the audio one encoder run sees: longer audio is decoded
+   window by window (see specdec_transcribe); *out_sample_rate receives the sample rate it takes (16000). Both
    receive 0 for a text (T5) export, which takes no audio. Either pointer may be NULL (that value is not wanted).
    Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT (NULL or closed session), SPECDEC_E_BUSY, SPECDEC_E_PYTHON or
    SPECDEC_E_INTERNAL. Thread-safe (serialized per session). */
@@ -527,39 +539,87 @@ SPECDEC_API specdec_status specdec_get_audio_info(specdec_session *session, size
    same tokens for the same audio, params and seed.
    Give exactly one input: samples (pcm and n_samples; wav_path NULL) or a WAV file (wav_path; pcm NULL and
    n_samples 0).
-     pcm, n_samples:  mono float32 samples at 16 kHz, in [-1, 1]; 1 <= n_samples <= the window
-                      (specdec_get_audio_info; shorter audio is padded with silence, as Whisper pads it); every
-                      sample finite. The caller keeps ownership; read only during the call.
+     pcm, n_samples:  mono float32 samples at 16 kHz, in [-1, 1]; 1 <= n_samples <= SPECDEC_MAX_AUDIO_SECONDS *
+                      16000 (checked before the samples are read); every sample finite. The caller keeps
+                      ownership; read only during the call. Audio shorter than the window (specdec_get_audio_info)
+                      is padded with silence, as Whisper pads it. Longer audio (API version 7; before, it was
+                      SPECDEC_E_INVALID_ARGUMENT) is transcribed window by window, as Whisper's own long-form
+                      transcription does it: a model with timestamp tokens decodes each window with them and the
+                      next window starts where the last segment the window cut began; a model without them gets
+                      consecutive windows, each cut at its quietest 20 ms near its end. Each window is an ordinary
+                      request (exact speculative decoding; the k-th window seeded with params.seed + k), and the
+                      text is the windows' segments joined by spaces.
      wav_path:        path of a RIFF/WAVE file (NUL-terminated UTF-8), read and checked by the library during the
                       call: PCM 8/16/24/32-bit, IEEE float 32/64-bit, or WAVE_FORMAT_EXTENSIBLE holding either;
-                      1 to 64 channels (mixed to mono by their mean); exactly 16000 Hz; at most the window. A file
-                      that is missing, unreadable, not PCM WAV, damaged, at another rate or too long is
-                      SPECDEC_E_INVALID_ARGUMENT with a one-line message naming the file, the problem and the fix.
+                      1 to 64 channels (mixed to mono by their mean); exactly 16000 Hz; at most
+                      SPECDEC_MAX_AUDIO_SECONDS and 2 GiB. A file that is missing, unreadable, not PCM WAV, damaged,
+                      at another rate or too long is SPECDEC_E_INVALID_ARGUMENT with a one-line message naming the
+                      file, the problem and the fix.
      language:        NULL: detected (one target run over the start of transcript; the language token with the
-                      largest logit, as transformers' detect_language); else a language code the model knows, "en"
-                      or "<|en|>". An English-only model takes NULL only.
+                      largest logit, as transformers' detect_language; for audio longer than the window, in each
+                      window); else a language code the model knows, "en" or "<|en|>". An English-only model takes
+                      NULL only.
      task:            NULL or "transcribe" (the default), or "translate" (into English). An English-only model
                       takes NULL or "transcribe" only.
      params:          as for specdec_generate_ids (NULL: the defaults; with num_beams > 1 the output is the best
                       sequence of the beam search). Whisper's suppressed tokens apply to the target's and every
-                      draft's distribution alike, so sampling with lenience 1 stays exact.
-     out_text, out_capacity, out_len, out_stats:  as for specdec_generate_text (out_capacity 0 measures).
-   An unknown language or task, NaN or infinite samples, audio longer than the window, and calling it on a text
-   (T5) session are SPECDEC_E_INVALID_ARGUMENT with a one-line message naming the problem and the fix; the session
-   stays usable. Statuses, ownership and threading as specdec_generate_ids. */
+                      draft's distribution alike, so sampling with lenience 1 stays exact. max_new_tokens counts per
+                      window.
+     out_text, out_capacity, out_len, out_stats:  as for specdec_generate_text (out_capacity 0 measures; for audio
+                      longer than the window the stats are every window's added up, stop_reason the last one's).
+   An unknown language or task, NaN or infinite samples, audio longer than SPECDEC_MAX_AUDIO_SECONDS, and calling it
+   on a text (T5) session are SPECDEC_E_INVALID_ARGUMENT with a one-line message naming the problem and the fix; the
+   session stays usable. Statuses, ownership and threading as specdec_generate_ids. */
 SPECDEC_API specdec_status specdec_transcribe(specdec_session *session, const float *pcm, size_t n_samples,
                                               const char *wav_path, const char *language, const char *task,
                                               const specdec_params *params, char *out_text, size_t out_capacity,
                                               size_t *out_len, specdec_stats *out_stats);
 
-/* As specdec_transcribe, token ids out: out_ids, out_capacity, out_len as for specdec_generate_ids (a buffer of
-   params.max_new_tokens ids is always large enough; out_capacity 0 measures). The ids exclude Whisper's prompt
-   (start of transcript, language, task, no timestamps) and end after the end-of-text id if one is generated;
-   specdec_decode gives their text, which is what specdec_transcribe returns. */
+/* As specdec_transcribe, token ids out: out_ids, out_capacity, out_len as for specdec_generate_ids (out_capacity 0
+   measures). Audio within the window: a buffer of params.max_new_tokens ids is always large enough; the ids
+   exclude Whisper's prompt (start of transcript, language, task, no timestamps) and end after the end-of-text id
+   if one is generated; specdec_decode gives their text, which is what specdec_transcribe returns. Longer audio:
+   the text tokens of every window's segments, in order (no timestamp or end-of-text ids), up to max_new_tokens
+   per window, so the size needed depends on the transcript: on SPECDEC_E_BUFFER_TOO_SMALL, *out_len says it. */
 SPECDEC_API specdec_status specdec_transcribe_ids(specdec_session *session, const float *pcm, size_t n_samples,
                                                   const char *wav_path, const char *language, const char *task,
                                                   const specdec_params *params, int32_t *out_ids,
                                                   size_t out_capacity, size_t *out_len, specdec_stats *out_stats);
+
+/* As specdec_transcribe, the transcript out as segments with times (API version 7): Python's
+   SpeculativeDecoder.generate(audio=..., timestamps=True).segments. Needs a model with timestamp tokens (the
+   export records them; the official Whisper checkpoints have them): for one without, the call is
+   SPECDEC_E_INVALID_ARGUMENT ("no timestamp tokens"; specdec_transcribe gives its text). The decoder's prompt
+   leaves out no-timestamps, and transformers' timestamp rules apply to the target's and every draft's
+   distribution alike (sampling with lenience 1 stays exact). Any audio length, as for specdec_transcribe.
+   Inputs, language, task, params and out_stats as for specdec_transcribe. The outputs (segment i, in order):
+     out_text, out_capacity, out_len:  every segment's text (special tokens dropped, surrounding spaces stripped)
+                      followed by a NUL, one after the other: segment i's NUL-terminated text starts at byte
+                      sum over j < i of (out_text_lengths[j] + 1). *out_len (required) receives the bytes of them
+                      all without the last NUL (0 when there is no segment), so, as for specdec_generate_text, the
+                      buffer must hold *out_len + 1 bytes (with no segment it receives ""). out_text may be NULL
+                      only when out_capacity is 0 (measure only).
+     out_starts, out_ends, out_text_lengths, max_segments:  caller arrays of max_segments elements: out_starts[i]
+                      and out_ends[i] receive segment i's start and end in seconds from the start of the audio
+                      (rounded to 0.01 s; the model's timestamps are 0.02 s apart), out_text_lengths[i] its text's
+                      length in bytes without the NUL. out_ends[i] is NaN for a segment the audio's end cut (opened
+                      by a timestamp, never closed; only where the audio fits in one window: longer audio closes
+                      such a segment at its window's end). Each may be NULL only when max_segments is 0 (measure
+                      only).
+     out_count:       required; receives the number of segments (0 when the transcript is empty).
+   When *out_count > max_segments or *out_len + 1 > out_capacity the call returns SPECDEC_E_BUFFER_TOO_SMALL with
+   *out_len, *out_count and out_stats filled and nothing else written; calling again with large enough buffers and
+   the same arguments (same seed; a fixed draft and gamma when sampling) gives the same segments. Returns
+   SPECDEC_OK, SPECDEC_E_BUFFER_TOO_SMALL, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_BUSY, SPECDEC_E_RUNTIME,
+   SPECDEC_E_PYTHON or SPECDEC_E_INTERNAL; on any other failure nothing is written to out_text, out_starts,
+   out_ends or out_text_lengths. Ownership and threading as specdec_generate_ids. */
+SPECDEC_API specdec_status specdec_transcribe_segments(specdec_session *session, const float *pcm,
+                                                       size_t n_samples, const char *wav_path, const char *language,
+                                                       const char *task, const specdec_params *params,
+                                                       char *out_text, size_t out_capacity, size_t *out_len,
+                                                       double *out_starts, double *out_ends,
+                                                       size_t *out_text_lengths, size_t max_segments,
+                                                       size_t *out_count, specdec_stats *out_stats);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -14,7 +14,9 @@
  *       std::cout << seq.score << " " << seq.text << "\n";
  *   specdec::Session w("whisper-export");                        // a Whisper export (API version 6)
  *   std::string said = w.transcribe(pcm, "en");                  // std::vector<float>, mono 16 kHz
- *   std::string same = w.transcribe_wav("clip.wav");             // language nullptr: detected
+ *   std::string same = w.transcribe_wav("clip.wav");             // language nullptr: detected; any length
+ *   for (const specdec::Segment &seg : w.transcribe_segments(pcm, "en"))    // with times (API version 7)
+ *       std::cout << seg.start << " " << seg.end << " " << seg.text << "\n";
  *
  * Errors: every failure throws specdec::Error (status() and what() = specdec_last_error()); the session stays
  * usable after a throw. Ownership: Session owns its handle (move-only; moved-from sessions are empty and safe to
@@ -73,6 +75,14 @@ typedef specdec_session_info Info;
 struct AudioInfo {
     size_t max_samples;
     int32_t sample_rate;
+};
+
+/* One segment of a transcript (transcribe_segments, transcribe_wav_segments; API version 7): its start and end in
+   seconds from the start of the audio (end NaN where the audio's end cut the segment), and its text. */
+struct Segment {
+    double start;
+    double end;
+    std::string text;
 };
 
 /* One streamed piece; the vector and string are copies the callback may keep. */
@@ -181,7 +191,9 @@ public:
         return std::string(out.data(), len);
     }
 
-    /* Whisper exports (API version 6): mono 16 kHz float samples, or a WAV file's path, in; text or ids out.
+    /* Whisper exports (API version 6): mono 16 kHz float samples, or a WAV file's path, in; text, ids or (API
+       version 7, a model with timestamp tokens) segments with times out. Audio of any length up to
+       SPECDEC_MAX_AUDIO_SECONDS (API version 7): longer than the window, it is decoded window by window.
        language nullptr: detected; task nullptr: "transcribe" (or "translate"). */
     AudioInfo audio_info() const
     {
@@ -215,6 +227,20 @@ public:
                                             Stats *stats = nullptr) const
     {
         return transcribed_ids(nullptr, 0, wav_path.c_str(), language, task, params, stats);
+    }
+
+    std::vector<Segment> transcribe_segments(const std::vector<float> &pcm, const char *language = nullptr,
+                                             const char *task = nullptr, const Params &params = Params(),
+                                             Stats *stats = nullptr) const
+    {
+        return segmented(pcm.data(), pcm.size(), nullptr, language, task, params, stats);
+    }
+
+    std::vector<Segment> transcribe_wav_segments(const std::string &wav_path, const char *language = nullptr,
+                                                 const char *task = nullptr, const Params &params = Params(),
+                                                 Stats *stats = nullptr) const
+    {
+        return segmented(nullptr, 0, wav_path.c_str(), language, task, params, stats);
     }
 
     /* on_piece(const Piece &) -> bool: return false to stop early. */
@@ -317,9 +343,47 @@ private:
     {
         std::vector<int32_t> out(params.max_new_tokens > 0 ? static_cast<size_t>(params.max_new_tokens) : 1);
         size_t len = 0;
-        check(specdec_transcribe_ids(handle_, pcm, n, wav_path, language, task, &params, out.data(), out.size(),
-                                     &len, stats));
+        specdec_status status = specdec_transcribe_ids(handle_, pcm, n, wav_path, language, task, &params, out.data(),
+                                                       out.size(), &len, stats);
+        if (status == SPECDEC_E_BUFFER_TOO_SMALL) {      /* audio longer than the window: max_new_tokens a window */
+            out.resize(len);
+            status = specdec_transcribe_ids(handle_, pcm, n, wav_path, language, task, &params, out.data(),
+                                            out.size(), &len, stats);
+        }
+        check(status);
         out.resize(len);
+        return out;
+    }
+
+    std::vector<Segment> segmented(const float *pcm, size_t n, const char *wav_path, const char *language,
+                                   const char *task, const Params &params, Stats *stats) const
+    {
+        std::vector<char> text(1024);
+        std::vector<double> starts(32), ends(32);
+        std::vector<size_t> lengths(32);
+        size_t len = 0, count = 0;
+        specdec_status status = specdec_transcribe_segments(handle_, pcm, n, wav_path, language, task, &params,
+                                                            text.data(), text.size(), &len, starts.data(),
+                                                            ends.data(), lengths.data(), lengths.size(), &count,
+                                                            stats);
+        if (status == SPECDEC_E_BUFFER_TOO_SMALL) {      /* the library said how much it needs: once more */
+            text.resize(len + 1 > text.size() ? len + 1 : text.size());
+            lengths.resize(count > lengths.size() ? count : lengths.size());
+            starts.resize(lengths.size());
+            ends.resize(lengths.size());
+            status = specdec_transcribe_segments(handle_, pcm, n, wav_path, language, task, &params, text.data(),
+                                                 text.size(), &len, starts.data(), ends.data(), lengths.data(),
+                                                 lengths.size(), &count, stats);
+        }
+        check(status);
+        std::vector<Segment> out(count);
+        size_t at = 0;
+        for (size_t i = 0; i < count; i++) {             /* each text is followed by a NUL */
+            out[i].start = starts[i];
+            out[i].end = ends[i];
+            out[i].text.assign(text.data() + at, lengths[i]);
+            at += lengths[i] + 1;
+        }
         return out;
     }
 

@@ -252,8 +252,8 @@ class SpeculativeDecoder:
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
         temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size). A Whisper export takes
-        `audio` instead of a prompt (see generate); audio longer than the window streams a Piece per window, its
-        `segments` the window's. `learned`: learn in that object (`learning()`) instead of `self.learned`."""
+        `audio` instead of a prompt (see generate); with timestamps=True the last Piece's `segments` are the
+        transcript's, and audio longer than the window streams a Piece per window, its `segments` the window's. `learned`: learn in that object (`learning()`) instead of `self.learned`."""
         pieces = Pieces(self.decode)
         params = Params.of(params, **overrides).checked(self.gamma_max)
         planned = self._plan(params)
@@ -269,6 +269,8 @@ class SpeculativeDecoder:
             for request, new in self._serve(prompt, input_ids, params, audio, language, task, planned,
                                               learned, timestamps):
                 piece = pieces.add(new, request.stats, request.stop_reason)
+                if timestamps and request.stop_reason:      # the last piece: the whole transcript's segments
+                    piece.segments = self._segments(pieces.tokens)
                 self._gate.pause(hold)      # the consumer has the piece; the decoder stays this stream's
                 yield piece
                 self._gate.resume(hold)     # raises if the stream lost the decoder meanwhile
@@ -300,11 +302,12 @@ class SpeculativeDecoder:
         for request, new in self._serve(prompt, input_ids, params, audio, language, task, learned=learned,
                                         timestamps=timestamps):
             out.extend(new)
-        stamps = self.manifest.speech.get("timestamps") if timestamps else None
-        found = segments(out, stamps["begin"], stamps["count"], self._time_step, self.eos_id, self.decode) \
-            if stamps else []
         return Result(self.decode(out), out, request.stats, request.stop_reason, request.sequences or [out],
-                      request.scores, segments=found)
+                      request.scores, segments=self._segments(out) if timestamps else [])
+
+    def _segments(self, tokens) -> list:
+        stamps = self.manifest.speech["timestamps"]
+        return segments(tokens, stamps["begin"], stamps["count"], self._time_step, self.eos_id, self.decode)
 
     # -- audio longer than the window ---------------------------------------------------------------------------
     def _samples(self, audio):

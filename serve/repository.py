@@ -131,9 +131,9 @@ def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decouple
                  speech: bool = False, provider: str = "auto") -> str:
     """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models: MODEL with Triton's
     dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without. speech: the
-    export is a Whisper one (its inputs are schema.SPEECH_INPUTS)."""
+    export is a Whisper one (its inputs and outputs are schema.SPEECH_INPUTS and SPEECH_OUTPUTS)."""
     text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: {0 if decoupled else max_batch}\n'
-            + _io("input", schema.inputs(speech)) + _io("output", schema.OUTPUTS)
+            + _io("input", schema.inputs(speech)) + _io("output", schema.outputs(speech))
             + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n")
     if decoupled:
         text += "model_transaction_policy {\n  decoupled: true\n}\n"

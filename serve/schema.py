@@ -1,7 +1,8 @@
 """The served models' request and response: tensor names, dtypes and shapes, and the one place where a request's
 tensors become a prompt (text, or a Whisper export's audio) and a checked Params (so a bad request gets the same
 one-line SpecdecError as the CLI and the Python API) and where a Result or Piece becomes output tensors. The inputs
-depend on the export's kind (`inputs(speech)`): a text export takes `prompt`, a Whisper export `audio`.
+depend on the export's kind (`inputs(speech)`): a text export takes `prompt`, a Whisper export `audio`; so do the
+outputs (`outputs(speech)`): a Whisper export's add `segments_json`.
 
 Used by the PyTriton binding (server.py) and by the model.py of a stand-alone model repository (repository.py), so
 neither imports PyTriton here: only numpy and the runtime."""
@@ -35,7 +36,7 @@ class Field:
     def triton_type(self) -> str:
         """The config.pbtxt data type (TYPE_STRING for BYTES)."""
         return {np.object_: "TYPE_STRING", np.int64: "TYPE_INT64", np.float64: "TYPE_FP64",
-                np.float32: "TYPE_FP32"}[self.dtype]
+                np.float32: "TYPE_FP32", np.bool_: "TYPE_BOOL"}[self.dtype]
 
 
 # Every input is one value (shape [1]): the prompt, then one optional input per request parameter that its
@@ -48,13 +49,18 @@ PARAMETER_INPUTS = tuple(Field(declared.name, _DTYPES[declared.kind], (1,), True
                          for declared in PARAMETERS if declared.serve)
 INPUTS = (Field("prompt", np.object_, (1,), doc="UTF-8 text"),) + PARAMETER_INPUTS
 
-# A Whisper export's inputs: `audio` (one variable-length FP32 tensor, shape [samples]), the optional language and
-# task, and the same parameters. `prompt` stays declared (optional) so that text sent to a Whisper server gets the
-# one-line error saying what to send instead of Triton's "unexpected input"; sent empty it is ignored.
+# A Whisper export's inputs: `audio` (one variable-length FP32 tensor, shape [samples]), the optional language, task
+# and timestamps (BOOL), and the same parameters. `prompt` stays declared (optional) so that text sent to a Whisper
+# server gets the one-line error saying what to send instead of Triton's "unexpected input"; sent empty it is
+# ignored.
 SPEECH_INPUTS = (
-    Field("audio", np.float32, (-1,), True, "16 kHz mono PCM samples in [-1, 1], at most the export's audio window"),
+    Field("audio", np.float32, (-1,), True,
+          "16 kHz mono PCM samples in [-1, 1]; longer than the export's audio window: transcribed window by window "
+          "(at most 4 h)"),
     Field("language", np.object_, (1,), True, 'a language code ("en" or "<|en|>"); absent or empty: detected'),
     Field("task", np.object_, (1,), True, '"transcribe" (absent or empty) or "translate"'),
+    Field("timestamps", np.bool_, (1,), True,
+          "true: segments with start and end times in segments_json (a model with timestamp tokens); absent: false"),
     replace(INPUTS[0], optional=True, doc="absent or empty (a Whisper export transcribes audio)"),
 ) + PARAMETER_INPUTS
 
@@ -66,16 +72,19 @@ def inputs(speech: bool) -> tuple:
 
 @dataclass(frozen=True)
 class Speech:
-    """A Whisper request's audio (as sent: the decoder checks it) and its language and task (None: the default)."""
+    """A Whisper request's audio (as sent: the decoder checks it), its language and task (None: the default) and
+    whether it asks for timestamps."""
     audio: np.ndarray
     language: str | None = None
     task: str | None = None
+    timestamps: bool = False
 
 
 def source_kwargs(source) -> dict:
     """SpeculativeDecoder.generate()/stream() keywords of a request's source: a prompt text or a Speech."""
     if isinstance(source, Speech):
-        return {"audio": source.audio, "language": source.language, "task": source.task}
+        return {"audio": source.audio, "language": source.language, "task": source.task,
+                "timestamps": source.timestamps}
     return {"prompt": source}
 
 
@@ -93,6 +102,20 @@ OUTPUTS = (
     Field("stats_json", np.object_, (1,), doc="Stats.as_dict() as JSON: timings and per-source counts"),
     Field("error", np.object_, (1,), doc='"" (the request of a row that failed inside a batch: its one-line error)'),
 )
+
+# A Whisper export's outputs add the transcript's segments, as one JSON text (like stats_json: a row of a batch has
+# one value whatever its number of segments). specdec: all of them; specdec_stream: the segments this response
+# completes (a window's for audio longer than the window, all of them on the last piece of shorter audio), so the
+# concatenation of a stream's lists is the request's list.
+SEGMENTS = Field("segments_json", np.object_, (1,),
+                 doc='with timestamps: [{"start": s, "end": s or null, "text": ..., "token_ids": [...]}, ...] '
+                     "(stream: this response's); else []")
+SPEECH_OUTPUTS = OUTPUTS + (SEGMENTS,)
+
+
+def outputs(speech: bool) -> tuple:
+    """The outputs of a server on a Whisper export (speech: SPEECH_OUTPUTS) or a text export (OUTPUTS)."""
+    return SPEECH_OUTPUTS if speech else OUTPUTS
 
 
 def rows(get, speech: bool = False) -> list:
@@ -169,7 +192,20 @@ def _speech(get) -> Speech:
     for name in ("language", "task"):
         raw = get(name)
         words[name] = None if raw is None else (_text(name, raw).strip() or None)
-    return Speech(np.asarray(audio), **words)
+    stamps = get("timestamps")
+    return Speech(np.asarray(audio), **words, timestamps=False if stamps is None else _flag("timestamps", stamps))
+
+
+def _flag(name: str, array) -> bool:
+    """A BOOL input's value (an integer 0 or 1 is taken too, as a stand-alone caller may send one)."""
+    array = np.asarray(array)
+    if array.size != 1:
+        raise SpecdecError(f"input {name!r} must hold one value (got shape {list(array.shape)})", "send shape [1]")
+    value = array.reshape(-1)[0]
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, int) and value in (0, 1):      # bool is an int
+        return bool(value)
+    raise SpecdecError(f"input {name!r} must be true or false (got {value!r})", "send a BOOL tensor of shape [1]")
 
 
 def _text(name: str, array) -> str:
@@ -187,10 +223,11 @@ def _text(name: str, array) -> str:
     raise SpecdecError(f"input {name!r} must be BYTES (text), got {np.asarray(array).dtype}")
 
 
-def response(text: str, token_ids, stats, stop_reason: str, error: str = "") -> dict:
-    """Output tensors by name (numpy arrays of the OUTPUTS dtypes and shapes)."""
+def response(text: str, token_ids, stats, stop_reason: str, error: str = "", segments=None) -> dict:
+    """Output tensors by name (numpy arrays of the OUTPUTS dtypes and shapes). segments: a Whisper export's (a list,
+    maybe empty: SPEECH_OUTPUTS), None for a text export's."""
     figures = stats.figures()
-    return {
+    out = {
         "text": np.array([text.encode("utf-8")], dtype=np.object_),
         "token_ids": np.asarray([int(t) for t in token_ids], dtype=np.int64),
         "stop_reason": np.array([stop_reason.encode("utf-8")], dtype=np.object_),
@@ -199,12 +236,23 @@ def response(text: str, token_ids, stats, stop_reason: str, error: str = "") -> 
         "stats_json": np.array([json.dumps(stats.as_dict()).encode("utf-8")], dtype=np.object_),
         "error": np.array([error.encode("utf-8")], dtype=np.object_),
     }
+    if segments is not None:
+        out[SEGMENTS.name] = np.array([segments_json(segments).encode("utf-8")], dtype=np.object_)
+    return out
 
 
-def failed(error: SpecdecError) -> dict:
+def segments_json(segments) -> str:
+    """The JSON text of segments: Segment(start, end, text, token_ids) objects (the runtime's) or such dicts."""
+    def one(s):
+        s = s if isinstance(s, dict) else {"start": s.start, "end": s.end, "text": s.text, "token_ids": s.token_ids}
+        return {"start": s["start"], "end": s["end"], "text": s["text"], "token_ids": [int(t) for t in s["token_ids"]]}
+    return json.dumps([one(s) for s in segments], ensure_ascii=False)
+
+
+def failed(error: SpecdecError, speech: bool = False) -> dict:
     """The response of a row that failed inside a batch whose other rows did not: no tokens, stop_reason "error",
-    and the one-line message in `error`."""
-    return response("", [], Stats(), "error", str(error))
+    and the one-line message in `error` (speech: a Whisper export's outputs, no segments)."""
+    return response("", [], Stats(), "error", str(error), segments=[] if speech else None)
 
 
 def stacked(responses: list) -> dict:
@@ -229,7 +277,7 @@ class Handler:
     def __init__(self, decoder, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE):
         self.decoder = decoder
         self.speech = decoder.manifest.speech is not None      # a Whisper export: SPEECH_INPUTS, every request alone
-        self.inputs = inputs(self.speech)
+        self.inputs, self.outputs = inputs(self.speech), outputs(self.speech)
         self.batcher = decoder.batcher(max_batch, max_queue)
 
     def _submit(self, source, params: Params):
@@ -257,18 +305,24 @@ class Handler:
             except SpecdecError as err:
                 out.append(err)
                 continue
-            out.append(response(res.text, res.token_ids, res.stats, res.stop_reason))
+            out.append(response(res.text, res.token_ids, res.stats, res.stop_reason,
+                                segments=res.segments if self.speech else None))
         return out
 
     def stream(self, get):
         """Yield one response dict per accepted piece; the last has stop_reason set. Closing the generator before
         its end cancels the request: a batched one's row is freed at the next round, one that runs alone ends and
         gives the decoder back. A request that runs alone holds the decoder's gate, which belongs to the thread
-        that took it: advance and close the generator from one thread."""
-        ticket = self._submit(*request(get, self.speech))
+        that took it: advance and close the generator from one thread.
+
+        On a Whisper export every response carries the segments it completes (the runtime's pieces: a window's
+        for audio longer than the window, all of them on the last piece for shorter audio)."""
+        source, params = request(get, self.speech)
+        ticket = self._submit(source, params)
         try:
             for piece in ticket:
-                yield response(piece.text, piece.token_ids, piece.stats, piece.stop_reason)
+                yield response(piece.text, piece.token_ids, piece.stats, piece.stop_reason,
+                               segments=list(piece.segments) if self.speech else None)
         finally:
             ticket.cancel()              # a no-op once it has ended
 
@@ -287,7 +341,8 @@ def batch_answers(handler: Handler, requests: list) -> list:
     for group in per_request:
         outs, at = flat[at:at + len(group)], at + len(group)
         errors = [out for out in outs if isinstance(out, SpecdecError)]
-        answers.append((stacked([failed(out) if isinstance(out, SpecdecError) else out for out in outs]),
+        answers.append((stacked([failed(out, handler.speech) if isinstance(out, SpecdecError) else out
+                                 for out in outs]),
                         errors[0] if len(errors) == len(outs) else None))
     return answers
 

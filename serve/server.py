@@ -1,7 +1,7 @@
 """The PyTriton binding: a real Triton Inference Server (the tritonserver binary PyTriton ships) with two models on
 one export, both fed to one SpeculativeDecoder and its batcher (schema.Handler):
 
-    specdec          one request -> one response (schema.OUTPUTS). Triton's dynamic batching: requests that arrive
+    specdec          one request -> one response (schema.outputs). Triton's dynamic batching: requests that arrive
                      together (within --queue-delay-us) reach the decoder as one call, and every input and output
                      has a batch dimension in front ([1, 1] for one prompt). At most --max-queue wait in Triton's
                      queue; past it Triton refuses a request at once.
@@ -9,10 +9,10 @@ one export, both fed to one SpeculativeDecoder and its batcher (schema.Handler):
                      Every request in flight joins the same batch.
 
 Rows join and leave the running batch between rounds (continuous batching); requests a batch cannot run (a draft
-model, beams, a Whisper export's audio) run alone between batches. The inputs are the export's kind's
-(schema.inputs: `prompt` for a text export, `audio` for a Whisper one). A request that fails (bad parameters, an
-unknown draft, bad audio) is an error response for that request only (inside a batch of good ones: its `error`
-output); the server keeps serving."""
+model, beams, a Whisper export's audio) run alone between batches. The inputs and outputs are the export's kind's
+(schema.inputs: `prompt` for a text export, `audio` for a Whisper one; schema.outputs: a Whisper one's add
+`segments_json`). A request that fails (bad parameters, an unknown draft, bad audio) is an error response for that
+request only (inside a batch of good ones: its `error` output); the server keeps serving."""
 
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ class Server:
                               allow_metrics=True, exit_timeout_secs=self.exit_timeout_s + UNLOAD_S,
                               log_verbose=self.log_verbose)
         self.triton = Triton(config=config)
-        inputs, outputs = _tensors(self.handler.inputs), _tensors(schema.OUTPUTS)     # by the export's kind
+        inputs, outputs = _tensors(self.handler.inputs), _tensors(self.handler.outputs)  # the export's kind's
         batcher = DynamicBatcher(max_queue_delay_microseconds=self.queue_delay_us,
                                  default_queue_policy=QueuePolicy(max_queue_size=self.max_queue))
         self.triton.bind(model_name=schema.MODEL, infer_func=[_generate_fn(self.handler)] * self.instances,

@@ -178,7 +178,7 @@ def test_serve_inputs_are_the_declared_ones():
 
 
 def test_serve_outputs_hold_every_total():
-    from specdec.serve.schema import OUTPUTS, response
+    from specdec.serve.schema import OUTPUTS, SPEECH_OUTPUTS, response
 
     stats = Stats(target_calls=3, new_tokens=6, proposed=4, accepted=3, total_s=0.5)
     out = response("x", [1, 2], stats, "eos")
@@ -187,6 +187,10 @@ def test_serve_outputs_hold_every_total():
         if not figure.group:
             assert out[figure.name][0] == pytest.approx(stats.figures()[figure.name]), figure.name
     assert json.loads(out["stats_json"][0])["tokens_per_target_call"] == 2.0
+    # a Whisper export's outputs add its segments, as JSON
+    speech = response("x", [1, 2], stats, "eos", segments=[{"start": 0.0, "end": None, "text": "x", "token_ids": [1]}])
+    assert list(speech) == [f.name for f in SPEECH_OUTPUTS]
+    assert json.loads(speech["segments_json"][0]) == [{"start": 0.0, "end": None, "text": "x", "token_ids": [1]}]
 
 
 # -- stats --------------------------------------------------------------------------------------------------------

@@ -405,11 +405,14 @@ def failing_at_run_time(export, dest):
 # timestamp (as in Whisper v2, whose 51,865 rows are all ids; a padded row past the timestamps counts as one to the
 # rules, in transformers as here).
 EOT, SOT, EN, DE, TRANSCRIBE, TRANSLATE, NO_TIMESTAMPS, BEGIN, STAMPS, ROWS = 12, 13, 14, 15, 16, 17, 18, 19, 8, 27
-SPECIALS = {"<unk>": 0, "<|endoftext|>": EOT, "<|startoftranscript|>": SOT, "<|en|>": EN, "<|de|>": DE,
-            "<|transcribe|>": TRANSCRIBE, "<|translate|>": TRANSLATE, "<|notimestamps|>": NO_TIMESTAMPS,
-            **{f"<|{i * 0.02:.2f}|>": BEGIN + i for i in range(STAMPS)}}
+# (not SPECIALS: that name is the T5 vocabulary's, which tiny_vocab reads when it is called)
+STAMPED_SPECIALS = {"<unk>": 0, "<|endoftext|>": EOT, "<|startoftranscript|>": SOT, "<|en|>": EN, "<|de|>": DE,
+                    "<|transcribe|>": TRANSCRIBE, "<|translate|>": TRANSLATE, "<|notimestamps|>": NO_TIMESTAMPS,
+                    **{f"<|{i * 0.02:.2f}|>": BEGIN + i for i in range(STAMPS)}}
+
+
 def stamped_specials():
-    return whisper_checkpoint.Specials(ids=dict(SPECIALS), unk="<unk>", start=SOT, eos=EOT,
+    return whisper_checkpoint.Specials(ids=dict(STAMPED_SPECIALS), unk="<unk>", start=SOT, eos=EOT,
                                        languages={"<|en|>": EN, "<|de|>": DE},
                                        tasks={"transcribe": TRANSCRIBE, "translate": TRANSLATE},
                                        no_timestamps=NO_TIMESTAMPS)

@@ -151,7 +151,7 @@ class Piece:
     text: str
     stats: Stats | None = None      # the request's statistics so far
     stop_reason: str = ""           # on the last piece: eos, max_new_tokens, max_length, cancelled or "error: ..."
-    segments: list = field(default_factory=list)    # long audio with timestamps=True: the window's Segments
+    segments: list = field(default_factory=list)    # timestamps=True: the last piece's (long audio: each window's)
 
 
 class Pieces:

@@ -212,7 +212,7 @@ def test_layout_and_defaults(beams_run):
     from specdec.runtime import Params
 
     sizes = {k: int(v) for k, v in beams_run["header"]["sizes"].items()}
-    assert sizes["api"] == 6
+    assert sizes["api"] == 7
     assert sizes["num_beams"] == sizes["params_min"] + 8                # after const char *draft
     assert sizes["length_penalty"] == sizes["num_beams"] + 8             # int32 + padding to a double
     assert [sizes[k] for k in ("early_stopping", "num_return_sequences", "min_new_tokens", "no_repeat_ngram_size")] \

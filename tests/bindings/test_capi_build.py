@@ -33,7 +33,7 @@ def test_exports_exactly_the_header_functions(capi_build):
                            text=True, check=True).stdout.split()
     exported = {n for n in names if n.startswith("specdec_")}
     assert exported == header_functions()
-    assert len(exported) == 15
+    assert len(exported) == 16
     assert "specdec_params_init" in exported and "specdec_params_default" not in exported    # an inline function
     assert not [n for n in names if n.startswith("_specdec")]      # the Python-side entry points stay private
 
@@ -90,12 +90,14 @@ def test_header_structs_match_the_python_api():
     text = HEADER.read_text()
     version = int(re.search(r"#define SPECDEC_API_VERSION (\d+)", text).group(1))
     assert max(v for fields_ in APPENDED.values() for _, v in fields_) == 5
-    assert version == 6                                   # version 6 added functions (Whisper), no field
+    assert version == 7                                   # versions 6 and 7 added functions (Whisper), no field
     # the version comment describes every version, and the struct comments mark where the appended fields begin
     assert re.search(r"^\s+3: specdec_params and specdec_stats are versioned", text, re.M)
     assert re.search(r"^\s+4: beam search", text, re.M)
     assert re.search(r"^\s+5: specdec_params appends `candidates`", text, re.M)
     assert re.search(r"^\s+6: Whisper exports\. New functions: specdec_transcribe", text, re.M)
+    assert re.search(r"^\s+7: Whisper audio of any length and timestamps\. .*New function:\s+"
+                     r"specdec_transcribe_segments", text, re.M | re.S)
     assert text.count("---- appended in API version 3") == 2
     assert text.count("---- appended in API version 4") == 1
     assert text.count("---- appended in API version 5") == 1

@@ -84,7 +84,7 @@ def test_struct_sizes(errors_run):
     """The smallest accepted layouts are struct_size plus the API version 2 fields, and versions 3, 4 and 5 append
     to them."""
     sizes = {k: int(v) for k, v in (item.split("=") for item in _line(errors_run, "sizes:").split())}
-    assert sizes["api"] == 6 and sizes["gamma_auto"] == -1
+    assert sizes["api"] == 7 and sizes["gamma_auto"] == -1
     assert sizes["params_min"] == 8 + 4 + 4 + 8 + 8 + 8 + 8 + 8        # struct_size .. seed (top_k padded to 8)
     assert sizes["params"] == sizes["params_min"] + 8 + 8 + 8 + 4 * 4 + 8  # + const char *draft (3), + the beam
     #                                                                    fields (4: num_beams padded to 8,

@@ -1,9 +1,11 @@
-"""specdec-serve on a Whisper export (a tiny random pair with a 1-second window): the models declare the audio
-inputs (FP32 `audio`, `language`, `task`), and audio sent over HTTP and gRPC comes back as the Python API's
-generate() on the same samples (greedy with the auto choice, a fixed language and task, the detected language, and
-sampled at T = 1 with a fixed seed); a request of two rows answers each; a stream's pieces are the Python API's;
-bad audio and bad requests are the runtime's one-line errors and the server goes on serving. The same on a written
-model repository run by a stand-alone tritonserver."""
+"""specdec-serve on a Whisper export (a tiny random pair with a 1-second window and no timestamp tokens): the models
+declare the audio inputs (FP32 `audio`, `language`, `task`, BOOL `timestamps`) and the `segments_json` output, and
+audio sent over HTTP and gRPC comes back as the Python API's generate() on the same samples (greedy with the auto
+choice, a fixed language and task, the detected language, sampled at T = 1 with a fixed seed, and audio longer than
+two windows); a request of two rows answers each; a stream's pieces are the Python API's; bad audio and bad
+requests (timestamps asked of this model included) are the runtime's one-line errors and the server goes on serving.
+The same on a written model repository run by a stand-alone tritonserver. Timestamps on a model that has them:
+test_serve_timestamps.py."""
 
 from __future__ import annotations
 
@@ -22,16 +24,18 @@ from tinymodels import whisper_audio  # noqa: E402
 from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
 
 MAX_NEW = 12
-WAVES = [whisper_audio(0.8, seed=1), whisper_audio(1.0, seed=2)]
+WAVES = [whisper_audio(0.8, seed=1), whisper_audio(1.0, seed=2), whisper_audio(2.5, seed=3)]
 # (wave, parameters): greedy with the auto choice; a language and task given, the language detected, the language
-# as its token; sampled at T = 1 with a seed. With a fixed draft source and gamma every count is deterministic (a
-# Whisper request runs alone), so the counts are compared too.
+# as its token; sampled at T = 1 with a seed; audio longer than two windows (window by window, cut at quiet points:
+# this model has no timestamp tokens). With a fixed draft source and gamma every count is deterministic (a Whisper
+# request runs alone), so the counts are compared too.
 CASES = [
     (0, {}),
     (1, {"language": "de", "task": "translate", "draft": "draft", "gamma": 3}),
     (0, {"draft": "draft", "gamma": 2}),
     (1, {"language": "<|en|>", "draft": "lookup", "gamma": 2}),
     (0, {"language": "en", "temperature": 1.0, "seed": 5, "draft": "draft", "gamma": 3}),
+    (2, {"language": "en", "draft": "draft", "gamma": 2}),
 ]
 
 
@@ -48,11 +52,17 @@ def served_export(export):
 
 def expected(dec, wave, params, counts: bool) -> dict:
     res = dec.generate(audio=WAVES[wave], max_new_tokens=MAX_NEW, **params)
-    out = {"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason, "error": ""}
+    out = {"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason, "error": "",
+           "segments": segment_dicts(res.segments)}
     if counts:
         out.update(new_tokens=res.stats.new_tokens, target_calls=res.stats.target_calls,
                    draft_calls=res.stats.draft_calls, proposed=res.stats.proposed, accepted=res.stats.accepted)
     return out
+
+
+def segment_dicts(segments) -> list:
+    """Result.segments as segments_json has them."""
+    return [{"start": s.start, "end": s.end, "text": s.text, "token_ids": list(s.token_ids)} for s in segments]
 
 
 def served(client, module, model=schema.MODEL, **values) -> dict:
@@ -75,10 +85,14 @@ def one_line(reference, **kwargs) -> str:
 
 def test_both_models_declare_the_audio_inputs(http):
     for model in (schema.MODEL, schema.STREAM_MODEL):
-        declared = {i["name"]: i for i in http.get_model_config(model)["input"]}
+        config = http.get_model_config(model)
+        declared = {i["name"]: i for i in config["input"]}
         assert list(declared) == [f.name for f in schema.SPEECH_INPUTS], model
         assert declared["audio"]["data_type"] == "TYPE_FP32" and declared["audio"]["dims"] == [-1]
-        assert all(declared[name]["optional"] for name in ("audio", "language", "task", "prompt"))
+        assert declared["timestamps"]["data_type"] == "TYPE_BOOL" and declared["timestamps"]["dims"] == [1]
+        assert all(declared[name]["optional"] for name in ("audio", "language", "task", "timestamps", "prompt"))
+        assert [o["name"] for o in config["output"]] == [f.name for f in schema.SPEECH_OUTPUTS], model
+        assert config["output"][-1]["name"] == "segments_json" and config["output"][-1]["data_type"] == "TYPE_STRING"
 
 
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -123,6 +137,17 @@ def test_a_grpc_stream_gives_the_python_apis_pieces(server, reference):
     assert [p["text"] for p in pieces] == [p.text for p in want] and len(pieces) > 1
     assert sum((p["token_ids"] for p in pieces), []) == sum((p.token_ids for p in want), [])
     assert pieces[-1]["stop_reason"] == want[-1].stop_reason
+    assert all(p["segments"] == [] for p in pieces)             # no timestamps asked for
+
+
+def test_a_grpc_stream_of_audio_longer_than_the_window_gives_a_piece_per_window(server, reference):
+    params = {"language": "en", "draft": "draft", "gamma": 2, "max_new_tokens": MAX_NEW}
+    (pieces,) = grpc_stream(f"127.0.0.1:{server.grpc_port}", schema.STREAM_MODEL,
+                            [inputs(tritonclient_grpc, batched=False, audio=WAVES[2], **params)])
+    want = list(reference.stream(audio=WAVES[2], **params))
+    assert len(want) > 2, "more than two windows"
+    assert [(p["text"], p["token_ids"], p["stop_reason"]) for p in pieces] == \
+        [(p.text, p.token_ids, p.stop_reason) for p in want]
 
 
 # (what is sent, the generate() keywords whose one-line error the answer carries: None when Triton refuses the request
@@ -130,7 +155,8 @@ def test_a_grpc_stream_gives_the_python_apis_pieces(server, reference):
 # with no elements on (its message is its own); the stand-alone repository answers it with the runtime's line.
 BAD = [
     (dict(audio=np.full(160, np.nan, np.float32)), dict(audio=np.full(160, np.nan, np.float32)), "NaN"),
-    (dict(audio=whisper_audio(1.5)), dict(audio=whisper_audio(1.5)), "longer than the encoder's 1 s window"),
+    (dict(audio=WAVES[0], timestamps=True), dict(audio=WAVES[0], timestamps=True), "no timestamp tokens"),
+    (dict(audio=WAVES[0], timestamps=1, dtypes={"timestamps": "INT64"}), None, "BOOL"),
     (dict(audio=WAVES[0], language="xx"), dict(audio=WAVES[0], language="xx"), "'xx'"),
     (dict(audio=WAVES[0], task="summarize"), dict(audio=WAVES[0], task="summarize"), "'summarize'"),
     (dict(audio=np.zeros(0, np.float32)), None, ""),
@@ -194,12 +220,14 @@ def test_written_model_repository_transcribes_on_a_standalone_tritonserver(http,
         client = tritonclient_http.InferenceServerClient(url)
         try:
             for model in (schema.MODEL, schema.STREAM_MODEL):
-                assert client.get_model_config(model)["input"] == http.get_model_config(model)["input"], model
+                for key in ("input", "output"):
+                    assert client.get_model_config(model)[key] == http.get_model_config(model)[key], (model, key)
             wave, params = CASES[1]
             want = expected(reference, wave, params, counts=True)
             got = served(client, tritonclient_http, audio=WAVES[wave], **params)
             assert {key: got[key] for key in want} == want
-            for bad in (dict(audio=WAVES[0], language="xx"), dict(audio=np.zeros(0, np.float32))):
+            for bad in (dict(audio=WAVES[0], language="xx"), dict(audio=np.zeros(0, np.float32)),
+                        dict(audio=WAVES[0], timestamps=True)):
                 assert refused(client, tritonclient_http, **bad) == one_line(reference, **bad)
         finally:
             client.close()

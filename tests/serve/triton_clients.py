@@ -3,14 +3,16 @@ keyword parameters, read a response back as a dict, stream over gRPC; every wait
 
 from __future__ import annotations
 
+import json
 import queue
 import time
 
 import numpy as np
 
 DTYPES = {"prompt": "BYTES", "draft": "BYTES", "max_new_tokens": "INT64", "gamma": "INT64", "top_k": "INT64",
-          "seed": "INT64", "temperature": "FP64", "top_p": "FP64", "audio": "FP32"}
-NUMPY = {"BYTES": np.object_, "INT64": np.int64, "FP64": np.float64, "FP32": np.float32, "INT32": np.int32}
+          "seed": "INT64", "temperature": "FP64", "top_p": "FP64", "audio": "FP32", "timestamps": "BOOL"}
+NUMPY = {"BYTES": np.object_, "INT64": np.int64, "FP64": np.float64, "FP32": np.float32, "INT32": np.int32,
+         "BOOL": np.bool_}
 INT_OUTPUTS = ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted")
 
 
@@ -35,13 +37,16 @@ def inputs(module, prompt=None, dtypes=None, batched=True, **params) -> list:
 
 
 def as_dict(result) -> dict:
-    """One row's outputs (a [1, ...] batched answer or a stream piece); token_ids without the -1 padding."""
+    """One row's outputs (a [1, ...] batched answer or a stream piece); token_ids without the -1 padding; a Whisper
+    export's `segments` (segments_json read back)."""
     def one(name):
         return result.as_numpy(name).reshape(-1)
 
     out = {"text": one("text")[0].decode(), "token_ids": [int(t) for t in one("token_ids") if t >= 0],
            "stop_reason": one("stop_reason")[0].decode(), "error": one("error")[0].decode()}
     out.update({name: int(one(name)[0]) for name in INT_OUTPUTS})
+    if result.as_numpy("segments_json") is not None:
+        out["segments"] = json.loads(one("segments_json")[0])
     return out
 
 
