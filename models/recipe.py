@@ -26,7 +26,8 @@ from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
-SPEECH_STAGES = ["speech", "speech-data", "speech-target", "speech-draft", "speech-package", "speech-evaluate"]
+SPEECH_STAGES = ["speech", "speech-data", "speech-target", "speech-draft", "speech-package", "speech-evaluate",
+                 "speech-checkpoint"]
 
 # Each hyperparameter's default and help. The committed pair was trained by this recipe as of commit 5d2fde6
 # (62-min target cap, 4,000 draft steps, no sequence-level distillation); these defaults were measured end to end
@@ -69,7 +70,7 @@ def build_parser():
                                                                 "t5-large (default t5-large)")
     ap.add_argument("--draft-shape", default="t5-small", help="widen: the draft's shape (default t5-small)")
     ap.add_argument("--out", help="widen: where target/ and draft/ are written (outside the repository: t5-large "
-                                  "is 2.9 GB)")
+                                  "is 2.9 GB); speech-checkpoint: where the speech pair's checkpoints are written")
     ap.add_argument("--speech-clips", default="24000,500,500",
                     help="speech-data: clips of the train, validation and test splits (default 24000,500,500)")
     ap.add_argument("--speech-minutes", type=float, default=60.0,
@@ -149,7 +150,7 @@ def _main(argv) -> int:
 def _speech(args) -> int:
     """The speech pair's stages (`speech` runs them all in order; each resumes where an interrupted run stopped)."""
     work = os.path.abspath(args.work_dir)
-    stages = SPEECH_STAGES[1:] if args.stage == "speech" else [args.stage]
+    stages = SPEECH_STAGES[1:-1] if args.stage == "speech" else [args.stage]
     for st in stages:
         t0 = time.time()
         print(f"=== {st} ===", flush=True)
@@ -171,9 +172,13 @@ def _speech(args) -> int:
                   resume=args.resume or args.stage == "speech", precision=args.precision,
                   log=lambda m: print(m, flush=True))
         elif st == "speech-package":
-            from .speech_eval import package
+            from .speech_pack import pack
 
-            package(work, os.path.abspath(args.out_dir))
+            pack(work, os.path.join(os.path.abspath(args.out_dir), "speech"))
+        elif st == "speech-checkpoint":
+            from .speech_pack import run_checkpoint
+
+            run_checkpoint(args.out)
         elif st == "speech-evaluate":
             from .speech_eval import evaluate
 

@@ -184,9 +184,27 @@ def draft_from(target):
 
 
 # --------------------------------------------------------------------------- training
+CTC_CHARS = " abcdefghijklmnopqrstuvwxyz0123456789'"       # the CTC head's classes after the blank (0)
+
+
+def characters(text: str) -> list:
+    """A transcript's characters as CTC classes (1 ..): lowercase letters, digits, apostrophes; anything else a space,
+    spaces merged."""
+    keep = "".join(c if c in CTC_CHARS else " " for c in text.lower())
+    return [CTC_CHARS.index(c) + 1 for c in " ".join(keep.split())]
+
+
+def ctc_targets(chars: list, idx: list):
+    """The clips' character classes concatenated, and their lengths (F.ctc_loss's targets)."""
+    import torch
+
+    rows = [chars[i] for i in idx]
+    return torch.tensor([t for r in rows for t in r], dtype=torch.long), torch.tensor([len(r) for r in rows])
+
+
 def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: float, warmup: int, seed: int,
           threads: int, resume: bool, kl_weight: float = 0.8, precision: str = "bf16", ckpt_minutes: float = 4.0,
-          log=print) -> str:
+          ctc_weight: float = 0.3, log=print) -> str:
     """Train the speech target (name "speech-target") or draft ("speech-draft", from the trained target); returns the
     saved checkpoint directory work/<name>."""
     import torch
@@ -222,12 +240,18 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
         model = draft_from(teacher)
         for p in model.model.encoder.parameters():
             p.requires_grad_(False)
+    # The target's encoder also learns a character CTC head (dropped after training): a monotone alignment signal from
+    # the first step, which an attention decoder trained alone finds only after thousands of steps (hybrid
+    # CTC/attention training). Its targets are the transcript's characters (class 0 the blank).
+    ctc = torch.nn.Linear(model.config.d_model, len(CTC_CHARS) + 1) if teacher is None and ctc_weight else None
+    chars = [characters(tok.decode([t for t in s if t < specials.eos])) for s in seqs] if ctc else None
     model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad] + (list(ctc.parameters()) if ctc else [])
     log(f"[{name}] parameters: {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M "
         f"({sum(p.numel() for p in params) / 1e6:.2f} M trained)")
     decay = [p for n, p in model.named_parameters() if p.requires_grad and p.ndim >= 2 and "embed" not in n]
     rest = [p for n, p in model.named_parameters() if p.requires_grad and not (p.ndim >= 2 and "embed" not in n)]
+    decay += list(ctc.parameters()) if ctc else []
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.98), eps=1e-8)
 
@@ -237,13 +261,15 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     if resume and os.path.exists(ckpt):
         st = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict(st["model"])
+        if ctc is not None:
+            ctc.load_state_dict(st["ctc"])
         opt.load_state_dict(st["opt"])
         start, before = st["step"], st["elapsed"]
         log(f"[{name}] resumed at step {start} ({before / 60:.1f} min trained)")
 
     def save_ckpt(step, elapsed):
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed},
-                   ckpt + ".tmp")
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
+                    "ctc": ctc.state_dict() if ctc else None}, ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
 
     def forward(m, x, dec, enc=None):
@@ -272,17 +298,24 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
             break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, warmup, steps, lr, elapsed / (minutes * 60))
-        x, dec, labels = collate(feats, seqs, cuts, batch_order(len(seqs), batch, seed, step), specials.no_timestamps)
+        idx = batch_order(len(seqs), batch, seed, step)
+        x, dec, labels = collate(feats, seqs, cuts, idx, specials.no_timestamps)
         with torch.autocast(**autocast):
             if teacher is None:
-                logits = forward(model, x, dec)
+                enc = model.model.encoder(x).last_hidden_state
+                logits = forward(model, None, dec, enc)
+                if ctc is not None:
+                    frames = F.log_softmax(ctc(enc).float(), -1).transpose(0, 1)
+                    targets, lengths = ctc_targets(chars, idx)
+                    ctc_loss = F.ctc_loss(frames, targets, torch.full((len(idx),), frames.shape[0]), lengths,
+                                          zero_infinity=True)
             else:
                 with torch.no_grad():
                     enc = teacher.model.encoder(x).last_hidden_state
                     t_logp = F.log_softmax(forward(teacher, None, dec, enc), -1)
                 logits = forward(model, None, dec, enc)
         ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
-        loss = ce
+        loss = ce if ctc is None else (1 - ctc_weight) * ce + ctc_weight * ctc_loss
         if teacher is not None:
             valid = labels != -100
             kl = (t_logp.exp() * (t_logp - F.log_softmax(logits, -1))).sum(-1)
@@ -295,6 +328,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if step % 100 == 0:
             vl = f" val_ce {val_ce():.4f}" if step % 1000 == 0 else ""
+            vl += f" ctc {ctc_loss.item():.3f}" if ctc is not None else ""
             log(f"[{name}] step {step} loss {ema:.4f} ce {ce.item():.4f}{vl} "
                 f"lr {opt.param_groups[0]['lr']:.2e} elapsed {(before + time.time() - t0) / 60:.1f} min")
         if time.time() - last > ckpt_minutes * 60:
@@ -311,6 +345,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     sv.write_speech_tokenizer(out, WINDOW_S)
     with open(os.path.join(out, "train_info.json"), "w") as f:
         json.dump({"steps": step, "batch": batch, "lr": lr, "warmup": warmup, "seed": seed, "threads": threads,
+                   "ctc_weight": ctc_weight if ctc else None,
                    "precision": precision, "minutes": round(elapsed / 60, 1), "clips": len(clips),
                    "kl_weight": kl_weight if teacher is not None else None, "val_ce": round(final, 4)}, f, indent=1)
     log(f"[{name}] validation cross-entropy {final:.4f}; {elapsed / 60:.1f} min -> {out}")
