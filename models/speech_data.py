@@ -28,6 +28,8 @@ import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
 
+from pathlib import Path
+
 from .speech_synth import HELD_OUT, RATE, SPEEDS, VOICES, Voice, synthesize
 
 WINDOW_S = 10                  # the encoder's window: clips are at most this long
@@ -169,3 +171,41 @@ def _write(stem: str, feats: np.ndarray, info: dict) -> None:
 def run_speech_data(work: str, train: int, validation: int, test: int, seed: int = 0) -> None:
     done = build(work, {"train": train, "validation": validation, "test": test}, seed)
     print(f"speech-data: {done} shards of at most {SHARD_CLIPS} clips in {os.path.join(work, 'speech')}", flush=True)
+
+
+def long_recording(seconds: float, seed: int) -> tuple:
+    """(pcm, [(start, end, sentence)]) of test sentences read one after another with pauses, voices by turns."""
+    sentences = [s for s in english_sentences() if split_of(s) == "test"]
+    rng = np.random.default_rng([seed, 99])
+    voices = [Voice(v, r) for r in SPEEDS for v in VOICES]
+    pcm, spans, at = [], [], 0
+    for k, sentence in enumerate(sentences):
+        speech = synthesize(sentence, voices[k % len(voices)])
+        if speech.seconds > WINDOW_S - 1:
+            continue
+        gap = np.zeros(int(rng.uniform(0.2, 0.8) * RATE), np.float32)
+        spans.append((round((at + gap.size) / RATE, 3), round((at + gap.size + speech.pcm.size) / RATE, 3), sentence))
+        pcm += [gap, speech.pcm]
+        at += gap.size + speech.pcm.size
+        if at >= seconds * RATE:
+            break
+    return np.concatenate(pcm), spans
+
+
+def write_wav(path: Path, pcm: np.ndarray) -> None:
+    from scipy.io import wavfile
+
+    wavfile.write(str(path), RATE, (np.clip(pcm, -1, 1) * 32767).astype(np.int16))
+
+
+EXAMPLE_S = 25          # the bundled example: three windows of the speech pair
+
+
+def write_example(out: Path, seed: int = 0) -> Path:
+    """models/speech/example.wav: test sentences read one after another (EXAMPLE_S seconds, three windows), and
+    example.json: each sentence's start, end and text."""
+    pcm, spans = long_recording(EXAMPLE_S, seed + 1)
+    write_wav(Path(out) / "example.wav", pcm)
+    (Path(out) / "example.json").write_text(json.dumps([{"start": a, "end": b, "text": t} for a, b, t in spans],
+                                                       indent=1) + "\n")
+    return Path(out) / "example.wav"

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .speech_data import RATE, WINDOW_S, clip_plan, english_sentences, speak, split_of
-from .speech_synth import HELD_OUT, SPEEDS, VOICES, Voice, synthesize
+from .speech_data import RATE, clip_plan, english_sentences, long_recording, speak, split_of, write_wav
+from .speech_synth import HELD_OUT
 
 LONG_S = 600
 MAX_NEW_TOKENS = 128
@@ -78,25 +78,6 @@ def test_clips(count: int, seed: int) -> list:
     return clip_plan(sentences, "test", seed)[:count]
 
 
-def long_recording(seconds: float, seed: int) -> tuple:
-    """(pcm, [(start, end, sentence)]) of test sentences read one after another with pauses, voices by turns."""
-    sentences = [s for s in english_sentences() if split_of(s) == "test"]
-    rng = np.random.default_rng([seed, 99])
-    voices = [Voice(v, r) for r in SPEEDS for v in VOICES]
-    pcm, spans, at = [], [], 0
-    for k, sentence in enumerate(sentences):
-        speech = synthesize(sentence, voices[k % len(voices)])
-        if speech.seconds > WINDOW_S - 1:
-            continue
-        gap = np.zeros(int(rng.uniform(0.2, 0.8) * RATE), np.float32)
-        spans.append((round((at + gap.size) / RATE, 3), round((at + gap.size + speech.pcm.size) / RATE, 3), sentence))
-        pcm += [gap, speech.pcm]
-        at += gap.size + speech.pcm.size
-        if at >= seconds * RATE:
-            break
-    return np.concatenate(pcm), spans
-
-
 def evaluate(out_dir: str, work: str, threads: int = 2, seed: int = 0, clips: int = 500,
              long_s: float = LONG_S, pack_dir=None) -> dict:
     from specdec.runtime import SpeculativeDecoder
@@ -105,6 +86,7 @@ def evaluate(out_dir: str, work: str, threads: int = 2, seed: int = 0, clips: in
     export = export_pair(work, pack_dir or Path(out_dir) / "speech")
     dec = SpeculativeDecoder.load(export, provider="cpu", threads=threads)
     plans = test_clips(clips, seed)
+    bench_prompts(plans, work / "speech-eval" / "clips")
     rows, held = [], HELD_OUT[0]
     dec.generate(audio=speak(plans[0])[0], language="en", max_new_tokens=8)        # warm the sessions
     t0 = time.time()
@@ -134,6 +116,21 @@ def evaluate(out_dir: str, work: str, threads: int = 2, seed: int = 0, clips: in
     path.write_text(json.dumps({"summary": report, "rows": rows}, indent=1))
     print(json.dumps(report, indent=1), flush=True)
     return report
+
+
+def bench_prompts(plans: list, folder: Path) -> Path:
+    """The clips as 16-bit WAV files and a prompts file specdec-bench takes (`--prompts folder/prompts.jsonl`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for n, plan in enumerate(plans):
+        spoken = speak(plan)
+        if spoken is None:
+            continue
+        write_wav(folder / f"{n:04d}.wav", spoken[0])
+        lines.append(json.dumps({"audio": f"{n:04d}.wav", "reference": " ".join(t for _, _, t in spoken[1]),
+                                 "task": "held-out voice" if plan["voice"].name == HELD_OUT[0] else "speech"}))
+    (folder / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    return folder / "prompts.jsonl"
 
 
 def boundary_errors(rows) -> list:

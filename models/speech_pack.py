@@ -20,7 +20,7 @@ from pathlib import Path
 from specdec.runtime.core.errors import SpecdecError
 
 from . import speech_vocab as sv
-from .speech_data import WINDOW_S
+from .speech_data import WINDOW_S, write_example
 
 PACK = Path(__file__).resolve().parent / "speech"
 WEIGHTS = "weights.safetensors"
@@ -70,6 +70,7 @@ def pack(work: str, out: Path = PACK) -> Path:
         (out / f"{role}.json").write_text(json.dumps({k: config[k] for k in sorted(config)}, indent=1) + "\n")
         shutil.copy(src / "train_info.json", out / f"{role}-train.json")
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "specdec speech pair 1"})
+    write_example(out)
     size = (out / WEIGHTS).stat().st_size
     print(f"speech-package: {out / WEIGHTS} ({size / 1e6:.1f} MB)", flush=True)
     return out

@@ -7,10 +7,11 @@ from .decoder import Piece, SpeculativeDecoder
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.lookup import LookupDraft
 from .decoding.round import Proposal, Verdict
+from .decoding.transcript import Segment
 from .engine.device import PROVIDER_CHOICES, PROVIDER_HELP  # noqa: F401
 from .engine.model import CachedSeq2Seq
 from .loading.manifest import load_manifest
 
 __all__ = ["SpeculativeDecoder", "SpecdecError", "RunFailed", "Params", "Result", "Stats", "Piece", "DraftSource",
-           "ModelDraft", "LookupDraft", "CachedSeq2Seq", "Proposal", "Verdict", "load_manifest"]
+           "ModelDraft", "LookupDraft", "CachedSeq2Seq", "Proposal", "Verdict", "load_manifest", "Segment"]
 # not in __all__: what every command line's --provider takes and says of it (for the package's own command lines)

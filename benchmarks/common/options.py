@@ -14,6 +14,8 @@ from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
 
 PROMPT_FILE = ("JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled test prompts "
                "for the bundled pair, else random ids)")
+AUDIO_PROMPTS = ("; a Whisper export: JSONL of {\"audio\": \"clip.wav\"} lines (16 kHz WAV files, paths relative to "
+                 "the file; optional \"language\", default en), else random audio")
 # earlier flag names, accepted for one release
 RENAMED = {"--engine": "--export", "--wide-engine": "--wide-export", "--workdir": "--work-dir"}
 
@@ -104,9 +106,10 @@ def pair(p, whisper: bool = False) -> None:
                    help=f"random-initialised models with official configurations ({names}), e.g. {example}")
 
 
-def prompts(every_task: bool) -> argparse.ArgumentParser:
+def prompts(every_task: bool, audio: bool = False) -> argparse.ArgumentParser:
+    """--prompts and --num-prompts; `audio`: the command takes a Whisper export's audio clips too."""
     parent, g = group("prompts")
-    g.add_argument("--prompts", metavar="FILE", help=PROMPT_FILE)
+    g.add_argument("--prompts", metavar="FILE", help=PROMPT_FILE + (AUDIO_PROMPTS if audio else ""))
     g.add_argument("--num-prompts", type=int, default=8, metavar="N",
                    help="prompts to use, round-robin over the prompts' tasks, so N gives N/tasks of each (default 8; "
                         "0 = all" + ("; at least one per task)" if every_task else ")"))
@@ -217,7 +220,8 @@ def peers(what: str, gamma: str) -> argparse.ArgumentParser:
 def on_export(sweep: bool, repeat_help: str, peer_texts: tuple[str, str]) -> list:
     """The parents of a command that measures generations on an export: `sweep` (several filters and a plot; each
     prompt task at least once otherwise, as `drafts` needs) and the peers' texts (peers())."""
-    return [engine(), prompts(every_task=not sweep), sampling(temperatures=True, several_filters=sweep),
+    return [engine(), prompts(every_task=not sweep, audio=not sweep),
+            sampling(temperatures=True, several_filters=sweep),
             run(max_new_tokens=64, repeat=5, repeat_help=repeat_help, past="max_new_tokens/2"), output(plot=sweep),
             peers(*peer_texts)]
 

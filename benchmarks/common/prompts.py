@@ -1,5 +1,18 @@
-"""Benchmark prompts: a JSONL file ({"source": ...} or {"input_ids": [...]}, optionally "task"), a plain text file
-(one prompt a line), the bundled test prompts (models/prompts/test.jsonl), or random token ids."""
+"""Benchmark prompts: a JSONL file, a plain text file (one prompt a line), the bundled test prompts
+(models/prompts/test.jsonl), random token ids, or random audio for a Whisper export.
+
+A JSONL line is one prompt:
+
+    {"source": "translate English to German: ...", "task": "translate", "reference": "..."}   # text, tokenized
+    {"input_ids": [13959, 1566, 12, 2968, 10, 1]}                                           # token ids as they are
+    {"audio": "clips/0001.wav", "reference": "the spoken text", "task": "...", "language": "en"}   # a Whisper export
+
+"task" (optional) groups the report's rows; "reference" (optional) is kept with the prompt. An "audio" line names a
+16 kHz WAV file (specdec.runtime.loading.audio.check_audio reads it; mono or mixed to mono), its path relative to
+the JSONL file's folder; it is read once, when the prompts are loaded, and its samples are kept on the Prompt. Such
+a prompt is generated as `generate(audio=samples, language=...)`: "language" defaults to "en" (None, no language
+token, for an English-only model). Audio prompts are for a Whisper export only and text prompts for a text export
+only: `load` refuses the other kind with a one-line SpecdecError, before any WAV is read."""
 
 from __future__ import annotations
 
@@ -11,6 +24,9 @@ import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
 
+AUDIO_LINE = '{"audio": "clip.wav"} lines (16 kHz WAV files, paths relative to the JSONL file)'
+DEFAULT_LANGUAGE = "en"
+
 
 @dataclass
 class Prompt:
@@ -19,8 +35,23 @@ class Prompt:
     task: str = ""
     reference: str | None = None
     ids: list = field(default_factory=list)      # token ids as the runtime sees them (filled by `tokenize`)
+    clip: Path | None = None                      # an audio prompt's WAV file (read by `read_clips`)
+    audio: np.ndarray | None = field(default=None, repr=False, compare=False)   # its float32 16 kHz samples
+    language: str | None = None                   # an audio prompt's language (None: none or detected)
+
+    @property
+    def is_audio(self) -> bool:
+        return self.clip is not None or self.audio is not None
+
+    @property
+    def source(self):
+        """What the encoders read: the samples of an audio prompt, else the token ids."""
+        return self.audio if self.is_audio else self.ids
 
     def kwargs(self) -> dict:
+        """The prompt's keywords of SpeculativeDecoder.generate / stream."""
+        if self.is_audio:
+            return {"audio": self.audio, "language": self.language}
         return {"input_ids": self.ids}
 
 
@@ -39,7 +70,16 @@ def bundled_prompts_file() -> Path | None:
     return path if path.is_file() else None
 
 
-def read_prompts(path: str | Path) -> list[Prompt]:
+def _optional_text(item: dict, key: str, where: str) -> str | None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, str):
+        raise SpecdecError(f'{where}: "{key}" is not a string (it is a JSON {type(value).__name__})')
+    return value
+
+
+def read_prompts(path: str | Path, audio: bool = True) -> list[Prompt]:
+    """The prompts of a JSONL or plain text file (module docstring); `audio`: read the audio lines' WAV files now
+    (False: leave that to read_clips)."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -51,23 +91,44 @@ def read_prompts(path: str | Path) -> list[Prompt]:
         if not line:
             continue
         if line.startswith("{"):
+            where = f"{path}:{number}"
             try:
                 item = json.loads(line)
             except json.JSONDecodeError:
-                raise SpecdecError(f"{path}:{number} is not valid JSON",
+                raise SpecdecError(f"{where} is not valid JSON",
                                    'write one {"source": "..."} object a line, or plain text lines') from None
-            if "input_ids" in item:
-                out.append(Prompt(input_ids=[int(t) for t in item["input_ids"]], task=str(item.get("task", ""))))
+            if not isinstance(item, dict):
+                raise SpecdecError(f"{where} is not a JSON object", 'write one {"source": "..."} object a line')
+            task = str(item.get("task", ""))
+            if "audio" in item:
+                clip = _optional_text(item, "audio", where)
+                if not clip:
+                    raise SpecdecError(f'{where}: "audio" must name a WAV file', f"write {AUDIO_LINE}")
+                out.append(Prompt(clip=path.parent / clip, task=task,
+                                  reference=_optional_text(item, "reference", where),
+                                  language=_optional_text(item, "language", where)))
+            elif "input_ids" in item:
+                out.append(Prompt(input_ids=[int(t) for t in item["input_ids"]], task=task))
             elif isinstance(item.get("source"), str):
-                out.append(Prompt(text=item["source"], task=str(item.get("task", "")),
-                                  reference=item.get("reference")))
+                out.append(Prompt(text=item["source"], task=task, reference=item.get("reference")))
             else:
-                raise SpecdecError(f'{path}:{number} has neither "source" nor "input_ids"')
+                raise SpecdecError(f'{where} has neither "source", "input_ids" nor "audio"')
         else:
             out.append(Prompt(text=line))
     if not out:
         raise SpecdecError(f"prompts file '{path}' has no prompts")
-    return out
+    return read_clips(out) if audio else out
+
+
+def read_clips(prompts: list[Prompt]) -> list[Prompt]:
+    """Read every audio prompt's WAV file once (check_audio: 16 kHz float32 samples, or a one-line SpecdecError
+    naming the file)."""
+    from specdec.runtime.loading.audio import check_audio
+
+    for p in prompts:
+        if p.clip is not None and p.audio is None:
+            p.audio = check_audio(p.clip)
+    return prompts
 
 
 def select(prompts: list[Prompt], count: int, every_task: bool = False) -> list[Prompt]:
@@ -98,14 +159,42 @@ def random_prompts(vocab_size: int, count: int, length: int = 16, first_id: int 
                    task="random") for _ in range(count)]
 
 
+def random_audio(speech: dict, count: int, seed: int = 0) -> list[Prompt]:
+    """`count` requests of random audio filling a Whisper export's encoder window (Gaussian noise, 0.1 RMS; `speech`:
+    its manifest's speech entry), in its first language (by id), so no request spends a run on language detection."""
+    rng = np.random.default_rng(seed)
+    languages = sorted(speech["languages"], key=speech["languages"].get)
+    language = languages[0] if languages else None
+    return [Prompt(task="random audio", language=language,
+                   audio=(0.1 * rng.standard_normal(int(speech["n_samples"]))).astype(np.float32))
+            for _ in range(count)]
+
+
 def tokenize(prompts: list[Prompt], tokenizer, max_length: int) -> list[Prompt]:
-    """Fill Prompt.ids (truncated to the engine's max_length) with the engine's tokenizer."""
+    """Fill Prompt.ids (truncated to the engine's max_length) with the engine's tokenizer; audio prompts are left
+    as they are."""
     for p in prompts:
+        if p.is_audio:
+            continue
         ids = list(p.input_ids) if p.input_ids is not None else tokenizer.encode(p.text).ids
         if not ids:
             raise SpecdecError(f"prompt {p.text!r} tokenizes to nothing")
         p.ids = [int(t) for t in ids[:max_length]]
     return prompts
+
+
+def audio_seconds(prompts: list[Prompt], rate: int = 16_000) -> float | None:
+    """The audio prompts' total length in seconds; None when none is audio."""
+    clips = [p.audio.size for p in prompts if p.audio is not None]
+    return sum(clips) / rate if clips else None
+
+
+def describe(prompts: list[Prompt]) -> str:
+    """`8 prompts`, or `2 audio clips, 3.5 s in all`."""
+    seconds = audio_seconds(prompts)
+    if seconds is None:
+        return f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''}"
+    return f"{len(prompts)} audio clip{'s' if len(prompts) != 1 else ''}, {seconds:.1f} s in all"
 
 
 def _is_bundled(source: str) -> bool:
@@ -116,11 +205,44 @@ def _is_bundled(source: str) -> bool:
         return False
 
 
-def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False) -> tuple[list[Prompt], str]:
+def check_kind(prompts: list[Prompt], decoder, origin: str) -> None:
+    """Audio prompts for a Whisper export, text prompts (text or token ids) for any other: one-line errors."""
+    speech = decoder.manifest.speech is not None
+    audio = sum(p.is_audio for p in prompts)
+    if speech and audio < len(prompts):
+        raise SpecdecError(f"{origin} has text prompts, but this export is a Whisper model: it transcribes audio",
+                           f"give --prompts a JSONL file of {AUDIO_LINE}")
+    if not speech and audio:
+        raise SpecdecError(f"{origin} has audio prompts, but this export is not a Whisper model",
+                           'give --prompts text prompts ({"source": "..."} JSONL lines or plain text lines), or '
+                           "--export a Whisper export")
+
+
+def _default_language(prompts: list[Prompt], speech: dict) -> None:
+    """An audio prompt without "language": "en" (None for a model without language tokens, English-only)."""
+    language = DEFAULT_LANGUAGE if speech.get("languages") else None
+    for p in prompts:
+        if p.is_audio and p.language is None:
+            p.language = language
+
+
+def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False,
+         audio: bool = False) -> tuple[list[Prompt], str]:
     """Prompts for `decoder` (a SpeculativeDecoder) and a description of where they came from (`every_task`: see
-    select)."""
+    select). `audio`: the command runs on a Whisper export too (its prompts are audio: from --prompts, else random
+    audio); without it a Whisper export is a one-line error."""
+    speech = decoder.manifest.speech
+    if speech is not None and not audio:
+        raise SpecdecError("this command measures text exports, and this export is a Whisper model",
+                           "on a Whisper export run specdec-bench drafts --prompts FILE.jsonl (audio clips) or "
+                           "specdec-bench shapes")
     if prompts_arg:
-        prompts, origin = select(read_prompts(prompts_arg), count, every_task), str(prompts_arg)
+        prompts, origin = read_prompts(prompts_arg, audio=False), str(prompts_arg)
+        check_kind(prompts, decoder, origin)
+        prompts = read_clips(select(prompts, count, every_task))
+    elif speech is not None:
+        prompts = random_audio(speech, max(count, 1))
+        origin = "random audio (no --prompts given; pass --prompts FILE.jsonl of audio clips for real speech)"
     elif bundled_prompts_file() is not None and _is_bundled(decoder.manifest.models["target"].source):
         path = bundled_prompts_file()
         prompts, origin = select(read_prompts(path), count, every_task), str(path)
@@ -128,4 +250,6 @@ def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False)
         prompts = random_prompts(decoder.vocabulary.tokenizer_size, max(count, 1),
                                  eos_id=special_id(decoder, "eos_token_id"))
         origin = "random token ids (no --prompts given; pass --prompts FILE for real text)"
+    if speech is not None:
+        _default_language(prompts, speech)
     return tokenize(prompts, decoder.tokenizer, decoder.max_length), origin

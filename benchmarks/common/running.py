@@ -173,14 +173,18 @@ def progress(args, total: int, desc: str):
 def probe(dec, prompts, args, temperatures, max_gamma: int, source=None, show: bool = True):
     """The cost probe: fused runs at temperature 0 with the sweep's first filter, the head alone at temperature 0
     and every temperature of the sweep (1.0 too when the sweep has no positive one), with every filter of the
-    sweep, for G = 0 .. the largest gamma. `source`: what the encoders read (default the first prompt's ids; a
-    Whisper export's audio); `show`: print it."""
+    sweep, for G = 0 .. the largest gamma. `source`: what the encoders read (default the first prompt's: its ids,
+    or an audio prompt's samples, at most the encoder's window of them); `show`: print it."""
     from . import costs
     from .report import probe_text
 
     head_temps = sorted({float(t) for t in temperatures if t > 0} or {1.0})
     top_k, top_p = args.filters[0]
-    source = prompts[0].ids if source is None else source
+    if source is None:
+        source = prompts[0].source
+        speech = dec.manifest.speech
+        if speech is not None:                  # a clip longer than the window: generate decodes it window by window
+            source = source[:int(speech["n_samples"])]
     out = costs.probe(dec, source, args.past, repeats=args.probe_repeats, temperature=0.0,
                       top_k=top_k, top_p=top_p, lenience=args.lenience, threads=args.threads,
                       head_temperatures=head_temps, head_guesses=range(max_gamma + 1), sweep_filters=args.filters)

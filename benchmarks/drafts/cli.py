@@ -1,9 +1,13 @@
 """`specdec-bench drafts --export DIR --draft none draft lookup lookup,draft auto`: which source of guesses pays, per
-task of the prompts x temperature x draft configuration, interleaved on one export (measure.py)."""
+task of the prompts x temperature x draft configuration, interleaved on one export (measure.py). On a Whisper export
+the prompts are audio clips: --prompts FILE.jsonl with {"audio": "clips/0001.wav"} lines (16 kHz WAV files, paths
+relative to the JSONL file; optional "reference", "task", "language", default en)."""
 
 from __future__ import annotations
 
 import time
+
+from specdec.runtime.core.errors import SpecdecError
 
 from ..common import machine, options, running as common
 
@@ -47,13 +51,17 @@ def run(args) -> int:
     configs = drafts.parse_configs(args.draft)
     base = common.base_params(args)
     dec = common.load(args.engine, args.provider, args.threads)
+    if args.peers and dec.manifest.speech is not None:
+        raise SpecdecError("--peers times T5 engines (transformers, CTranslate2, Optimum), and this export is a "
+                           "Whisper model", "drop --peers")
     drafts.check_configs(dec, configs, base)
-    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True)
+    prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True, audio=True)
     tasks = drafts.tasks_of(prompts)
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench: {args.engine}")
     common.print_machine(mach)
-    print(f"prompts: {len(prompts)} from {origin} ({', '.join(f'{t} {n}' for t, n in tasks.items())}); "
+    print(f"prompts: {prompts_mod.describe(prompts)} from {origin} "
+          f"({', '.join(f'{t} {n}' for t, n in tasks.items())}); "
           f"max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, "
           f"draft {', '.join(c.label for c in configs)}, temperature {','.join(f'{t:g}' for t in args.temperature)}; "
           f"{sweep_filters_text(common.filter_settings(args))}")
@@ -69,7 +77,8 @@ def run(args) -> int:
     best, agreement = drafts.best_by_task(rows), drafts.greedy_agreement(outputs)
     print()
     print("draft sources per task (ms/tok: median over repeats, +-: half the min-max range; speedup: median of "
-          "per-repeat ratios to none of the same task and T, min-max over repeats; tok/call: tokens per target "
+          "per-repeat ratios to none of the same task and T, min-max over repeats; decode ms/tok, decode speedup: "
+          "the same without the encoder runs (Stats.encoder_s), the decoder's own; tok/call: tokens per target "
           "call; sources: per source alpha = accepted/(accepted + rejections) per guess and share of the tokens, "
           "lookup> = the lookup as the draft model checked it in lookup,draft)")
     print(table(*lines(DRAFTS, rows)))
@@ -102,6 +111,7 @@ def run(args) -> int:
     out = {"mode": "drafts", "machine": mach, "engine": common.engine_info(dec),
            "settings": {"drafts": [c.as_dict() for c in configs], "temperatures": args.temperature,
                         "max_new_tokens": args.max_new_tokens, "repeats": args.repeat, "prompts": len(prompts),
+                        "audio_seconds": prompts_mod.audio_seconds(prompts),
                         "prompts_per_task": tasks, "prompts_origin": origin, "probe_past": args.past,
                         "threads": args.threads, **common.filter_settings(args)},
            "notes": DRAFT_NOTES, "cost_probe": probe, "draft_results": rows, "draft_best": best,

@@ -16,13 +16,14 @@ and is what auto's estimates -- kept across the requests of a decoder -- are lea
 for each repeat, for each prompt, every configuration back to back, the list rotated by one position per prompt and
 per repeat, so a configuration and its baseline are never more than a few generate calls apart and drift hits all
 alike. The prompts alternate between tasks (prompts.select), so auto's estimates follow a mixed workload, as they
-would serving one.
+would serving one. A prompt is generated from what it holds (Prompt.kwargs): token ids, or on a Whisper export its
+audio samples and language.
 
 Results are grouped by the prompts' task: per (task, temperature, configuration), ms per generated token, the
 speedup over `none` (per repeat, same task and temperature, median over repeats), both again without the encoder
-runs (decode-only: Stats.encoder_s left out, so a long source does not dilute the loop's speed), tokens per target
-call, and per
-source (Stats.sources) its per-guess alpha = accepted / (accepted + rejections) and its share of the tokens. The
+runs (decode-only: Stats.encoder_s left out, so a long source, or a Whisper export's encoder, a large fixed cost
+per request that no draft touches, does not dilute the loop's speed), tokens per target call, and per source
+(Stats.sources) its per-guess alpha = accepted / (accepted + rejections) and its share of the tokens. The
 prediction for the configuration's dominant source s (the proposing source with the most tokens) is Theorem 3.8 with
 measured costs: E(alpha_s, g) / (g c_s + T(g)/T(0)), g the mean guesses s proposed per round, T(g)/T(0) the cost
 probe's target run over g+1 tokens over its one-token step (interpolated at a mean g), c_s from the probe: the draft
@@ -198,13 +199,13 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
             kind.reset()
         for i, p in enumerate(prompts):              # warm-up: untimed; auto learns its estimates here
             for c in rotated(configs, i):
-                dec.generate(input_ids=p.ids, params=params[c.label], seed=WARMUP_SEED + i, learned=uses[c.label])
+                dec.generate(**p.kwargs(), params=params[c.label], seed=WARMUP_SEED + i, learned=uses[c.label])
                 tick()
         learned[t] = {**estimates_snapshot(kinds[True].estimates), "switch": switch_snapshot(dec, kinds[True])}
         for r in range(repeats):
             for i, p in enumerate(prompts):
                 for c in rotated(configs, r + i):
-                    res = dec.generate(input_ids=p.ids, params=params[c.label], seed=seed_for(r, i),
+                    res = dec.generate(**p.kwargs(), params=params[c.label], seed=seed_for(r, i),
                                        learned=uses[c.label])
                     key = (task_of(p), t, c.label)
                     cells[key].add(r, res.stats)

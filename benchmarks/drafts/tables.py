@@ -109,7 +109,9 @@ def markdown_sections(report: dict) -> list[str]:
     """The report of `drafts` in Markdown (after the machine line)."""
     s, probe = report["settings"], report["cost_probe"]
     tasks = ", ".join(f"{task} {n}" for task, n in s["prompts_per_task"].items())
-    parts = [f"{s['prompts']} prompts ({tasks}; {s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
+    seconds = s.get("audio_seconds")
+    what = f"{s['prompts']} prompts" if seconds is None else f"{s['prompts']} audio clips, {seconds:.1f} s in all"
+    parts = [f"{what} ({tasks}; {s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
              f"{s['repeats']} repeats, draft configurations {', '.join(d['label'] for d in s['drafts'])} "
              f"interleaved; {sweep_filters_text(s)}. {report['auto_estimates_note']}"]
     best = draft_best_lines(report.get("draft_best") or {})
@@ -117,8 +119,9 @@ def markdown_sections(report: dict) -> list[str]:
         parts.append("Best per task and temperature:\n\n" + "\n".join(f"- {line}" for line in best))
     parts.append("ms per generated token (median over repeats, ± half the min-max range), speedup over none of the "
                  "same task and T (median of per-repeat ratios, min-max), the same two without the encoder runs "
-                 "(decode-only), tokens per target call, draft-model runs "
-                 "per token, and per source α = accepted/(accepted + rejections) and its share of the tokens:\n\n"
+                 "(decode-only: the decoder's own time, which speculation changes), tokens per target call, "
+                 "draft-model runs per token, and per source α = accepted/(accepted + rejections) and its share of "
+                 "the tokens:\n\n"
                  + markdown_table(*lines(DRAFTS, report["draft_results"])))
     parts.append("Theorem 3.8 for each configuration's dominant source with measured costs, E(α, ḡ) / (ḡ c + "
                  "T(ḡ)/T(0)) (ḡ: mean guesses per round; T(ḡ)/T(0): the probe's target run over ḡ+1 tokens over "

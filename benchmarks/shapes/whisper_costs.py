@@ -15,11 +15,10 @@ speedup; E_draft: 0 for a draft that keeps the target's encoder, whose cross K/V
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..common.prompts import Prompt
+from ..common.prompts import Prompt, random_audio
 
 ALPHAS = (0.7, 0.8)
 REQUEST_TOKENS = 100            # about 30 s of English speech: ~75 words at ~1.3 tokens a word
@@ -32,26 +31,10 @@ SKIP_CHECK = ("random-weight Whisper at a real size, measured for costs only; th
               "tested on tiny Whisper models")
 
 
-@dataclass
-class AudioPrompt(Prompt):
-    """A Whisper request: float32 PCM with its language and task (Prompt.kwargs for generate and stream)."""
-
-    audio: np.ndarray | None = None
-    language: str | None = None
-
-    def kwargs(self) -> dict:
-        return {"audio": self.audio, "language": self.language, "task": "transcribe"}
-
-
-def audio_requests(speech: dict, count: int, seed: int = 0) -> list[AudioPrompt]:
-    """`count` requests of random audio filling the encoder's window (Gaussian noise, 0.1 RMS), in the export's
-    first language (by id), so no request spends a run on language detection."""
-    rng = np.random.default_rng(seed)
-    languages = sorted(speech["languages"], key=speech["languages"].get)
-    language = languages[0] if languages else None
-    return [AudioPrompt(task="random audio", language=language,
-                        audio=(0.1 * rng.standard_normal(int(speech["n_samples"]))).astype(np.float32))
-            for _ in range(count)]
+def audio_requests(speech: dict, count: int, seed: int = 0) -> list[Prompt]:
+    """`count` requests of random audio filling the encoder's window (prompts.random_audio: Gaussian noise, 0.1
+    RMS), in the export's first language (by id), so no request spends a run on language detection."""
+    return random_audio(speech, count, seed)
 
 
 def time_encoders(dec, audio, repeats: int, warmup: int = 1, progress=None) -> dict:

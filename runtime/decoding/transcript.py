@@ -9,7 +9,7 @@ timestamp tokens decodes each window with them; the window's complete segments a
 where the last segment the window cut began (or, when the window ended with a complete segment, or the cut segment
 began in its first MIN_ADVANCE_S, at the window's end: a cut segment kept ends there).
 A model without timestamp tokens gets the chunked fallback: consecutive windows, each cut at its quietest 20 ms in
-the last QUIET_S seconds (so a cut falls between words where the audio has a pause), one segment per window.
+the last QUIET_S seconds (the last quarter of a shorter window) (so a cut falls between words where the audio has a pause), one segment per window.
 
 Each window is an ordinary request, decoded by the caller's `decode(pcm, timestamps, seed)` (the decoder's exact
 speculative decoding, window by window: the same tokens as target-only decoding for the same window); the k-th window
@@ -109,9 +109,10 @@ def _span(seconds: float) -> str:
 
 def quietest_cut(window: np.ndarray, rate: int) -> int:
     """Where the chunked fallback cuts a full window: the middle of its quietest 20 ms frame in the last QUIET_S
-    seconds (samples from the window's start)."""
+    seconds, or the last quarter of a shorter window (samples from the window's start: a window always moves on by
+    at least three quarters of its length)."""
     frame = int(FRAME_S * rate)
-    tail_start = max(0, window.size - int(QUIET_S * rate))
+    tail_start = window.size - min(int(QUIET_S * rate), window.size // 4)
     tail = window[tail_start:tail_start + (window.size - tail_start) // frame * frame].reshape(-1, frame)
     if tail.shape[0] == 0:
         return window.size

@@ -10,7 +10,7 @@ import pytest
 from benchrun import finite, prompts_file, run
 from specdec.bench.common import prompts, theory
 from specdec.bench.drafts import measure as drafts
-from specdec.runtime import Stats
+from specdec.runtime import SpecdecError, Stats
 
 DRAFTS = ["none", "draft", "lookup", "lookup,draft", "auto"]
 
@@ -221,3 +221,124 @@ def test_summary_of_a_chain_by_hand():
                                   "best_decode_speedup": pytest.approx(1.5), "auto_decode_speedup": None,
                                   "best_ms_per_token": pytest.approx(1.5), "baseline_ms_per_token": pytest.approx(2.5),
                                   "auto_speedup": None}}}
+
+
+# -- a Whisper export: audio prompts -------------------------------------------------------------------------------
+
+def _audio_prompts(folder, lines: list[dict]):
+    """A JSONL of audio prompts under `folder`, its WAV files (16-bit PCM, 16 kHz) in folder/clips: each line's
+    "seconds" becomes a clip of that length (tinymodels.whisper_audio, seeded by its index)."""
+    import numpy as np
+    from scipy.io import wavfile
+
+    from tinymodels import whisper_audio
+
+    (folder / "clips").mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, line in enumerate(lines):
+        line = dict(line)
+        seconds = line.pop("seconds", None)
+        if seconds is not None:
+            wavfile.write(folder / line["audio"], 16000, (whisper_audio(seconds, i) * 32767).astype(np.int16))
+        out.append(json.dumps(line))
+    path = folder / "audio.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+CLIPS = [{"audio": "clips/0001.wav", "reference": "the spoken text", "task": "dictation", "seconds": 0.6},
+         {"audio": "clips/0002.wav", "task": "dictation", "language": "de", "seconds": 0.9}]
+
+
+def test_drafts_on_a_whisper_export(whisper_pair, tmp_path):
+    """Audio prompts: each WAV read once into its Prompt, generated with audio= and the line's language (default
+    en); the report lists every configuration, with the decode-only columns, and says what the prompts were;
+    `none`'s tokens are generate(audio=..., draft="none")'s."""
+    from specdec.runtime import SpeculativeDecoder
+
+    export = whisper_pair[1] / "export"
+    path = _audio_prompts(tmp_path / "data", CLIPS)
+    code, out, err = run(["drafts", "--export", export, "--prompts", path, "--draft", "none", "draft", "auto",
+                          "--repeat", "1", "--max-new-tokens", "4", "--probe-repeats", "1", "--no-progress",
+                          "--json", tmp_path / "w.json", "--markdown", tmp_path / "w.md"])
+    assert code == 0, err
+    assert "prompts: 2 audio clips, 1.5 s in all from" in out and "decode ms/tok" in out
+    assert "greedy exactness: every draft configuration" in out
+    report = json.loads((tmp_path / "w.json").read_text())
+    s = report["settings"]
+    assert s["prompts"] == 2 and s["audio_seconds"] == pytest.approx(1.5) and s["prompts_per_task"] == {"dictation": 2}
+    assert report["cost_probe"]["source_seconds"] == pytest.approx(0.6)
+    rows = {(r["temperature"], r["draft"]): r for r in report["draft_results"]}
+    assert set(rows) == {(t, d) for t in (0.0, 1.0) for d in ("none", "draft", "auto")}
+    for key, r in rows.items():
+        assert r["requests"] == 2 and r["new_tokens"] > 0, key
+        assert finite(r["decode_ms_per_token"]["median"]) and finite(r["decode_speedup"]["median"]), key
+        assert r["decode_ms_per_token"]["median"] < r["ms_per_token"]["median"], key     # the encoder left out
+        assert r["ms_per_token_by_part"]["encoder"] > 0, key
+    md = (tmp_path / "w.md").read_text()
+    assert "2 audio clips, 1.5 s in all (dictation 2;" in md and "| decode ms/tok | decode speedup |" in md
+
+    dec = SpeculativeDecoder.load(export, provider="cpu")
+    loaded, origin = prompts.load(str(path), 0, dec, every_task=True, audio=True)
+    assert origin == str(path) and [p.language for p in loaded] == ["en", "de"]
+    assert [p.reference for p in loaded] == ["the spoken text", None] and all(p.ids == [] for p in loaded)
+    assert [p.audio.dtype for p in loaded] == ["float32", "float32"] and [p.audio.size for p in loaded] == [9600,
+                                                                                                           14400]
+    _, outputs, _ = drafts.run_drafts(dec, loaded, drafts.parse_configs(["none", "draft"]), [0.0], 4, 1)
+    for label in ("none", "draft"):
+        assert outputs[("dictation", 0.0, label)] == [
+            list(dec.generate(audio=p.audio, language=p.language, draft="none", gamma=0, max_new_tokens=4).token_ids)
+            for p in loaded], label
+
+
+def test_audio_prompts_without_a_prompts_file_are_random_audio(whisper_pair):
+    from specdec.runtime import SpeculativeDecoder
+
+    dec = SpeculativeDecoder.load(whisper_pair[1] / "export", provider="cpu")
+    loaded, origin = prompts.load(None, 2, dec, every_task=True, audio=True)
+    assert origin.startswith("random audio") and len(loaded) == 2
+    assert all(p.audio.size == dec.manifest.speech["n_samples"] and p.language == "<|en|>" for p in loaded)
+    assert prompts.describe(loaded) == "2 audio clips, 2.0 s in all"
+    with pytest.raises(SpecdecError, match="this command measures text exports"):
+        prompts.load(None, 2, dec)                   # a command that has not said it takes audio
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("missing", 'clips/0009.wav" does not exist'),
+    ("text", "has text prompts, but this export is a Whisper model"),
+    ("ids", "has text prompts, but this export is a Whisper model"),
+    ("mixed", "has text prompts, but this export is a Whisper model"),
+    ("not a string", '"audio" is not a string'),
+    ("peers", "--peers times T5 engines"),
+])
+def test_bad_inputs_on_a_whisper_export_are_one_line_errors(whisper_pair, tmp_path, case, needle):
+    folder = tmp_path / "data"
+    lines = {"missing": [{"audio": "clips/0009.wav"}], "text": [{"source": "hello"}],
+             "ids": [{"input_ids": [5, 6, 1]}], "mixed": CLIPS[:1] + [{"source": "hello"}],
+             "not a string": [{"audio": 3}], "peers": CLIPS[:1]}[case]
+    path = _audio_prompts(folder, lines)
+    extra = ["--peers"] if case == "peers" else []
+    code, out, err = run(["drafts", "--export", whisper_pair[1] / "export", "--prompts", path, "--draft", "none",
+                          "--repeat", "1", "--max-new-tokens", "2", "--no-progress", *extra])
+    assert code == 2 and err.strip().count("\n") == 0 and needle in err, (case, err)
+    assert "Traceback" not in err
+
+
+def test_audio_prompts_on_a_text_export_are_a_one_line_error(tiny_export, tmp_path):
+    for lines in (CLIPS, [{"audio": "clips/0009.wav"}]):         # refused before any WAV is read
+        path = _audio_prompts(tmp_path / "data", lines)
+        code, out, err = run(["drafts", "--export", tiny_export, "--prompts", path, "--draft", "none", "--repeat",
+                              "1", "--max-new-tokens", "2", "--no-progress"])
+        assert code == 2 and err.strip().count("\n") == 0, err
+        assert "has audio prompts, but this export is not a Whisper model" in err, err
+
+
+def test_prompt_keywords_of_text_and_audio():
+    import numpy as np
+
+    text = prompts.Prompt(text="hi", ids=[4, 1])
+    clip = prompts.Prompt(audio=np.zeros(8, np.float32), language="en")
+    assert text.kwargs() == {"input_ids": [4, 1]} and text.source == [4, 1]
+    assert set(clip.kwargs()) == {"audio", "language"} and clip.kwargs()["language"] == "en"
+    assert clip.source is clip.audio
+    assert prompts.tokenize([clip], None, 4) == [clip] and clip.ids == []       # no tokenizer needed

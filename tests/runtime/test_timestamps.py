@@ -95,6 +95,7 @@ def test_the_chunked_fallback_cuts_at_the_quietest_frame():
     rate = 16_000
     loud = 0.5 * np.sin(np.arange(5 * rate) * 0.3).astype(np.float32)
     loud[int(4.30 * rate):int(4.36 * rate)] = 0.0
+    loud[int(1.0 * rate):int(1.2 * rate)] = 0.0          # quieter, longer, but too early: not where a window is cut
     cut = quietest_cut(loud, rate)
     assert int(4.30 * rate) <= cut <= int(4.36 * rate)
 
@@ -250,3 +251,32 @@ def test_audio_past_the_limit_is_a_one_line_error(decoder_without_stamps, monkey
         decoder_without_stamps.generate(audio=np.zeros(3 * 16_000, np.float32), language="en")
     assert "\n" not in str(err.value)
     assert decoder_without_stamps.generate(audio=WAVES[0], language="en", max_new_tokens=2).token_ids
+
+
+def test_specdec_generate_prints_subtitles_and_json(stamped, tmp_path, capsys):
+    import json
+
+    from scipy.io import wavfile
+
+    from specdec.runtime.tools.generate import main
+
+    _, dec, export = stamped
+    wave = np.concatenate([WAVES[0], WAVES[1], WAVES[0]])
+    wav = tmp_path / "clip.wav"
+    wavfile.write(str(wav), 16_000, (np.clip(wave, -1, 1) * 32767).astype(np.int16))
+    want = dec.generate(audio=str(wav), language="en", max_new_tokens=10, timestamps=True)
+    base = ["--export", str(export), "--audio", str(wav), "--language", "en", "--max-new-tokens", "10",
+            "--provider", "cpu"]
+    assert main(base + ["--format", "srt"]) == 0
+    assert capsys.readouterr().out == srt(want.segments)
+    assert main(base + ["--format", "vtt"]) == 0
+    assert capsys.readouterr().out == vtt(want.segments)
+    assert main(base + ["--timestamps"]) == 0
+    assert capsys.readouterr().out == lines(want.segments)
+    assert main(base + ["--format", "json", "--timestamps"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["segments"] == [{"start": s.start, "end": s.end, "text": s.text} for s in want.segments]
+    assert got["text"] == want.text
+    assert main(["--export", str(export), "--timestamps", "hello"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "for transcripts" in err and "\n" not in err
