@@ -6,11 +6,17 @@
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
 ``package``, ``datastore``, ``evaluate``). ``widen`` (not part of ``all``) writes the bundled pair at real T5 shapes,
 computing the same function, into ``--out`` (models/widen.py):
-``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``. ``speech-data`` (not part of
-``all`` either) synthesizes the speech pair's clips and caches their features under ``--work-dir``/speech
-(models/speech_data.py; resumable, about 35 ms a clip: 17 minutes for the default 25,000 clips).  Everything downloaded or cached goes into ``--work-dir`` (default
-``models/.work/``, git-ignored); only ``package`` and ``datastore`` write the committed files (``models/target``,
-``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``).  Never run in CI: it takes about 88
+``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``.
+
+The speech pair (not part of ``all`` either): ``specdec-models speech`` runs ``speech-data`` (espeak-ng clips and their
+log-mel features under ``--work-dir``/speech, models/speech_data.py), ``speech-target`` (encoder and decoder with a
+CTC head, ``--speech-minutes``), ``speech-decoders`` (the decoders on the frozen encoder's outputs, the draft
+distilled), ``speech-package`` (writes ``models/speech/``) and ``speech-evaluate``; ``speech-checkpoint --out DIR``
+makes Hugging Face checkpoints of the committed pair for specdec-export (models/speech_pack.py).
+
+Everything downloaded or cached goes into ``--work-dir`` (default
+``models/.work/``, git-ignored); only ``package``, ``datastore`` and ``speech-package`` write the committed files
+(``models/target``, ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``; ``models/speech/``).  Never run in CI: it takes about 88
 minutes on 2 cores.
 """
 
@@ -26,7 +32,7 @@ from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
-SPEECH_STAGES = ["speech", "speech-data", "speech-target", "speech-draft", "speech-package", "speech-evaluate",
+SPEECH_STAGES = ["speech", "speech-data", "speech-target", "speech-decoders", "speech-package", "speech-evaluate",
                  "speech-checkpoint"]
 
 # Each hyperparameter's default and help. The committed pair was trained by this recipe as of commit 5d2fde6
@@ -75,9 +81,11 @@ def build_parser():
                     help="speech-data: clips of the train, validation and test splits (default 24000,500,500)")
     ap.add_argument("--speech-minutes", type=float, default=60.0,
                     help="speech-target: time budget of the speech target's training (default 60)")
-    ap.add_argument("--speech-draft-minutes", type=float, default=15.0,
-                    help="speech-draft: time budget of the speech draft's distillation (default 15)")
-    ap.add_argument("--speech-batch", type=int, default=8, help="speech-target/-draft: clips a step (default 8)")
+    ap.add_argument("--speech-decoder-minutes", type=float, default=20.0,
+                    help="speech-decoders: the target decoder's time on the frozen encoder (default 20)")
+    ap.add_argument("--speech-draft-minutes", type=float, default=10.0,
+                    help="speech-decoders: the draft's distillation on the frozen encoder (default 10)")
+    ap.add_argument("--speech-batch", type=int, default=8, help="speech-target: clips a step (default 8)")
     for k, (v, text) in HYPERPARAMETERS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
     return ap
@@ -162,15 +170,17 @@ def _speech(args) -> int:
                 raise SpecdecError(f"--speech-clips {args.speech_clips!r} is not three counts",
                                    "pass train,validation,test clip counts, e.g. 24000,500,500")
             run_speech_data(work, *(int(c) for c in counts), seed=args.seed)
-        elif st in ("speech-target", "speech-draft"):
+        elif st == "speech-target":
             from .speech_train import train
 
-            target = st == "speech-target"
-            train(st, work, args.speech_minutes if target else args.speech_draft_minutes,
-                  steps=100_000, batch=args.speech_batch, lr=1e-3 if target else 5e-4, warmup=300 if target else 100,
-                  seed=args.seed + (0 if target else 1), threads=args.threads,
-                  resume=args.resume or args.stage == "speech", precision=args.precision,
-                  log=lambda m: print(m, flush=True))
+            train(st, work, args.speech_minutes, steps=100_000, batch=args.speech_batch, lr=1e-3, warmup=300,
+                  seed=args.seed, threads=args.threads, resume=args.resume or args.stage == "speech",
+                  precision=args.precision, log=lambda m: print(m, flush=True))
+        elif st == "speech-decoders":
+            from .speech_train import train_decoders
+
+            train_decoders(work, args.speech_decoder_minutes, args.speech_draft_minutes, seed=args.seed,
+                           threads=args.threads, log=lambda m: print(m, flush=True))
         elif st == "speech-package":
             from .speech_pack import pack
 

@@ -1,19 +1,27 @@
-"""Stages `speech-target` and `speech-draft`: the speech pair trained on the clips of `speech-data`.
+"""Stages `speech-target` and `speech-decoders`: the speech pair trained on the clips of `speech-data`.
 
 * Target: a Whisper (WhisperForConditionalGeneration) with d_model 256, 4 encoder + 4 decoder layers, 4 heads, FFN
   1024, 80 mel bins and a 10 s window (500 encoder positions), on the speech vocabulary (models/speech_vocab.py).
-* Draft: distil-whisper's layout: the target's encoder (copied, frozen) and a decoder of DRAFT_LAYERS layers
-  initialised from the target's first and last, trained on the target's next-token distributions (KL) mixed with the
-  reference cross-entropy, teacher-forced on the same clips. The frozen encoder runs once for both models.
+* Draft: distil-whisper's layout: the target's encoder and a decoder of DRAFT_LAYERS layers initialised from the
+  target's first and last, trained on the target's next-token distributions (KL) mixed with the reference
+  cross-entropy.
+
+Two phases, because the encoder is most of a step's cost on this CPU (500 positions a clip against ~30 tokens):
+1. `speech-target` (`train`): encoder and decoder together from scratch, batches of 8 clips, with a character CTC
+   head on the encoder (hybrid CTC/attention training: the CTC loss gives the encoder an alignment from the first
+   steps; the head is dropped after). Checkpoints every few minutes; `--resume` continues on the same batches.
+2. `speech-decoders` (`train_decoders`): the encoder is frozen, its outputs computed once for every clip, and the
+   target's decoder goes on training on them in batches of 64 clips (8x the clips a step, each step cheaper than one
+   of phase 1); then the draft's decoder is distilled from the target's on the same outputs.
 
 A clip's transcript is the decoder's target in Whisper's format: start of transcript, <|en|>, <|transcribe|>, then
 either <|notimestamps|> and the text, or each segment between its start and end timestamps (rounded to 0.02 s), then
-<|endoftext|>. Half the clips (chosen by the clip's index and the seed) are written each way, so one model does both.
-The prompt's predictions (language, task, no timestamps) carry no loss.
+<|endoftext|>. Half the clips (chosen by the clip's index and the seed) are written each way, so one model does both;
+CUT_SHARE of the timestamped ones end inside their last sentence, written as Whisper writes a segment its window
+cuts (for long recordings). The prompt's predictions (language, task, no timestamps) carry no loss.
 
-Data order is a function of (seed, step), and a checkpoint is written every few minutes, so `--resume` continues a
-run on the same batches after an interruption. The lr schedule ends at the step count or the time budget, whichever
-comes first (as models/train.py).
+Data order is a function of (seed, step). The lr schedules end at the step count or the time budget, whichever comes
+first (as models/train.py).
 """
 
 from __future__ import annotations
@@ -203,10 +211,11 @@ def ctc_targets(chars: list, idx: list):
 
 
 def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: float, warmup: int, seed: int,
-          threads: int, resume: bool, kl_weight: float = 0.8, precision: str = "bf16", ckpt_minutes: float = 4.0,
+          threads: int, resume: bool, precision: str = "bf16", ckpt_minutes: float = 4.0,
           ctc_weight: float = 0.3, log=print) -> str:
-    """Train the speech target (name "speech-target") or draft ("speech-draft", from the trained target); returns the
-    saved checkpoint directory work/<name>."""
+    """The first phase: the speech target, encoder and decoder together (with the encoder's CTC head), from scratch;
+    a checkpoint every `ckpt_minutes` (work/ckpt/<name>.pt), which train_decoders starts from. Returns the saved
+    checkpoint directory work/<name>."""
     import torch
     import torch.nn.functional as F
     from transformers import WhisperForConditionalGeneration
@@ -227,23 +236,11 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     log(f"[{name}] {len(clips)} training clips, {len(clips) // batch} batches an epoch")
 
     torch.manual_seed(seed)
-    teacher = None
-    if name == "speech-target":
-        model = WhisperForConditionalGeneration(target_config(specials))
-    else:
-        tdir = os.path.join(work, "speech-target")
-        if not os.path.exists(os.path.join(tdir, "config.json")):
-            raise SpecdecError(f"no trained speech target in {tdir}", "run `specdec-models speech-target` first")
-        teacher = WhisperForConditionalGeneration.from_pretrained(tdir, dtype=torch.float32).eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        model = draft_from(teacher)
-        for p in model.model.encoder.parameters():
-            p.requires_grad_(False)
+    model = WhisperForConditionalGeneration(target_config(specials))
     # The target's encoder also learns a character CTC head (dropped after training): a monotone alignment signal from
     # the first step, which an attention decoder trained alone finds only after thousands of steps (hybrid
     # CTC/attention training). Its targets are the transcript's characters (class 0 the blank).
-    ctc = torch.nn.Linear(model.config.d_model, len(CTC_CHARS) + 1) if teacher is None and ctc_weight else None
+    ctc = torch.nn.Linear(model.config.d_model, len(CTC_CHARS) + 1) if ctc_weight else None
     chars = [characters(tok.decode([t for t in s if t < specials.eos])) for s in seqs] if ctc else None
     model.train()
     params = [p for p in model.parameters() if p.requires_grad] + (list(ctc.parameters()) if ctc else [])
@@ -301,25 +298,15 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
         idx = batch_order(len(seqs), batch, seed, step)
         x, dec, labels = collate(feats, seqs, cuts, idx, specials.no_timestamps)
         with torch.autocast(**autocast):
-            if teacher is None:
-                enc = model.model.encoder(x).last_hidden_state
-                logits = forward(model, None, dec, enc)
-                if ctc is not None:
-                    frames = F.log_softmax(ctc(enc).float(), -1).transpose(0, 1)
-                    targets, lengths = ctc_targets(chars, idx)
-                    ctc_loss = F.ctc_loss(frames, targets, torch.full((len(idx),), frames.shape[0]), lengths,
-                                          zero_infinity=True)
-            else:
-                with torch.no_grad():
-                    enc = teacher.model.encoder(x).last_hidden_state
-                    t_logp = F.log_softmax(forward(teacher, None, dec, enc), -1)
-                logits = forward(model, None, dec, enc)
+            enc = model.model.encoder(x).last_hidden_state
+            logits = forward(model, None, dec, enc)
+            if ctc is not None:
+                frames = F.log_softmax(ctc(enc).float(), -1).transpose(0, 1)
+                targets, lengths = ctc_targets(chars, idx)
+                ctc_loss = F.ctc_loss(frames, targets, torch.full((len(idx),), frames.shape[0]), lengths,
+                                      zero_infinity=True)
         ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         loss = ce if ctc is None else (1 - ctc_weight) * ce + ctc_weight * ctc_loss
-        if teacher is not None:
-            valid = labels != -100
-            kl = (t_logp.exp() * (t_logp - F.log_softmax(logits, -1))).sum(-1)
-            loss = (1 - kl_weight) * ce + kl_weight * (kl * valid).sum() / valid.sum()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -347,6 +334,148 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
         json.dump({"steps": step, "batch": batch, "lr": lr, "warmup": warmup, "seed": seed, "threads": threads,
                    "ctc_weight": ctc_weight if ctc else None,
                    "precision": precision, "minutes": round(elapsed / 60, 1), "clips": len(clips),
-                   "kl_weight": kl_weight if teacher is not None else None, "val_ce": round(final, 4)}, f, indent=1)
+                   "val_ce": round(final, 4)}, f, indent=1)
     log(f"[{name}] validation cross-entropy {final:.4f}; {elapsed / 60:.1f} min -> {out}")
     return out
+
+
+# --------------------------------------------------------------------------- decoders on a frozen encoder
+def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=print) -> np.ndarray:
+    """The encoder's output of every clip (cut clips cut first), float16 [clips, positions, d_model]: what the
+    decoders train on once the encoder is frozen."""
+    import torch
+
+    model.eval()
+    out = np.empty((len(feats), model.config.max_source_positions, model.config.d_model), np.float16)
+    t0 = time.time()
+    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        for k in range(0, len(feats), batch):
+            idx = list(range(k, min(k + batch, len(feats))))
+            x = feats[idx].astype(np.float32)
+            for row, i in enumerate(idx):
+                if cuts[i] is not None:
+                    x[row, :, cuts[i]:] = x[row, :, -1:]
+            out[k:k + len(idx)] = model.model.encoder(torch.from_numpy(x)).last_hidden_state.float().numpy()
+            if k // batch % 50 == 0:
+                log(f"encoder outputs: {k + len(idx)}/{len(feats)} clips ({time.time() - t0:.0f} s)")
+    return out
+
+
+def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch: int = 64, seed: int = 0,
+                   threads: int = 2, lr: float = 1e-3, kl_weight: float = 0.8, log=print) -> tuple:
+    """The second phase: the encoder of the target trained so far (work/ckpt/speech-target.pt) is frozen, its outputs
+    computed once for every training clip, and the target's decoder trained on them for `target_minutes`, batches of
+    `batch` clips (the encoder is most of a step's cost, so a step without it takes 8x the clips in less time); then
+    the draft's decoder (draft_from: the target's first and last layers) is distilled from the target's on the same
+    outputs for `draft_minutes`. Saves work/speech-target and work/speech-draft; returns their paths."""
+    import torch
+    import torch.nn.functional as F
+    from tokenizers import Tokenizer
+    from transformers import WhisperForConditionalGeneration
+
+    from .whisper_checkpoint import set_generation, write_extractor
+
+    torch.set_num_threads(threads)
+    tok_dir = os.path.join(work, "speech", "tokenizer")
+    specials = sv.write_speech_tokenizer(tok_dir, WINDOW_S)
+    tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    ckpt = os.path.join(work, "ckpt", "speech-target.pt")
+    if not os.path.exists(ckpt):
+        raise SpecdecError(f"no speech target checkpoint {ckpt}", "run `specdec-models speech-target` first")
+    target = WhisperForConditionalGeneration(target_config(specials))
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    target.load_state_dict(state["model"])
+    log(f"[decoders] the target's encoder after {state['step']} steps ({state['elapsed'] / 60:.1f} min)")
+    feats, clips = load_split(work, "train")
+    seqs, cuts = examples(tok, specials, clips, seed)
+    vfeats, vclips = load_split(work, "validation", 256)
+    vseqs, vcuts = examples(tok, specials, vclips, seed + 7)
+    cache = encoder_cache(target, feats, cuts, log=log)
+    del feats
+    vcache = encoder_cache(target, vfeats, vcuts, log=log)
+    autocast = dict(device_type="cpu", dtype=torch.bfloat16)
+
+    def tokens(s, idx):
+        length = max(len(s[i]) for i in idx) - 1
+        dec = torch.full((len(idx), length), specials.eos, dtype=torch.long)
+        labels = torch.full((len(idx), length), -100, dtype=torch.long)
+        for row, i in enumerate(idx):
+            q = s[i][:MAX_TOKENS + 1]
+            dec[row, :len(q) - 1] = torch.tensor(q[:-1])
+            labels[row, :len(q) - 1] = torch.tensor(q[1:])
+            labels[row, :3 if q[3] == specials.no_timestamps else 2] = -100
+        return dec, labels
+
+    def logits(m, enc, dec):
+        return m(encoder_outputs=(enc,), decoder_input_ids=dec).logits.float()
+
+    def val_ce(m):
+        m.eval()
+        tot = n = 0
+        with torch.no_grad(), torch.autocast(**autocast):
+            for k in range(0, len(vseqs), 64):
+                idx = list(range(k, min(k + 64, len(vseqs))))
+                dec, labels = tokens(vseqs, idx)
+                lg = logits(m, torch.from_numpy(vcache[idx]).float(), dec)
+                tot += F.cross_entropy(lg.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum").item()
+                n += int((labels != -100).sum())
+        m.train()
+        return tot / n
+
+    def phase(name, student, teacher, minutes, peak):
+        for p in student.model.encoder.parameters():
+            p.requires_grad_(False)
+        params = [p for p in student.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=peak, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+        student.train()
+        log(f"[{name}] decoder on frozen encoder outputs: {sum(p.numel() for p in params) / 1e6:.2f} M trained, "
+            f"batches of {batch}, val_ce {val_ce(student):.4f} before")
+        t0, step, ema = time.time(), 0, None
+        while time.time() - t0 < minutes * 60:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, 100, 10 ** 9, peak, (time.time() - t0) / (minutes * 60))
+            idx = sorted(batch_order(len(seqs), batch, seed + 11, step))
+            dec, labels = tokens(seqs, idx)
+            enc = torch.from_numpy(cache[idx]).float()
+            with torch.autocast(**autocast):
+                lg = logits(student, enc, dec)
+                if teacher is not None:
+                    with torch.no_grad():
+                        t_logp = F.log_softmax(logits(teacher, enc, dec), -1)
+            ce = F.cross_entropy(lg.flatten(0, 1), labels.flatten(), ignore_index=-100)
+            loss = ce
+            if teacher is not None:
+                valid = labels != -100
+                kl = (t_logp.exp() * (t_logp - F.log_softmax(lg, -1))).sum(-1)
+                loss = (1 - kl_weight) * ce + kl_weight * (kl * valid).sum() / valid.sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+            if step % 100 == 0:
+                log(f"[{name}] step {step} loss {ema:.4f} ce {ce.item():.4f} lr {opt.param_groups[0]['lr']:.2e} "
+                    f"elapsed {(time.time() - t0) / 60:.1f} min")
+        final = val_ce(student)
+        student.eval()
+        out = os.path.join(work, name)
+        set_generation(student, specials)
+        student.save_pretrained(out)
+        write_extractor(out, student.config)
+        sv.write_speech_tokenizer(out, WINDOW_S)
+        with open(os.path.join(out, "train_info.json"), "w") as f:
+            json.dump({"encoder_steps": state["step"], "encoder_minutes": round(state["elapsed"] / 60, 1),
+                       "encoder_batch": 8, "ctc_weight": 0.3, "decoder_steps": step, "decoder_batch": batch,
+                       "decoder_minutes": round((time.time() - t0) / 60, 1), "lr": peak, "seed": seed,
+                       "kl_weight": kl_weight if teacher is not None else None, "clips": len(seqs),
+                       "val_ce": round(final, 4)}, f, indent=1)
+        log(f"[{name}] validation cross-entropy {final:.4f} after {step} steps -> {out}")
+        return student
+
+    target = phase("speech-target", target, None, target_minutes, lr)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    draft = draft_from(target)
+    phase("speech-draft", draft, target.eval(), draft_minutes, lr / 2)
+    return os.path.join(work, "speech-target"), os.path.join(work, "speech-draft")

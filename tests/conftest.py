@@ -203,6 +203,9 @@ HEAVY_FIRST = ("runtime/test_distribution_chains.py",           # 17.5 % (2026-1
                "runtime/test_distribution_chain_loop.py",       # 8.6
                "runtime/test_bundled_pair.py",                  # 5.5
                "runtime/test_whisper.py",                       # 3.9
+               "models/test_speech_pair.py",                    # (new: an export of the bundled speech pair)
+               "runtime/test_timestamps.py",                    # (new: a chi-square with timestamps)
+               "serve/test_serve_timestamps.py",                # (new)
                "serve/test_serve.py",                           # 3.0
                "bindings/test_capi_valgrind.py",                # 2.9
                "runtime/test_beam.py",                          # 2.4
