@@ -280,3 +280,40 @@ def test_specdec_generate_prints_subtitles_and_json(stamped, tmp_path, capsys):
     assert main(["--export", str(export), "--timestamps", "hello"]) == 2
     err = capsys.readouterr().err.strip()
     assert "for transcripts" in err and "\n" not in err
+
+
+def test_stitching_keeps_every_sentence_once_across_windows():
+    """windows() with a decode that transcribes perfectly (each sentence a word id, its times exact; a sentence
+    the window's end cuts written as Whisper writes it: its start timestamp and no end): every sentence comes out
+    once, in order, at its times, whatever window boundary it straddles."""
+    from specdec.runtime.core.stats import Result, Stats
+    from specdec.runtime.decoding.transcript import windows
+
+    rate, window_s, step = 100, 10.0, 0.02
+    speech = {"sampling_rate": rate, "n_samples": int(window_s * rate), "frames": int(window_s / step),
+              "timestamps": {"begin": 1000, "count": 501}}
+    rng = np.random.default_rng(0)
+    sentences, at = [], 0.3
+    for word in range(1, 40):                      # 39 sentences of 0.5 to 6 s with 0.2 to 0.8 s between them
+        length = round(float(rng.uniform(0.5, 6.0)), 2)
+        sentences.append((round(at, 2), round(at + length, 2), word))
+        at += length + float(rng.uniform(0.2, 0.8))
+    pcm = np.arange(int((at + 0.5) * rate), dtype=np.float32)       # each sample's value is its index
+
+    def decode(window, stamps, seed):
+        seek = int(window[0]) / rate
+        ids = []
+        for a, b, word in sentences:
+            if a < seek - step or a - seek >= window.size / rate:      # (a timestamp rounds by up to a step)
+                continue
+            ids += [1000 + max(0, round((a - seek) / step)), word]
+            if b - seek > window.size / rate:
+                break                                                # cut: no end timestamp
+            ids.append(1000 + round((b - seek) / step))
+        return Result("", ids + [0], Stats(), "eos")
+
+    found = [s for _, _, segs in windows(pcm, speech, decode, 0, 0, lambda ids: " ".join(map(str, ids)))
+             for s in segs]
+    assert [int(s.text) for s in found] == [w for _, _, w in sentences]
+    for s, (a, b, _) in zip(found, sentences):
+        assert abs(s.start - a) <= step and abs(s.end - b) <= step
