@@ -24,6 +24,17 @@ MAX_NEW_TOKENS = 48
 
 
 # --------------------------------------------------------------------------- prompts
+def edit_distance(a, b) -> int:
+    """Levenshtein distance between two sequences (token ids, words)."""
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, y in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
+        prev = cur
+    return prev[-1]
+
+
 def _fit_source(tok, source: str, max_tokens: int) -> str:
     """Cut a prompt at a word boundary so that it tokenizes (with </s>) to at most max_tokens."""
     if len(tok(source).input_ids) <= max_tokens:

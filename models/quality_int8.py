@@ -19,20 +19,10 @@ import os
 import time
 
 from .data import load_jsonl
-from .evaluate import MAX_NEW_TOKENS, decode
+from .evaluate import MAX_NEW_TOKENS, decode, edit_distance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TASKS = ("summarize", "translate")
-
-
-def _edit_distance(a, b):
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i] + [0] * len(b)
-        for j, y in enumerate(b, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y))
-        prev = cur
-    return prev[-1]
 
 
 def _first_diff(a, b):
@@ -169,7 +159,7 @@ def main(argv=None):
         row["int8_identical_text"] = sum(tok.decode(hyp["int8"][i], skip_special_tokens=True) ==
                                          tok.decode(hyp["fp32"][i], skip_special_tokens=True) for i in idx)
         if diff:
-            ed = [_edit_distance(hyp["fp32"][i], hyp["int8"][i]) for i in diff]
+            ed = [edit_distance(hyp["fp32"][i], hyp["int8"][i]) for i in diff]
             fd = [_first_diff(hyp["fp32"][i], hyp["int8"][i]) for i in diff]
             suffix = [max(len(hyp["fp32"][i]), len(hyp["int8"][i])) - f for i, f in zip(diff, fd)]
             row["differing_mean_token_edit_distance"] = round(sum(ed) / len(ed), 2)
@@ -187,7 +177,7 @@ def main(argv=None):
                                  "fp32": tok.decode(hyp["fp32"][i], skip_special_tokens=True),
                                  "int8": tok.decode(hyp["int8"][i], skip_special_tokens=True),
                                  "first_divergence": _first_diff(hyp["fp32"][i], hyp["int8"][i]),
-                                 "edit_distance": _edit_distance(hyp["fp32"][i], hyp["int8"][i])})
+                                 "edit_distance": edit_distance(hyp["fp32"][i], hyp["int8"][i])})
     res["by_task"] = by_task
     res["examples"] = examples
     res["seconds"] = round(time.time() - t0, 1)

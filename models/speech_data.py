@@ -23,12 +23,11 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
-
-from pathlib import Path
 
 from .speech_synth import HELD_OUT, RATE, SPEEDS, VOICES, Voice, synthesize
 

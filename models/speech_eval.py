@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .evaluate import edit_distance
 from .speech_data import RATE, clip_plan, english_sentences, long_recording, speak, split_of, write_wav
 from .speech_synth import HELD_OUT
 
@@ -40,22 +41,11 @@ def words(text: str) -> list:
     return re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
 
 
-def edits(ref: list, hyp: list) -> int:
-    """Word-level Levenshtein distance."""
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1]
-
-
 def wer(pairs) -> float:
     """Word error rate over (reference, hypothesis) texts: edits / reference words."""
     e = n = 0
     for ref, hyp in pairs:
-        e += edits(words(ref), words(hyp))
+        e += edit_distance(words(ref), words(hyp))
         n += len(words(ref))
     return e / max(n, 1)
 

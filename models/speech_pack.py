@@ -108,8 +108,6 @@ def checkpoints(out, pack_dir: Path = PACK) -> dict:
     import torch
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    from .whisper_checkpoint import set_generation, write_extractor
-
     states, paths = state_dicts(pack_dir), {}
     for role in ROLES:
         config = WhisperConfig(**json.loads((Path(pack_dir) / f"{role}.json").read_text()))
@@ -120,12 +118,7 @@ def checkpoints(out, pack_dir: Path = PACK) -> dict:
                                f"{len(unexpected)} unexpected)", "check out models/speech/ again")
         with torch.no_grad():
             model.proj_out.weight = model.model.decoder.embed_tokens.weight
-        path = Path(out) / role
-        specials = sv.write_speech_tokenizer(path, WINDOW_S)
-        set_generation(model, specials)
-        model.save_pretrained(str(path))
-        write_extractor(path, model.config)
-        paths[role] = path
+        paths[role] = sv.save_speech_checkpoint(model, Path(out) / role, WINDOW_S)
     return paths
 
 

@@ -117,24 +117,42 @@ def examples(tok, specials, clips: list, seed: int) -> tuple:
     return seqs, cuts
 
 
-def collate(feats: np.ndarray, seqs: list, cuts: list, idx: list, no_timestamps: int):
-    """(features, decoder inputs, labels) of the clips `idx`; a cut clip's frames from its cut on are the padding's
-    (the log-mel of silence past the clip's end: its last frame). The predictions of <|en|>, <|transcribe|> and
-    <|notimestamps|> (the prompt the runtime writes) carry no loss (-100)."""
+def decoder_tokens(seqs: list, idx: list, no_timestamps: int):
+    """(decoder inputs, labels) of the clips `idx`, padded with end of text; the predictions of <|en|>,
+    <|transcribe|> and <|notimestamps|> (the prompt the runtime writes) carry no loss (-100)."""
     import torch
 
     length = max(len(seqs[i]) for i in idx) - 1
     dec = torch.full((len(idx), length), seqs[idx[0]][-1], dtype=torch.long)
     labels = torch.full((len(idx), length), -100, dtype=torch.long)
-    x = feats[idx].astype(np.float32)
     for row, i in enumerate(idx):
         s = seqs[i][:MAX_TOKENS + 1]
         dec[row, :len(s) - 1] = torch.tensor(s[:-1])
         labels[row, :len(s) - 1] = torch.tensor(s[1:])
         labels[row, :3 if s[3] == no_timestamps else 2] = -100
+    return dec, labels
+
+
+def collate(feats: np.ndarray, seqs: list, cuts: list, idx: list, no_timestamps: int):
+    """(features, decoder inputs, labels) of the clips `idx` (decoder_tokens); a cut clip's frames from its cut on
+    are the padding's (the log-mel of silence past the clip's end: its last frame)."""
+    import torch
+
+    x = feats[idx].astype(np.float32)
+    for row, i in enumerate(idx):
         if cuts[i] is not None:
             x[row, :, cuts[i]:] = x[row, :, -1:]
-    return torch.from_numpy(x), dec, labels
+    return (torch.from_numpy(x), *decoder_tokens(seqs, idx, no_timestamps))
+
+
+def update(opt, loss, params) -> None:
+    """One optimizer step on `loss`, gradients clipped to norm 1."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
 
 
 def batch_order(n: int, batch: int, seed: int, step: int) -> list:
@@ -219,8 +237,6 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     import torch
     import torch.nn.functional as F
     from transformers import WhisperForConditionalGeneration
-
-    from .whisper_checkpoint import set_generation, write_extractor
 
     torch.set_num_threads(threads)
     autocast = dict(device_type="cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -307,10 +323,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
                                       zero_infinity=True)
         ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         loss = ce if ctc is None else (1 - ctc_weight) * ce + ctc_weight * ctc_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        update(opt, loss, params)
         step += 1
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         if step % 100 == 0:
@@ -326,10 +339,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     final = val_ce()
     out = os.path.join(work, name)
     model.eval()
-    set_generation(model, specials)
-    model.save_pretrained(out)
-    write_extractor(out, model.config)
-    sv.write_speech_tokenizer(out, WINDOW_S)
+    sv.save_speech_checkpoint(model, out, WINDOW_S)
     with open(os.path.join(out, "train_info.json"), "w") as f:
         json.dump({"steps": step, "batch": batch, "lr": lr, "warmup": warmup, "seed": seed, "threads": threads,
                    "ctc_weight": ctc_weight if ctc else None,
@@ -373,8 +383,6 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     from tokenizers import Tokenizer
     from transformers import WhisperForConditionalGeneration
 
-    from .whisper_checkpoint import set_generation, write_extractor
-
     torch.set_num_threads(threads)
     tok_dir = os.path.join(work, "speech", "tokenizer")
     specials = sv.write_speech_tokenizer(tok_dir, WINDOW_S)
@@ -395,17 +403,6 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     vcache = encoder_cache(target, vfeats, vcuts, log=log)
     autocast = dict(device_type="cpu", dtype=torch.bfloat16)
 
-    def tokens(s, idx):
-        length = max(len(s[i]) for i in idx) - 1
-        dec = torch.full((len(idx), length), specials.eos, dtype=torch.long)
-        labels = torch.full((len(idx), length), -100, dtype=torch.long)
-        for row, i in enumerate(idx):
-            q = s[i][:MAX_TOKENS + 1]
-            dec[row, :len(q) - 1] = torch.tensor(q[:-1])
-            labels[row, :len(q) - 1] = torch.tensor(q[1:])
-            labels[row, :3 if q[3] == specials.no_timestamps else 2] = -100
-        return dec, labels
-
     def logits(m, enc, dec):
         return m(encoder_outputs=(enc,), decoder_input_ids=dec).logits.float()
 
@@ -415,7 +412,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
         with torch.no_grad(), torch.autocast(**autocast):
             for k in range(0, len(vseqs), 64):
                 idx = list(range(k, min(k + 64, len(vseqs))))
-                dec, labels = tokens(vseqs, idx)
+                dec, labels = decoder_tokens(vseqs, idx, specials.no_timestamps)
                 lg = logits(m, torch.from_numpy(vcache[idx]).float(), dec)
                 tot += F.cross_entropy(lg.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum").item()
                 n += int((labels != -100).sum())
@@ -435,7 +432,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, 100, 10 ** 9, peak, (time.time() - t0) / (minutes * 60))
             idx = sorted(batch_order(len(seqs), batch, seed + 11, step))
-            dec, labels = tokens(seqs, idx)
+            dec, labels = decoder_tokens(seqs, idx, specials.no_timestamps)
             enc = torch.from_numpy(cache[idx]).float()
             with torch.autocast(**autocast):
                 lg = logits(student, enc, dec)
@@ -448,10 +445,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
                 valid = labels != -100
                 kl = (t_logp.exp() * (t_logp - F.log_softmax(lg, -1))).sum(-1)
                 loss = (1 - kl_weight) * ce + kl_weight * (kl * valid).sum() / valid.sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
+            update(opt, loss, params)
             step += 1
             ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
             if step % 100 == 0:
@@ -460,10 +454,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
         final = val_ce(student)
         student.eval()
         out = os.path.join(work, name)
-        set_generation(student, specials)
-        student.save_pretrained(out)
-        write_extractor(out, student.config)
-        sv.write_speech_tokenizer(out, WINDOW_S)
+        sv.save_speech_checkpoint(student, out, WINDOW_S)
         with open(os.path.join(out, "train_info.json"), "w") as f:
             json.dump({"encoder_steps": state["step"], "encoder_minutes": round(state["elapsed"] / 60, 1),
                        "encoder_batch": 8, "ctc_weight": 0.3, "decoder_steps": step, "decoder_batch": batch,

@@ -69,6 +69,18 @@ def write_speech_tokenizer(path, window_s: float = 10, text_tokenizer: str = TEX
     return specials
 
 
+def save_speech_checkpoint(model, path, window_s: float = 10) -> Path:
+    """A speech Whisper saved as a checkpoint directory specdec-export takes: the speech tokenizer, the generation
+    config of its special tokens, the weights and configuration, the feature extractor of its window."""
+    from .whisper_checkpoint import set_generation, write_extractor
+
+    specials = write_speech_tokenizer(path, window_s)
+    set_generation(model, specials)
+    model.save_pretrained(str(path))
+    write_extractor(path, model.config)
+    return Path(path)
+
+
 def model_rows(specials: Specials) -> int:
     """The model's vocab_size: every id of the tokenizer, padded up to a multiple of ROW_MULTIPLE."""
     ids = max(specials.ids.values()) + 1

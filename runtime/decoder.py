@@ -14,7 +14,7 @@ from .core.stats import Piece, Pieces, Result, Stats
 from .decoding.batch import Batching, Waiting
 from .decoding.draft import DraftSource, ModelDraft
 from .decoding.request import BeamSearching, Request, Sampling
-from .decoding.speech import checked_audio, make_prompt
+from .decoding.speech import checked_audio, make_prompt, time_step
 from .decoding.transcript import merged, segments, windows
 from .loading.audio import check_audio
 from .decoding.plan import Plan, plan
@@ -307,7 +307,8 @@ class SpeculativeDecoder:
 
     def _segments(self, tokens) -> list:
         stamps = self.manifest.speech["timestamps"]
-        return segments(tokens, stamps["begin"], stamps["count"], self._time_step, self.eos_id, self.decode)
+        return segments(tokens, stamps["begin"], stamps["count"], time_step(self.manifest.speech), self.eos_id,
+                        self.decode)
 
     # -- audio longer than the window ---------------------------------------------------------------------------
     def _samples(self, audio):
@@ -318,11 +319,6 @@ class SpeculativeDecoder:
     def _long(self, audio) -> bool:
         return audio is not None and self.manifest.speech is not None and \
             audio.size > int(self.manifest.speech["n_samples"])
-
-    @property
-    def _time_step(self) -> float:
-        speech = self.manifest.speech
-        return speech["n_samples"] / speech["sampling_rate"] / speech["frames"]
 
     def _windows(self, pcm, params, language, task, timestamps, learned):
         """(Result of a window, its Segments) for each window of long audio, each decoded holding the decoder."""

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.errors import SpecdecError
 from ..core.stats import SourceStats, Stats
+from .speech import time_step
 
 QUIET_S = 2.0                 # the chunked fallback looks for its cut in the window's last seconds
 FRAME_S = 0.02
@@ -75,7 +76,7 @@ def windows(pcm: np.ndarray, speech: dict, decode, seed: int, eos_id: int, detok
         raise SpecdecError(f"the audio is {_span(pcm.size / rate)} long, longer than the {limit} a request takes",
                            f"split the recording into parts of at most {limit} and transcribe each")
     stamps = speech.get("timestamps")
-    step = speech["n_samples"] / rate / speech["frames"]
+    step = time_step(speech)
     seek, k = 0, 0
     while pcm.size - seek >= MIN_WINDOW_S * rate or seek == 0:
         last = seek + size >= pcm.size

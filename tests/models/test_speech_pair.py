@@ -13,7 +13,8 @@ import pytest
 from tinymodels import export_pair
 
 from specdec.models import speech_pack
-from specdec.models.speech_eval import edits, words
+from specdec.models.evaluate import edit_distance
+from specdec.models.speech_eval import words
 
 EXAMPLE = speech_pack.PACK / "example.wav"
 TRUTH = json.loads((speech_pack.PACK / "example.json").read_text())
@@ -42,7 +43,7 @@ def test_the_example_is_transcribed_window_by_window(transcripts):
     _, runs = transcripts
     got = runs["default"]
     reference = " ".join(s["text"] for s in TRUTH)
-    wer = edits(words(reference), words(got.text)) / len(words(reference))
+    wer = edit_distance(words(reference), words(got.text)) / len(words(reference))
     print(f"bundled example: WER {wer:.3f}, {len(got.segments)} segments for {len(TRUTH)} sentences")
     print("\n".join(f"  [{s.start:.2f} --> {s.end:.2f}] {s.text}" for s in got.segments))
     duration = TRUTH[-1]["end"] + 0.5
