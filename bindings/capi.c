@@ -2,7 +2,7 @@
  * embedding module after `#include "specdec.h"`.
  *
  * What lives here, and why it is C rather than Python:
- *   - specdec_version, specdec_status_name, specdec_params_init: constants; they must not start Python.
+ *   - specdec_version, specdec_status_name, specdec_stop_reason_name, specdec_params_init: constants; they must not start Python.
  *   - the struct_size checks of the versioned structs (specdec_params, specdec_stats) and the zeroing of
  *     out_stats: done before Python starts, so even a call that cannot start it leaves out_stats zeroed.
  *   - specdec_last_error: thread-local storage in C, so the message survives whatever CPython does with the
@@ -98,6 +98,18 @@ SPECDEC_API const char *specdec_status_name(specdec_status status)
     case SPECDEC_E_INTERNAL: return "SPECDEC_E_INTERNAL";
     }
     return "SPECDEC_UNKNOWN_STATUS";
+}
+
+SPECDEC_API const char *specdec_stop_reason_name(specdec_stop_reason reason)
+{
+    switch (reason) {
+    case SPECDEC_STOP_NONE: return "none";
+    case SPECDEC_STOP_EOS: return "eos";
+    case SPECDEC_STOP_MAX_NEW_TOKENS: return "max_new_tokens";
+    case SPECDEC_STOP_MAX_LENGTH: return "max_length";
+    case SPECDEC_STOP_CALLBACK: return "callback";
+    }
+    return "unknown";
 }
 
 /* ---- versioned structs (see "Versioned structs" in specdec.h) --------------------------------------- */

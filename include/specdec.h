@@ -96,7 +96,7 @@ extern "C" {
         SPECDEC_MAX_AUDIO_SECONDS; params.max_new_tokens then counts per window, so a longer recording may need
         a larger output buffer (SPECDEC_E_BUFFER_TOO_SMALL says how large). New function:
         specdec_transcribe_segments (the transcript as segments with start and end times, for a model with
-        timestamp tokens). No struct changed (hosts built against version 3 to 6 need no recompiling). */
+        timestamp tokens) and specdec_stop_reason_name. No struct changed (hosts built against version 3 to 6 need no recompiling). */
 #define SPECDEC_API_VERSION 7
 
 /* params.gamma: let the runtime choose the number of guesses each round (0 .. the export's gamma_max) from the
@@ -354,6 +354,10 @@ SPECDEC_API const char *specdec_last_error(void);
 /* The enumerator name of a status, e.g. "SPECDEC_E_EXPORT" ("SPECDEC_UNKNOWN_STATUS" for values not in the
    enum). Static storage; thread-safe; cannot fail. */
 SPECDEC_API const char *specdec_status_name(specdec_status status);
+
+/* The name of a stop reason as the Python API gives it: "none", "eos", "max_new_tokens", "max_length" or
+   "callback" ("unknown" for values not in the enum). Static storage; thread-safe; cannot fail. */
+SPECDEC_API const char *specdec_stop_reason_name(specdec_stop_reason reason);
 
 /* ---- sessions ------------------------------------------------------------------------------------------ */
 

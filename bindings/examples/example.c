@@ -27,17 +27,6 @@ static int fail(const char *what, specdec_status status)
     return 1;
 }
 
-static const char *stop_name(specdec_stop_reason reason)
-{
-    switch (reason) {
-    case SPECDEC_STOP_EOS: return "eos";
-    case SPECDEC_STOP_MAX_NEW_TOKENS: return "max_new_tokens";
-    case SPECDEC_STOP_MAX_LENGTH: return "max_length";
-    case SPECDEC_STOP_CALLBACK: return "callback";
-    default: return "none";
-    }
-}
-
 static void print_stats(const char *label, const specdec_stats *s)
 {
     printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld alpha=%.3f "
@@ -46,7 +35,7 @@ static void print_stats(const char *label, const specdec_stats *s)
            "host=%.2f\n",
            label, (long long)s->new_tokens, (long long)s->target_calls, (long long)s->draft_calls,
            (long long)s->ort_runs, (long long)s->accepted, (long long)s->proposed, s->acceptance_rate,
-           s->tokens_per_target_call, stop_name(s->stop_reason), (long long)s->target_only_rounds,
+           s->tokens_per_target_call, specdec_stop_reason_name(s->stop_reason), (long long)s->target_only_rounds,
            (long long)s->lookup_rounds, (long long)s->lookup_proposed, (long long)s->lookup_accepted,
            (long long)s->model_rounds, (long long)s->model_proposed, (long long)s->model_accepted,
            (long long)s->chain_proposed, (long long)s->chain_accepted, s->total_s * 1e3, s->encoder_s * 1e3,

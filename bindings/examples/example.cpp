@@ -16,17 +16,6 @@
 
 namespace {
 
-const char *stop_name(specdec_stop_reason reason)
-{
-    switch (reason) {
-    case SPECDEC_STOP_EOS: return "eos";
-    case SPECDEC_STOP_MAX_NEW_TOKENS: return "max_new_tokens";
-    case SPECDEC_STOP_MAX_LENGTH: return "max_length";
-    case SPECDEC_STOP_CALLBACK: return "callback";
-    default: return "none";
-    }
-}
-
 long long ll(int64_t v) { return static_cast<long long>(v); }
 
 void print_stats(const char *label, const specdec::Stats &s)
@@ -36,7 +25,7 @@ void print_stats(const char *label, const specdec::Stats &s)
                 "lookup=%lld/%lld/%lld model=%lld/%lld/%lld chain=%lld/%lld time_ms: total=%.2f encoder=%.2f "
                 "draft=%.2f target=%.2f host=%.2f\n",
                 label, ll(s.new_tokens), ll(s.target_calls), ll(s.draft_calls), ll(s.ort_runs), ll(s.accepted),
-                ll(s.proposed), s.acceptance_rate, s.tokens_per_target_call, stop_name(s.stop_reason),
+                ll(s.proposed), s.acceptance_rate, s.tokens_per_target_call, specdec_stop_reason_name(s.stop_reason),
                 ll(s.target_only_rounds), ll(s.lookup_rounds), ll(s.lookup_proposed), ll(s.lookup_accepted),
                 ll(s.model_rounds), ll(s.model_proposed), ll(s.model_accepted), ll(s.chain_proposed),
                 ll(s.chain_accepted), s.total_s * 1e3, s.encoder_s * 1e3, s.draft_s * 1e3, s.target_s * 1e3,

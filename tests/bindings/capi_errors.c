@@ -547,6 +547,13 @@ static int case_status_names(void)
     for (i = 0; i < sizeof all / sizeof all[0]; i++)
         CHECK(!strcmp(specdec_status_name(all[i].s), all[i].name), "%s", all[i].name);
     CHECK(!strcmp(specdec_status_name((specdec_status)1234), "SPECDEC_UNKNOWN_STATUS"), "unknown status");
+    /* the stop reasons by the names the Python API gives them */
+    CHECK(!strcmp(specdec_stop_reason_name(SPECDEC_STOP_NONE), "none") &&
+          !strcmp(specdec_stop_reason_name(SPECDEC_STOP_EOS), "eos") &&
+          !strcmp(specdec_stop_reason_name(SPECDEC_STOP_MAX_NEW_TOKENS), "max_new_tokens") &&
+          !strcmp(specdec_stop_reason_name(SPECDEC_STOP_MAX_LENGTH), "max_length") &&
+          !strcmp(specdec_stop_reason_name(SPECDEC_STOP_CALLBACK), "callback") &&
+          !strcmp(specdec_stop_reason_name((specdec_stop_reason)99), "unknown"), "stop reason names");
     return 1;
 }
 

@@ -384,15 +384,13 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
     stub ends without a signal, having unloaded its model before the exit timeout; a failed request's garbage freed
     only at the stub's exit once crashed it (SIGSEGV), and a cancelled stream without its final flag kept its model
     from unloading."""
-    import os
     import re
-    import signal
     import subprocess
     import sys
     import time
 
     import triton_standalone
-    from triton_clients import grpc_stream_cancelled, wait_ready
+    from triton_clients import grpc_stream_cancelled
 
     reference = SpeculativeDecoder.load(long_export, provider="cpu")
     long_prompt = next(p for p in ("w5 w6 w7", "w9 w3", "w12 w30 w2", "w7") if reference.generate(
@@ -403,11 +401,8 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
                           timeout=120)
     assert code.returncode == 0, code.stderr
     ports = free_ports(3)
-    proc = triton_standalone.start(repo, tmp_path, ports)
-    try:
-        url = f"127.0.0.1:{ports[0]}"
-        assert wait_ready(url, 90, alive=lambda: proc.poll() is None), (tmp_path / "tritonserver.log").read_text()
-        client = tritonclient_http.InferenceServerClient(url)
+    with triton_standalone.serving(repo, tmp_path, ports):
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{ports[0]}")
         try:
             for model in (schema.MODEL, schema.STREAM_MODEL):
                 mine, theirs = client.get_model_config(model), http.get_model_config(model)
@@ -438,12 +433,6 @@ def test_written_model_repository_runs_on_a_standalone_tritonserver(server, http
                                    inputs(tritonclient_grpc, prompt, batched=False, **params)])
         assert "nosuch" in str(bad)
         assert [p["text"] for p in pieces] == [p.text for p in reference.stream(prompt, **params)]
-        problems = triton_standalone.stop(proc, tmp_path)
-        assert not problems, "\n".join(problems)
-    finally:
-        if proc.poll() is None:          # a server that failed to start has exited already: its log says why
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
 
 
 def test_load_benchmark_cell(server, reference):

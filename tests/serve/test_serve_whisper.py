@@ -18,7 +18,7 @@ tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
 
 from specdec.runtime import SpecdecError  # noqa: E402
 from specdec.serve import schema  # noqa: E402
-from specdec.serve.server import Server, free_ports  # noqa: E402
+from specdec.serve.server import free_ports  # noqa: E402
 
 from tinymodels import whisper_audio  # noqa: E402
 from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
@@ -203,21 +203,14 @@ def test_written_model_repository_transcribes_on_a_standalone_tritonserver(http,
     included) is exactly the runtime's one line, a stream gives the Python API's pieces; SIGTERM stops the server
     and its stubs cleanly (triton_standalone.stop: a failed request's garbage, freed only at a stub's exit, once
     crashed it)."""
-    import os
-    import signal
-
     import triton_standalone
-    from triton_clients import wait_ready
 
     from specdec.serve.repository import write_model_repository
 
     repo = write_model_repository(tmp_path / "repo", export, threads=1)
     ports = free_ports(3)
-    proc = triton_standalone.start(repo, tmp_path, ports)
-    try:
-        url = f"127.0.0.1:{ports[0]}"
-        assert wait_ready(url, 90, alive=lambda: proc.poll() is None), (tmp_path / "tritonserver.log").read_text()
-        client = tritonclient_http.InferenceServerClient(url)
+    with triton_standalone.serving(repo, tmp_path, ports):
+        client = tritonclient_http.InferenceServerClient(f"127.0.0.1:{ports[0]}")
         try:
             for model in (schema.MODEL, schema.STREAM_MODEL):
                 for key in ("input", "output"):
@@ -235,9 +228,3 @@ def test_written_model_repository_transcribes_on_a_standalone_tritonserver(http,
         (pieces,) = grpc_stream(f"127.0.0.1:{ports[1]}", schema.STREAM_MODEL,
                                 [inputs(tritonclient_grpc, batched=False, audio=WAVES[1], **params)])
         assert [p["text"] for p in pieces] == [p.text for p in reference.stream(audio=WAVES[1], **params)]
-        problems = triton_standalone.stop(proc, tmp_path)
-        assert not problems, "\n".join(problems)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 STUB = "triton_python_backend_stub"
@@ -119,3 +120,22 @@ def stop(proc: subprocess.Popen, workdir: Path, timeout_s: float = 30) -> list:
     problems += [line for line in log.splitlines() if any(mark in line for mark in UNCLEAN)]
     problems += _kernel_crashes(stubs, since)
     return problems
+
+
+@contextmanager
+def serving(repo, workdir: Path, ports):
+    """tritonserver on `repo`, ready at 127.0.0.1:ports[0] (HTTP) and ports[1] (gRPC): yields its process, then
+    stops it, and it must end cleanly (stop()); a server the body or its start left running is killed."""
+    from triton_clients import wait_ready
+
+    proc = start(repo, workdir, ports)
+    try:
+        assert wait_ready(f"127.0.0.1:{ports[0]}", 90, alive=lambda: proc.poll() is None), \
+            (workdir / "tritonserver.log").read_text()
+        yield proc
+        problems = stop(proc, workdir)
+        assert not problems, "\n".join(problems)
+    finally:
+        if proc.poll() is None:          # a server that failed to start has exited already: its log says why
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
