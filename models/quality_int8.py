@@ -13,10 +13,11 @@ outputs (``evaluate.decode``) are recomputed and compared too.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
+
+from specdec.runtime.core.errors import OneLineParser, run_cli
 
 from .data import load_jsonl
 from .evaluate import MAX_NEW_TOKENS, decode, edit_distance
@@ -43,8 +44,12 @@ def _greedy(dec, ids_list, gamma=0, draft=None):
     return outs, proposed, accepted
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    return run_cli(_main, argv)
+
+
+def _main(argv=None) -> int:
+    ap = OneLineParser(prog="python -m specdec.models.quality_int8", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fp32", required=True, help="fp32 export of the bundled pair")
     ap.add_argument("--int8", required=True, help="--dtype int8 export of the bundled pair")
     ap.add_argument("--fp32-draft-int8", help="--draft-dtype int8 or int8-wo export (fp32 target, int8 draft), for alpha")
