@@ -116,18 +116,19 @@ def run(args) -> int:
             rows.append({**_stage("build", tokens, args, folder), **_stage("probe", tokens, args, folder)})
             for name in (f"scale-{tokens}.sdds", f"contexts-{tokens}.json"):
                 os.unlink(os.path.join(folder, name))
-    print("| tokens | file | build | build peak RSS | open (checks) | RSS before open, anon / file | after open "
-          "| after lookups | lookup median | p99 | matched |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        z, a, b = r["rss_before_open_mib"], r["rss_after_open_mib"], r["rss_after_lookups_mib"]
-        print(f"| {r['tokens']:,} | {r['file_mib']:.0f} MiB | {r['build_s']:.1f} s | {r['build_peak_rss_mib']:.0f} MiB "
-              f"| {r['open_s']:.2f} s | {z['RssAnon']:.0f} / {z['RssFile']:.0f} MiB "
-              f"| {a['RssAnon']:.0f} / {a['RssFile']:.0f} MiB "
-              f"| {b['RssAnon']:.0f} / {b['RssFile']:.0f} MiB | {r['lookup_us_median']:.0f} us "
-              f"| {r['lookup_us_p99']:.0f} us | {r['matched']:.0%} |")
     from .common.options import write_figures
+    from .common.tables import Table, render
 
+    def anon_file(m: dict) -> str:
+        return f"{m['RssAnon']:.0f} / {m['RssFile']:.0f} MiB"
+    print(render([Table("", ("tokens", "file", "build", "build peak RSS", "open (checks)",
+                             "RSS before open, anon / file", "after open", "after lookups", "lookup median", "p99",
+                             "matched"),
+                        [[f"{r['tokens']:,}", f"{r['file_mib']:.0f} MiB", f"{r['build_s']:.1f} s",
+                          f"{r['build_peak_rss_mib']:.0f} MiB", f"{r['open_s']:.2f} s",
+                          anon_file(r["rss_before_open_mib"]), anon_file(r["rss_after_open_mib"]),
+                          anon_file(r["rss_after_lookups_mib"]), f"{r['lookup_us_median']:.0f} us",
+                          f"{r['lookup_us_p99']:.0f} us", f"{r['matched']:.0%}"] for r in rows])]))
     write_figures(args.json, rows)
     return 0
 

@@ -19,15 +19,14 @@ checks and times, on the provider under test against the CPU provider and PyTorc
   6. CUDA graphs the same real-size runs with the CUDA provider's enable_cuda_graph, where it is offered.
 
 Each step runs while the --budget-s (default 420 s) lasts; a step left out says so. One results file (Markdown,
-and --json) holds the device, the command and every figure. On a CPU-only machine it runs with --provider cpu
-(that is how the tests run it): only the provider changes on a GPU.
+and --json) holds the device, the command and every figure; it is rewritten after every step, so a run cut short
+keeps what it did. On a CPU-only machine it runs with --provider cpu (that is how the tests run it): only the
+provider changes on a GPU.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import shlex
 import subprocess
 import sys
 import time
@@ -38,14 +37,16 @@ import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError, first_line
 
+from .common.tables import Table, render
+
 P_PASS = 1e-3
 
 
 def add_arguments(p) -> None:
     p.add_argument("--provider", default="cuda", choices=("cuda", "tensorrt", "cpu"),
                    help="the provider under test (default cuda); the CPU provider is the reference")
-    p.add_argument("--export", dest="engine", metavar="DIR", help="the export to check (default: the bundled pair, exported into "
-                                                   "--work-dir)")
+    p.add_argument("--export", dest="engine", metavar="DIR",
+                   help="the export to check (default: the bundled pair, exported into --work-dir)")
     p.add_argument("--shapes", default="t5-large:t5-small", metavar="TARGET:DRAFT",
                    help="the real-size pair, random weights at official configurations (default t5-large:t5-small; "
                         "'none' leaves the step out)")
@@ -54,8 +55,8 @@ def add_arguments(p) -> None:
     p.add_argument("--num-prompts", type=int, default=4, help="prompts per check (default 4)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="new tokens per request (default 32)")
     p.add_argument("--samples", type=int, default=2000, help="requests in the distribution test (default 2000)")
-    p.add_argument("--bandwidth-gbs", type=float, help="the device's memory bandwidth in GB/s (default: measured "
-                                                       "with a large copy)")
+    p.add_argument("--bandwidth-gbs", type=float,
+                   help="the device's memory bandwidth in GB/s (default: measured with a large copy)")
     p.add_argument("--budget-s", type=float, default=420.0, help="steps start while this lasts (default 420 s)")
     p.add_argument("--out", default="gpu-check.md", metavar="FILE.md", help="the results file (default gpu-check.md)")
     p.add_argument("--json", metavar="OUT.json", help="the figures as JSON too")
@@ -72,24 +73,16 @@ def counted_copies():
     counts: dict = {}
     real = {name: getattr(device.Buffer, name) for name in ("flat", "write", "scatter", "copy_within")}
 
-    def note(buf, what: str) -> None:
-        key = (what, f"{list(buf.shape)} {buf.dtype.name}")
-        n, b = counts.get(key, (0, 0))
-        counts[key] = (n + 1, b + buf.size * buf.itemsize * (1 if what == "device->host" else 2))
+    def counting(name: str, what: str):
+        def call(buf, *args, **kwargs):
+            key = (what, f"{list(buf.shape)} {buf.dtype.name}")
+            n, b = counts.get(key, (0, 0))
+            counts[key] = (n + 1, b + buf.size * buf.itemsize * (1 if what == "device->host" else 2))
+            return real[name](buf, *args, **kwargs)
+        return call
 
-    def flat(self):
-        note(self, "device->host")
-        return real["flat"](self)
-
-    def writer(name):
-        def write(self, *args, **kwargs):
-            note(self, "host->device")
-            return real[name](self, *args, **kwargs)
-        return write
-
-    device.Buffer.flat = flat
-    for name in ("write", "scatter", "copy_within"):
-        setattr(device.Buffer, name, writer(name))
+    for name in real:
+        setattr(device.Buffer, name, counting(name, "device->host" if name == "flat" else "host->device"))
     try:
         yield counts
     finally:
@@ -115,12 +108,11 @@ def greedy_identity(ref, dec, prompts, max_new_tokens: int) -> dict:
     """Greedy tokens on the provider under test against the CPU provider's, for none, draft and the default."""
     rows = []
     for draft, gamma in (("none", 0), ("draft", 4), ("auto", "auto")):
-        if draft == "draft" and dec.draft is None:
-            continue
-        same = sum(ref.generate(input_ids=p, max_new_tokens=max_new_tokens, draft=draft, gamma=gamma).token_ids ==
-                   dec.generate(input_ids=p, max_new_tokens=max_new_tokens, draft=draft, gamma=gamma).token_ids
-                   for p in prompts)
-        rows.append({"draft": draft, "gamma": gamma, "identical": same, "prompts": len(prompts)})
+        if draft != "draft" or dec.draft is not None:
+            kw = dict(max_new_tokens=max_new_tokens, draft=draft, gamma=gamma)
+            same = sum(ref.generate(input_ids=p, **kw).token_ids == dec.generate(input_ids=p, **kw).token_ids
+                       for p in prompts)
+            rows.append({"draft": draft, "gamma": gamma, "identical": same, "prompts": len(prompts)})
     return {"rows": rows, "passed": all(r["identical"] == r["prompts"] for r in rows)}
 
 
@@ -164,37 +156,12 @@ def sampling_test(ref, dec, candidates, samples: int, strata: int = 4) -> dict:
 
 def chi2_sf(x: float, dof: int) -> float:
     """P(X >= x) for X ~ chi-square with `dof` degrees of freedom: the regularized upper incomplete gamma Q(dof/2,
-    x/2), by its series below a + 1 and its continued fraction above (scipy is not needed on a GPU machine; the
-    tests compare this with scipy.stats.chi2.sf)."""
-    a, x = dof / 2.0, x / 2.0
-    if x <= 0:
-        return 1.0
-    scale = math.exp(-x + a * math.log(x) - math.lgamma(a))
-    if x < a + 1:
-        term = total = 1.0 / a
-        n = a
-        for _ in range(10_000):
-            n += 1
-            term *= x / n
-            total += term
-            if abs(term) < abs(total) * 1e-16:
-                break
-        return max(0.0, 1.0 - total * scale)
-    tiny = 1e-300
-    b = x + 1 - a
-    c, d = 1 / tiny, 1 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2
-        d = an * d + b
-        d = 1 / (d if abs(d) > tiny else tiny)
-        c = b + an / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        if abs(d * c - 1) < 1e-16:
-            break
-    return scale * h
+    x/2), torch's (the check needs torch; scipy may be missing on a GPU machine; the tests compare it with
+    scipy.stats.chi2.sf)."""
+    import torch
+
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
+                                         torch.tensor(max(x, 0.0) / 2.0, dtype=torch.float64)))
 
 
 def failure(err: BaseException, limit: int = 200) -> str:
@@ -203,17 +170,18 @@ def failure(err: BaseException, limit: int = 200) -> str:
 
 
 # -- timing ------------------------------------------------------------------------------------------------------
-def ms_per_token(dec, prompts, max_new_tokens: int, **kwargs) -> dict:
-    """One untimed pass, then one timed: ms per generated token and the tokens."""
-    for p in prompts[:1]:
-        dec.generate(input_ids=p, max_new_tokens=max_new_tokens, **kwargs)
-    started, tokens, outputs = time.perf_counter(), 0, []
-    for p in prompts:
-        r = dec.generate(input_ids=p, max_new_tokens=max_new_tokens, **kwargs)
-        tokens += len(r.token_ids)
-        outputs.append(r.token_ids)
+def _timed(one, prompts) -> dict:
+    """`one(prompt)` -> tokens: once untimed, then over every prompt timed: ms per generated token and the tokens."""
+    one(prompts[0])
+    started = time.perf_counter()
+    outputs = [one(p) for p in prompts]
     seconds = time.perf_counter() - started
+    tokens = sum(len(o) for o in outputs)
     return {"ms_per_token": 1e3 * seconds / max(tokens, 1), "tokens": tokens, "outputs": outputs}
+
+
+def ms_per_token(dec, prompts, max_new_tokens: int, **kwargs) -> dict:
+    return _timed(lambda p: dec.generate(input_ids=p, max_new_tokens=max_new_tokens, **kwargs).token_ids, prompts)
 
 
 def transformers_ms_per_token(checkpoint, prompts, max_new_tokens: int, eos_id: int, on_gpu: bool) -> dict:
@@ -223,61 +191,39 @@ def transformers_ms_per_token(checkpoint, prompts, max_new_tokens: int, eos_id: 
 
     device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
     model = T5ForConditionalGeneration.from_pretrained(str(checkpoint)).eval().to(device)
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, eos_token_id=eos_id)
 
     def one(ids):
         with torch.no_grad():
-            out = model.generate(torch.tensor([ids], device=device), **kwargs)
+            out = model.generate(torch.tensor([ids], device=device), max_new_tokens=max_new_tokens, do_sample=False,
+                                 num_beams=1, eos_token_id=eos_id)
         if device == "cuda":
             torch.cuda.synchronize()
         return [int(t) for t in out[0, 1:].tolist()]       # after the decoder start token
 
-    one(prompts[0])
-    started, tokens, outputs = time.perf_counter(), 0, []
-    for p in prompts:
-        toks = one(p)
-        tokens += len(toks)
-        outputs.append(toks)
-    seconds = time.perf_counter() - started
-    del model
-    return {"ms_per_token": 1e3 * seconds / max(tokens, 1), "tokens": tokens, "outputs": outputs, "device": device}
+    return {**_timed(one, prompts), "device": device}
 
 
 def bandwidth_gbs(on_gpu: bool) -> tuple[float, str]:
     """Copy bandwidth (GB/s, read + write counted) of a 256 MiB buffer on the device, best of 5."""
-    nbytes = 256 << 20
-    if on_gpu:
-        import torch
+    import torch
 
-        if torch.cuda.is_available():
-            a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-            b = torch.empty_like(a)
-            best = float("inf")
-            for _ in range(5):
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                b.copy_(a)
-                torch.cuda.synchronize()
-                best = min(best, time.perf_counter() - t)
-            return 2 * nbytes / best / 1e9, "measured: a 256 MiB device copy (torch), best of 5"
-    a = np.ones(nbytes, np.uint8)
-    b = np.empty_like(a)
-    best = float("inf")
+    device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
+    a = torch.ones(256 << 20, dtype=torch.uint8, device=device)
+    b, best = torch.empty_like(a), float("inf")
     for _ in range(5):
+        if device == "cuda":
+            torch.cuda.synchronize()
         t = time.perf_counter()
-        np.copyto(b, a)
+        b.copy_(a)
+        if device == "cuda":
+            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t)
-    return 2 * nbytes / best / 1e9, "measured: a 256 MiB host copy (numpy), best of 5"
-
-
-def decoder_weight_bytes(export_dir) -> int:
-    """Bytes of the target decoder's graph file(s): its weights, the embedding/head included (what each step
-    reads at least once)."""
-    folder = Path(export_dir) / "target"
-    return sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith("decoder.onnx"))
+    return 2 * a.numel() / best / 1e9, f"measured: a 256 MiB {'device' if device == 'cuda' else 'host'} copy " \
+        "(torch), best of 5"
 
 
 def real_size(args, on_gpu: bool, log) -> dict:
+    """Steps 5 and 6: the --shapes pair's ms/token against transformers', the bandwidth bound and CUDA graphs."""
     from specdec.runtime import SpeculativeDecoder
 
     from .common import prompts as prompts_mod
@@ -291,31 +237,32 @@ def real_size(args, on_gpu: bool, log) -> dict:
     eos = prompts_mod.special_id(dec, "eos_token_id")
     prompts = [p.input_ids for p in prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, args.num_prompts,
                                                                eos_id=eos)]
-    out = {"pair": f"{target}:{draft}", "export": str(export_dir)}
-    out["target_only"] = ms_per_token(dec, prompts, args.max_new_tokens, draft="none")
-    out["default"] = ms_per_token(dec, prompts, args.max_new_tokens)
-    out["default"]["identical"] = out["default"]["outputs"] == out["target_only"]["outputs"]
+    own = ms_per_token(dec, prompts, args.max_new_tokens, draft="none")
+    out = {"pair": f"{target}:{draft}", "export": str(export_dir), "target_only": own,
+           "default": ms_per_token(dec, prompts, args.max_new_tokens)}
+    out["default"]["identical"] = out["default"]["outputs"] == own["outputs"]
     del dec
     if ckpt.is_dir():
         try:
             out["transformers"] = transformers_ms_per_token(ckpt, prompts, args.max_new_tokens, eos, on_gpu)
-            hf, own = out["transformers"]["outputs"], out["target_only"]["outputs"]
-            out["transformers"]["identical"] = sum(a == b for a, b in zip(hf, own))
+            out["transformers"]["identical"] = sum(a == b for a, b in zip(out["transformers"]["outputs"],
+                                                                          own["outputs"]))
         except Exception as err:        # noqa: BLE001 - the peer's failure is reported, the check goes on
             out["transformers_error"] = failure(err)
     gbs, how = (args.bandwidth_gbs, "given (--bandwidth-gbs)") if args.bandwidth_gbs else bandwidth_gbs(on_gpu)
-    weights = decoder_weight_bytes(export_dir)
+    # the target decoder's graph file(s): its weights, embedding and head included (what each step reads once)
+    weights = sum(f.stat().st_size for f in (Path(export_dir) / "target").iterdir()
+                  if f.name.startswith("decoder.onnx"))
     out["bound"] = {"decoder_bytes": weights, "bandwidth_gbs": gbs, "bandwidth": how,
                     "ms_per_token": 1e3 * weights / (gbs * 1e9)}
+    out["cuda_graphs"] = {"error": f"not offered by the {args.provider} provider"}
     if args.provider == "cuda":
         try:
             graphed = SpeculativeDecoder.load(export_dir, provider="cuda", provider_options={"enable_cuda_graph": "1"})
             out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
-            out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == out["target_only"]["outputs"]
+            out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == own["outputs"]
         except Exception as err:        # the provider refuses, or a run fails: the report says how
             out["cuda_graphs"] = {"error": failure(err)}
-    else:
-        out["cuda_graphs"] = {"error": f"not offered by the {args.provider} provider"}
     return out
 
 
@@ -342,12 +289,10 @@ def bundled_export(workdir: Path, log) -> Path:
     out = Path(workdir) / "gpu-bundled"
     try:
         load_manifest(out)
-        return out
     except SpecdecError:
-        pass
-    target, draft = bundled_pair()
-    export_pair(ExportOptions(target=target, draft=draft, out=out, force=True, datastore=bundled_datastore()),
-                log=log)
+        target, draft = bundled_pair()
+        export_pair(ExportOptions(target=target, draft=draft, out=out, force=True, datastore=bundled_datastore()),
+                    log=log)
     return out
 
 
@@ -363,26 +308,24 @@ def run(args) -> int:
         raise SpecdecError("--num-prompts >= 1, --max-new-tokens >= 2, --samples >= 100 and --budget-s > 0 are "
                            "needed", "e.g. --num-prompts 4 --max-new-tokens 32 --samples 2000")
     started = time.perf_counter()
-    left = lambda: args.budget_s - (time.perf_counter() - started)       # noqa: E731
     log = lambda m: print(m, file=sys.stderr, flush=True)               # noqa: E731
-    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in vars(args).items()
-             if v is not None and k not in ("run", "command", "command_line")]
-    report = {"command": getattr(args, "command_line", None) or "specdec-bench gpu " + " ".join(flags),
+    report = {"command": args.command_line,
               "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "providers": ort.get_available_providers(), "onnxruntime": ort.__version__,
               "provider": args.provider, "skipped": {}}
     provider = resolve_provider(args.provider)          # an unavailable provider is one line, before any work
-    on_gpu = provider != "cpu"
     report["device"] = device_name(provider)
     report["machine"] = machine.describe(provider)
     log(f"specdec-bench gpu: {provider} on {report['device']}; onnxruntime {ort.__version__} "
         f"({', '.join(report['providers'])})")
     engine = Path(args.engine) if args.engine else bundled_export(Path(args.work_dir), log)
     report["engine"] = str(engine)
-    ref = SpeculativeDecoder.load(engine, provider="cpu")
-    dec = SpeculativeDecoder.load(engine, provider=provider)
-    prompts = [p.ids for p in prompts_mod.load(None, args.num_prompts, dec)[0]]
     report["errors"] = {}
+
+    def written() -> None:
+        """The results file as far as the run got, should a time limit cut it."""
+        report["elapsed_s"] = time.perf_counter() - started
+        Path(args.out).write_text(render(sections(report), markdown=True) + "\n")
 
     def step(name: str, what: str, work) -> None:
         """One step; a failure is recorded in one line and the next step still runs (a GPU lease is short)."""
@@ -392,89 +335,82 @@ def run(args) -> int:
         except Exception as err:            # noqa: BLE001 - the report says what broke, on which step
             report["errors"][name] = failure(err, 300)
             log(f"{name}: failed: {report['errors'][name]}")
-        report["elapsed_s"] = time.perf_counter() - started
-        Path(args.out).write_text(markdown(report))        # what is done so far, should a time limit cut the run
+        written()
 
-    step("greedy", "greedy: the provider's tokens against the CPU provider's",
-         lambda: greedy_identity(ref, dec, prompts, args.max_new_tokens))
-    candidates = prompts + [p.input_ids for p in prompts_mod.random_prompts(dec.vocabulary.tokenizer_size, 16, seed=1,
-                                                                      eos_id=prompts_mod.special_id(dec, "eos_token_id"))]
-    step("sampling", f"sampling: {args.samples} requests at T = 1",
-         lambda: sampling_test(ref, dec, candidates, args.samples))
-    step("copies", "copies: one request's host <-> device copies",
-         lambda: copies_per_round(dec, prompts[0], args.max_new_tokens))
-    del ref, dec
+    def on_the_export() -> None:
+        """Steps 2-4; the decoders are freed when it returns, before the real-size step loads its own."""
+        ref = SpeculativeDecoder.load(engine, provider="cpu")
+        dec = SpeculativeDecoder.load(engine, provider=provider)
+        prompts = [p.ids for p in prompts_mod.load(None, args.num_prompts, dec)[0]]
+        step("greedy", "greedy: the provider's tokens against the CPU provider's",
+             lambda: greedy_identity(ref, dec, prompts, args.max_new_tokens))
+        candidates = prompts + [p.input_ids for p in prompts_mod.random_prompts(
+            dec.vocabulary.tokenizer_size, 16, seed=1, eos_id=prompts_mod.special_id(dec, "eos_token_id"))]
+        step("sampling", f"sampling: {args.samples} requests at T = 1",
+             lambda: sampling_test(ref, dec, candidates, args.samples))
+        step("copies", "copies: one request's host <-> device copies",
+             lambda: copies_per_round(dec, prompts[0], args.max_new_tokens))
+
+    on_the_export()
+    left = args.budget_s - (time.perf_counter() - started)
     if args.shapes == "none":
         report["skipped"]["real size"] = "--shapes none"
-    elif left() < 60:
-        report["skipped"]["real size"] = f"{left():.0f} s of the {args.budget_s:.0f} s budget left"
+    elif left < 60:
+        report["skipped"]["real size"] = f"{left:.0f} s of the {args.budget_s:.0f} s budget left"
     else:
-        step("real_size", f"real size: {args.shapes}, random weights", lambda: real_size(args, on_gpu, log))
-    report["elapsed_s"] = time.perf_counter() - started
-    Path(args.out).write_text(markdown(report))
+        step("real_size", f"real size: {args.shapes}, random weights",
+             lambda: real_size(args, provider != "cpu", log))
+    written()
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(markdown(report))
+    print(render(sections(report)))
     print(f"wrote {args.out}" + (f" and {args.json}" if args.json else ""))
     passed = not report["errors"] and report["greedy"]["passed"] and report["sampling"]["passed"] and \
         report.get("real_size", {}).get("default", {}).get("identical", True)
     return 0 if passed else 1
 
 
-def markdown(r: dict) -> str:
-    lines = [f"# specdec on {r['provider']}: {r['device']}", "",
-             f"- date: {r['date_utc']}; command: `{r['command']}`",
-             f"- onnxruntime {r['onnxruntime']}, providers: {', '.join(r['providers'])}",
-             f"- export checked: `{r['engine']}`", ""]
-    for what, why in r.get("errors", {}).items():
-        lines += [f"- FAILED: {what}: {why}", ""]
+def sections(r: dict) -> list:
+    """The results file's parts (tables.render), from the report as far as it got."""
+    parts = [f"# specdec on {r['provider']}: {r['device']}",
+             f"- date: {r['date_utc']}; command: `{r['command']}`\n- onnxruntime {r['onnxruntime']}, providers: "
+             f"{', '.join(r['providers'])}\n- export checked: `{r['engine']}`"]
+    parts += [f"- FAILED: {what}: {why}" for what, why in r.get("errors", {}).items()]
     if "greedy" in r:
-        lines += ["## Greedy output against the CPU provider", "", "| draft | gamma | identical |",
-                  "| --- | --- | --- |"]
-        lines += [f"| {x['draft']} | {x['gamma']} | {x['identical']}/{x['prompts']} |" for x in r["greedy"]["rows"]]
-    lines += sampling_lines(r["sampling"]) if "sampling" in r else []
-    lines += copies_lines(r["copies"]) if "copies" in r else []
+        parts.append(Table("## Greedy output against the CPU provider", ("draft", "gamma", "identical"),
+                           [[x["draft"], str(x["gamma"]), f"{x['identical']}/{x['prompts']}"]
+                            for x in r["greedy"]["rows"]]))
+    if "sampling" in r:
+        s = r["sampling"]
+        parts += ["## Distribution at T = 1",
+                  f"First token of {s['samples']} requests on {s['prompts']} prompts ({s['draft']}, gamma "
+                  f"{s['gamma']}; {s['accepted']}/{s['proposed']} guesses kept) against the target's exact "
+                  f"distribution: chi-square over {s['bins']} bins, {s['dof']} degrees of freedom, p = "
+                  f"{'n/a' if s['p_value'] is None else format(s['p_value'], '.3g')} "
+                  f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom)."]
+    if "copies" in r:
+        c = r["copies"]
+        parts += ["## Host <-> device copies", Table(
+            f"One request with the default: {c['rounds']} rounds, {c['tokens']} tokens; {c['copies_per_round']:.2f} "
+            f"copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.",
+            ("direction", "buffer", "per round", "KiB per round"),
+            [[x["direction"], x["buffer"], f"{x['per_round']:.2f}", f"{x['bytes_per_round'] / 1024:.1f}"]
+             for x in c["copies"]])]
     if "real_size" in r:
-        lines += real_size_lines(r["real_size"])
-    for what, why in r["skipped"].items():
-        lines += ["", f"Left out: {what} ({why})."]
-    lines += ["", f"Elapsed: {r['elapsed_s']:.0f} s.", ""]
-    return "\n".join(lines)
-
-
-def sampling_lines(s: dict) -> list[str]:
-    p_text = "n/a" if s["p_value"] is None else f"{s['p_value']:.3g}"
-    return ["", "## Distribution at T = 1", "",
-            f"First token of {s['samples']} requests on {s['prompts']} prompts ({s['draft']}, gamma {s['gamma']}; "
-            f"{s['accepted']}/{s['proposed']} guesses kept) against the target's exact distribution: chi-square "
-            f"over {s['bins']} bins, {s['dof']} degrees of freedom, p = {p_text} "
-            f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom).", ""]
-
-
-def copies_lines(c: dict) -> list[str]:
-    lines = ["## Host <-> device copies", "",
-             f"One request with the default: {c['rounds']} rounds, {c['tokens']} tokens; "
-             f"{c['copies_per_round']:.2f} copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.", "",
-             "| direction | buffer | per round | KiB per round |", "| --- | --- | ---: | ---: |"]
-    return lines + [f"| {x['direction']} | {x['buffer']} | {x['per_round']:.2f} | {x['bytes_per_round'] / 1024:.1f} |"
-                    for x in c["copies"]]
-
-
-def real_size_lines(z: dict) -> list[str]:
-    lines = ["", f"## Real size: {z['pair']} (random weights)", "", "| run | ms/token | note |", "| --- | ---: | --- |",
-             f"| specdec target-only | {z['target_only']['ms_per_token']:.2f} | |",
-             f"| specdec default | {z['default']['ms_per_token']:.2f} | greedy identical to target-only: "
-             f"{z['default']['identical']} |"]
-    if "transformers" in z:
-        t = z["transformers"]
-        lines.append(f"| transformers greedy ({t['device']}) | {t['ms_per_token']:.2f} | identical tokens on "
-                     f"{t['identical']}/{len(t['outputs'])} prompts |")
-    if "transformers_error" in z:
-        lines.append(f"| transformers greedy | - | {z['transformers_error']} |")
-    b = z["bound"]
-    lines.append(f"| bandwidth bound | {b['ms_per_token']:.2f} | {b['decoder_bytes'] / 2**20:.0f} MiB of "
-                 f"decoder weights at {b['bandwidth_gbs']:.0f} GB/s ({b['bandwidth']}) |")
-    g = z["cuda_graphs"]
-    lines.append(f"| target-only, CUDA graphs | {g['ms_per_token']:.2f} | identical: {g['identical']} |"
-                 if "error" not in g else f"| target-only, CUDA graphs | - | {g['error']} |")
-    return lines
+        z, b, g = r["real_size"], r["real_size"]["bound"], r["real_size"]["cuda_graphs"]
+        rows = [["specdec target-only", f"{z['target_only']['ms_per_token']:.2f}", ""],
+                ["specdec default", f"{z['default']['ms_per_token']:.2f}",
+                 f"greedy identical to target-only: {z['default']['identical']}"]]
+        if "transformers" in z:
+            t = z["transformers"]
+            rows.append([f"transformers greedy ({t['device']})", f"{t['ms_per_token']:.2f}",
+                         f"identical tokens on {t['identical']}/{len(t['outputs'])} prompts"])
+        if "transformers_error" in z:
+            rows.append(["transformers greedy", "-", z["transformers_error"]])
+        rows.append(["bandwidth bound", f"{b['ms_per_token']:.2f}", f"{b['decoder_bytes'] / 2**20:.0f} MiB of decoder "
+                     f"weights at {b['bandwidth_gbs']:.0f} GB/s ({b['bandwidth']})"])
+        rows.append(["target-only, CUDA graphs", "-", g["error"]] if "error" in g else
+                    ["target-only, CUDA graphs", f"{g['ms_per_token']:.2f}", f"identical: {g['identical']}"])
+        parts.append(Table(f"## Real size: {z['pair']} (random weights)", ("run", "ms/token", "note"), rows))
+    parts += [f"Left out: {what} ({why})." for what, why in r["skipped"].items()]
+    return parts + [f"Elapsed: {r['elapsed_s']:.0f} s."]

@@ -14,19 +14,16 @@ env_sh=${ORT_ENV:-/tmp/ort-gpu/env.sh}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not found"
 python3 - <<'PY' || { echo "the check cannot run here: the modules above are missing"; exit 2; }
 import importlib, sys
-need = ("onnxruntime", "numpy", "tokenizers", "torch", "transformers", "onnx", "tqdm")
 missing = []
-for name in need:
+for name in ("onnxruntime", "numpy", "tokenizers", "torch", "transformers", "onnx", "tqdm"):
     try:
-        mod = importlib.import_module(name)
-        print(f"{name} {getattr(mod, '__version__', '?')}")
+        print(name, getattr(importlib.import_module(name), "__version__", "?"))
     except Exception as err:            # not installed, or a missing shared library
-        missing.append(f"{name} ({type(err).__name__}: {err})")
-if "onnxruntime" not in str(missing):
-    import onnxruntime as ort
-    print("providers:", ort.get_available_providers())
-for m in missing:
-    print("missing:", m)
+        missing.append(name)
+        print(f"missing: {name} ({type(err).__name__}: {err})")
+if "onnxruntime" not in missing:
+    import onnxruntime
+    print("providers:", onnxruntime.get_available_providers())
 sys.exit(1 if missing else 0)
 PY
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || { echo "cannot install specdec from this tree"; exit 2; }

@@ -2,7 +2,8 @@
 instance counts, the same prompts and parameters in every cell, with the batch's occupancy and resident memory.
 
     specdec-bench serve-load --export DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
-                             [--max-new-tokens 32] [--max-batch 16] [--queue-delay-us 500] [--protocol http|grpc] [--soak N] [--json OUT]
+                             [--max-new-tokens 32] [--max-batch 16] [--queue-delay-us 500] [--protocol http|grpc]
+                             [--soak N] [--json OUT]
 
 (`python -m specdec.bench.serve_load` takes the same flags.)
 
@@ -13,15 +14,14 @@ wall time of the cell; rows/round: the rows the batch decoded per target run in 
 benchmark's process (which holds the decoder: PyTriton runs the models' code in it) and the same with its child
 processes (tritonserver, the Python backend stubs), after each cell. --soak N then starts `specdec-serve` (the
 command, in a process of its own, with the same flags) and sends it N requests from 16 clients, reporting that
-server's resident memory with its children after every 1,000 (the clients' own memory is not in it). Every answer is checked against the first answer to the same
-prompt (greedy decoding: one output per prompt), and mismatches are reported. The clients run on the same machine
-as the server and take CPU from it. Needs the serve extra."""
+server's resident memory with its children after every 1,000 (the clients' own memory is not in it). Every answer is
+checked against the first answer to the same prompt (greedy decoding: one output per prompt), and mismatches are
+reported. The clients run on the same machine as the server and take CPU from it. Needs the serve extra."""
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import threading
 import time
@@ -29,6 +29,8 @@ import time
 import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
+
+from .common.tables import Table, render
 
 
 def _ints(text: str) -> list:
@@ -76,30 +78,18 @@ def _prompts(path, count: int) -> list:
     return [texts[i % len(texts)] for i in range(count)]
 
 
-def _client(protocol: str, port: int):
+def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_tokens: int) -> dict:
+    """C clients share the prompts; returns latencies (s, in prompt order), the answers and the wall time. A request
+    is one row: Triton's dynamic batching gives `specdec`'s tensors a batch dimension, [1, 1]."""
     if protocol == "http":
         import tritonclient.http as module
     else:
         import tritonclient.grpc as module
-    return module, module.InferenceServerClient(f"127.0.0.1:{port}")
-
-
-def _request(module, client, prompt: str, max_new_tokens: int) -> str:
-    """One request of one row: Triton's dynamic batching gives `specdec`'s tensors a batch dimension, [1, 1]."""
-    text = module.InferInput("prompt", [1, 1], "BYTES")
-    text.set_data_from_numpy(np.array([[prompt.encode()]], dtype=np.object_))
-    limit = module.InferInput("max_new_tokens", [1, 1], "INT64")
-    limit.set_data_from_numpy(np.array([[max_new_tokens]], dtype=np.int64))
-    return client.infer("specdec", [text, limit]).as_numpy("text")[0, 0].decode()
-
-
-def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_tokens: int) -> dict:
-    """C clients share the prompts; returns latencies (s, in prompt order), the answers and the wall time."""
     latencies, answers = [None] * len(prompts), [None] * len(prompts)
     errors, lock, next_index = [], threading.Lock(), iter(range(len(prompts)))
 
     def work():
-        module, client = _client(protocol, port)
+        client = module.InferenceServerClient(f"127.0.0.1:{port}")
         try:
             while True:
                 with lock:
@@ -107,7 +97,11 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
                 if i is None:
                     return
                 began = time.perf_counter()
-                answers[i] = _request(module, client, prompts[i], max_new_tokens)
+                text = module.InferInput("prompt", [1, 1], "BYTES")
+                text.set_data_from_numpy(np.array([[prompts[i].encode()]], dtype=np.object_))
+                limit = module.InferInput("max_new_tokens", [1, 1], "INT64")
+                limit.set_data_from_numpy(np.array([[max_new_tokens]], dtype=np.int64))
+                answers[i] = client.infer("specdec", [text, limit]).as_numpy("text")[0, 0].decode()
                 latencies[i] = time.perf_counter() - began
         except Exception as err:       # reported, not raised in a thread
             errors.append(repr(err))
@@ -118,9 +112,8 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
     began = time.perf_counter()
     for t in threads:
         t.start()
-    deadline = began + 600
     for t in threads:
-        t.join(timeout=max(0.0, deadline - time.perf_counter()))
+        t.join(timeout=max(0.0, began + 600 - time.perf_counter()))
     wall = time.perf_counter() - began
     if errors or any(t.is_alive() for t in threads):
         raise SpecdecError(f"a load cell failed ({clients} clients): {errors[:1] or ['timed out after 600 s']}")
@@ -132,8 +125,6 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
 
 def run_soak(args, instances: int, prompts: list) -> list:
     """`specdec-serve` in its own process, args.soak requests from 16 clients; its memory after every 1,000."""
-    import os
-    import signal
     import subprocess
     import tempfile
     import urllib.request
@@ -149,19 +140,19 @@ def run_soak(args, instances: int, prompts: list) -> list:
             "--queue-delay-us", str(args.queue_delay_us), "--exit-timeout", "2"]
     log = tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+    def ready() -> bool:
+        try:
+            return all(urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/{model}/ready", timeout=2).status
+                       == 200 for model in ("specdec", "specdec_stream"))
+        except OSError:
+            return False
     try:
         deadline = time.monotonic() + 180
-        while True:
+        while not ready():
             if proc.poll() is not None:
                 log.seek(0)
                 raise SpecdecError(f"specdec-serve exited before it was ready: {log.read().strip()[-300:]}")
-            try:
-                ready = all(urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/{model}/ready",
-                                                   timeout=2).status == 200 for model in ("specdec", "specdec_stream"))
-            except OSError:
-                ready = False
-            if ready:
-                break
             if time.monotonic() > deadline:
                 raise SpecdecError("specdec-serve was not ready after 180 s", "check the export with specdec-check")
             time.sleep(0.25)
@@ -177,11 +168,11 @@ def run_soak(args, instances: int, prompts: list) -> list:
         return out
     finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+            proc.terminate()
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
+                proc.kill()
                 proc.wait()
         log.close()
 
@@ -190,6 +181,7 @@ def run(args) -> int:
     """The load cells of the parsed flags; the JSON report's "command" is args.command_line, as it was typed."""
     from specdec.serve.server import Server, free_ports
 
+    from .common import running
     from .common.machine import describe, load_average, resident_mib
 
     prompts = _prompts(args.prompts, args.requests)
@@ -199,8 +191,8 @@ def run(args) -> int:
         gc.collect()                         # the last server's decoder goes before the next one's is measured
         http, grpc, metrics = free_ports(3)
         with Server(args.engine, instances=instances, threads=args.threads, max_batch=args.max_batch,
-                    queue_delay_us=args.queue_delay_us, address="127.0.0.1", exit_timeout_s=2, http_port=http, grpc_port=grpc,
-                    metrics_port=metrics) as server:
+                    queue_delay_us=args.queue_delay_us, address="127.0.0.1", exit_timeout_s=2, http_port=http,
+                    grpc_port=grpc, metrics_port=metrics) as server:
             port = server.http_port if args.protocol == "http" else server.grpc_port
             counters = server.handler.batcher.counters
             for clients in (1, 16):          # untimed: both the one-row and the many-row layouts
@@ -208,10 +200,7 @@ def run(args) -> int:
             for clients in args.clients:
                 before = dict(counters)
                 cell = run_cell(port, args.protocol, clients, prompts, args.max_new_tokens)
-                answers = cell.pop("answers")
-                mismatches = 0
-                for prompt, answer in zip(prompts, answers):
-                    mismatches += first_answer.setdefault(prompt, answer) != answer
+                mismatches = sum(first_answer.setdefault(p, a) != a for p, a in zip(prompts, cell.pop("answers")))
                 rounds = counters["rounds"] - before["rounds"]
                 cell.update(instances=instances, mismatches=mismatches, load_average_after=load_average(),
                             rows_per_round=(counters["rows"] - before["rows"]) / rounds if rounds else 0.0,
@@ -223,21 +212,28 @@ def run(args) -> int:
                       f"mismatches {mismatches}", flush=True)
         if args.soak:
             soak += run_soak(args, instances, prompts)
-    table = ["| instances | clients | requests/s | p50 ms | p99 ms | mean ms | rows/round | resident MiB (with "
-             "tritonserver) | mismatches |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    table += [f"| {r['instances']} | {r['clients']} | {r['requests_per_s']:.2f} | {r['p50_ms']:.1f} | "
-              f"{r['p99_ms']:.1f} | {r['mean_ms']:.1f} | {r['rows_per_round']:.2f} | "
-              f"{r['memory'].get('process_mib')} ({r['memory'].get('with_children_mib')}) | {r['mismatches']} |"
-              for r in results]
-    print("\n".join(table))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"command": args.command_line, "machine": machine, "protocol": args.protocol,
-                       "max_new_tokens": args.max_new_tokens, "max_batch": args.max_batch,
-                       "queue_delay_us": args.queue_delay_us,
-                       "requests_per_cell": args.requests, "results": results, "soak": soak, "table": table},
-                      fh, indent=1)
+    out = {"command": args.command_line, "machine": machine, "protocol": args.protocol,
+           "max_new_tokens": args.max_new_tokens, "max_batch": args.max_batch, "queue_delay_us": args.queue_delay_us,
+           "requests_per_cell": args.requests, "results": results, "soak": soak}
+    out["table"] = render(sections(out)[:1], markdown=True).splitlines()      # the cells' table, as Markdown
+    running.report(out, args, sections)
     return 0 if all(r["mismatches"] == 0 for r in results) else 1
+
+
+def sections(report: dict) -> list:
+    """The cells' table, and the soak's memory where there was one."""
+    parts = [Table("", ("instances", "clients", "requests/s", "p50 ms", "p99 ms", "mean ms", "rows/round",
+                        "resident MiB (with tritonserver)", "mismatches"),
+                   [[str(r["instances"]), str(r["clients"]), f"{r['requests_per_s']:.2f}", f"{r['p50_ms']:.1f}",
+                     f"{r['p99_ms']:.1f}", f"{r['mean_ms']:.1f}", f"{r['rows_per_round']:.2f}",
+                     f"{r['memory'].get('process_mib')} ({r['memory'].get('with_children_mib')})",
+                     str(r["mismatches"])] for r in report["results"]])]
+    if report["soak"]:
+        parts.append(Table("specdec-serve in its own process (--soak), resident MiB with its children:",
+                           ("instances", "requests", "resident MiB"),
+                           [[str(s["instances"]), f"{s['requests']:,}",
+                             str(s["server_memory"].get("with_children_mib"))] for s in report["soak"]]))
+    return parts
 
 
 def main(argv=None) -> int:

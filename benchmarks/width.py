@@ -5,20 +5,15 @@ the wider target run they need.
 
 (`python -m specdec.bench.width` takes the same flags.)
 
-At temperature 0 a round's outcome does not depend on how the candidates are verified, only on which were proposed:
-the target keeps the longest candidate prefix that equals its own greedy continuation, plus one token. So the
-tokens per target run of B candidates can be replayed exactly from each prompt's greedy output (draft="none"):
-at each position the lookup (runtime/decoding/lookup.py: the output, the source, then the datastore) proposes its
-candidate of up to gamma tokens, and the datastore's next-ranked continuations of the same context (distinct first
-tokens) fill up to B. B = 1 is the lookup as it runs today, and the replay's tokens per call for B = 1 equal the decoder's
-own (checked and reported: `replay_matches_runtime`).
+At T = 0 a round keeps the longest candidate prefix equal to the target's greedy continuation, plus one token, however
+the candidates are verified; so the tokens per target run of B candidates replay exactly from each prompt's greedy
+output: at each position the lookup (the output, the source, the datastore) proposes its candidate of up to gamma
+tokens and the datastore's next-ranked continuations (distinct first tokens) fill up to B. B = 1 is today's lookup;
+its replay must match the decoder's own target runs (`replay_matches_runtime`).
 
-The cost side: a tree of B candidates of up to gamma tokens is one target run over 1 + (their tokens) positions
-(candidates with distinct first tokens share only the root). `--wide-export` is an export of the same pair with a
-larger --gamma-max (e.g. 64), whose cost probe (specdec.bench.common.costs) times target runs over 1 .. gamma_max + 1
-tokens; the prediction per B is then (tokens per run) / (T(nodes) / T(1)), the round's host work left out (the
-lookup's: tens of microseconds). A decoder graph that verifies a tree needs a tree attention mask and per-token
-positions; this tool measures whether building one would pay before it is built.
+The cost: a tree of B candidates is one target run over 1 + their tokens. `--wide-export` (the same pair with a
+larger --gamma-max, e.g. 64) has its target runs over 1 .. gamma_max + 1 tokens timed by the cost probe; the
+prediction per B is (tokens per run) / (T(nodes) / T(1)), the lookup's host work (tens of microseconds) left out.
 """
 
 from __future__ import annotations
@@ -28,6 +23,7 @@ import sys
 import numpy as np
 
 from .common.options import PROMPT_FILE, write_figures
+from .common.tables import Table, render
 
 
 class _Round:
@@ -72,35 +68,28 @@ def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: i
     return runs, len(greedy), nodes
 
 
-def table(report: dict) -> str:
-    """Markdown: per task and setting, tokens and tree nodes per target run, and with --wide-export the run's cost
-    T(nodes)/T(1) (the probe's ratios, linear between measured n) and the prediction."""
-    line = None
-    ratios = report.get("verify_ratio")
+def sections(report: dict) -> list:
+    """Per task and setting, tokens and tree nodes per target run, and with --wide-export the run's cost
+    T(nodes)/T(1) (the probe's ratios, linear between measured n) and the prediction; the replay's check."""
+    ratios, line = report.get("verify_ratio"), None
+    headers = ["task", "setting", "tokens per target run", "nodes per run (1 + candidate tokens)"]
+    title = ""
     if ratios:
-        ks = np.array([int(k) for k in ratios], float)
-        line = (ks, np.array(list(ratios.values()), float))
-        head = (f"T(n)/T(1): the probe's median target run over n tokens / its 1-token run, linear between measured "
-                f"n (n = 1..{int(ks.max())}); " + ", ".join(f"n = {int(k)}: {v:.2f}" for k, v in zip(*line)
-                                                          if int(k) in (2, 5, 9, 17, 25, 33, 41)) + "\n\n")
-    else:
-        head = ""
-    rows = ["| task | setting | tokens per target run | nodes per run (1 + candidate tokens) |"
-            + (" T(nodes)/T(1) | tokens per run ÷ T(nodes)/T(1) |" if line else ""),
-            "|---|---|---:|---:|" + ("---:|---:|" if line else "")]
+        line = (np.array([int(k) for k in ratios], float), np.array(list(ratios.values()), float))
+        headers += ["T(nodes)/T(1)", "tokens per run ÷ T(nodes)/T(1)"]
+        title = (f"T(n)/T(1): the probe's median target run over n tokens / its 1-token run, linear between measured "
+                 f"n (n = 1..{int(line[0].max())}); " + ", ".join(f"n = {int(k)}: {v:.2f}" for k, v in zip(*line)
+                                                                if int(k) in (2, 5, 9, 17, 25, 33, 41)))
+    rows = []
     for task, row in report["tasks"].items():
-        rows.append(f"| {task} | the decoder, draft=\"lookup\", gamma 8 | "
-                    f"{row['runtime_lookup_tokens_per_run']:.3f} | |" + (" | |" if line else ""))
-        for name, v in row.items():
-            if not isinstance(v, dict):
-                continue
-            text = f"| {task} | {name} | {v['tokens_per_run']:.3f} | {v['nodes_per_run']:.1f} |"
-            if line:
-                cost = float(np.interp(v["nodes_per_run"], *line))
-                text += f" {cost:.2f} | {v['tokens_per_run'] / cost:.2f} |"
-            rows.append(text)
+        rows.append([task, f'the decoder, draft="lookup", gamma {report["gamma"]}', f"{row['runtime_lookup_tokens_per_run']:.3f}", ""]
+                    + ["", ""] * bool(line))
+        for name, v in ((n, v) for n, v in row.items() if isinstance(v, dict)):
+            cost = float(np.interp(v["nodes_per_run"], *line)) if line else None
+            rows.append([task, name, f"{v['tokens_per_run']:.3f}", f"{v['nodes_per_run']:.1f}"]
+                        + ([f"{cost:.2f}", f"{v['tokens_per_run'] / cost:.2f}"] if line else []))
     checks = ", ".join(f"{t}: {'yes' if r['replay_matches_runtime'] else 'NO'}" for t, r in report["tasks"].items())
-    return head + "\n".join(rows) + f"\n\nreplay of B = 1 equals the decoder's target runs: {checks}"
+    return [Table(title, headers, rows), f"replay of B = 1 equals the decoder's target runs: {checks}"]
 
 
 def add_arguments(p) -> None:
@@ -118,8 +107,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from specdec.runtime import SpeculativeDecoder
-    from specdec.runtime import LookupDraft
+    from specdec.runtime import LookupDraft, SpeculativeDecoder
 
     from .common import costs, prompts as prompts_mod
 
@@ -129,35 +117,29 @@ def run(args) -> int:
     report = {"engine": args.engine, "prompts": origin, "gamma": args.gamma, "widths": widths, "tasks": {}}
     for task in sorted({p.task or "-" for p in prompts}):
         chosen = [p for p in prompts if (p.task or "-") == task]
-        runtime_runs = runtime_tokens = 0
+        runs = tokens = 0
         greedy = []
         for p in chosen:
             ref = dec.generate(input_ids=p.ids, draft="none", max_new_tokens=args.max_new_tokens)
             res = dec.generate(input_ids=p.ids, draft="lookup", gamma=args.gamma, max_new_tokens=args.max_new_tokens)
             if res.token_ids != ref.token_ids:
                 raise SystemExit("error: the lookup's greedy output differs from target-only decoding")
-            runtime_runs += res.stats.target_calls
-            runtime_tokens += res.stats.new_tokens
+            runs, tokens = runs + res.stats.target_calls, tokens + res.stats.new_tokens
             greedy.append(ref.token_ids)
-        row = {"prompts": len(chosen), "runtime_lookup_runs": runtime_runs,
-               "runtime_lookup_tokens_per_run": runtime_tokens / runtime_runs}
-        settings = [("lookup", None, 1)] + [("datastore", dec.datastore, w) for w in widths
-                                           if dec.datastore is not None]
-        for name, store, width in settings:
-            runs = tokens = nodes = 0
-            for p, g in zip(chosen, greedy):
-                r, t, n = replay(LookupDraft(datastore=store), np.asarray(p.ids), g, dec.start_id, args.gamma, width)
-                runs, tokens, nodes = runs + r, tokens + t, nodes + n
-            row[f"{name} B={width}"] = {"tokens_per_run": tokens / runs, "nodes_per_run": 1 + nodes / runs,
-                                        "runs": runs}
+        row = {"prompts": len(chosen), "runtime_lookup_runs": runs, "runtime_lookup_tokens_per_run": tokens / runs}
+        stores = [("lookup", None, 1)] + [("datastore", dec.datastore, w) for w in widths if dec.datastore is not None]
+        for name, store, width in stores:
+            r, t, n = np.sum([replay(LookupDraft(datastore=store), np.asarray(p.ids), g, dec.start_id, args.gamma,
+                                     width) for p, g in zip(chosen, greedy)], axis=0).tolist()
+            row[f"{name} B={width}"] = {"tokens_per_run": t / r, "nodes_per_run": 1 + n / r, "runs": r}
         last = "datastore B=1" if dec.datastore is not None else "lookup B=1"
-        row["replay_matches_runtime"] = row[last]["runs"] == runtime_runs
+        row["replay_matches_runtime"] = row[last]["runs"] == runs
         report["tasks"][task] = row
     if args.wide_engine:
         wide = SpeculativeDecoder.load(args.wide_engine, provider="cpu")
         probe = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)
         report["verify_ratio"] = probe["verify_ratio"]
-    print(table(report))
+    print(render(sections(report)))
     write_figures(args.json, report)
     return 0
 

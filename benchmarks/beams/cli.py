@@ -1,18 +1,23 @@
 """`specdec-bench beams (--export DIR | --shapes T:D) --num-beams W`: beam search. On an export: per task,
 target-only beam search (none), exact speculative beam search at each --gamma, gamma=auto and transformers'
 generate(num_beams=W) on the same checkpoint, interleaved in one run (measure.py). At real shapes (random weights,
-so no generation): the per-call costs of W x 1 and R x (g+1) target runs (costs.py)."""
+so no generation): the per-call costs of W x 1 and R x (g+1) target runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
 from ..common import machine, options, running as common
+from ..common.runs import tasks_of
+from ..common.tables import Table, fmt, same
+from . import measure as beams
 
 HELP = "beam search: none, speculative and auto beam search and transformers' on an export, or costs at real shapes"
 
@@ -60,7 +65,7 @@ def add_parser(commands) -> None:
     costs.add_argument("--source-length", type=int, default=48, metavar="N", help="random prompt length (default 48)")
 
 
-def _form_checked(args) -> None:
+def run(args) -> int:
     """--num-beams is beam search; a flag of the other form (--export or --shapes) is a one-line error."""
     if args.num_beams < 2:
         raise SpecdecError(f"--num-beams must be at least 2 for beam search (got {args.num_beams})",
@@ -69,26 +74,19 @@ def _form_checked(args) -> None:
     for flag, default in other.items():
         if getattr(args, flag[2:].replace("-", "_")) != default:
             raise SpecdecError(f"{flag} does not apply to beams {form}", "see specdec-bench beams --help")
-
-
-def run(args) -> int:
-    _form_checked(args)
+    args.gamma = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
     return _shapes(args) if args.shapes else _engine(args)
 
 
 def _shapes(args) -> int:
-    """The per-call costs of beam search at real shapes (random weights, so no generation): the target's W x 1
-    step against R x (g+1) scoring runs for the --beam-rows R, and the draft's W x 1 step, as beam_costs.probe
-    measures them on an export."""
+    """The per-call costs at real shapes (random weights, so no generation): the target's W x 1 step against
+    R x (g+1) scoring runs for the --beam-rows R, and the draft's W x 1 step, as beams.probe measures them."""
     import numpy as np
 
     from ..shapes import measure as shapes
-    from . import costs as beam_costs, measure as beams
-    from .tables import beam_costs_text
 
     target, draft = shapes.parse_pair(args.shapes)
-    gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
-    export_dir, _ = shapes.ensure_export(target, draft, Path(args.work_dir), max(gammas), args.max_length,
+    export_dir, _ = shapes.ensure_export(target, draft, Path(args.work_dir), max(args.gamma), args.max_length,
                                          args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
     dec = common.load(export_dir, args.provider, args.threads)
     mach = machine.describe(dec.provider, args.threads)
@@ -96,35 +94,31 @@ def _shapes(args) -> int:
           f"weights, official configurations; export {export_dir})")
     common.print_machine(mach)
     rows = args.beam_rows or [args.num_beams * k for k in (1, 2, 3, 4)]
-    census = {"target": [(r, g + 1) for g in gammas for r in rows]}
+    census = {"target": [(r, g + 1) for g in args.gamma for r in rows]}
     ids = np.random.default_rng(0).integers(3, dec.vocab_size, size=args.source_length)
-    past = 32 if args.past is None else args.past
-    costs = beam_costs.probe(dec, ids, args.num_beams, gammas, census, past, args.probe_repeats, extra_rows=rows)
-    print()
-    print(beam_costs_text(costs))
-    common.write({"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}, args)
+    costs = beams.probe(dec, ids, args.num_beams, args.gamma, census, 32 if args.past is None else args.past,
+                        args.probe_repeats, extra_rows=rows)
+    out = {"mode": "beam-shapes", "shapes": args.shapes, "machine": mach, "costs": costs}
+    common.report(out, args, lambda r: costs_parts(r["costs"]))
     return 0
 
 
 def _engine(args) -> int:
     from ..common import prompts as prompts_mod
-    from . import costs as beam_costs, measure as beams, summary as beam_summary
-    from .tables import BEAM_NOTES, markdown_sections
 
-    gammas = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
     common.runs_checked(args, past=max(1, args.max_new_tokens // 2))
     early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
     settings = beams.BeamSettings(args.num_beams, args.max_new_tokens, early, args.length_penalty,
                                   args.no_repeat_ngram_size, args.min_new_tokens)
     dec = common.load(args.engine, args.provider, args.threads)
     has_draft = "draft" in dec.manifest.models
-    if gammas and not has_draft:
+    gammas = args.gamma if has_draft else []
+    if args.gamma and not has_draft:
         print("note: the export has no draft model 'draft': target-only beam search and transformers only",
               file=sys.stderr)
-    configs = beams.configs(gammas if has_draft else [], auto=has_draft, transformers=not args.no_transformers)
+    configs = beams.configs(gammas, auto=has_draft, transformers=not args.no_transformers)
     beams.check(dec, configs, settings)
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True)
-    tasks = beams.tasks_of(prompts)
     started = time.perf_counter()
     hf, hf_status, checkpoint = None, "left out (--no-transformers)", None
     hf_threads = args.threads or os.cpu_count() or 1
@@ -136,86 +130,143 @@ def _engine(args) -> int:
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench beams --num-beams {args.num_beams}: {args.engine}")
     common.print_machine(mach)
-    print(f"prompts: {len(prompts)} from {origin} ({', '.join(f'{t} {n}' for t, n in tasks.items())}); "
-          f"max_new_tokens {args.max_new_tokens}, repeats {args.repeat}, configurations "
-          f"{', '.join(c.label for c in configs)}; early_stopping {early}, length_penalty {args.length_penalty:g}, "
-          f"no_repeat_ngram_size {args.no_repeat_ngram_size}, min_new_tokens {args.min_new_tokens}")
-
     per_pass = len(prompts) * len([c for c in configs if c.specdec]) + (len(prompts) if hf else 0)
     with common.progress(args, per_pass * (1 + args.repeat) + (args.repeat if hf else 0),
                          "specdec-bench beams") as bar:
-        cells, equality, shapes, learning, learned = beams.run_beams(dec, prompts, configs, settings, args.repeat, hf, bar)
-    costs = beam_costs.probe(dec, prompts[0].ids, args.num_beams, gammas if has_draft else [], shapes, args.past,
-                             args.probe_repeats)
-    rows = beam_summary.summarize(cells, configs, equality, costs)
-    exact = beam_summary.equality_summary(rows)
-    auto_end = beams.estimates_snapshot(learning.beam_estimates)
-    _print_report(costs, rows, exact, learned, auto_end)
-
+        cells, equality, shapes, learning, learned = beams.run_beams(dec, prompts, configs, settings, args.repeat,
+                                                                     hf, bar)
+    costs = beams.probe(dec, prompts[0].ids, args.num_beams, gammas, shapes, args.past, args.probe_repeats)
+    rows = beams.summarize(cells, configs, equality, costs)
     out = {"mode": "beams", "machine": mach, "engine": common.engine_info(dec),
-           "settings": {**settings.as_dict(), "gammas": gammas if has_draft else [],
+           "settings": {**dataclasses.asdict(settings), "gammas": gammas,
                         "configs": [c.as_dict() for c in configs], "repeats": args.repeat,
-                        "prompts": len(prompts), "prompts_per_task": tasks, "prompts_origin": origin,
-                        "probe_past": costs["past_length"], "threads": args.threads,
+                        "prompts": len(prompts), "prompts_per_task": tasks_of(prompts),
+                        "prompts_origin": origin, "probe_past": costs["past_length"], "threads": args.threads,
                         "transformers": {"status": hf_status, "checkpoint": checkpoint, "torch_threads": hf_threads}},
-           "notes": BEAM_NOTES, "beam_costs": costs, "beam_results": rows, "beam_outputs_equal": exact,
-           "auto_estimates": {"after_warmup": learned, "at_end": auto_end},
+           "notes": beams.NOTES, "beam_costs": costs, "beam_results": rows,
+           "beam_outputs_equal": beams.equality_summary(rows),
+           "auto_estimates": {"after_warmup": learned, "at_end": beams.estimates_snapshot(learning.beam_estimates)},
            "auto_estimates_note": beams.ESTIMATES_NOTE,
-           "target_run_shapes_seen": _shape_counts(shapes.get("target", [])),
+           "target_run_shapes_seen": [{"rows": r, "tokens": n, "runs": k}          # most frequent first
+                                      for (r, n), k in Counter(shapes["target"]).most_common()],
            "elapsed_s": time.perf_counter() - started}
-    common.finish(out, args, markdown_sections)
+    common.report(out, args, sections)
     return 0
 
 
-def _print_report(costs: dict, rows: list, exact: dict, learned: dict, auto_end: dict) -> None:
-    from ..common.tables import lines, table
-    from .measure import ESTIMATES_NOTE, TRANSFORMERS
-    from .tables import BEAMS, PREDICTIONS, beam_costs_text, beam_estimates_lines
+# -- the report ---------------------------------------------------------------------------------------------------
 
-    print()
-    print(beam_costs_text(costs))
-    print()
-    print("beam search per task (ms/tok: wall time per output token of the best sequence, median over repeats, +-: "
-          "half the min-max range; ms/req: per request; vs none / vs transformers: their wall time over this "
-          "configuration's on the same prompts, median of per-repeat ratios (min-max); steps/call: beam steps per "
-          "target run; spec: share of the rounds that were speculative, and beam steps per speculative round; "
-          "time shares of target runs, draft runs (with the proposal's host work), encoders, host; = none: outputs "
-          "equal to target-only beam search / compared)")
-    print(table(*lines(BEAMS, rows)))
+def costs_parts(costs: dict) -> list:
+    """The probe's per-call costs: the target's W x 1 step and R x (g+1) runs, the draft's W x 1 step."""
+    seen = {int(g) + 1: e["rows_seen"] for g, e in costs["scoring"].items()}
+
+    def rows_seen(t):
+        rs = seen.get(t["tokens"])
+        return f"{rs['median']:g} ({rs['min']}-{rs['max']}, {rs['runs']} runs)" if rs else "-"
+
+    head = (f"per-call costs (batched sessions, past length {costs['past_length']}, W = {costs['num_beams']}, median "
+            f"of {costs['repeats']}): target W x 1 step {costs['target_step_ms']:.3f} ms "
+            f"({fmt(costs.get('target_step_after_switch_ms'), '.3f')} ms right after a run of another shape)")
+    if costs.get("draft_step_ms") is not None:
+        head += (f"; draft W x 1 step {costs['draft_step_ms']:.3f} ms, c = {costs['c']:.3f}; the draft's first step "
+                 f"of a round reads {fmt(costs.get('draft_first_step_tokens_mean'))} tokens on average")
+    columns = (same("target run", lambda t: "W x 1" if t["tokens"] == 1 else f"R x {t['tokens']}"),
+               same("rows", lambda t: str(t["rows"])), same("tokens", lambda t: str(t["tokens"])),
+               same("ms", lambda t: fmt(t["ms"], ".3f")), same("x W x 1", lambda t: fmt(t["over_step"])),
+               same("after a switch ms", lambda t: fmt(t.get("after_switch_ms"), ".3f")),
+               same("x", lambda t: fmt(t.get("after_switch_over_step"))),
+               same("rows seen (median, min-max)", rows_seen))
+    return [Table(head, columns, costs["target_runs"])]
+
+
+def _pct(part: str):
+    return lambda r: "-" if not r.get("time_share") else f"{100 * r['time_share'][part]:.0f}"
+
+
+def _spec(r: dict) -> dict:
+    return r.get("speculative") or {}
+
+
+def field(key: str, spec: str = ".2f"):
+    """A cell that formats row["prediction"][key]."""
+    return lambda r: fmt(r["prediction"][key], spec)
+
+
+_CONFIG = (same("task", lambda r: r["task"]), same("config", lambda r: r["config"]))
+
+BEAMS = _CONFIG + (
+    same("ms/tok", lambda r: fmt(r["ms_per_token"]["median"], ".3f")),
+    same("+-", lambda r: fmt((r["ms_per_token"]["max"] - r["ms_per_token"]["min"]) / 2, ".3f")),
+    same("ms/req", lambda r: fmt(r["ms_per_request"]["median"], ".1f")),
+    same("vs none", lambda r: fmt(r.get("speedup_vs_none", {}).get("median"))),
+    same("min-max", lambda r: f"{r['speedup_vs_none']['min']:.2f}-{r['speedup_vs_none']['max']:.2f}"
+         if r.get("speedup_vs_none") else "-"),
+    same("vs transformers", lambda r: fmt(r.get("speedup_vs_transformers", {}).get("median"))),
+    same("steps/call", lambda r: fmt(r.get("beam_steps_per_target_call"))),
+    same("spec rounds", lambda r: "-" if not _spec(r) else f"{100 * _spec(r)['round_share']:.0f}%"),
+    same("steps/round", lambda r: fmt(_spec(r).get("steps_per_round"))),
+    same("target %", _pct("target")), same("draft %", _pct("draft")), same("enc %", _pct("encoder")),
+    same("host %", _pct("host")),
+    same("= none", lambda r: f"{r['outputs_equal_none']['equal']}/{r['outputs_equal_none']['compared']}"
+         if r.get("outputs_equal_none") else "-"))
+
+PREDICTIONS = _CONFIG + (
+    same("s", field("steps_per_round")), same("R", field("rows", "d")), same("c", field("c", ".3f")),
+    same("T(R,g+1)/T(W,1)", field("verify_ratio")), same("pred", field("predicted_speedup")),
+    same("ceiling", field("ceiling")), same("T-ratio b-e", field("verify_break_even")),
+    same("c b-e", field("c_break_even", ".3f")), same("c loop", field("c_in_loop", ".3f")),
+    same("T-ratio loop", field("verify_ratio_in_loop")), same("pred loop", field("predicted_in_loop")),
+    same("speedup", lambda r: fmt(r.get("speedup_vs_none", {}).get("median"))),
+    same("meas/pred", field("measured_over_predicted")))
+
+
+def _estimates(when: str, e: dict) -> str:
+    if "unavailable" in e:
+        return f"- {when}: {e['unavailable']}"
+    rates = ", ".join(f"gamma {g}: {r:.0f}" for g, r in e["steps_per_s"].items()) or "-"
+    seen = ", ".join(f"{g}: {n}" for g, n in e["rounds_seen"].items()) or "-"
+    return f"- {when}: beam steps/s {rates} (best: gamma {e['best']}); rounds by gamma {seen}"
+
+
+def sections(report: dict) -> list:
+    """The report of `beams --export`: settings, per-call costs, the runs per task, the predictions, what auto
+    learned, and the exactness check."""
+    s, rows, exact = report["settings"], report["beam_results"], report["beam_outputs_equal"]
+    parts = [f"prompts: {s['prompts']} from {s['prompts_origin']} "
+             f"({', '.join(f'{t} {n}' for t, n in s['prompts_per_task'].items())}); W = {s['num_beams']}, "
+             f"max_new_tokens {s['max_new_tokens']}, repeats {s['repeats']}, configurations "
+             f"{', '.join(c['label'] for c in s['configs'])}; early_stopping {s['early_stopping']}, length_penalty "
+             f"{s['length_penalty']:g}, no_repeat_ngram_size {s['no_repeat_ngram_size']}, min_new_tokens "
+             f"{s['min_new_tokens']}; transformers: {s['transformers']['status']}, torch threads "
+             f"{s['transformers']['torch_threads']}"]
+    parts += costs_parts(report["beam_costs"])
+    parts.append(Table(
+        "beam search per task (ms/tok: per output token of the best sequence, median over repeats, +- half the "
+        "min-max range; ms/req: per request; vs none / vs transformers: speedup, the median of per-repeat ratios "
+        "(min-max); steps/call: beam steps per target run; spec rounds: share of the rounds that were speculative; "
+        "steps/round: beam steps per speculative round; time shares: target runs, draft runs (with the proposal's "
+        "host work), encoders, host; = none: outputs equal to none's / compared)", BEAMS, rows))
     predicted = [r for r in rows if r.get("prediction")]
     if predicted:
-        print()
-        print("what the runs predict for draft:G (s: beam steps per speculative round, measured; R: rows of its "
-              "scoring run, median seen; c: draft W x 1 step / target W x 1 step; T(R,g+1)/T(W,1) from the probe; "
-              "pred = s/(g c + T(R,g+1)/T(W,1)), host time left out; ceiling = s/(g c + 1): the same if the "
-              "scoring run cost one W x 1 step; pays when g c + T(R,g+1)/T(W,1) < s: "
-              "T-ratio b-e = s - g c is the largest scoring-run ratio, c b-e = (s - T-ratio)/g the largest c at "
-              "which it would; c loop, T-ratio loop: the same costs as the loop paid them (Stats: draft ms per "
-              "call, the proposal's host work included, and target ms per call, over none's target ms per call), "
-              "pred loop = s/(draft runs per round x c loop + T-ratio loop); speedup: measured, vs none)")
-        print(table(*lines(PREDICTIONS, predicted)))
-    print()
-    print(ESTIMATES_NOTE)
-    for line in beam_estimates_lines({"after warm-up": learned, "at the end": auto_end}):
-        print(f"  {line}")
-    print()
-    bad = [f"{task}/{label} {e['mismatches']} of {e['compared']}" for task, by in exact.items()
-           for label, e in by.items() if label != TRANSFORMERS and e["mismatches"]]
-    if bad:
-        print(f"beam exactness: MISMATCH with none for {', '.join(bad)}")
-    else:
-        compared = sum(e["compared"] for by in exact.values() for label, e in by.items() if label != TRANSFORMERS)
-        print(f"beam exactness: every specdec configuration gave none's sequences on every prompt of every pass "
-              f"({compared} compared)")
-    hf_agree = [f"{task} {by[TRANSFORMERS]['equal']}/{by[TRANSFORMERS]['compared']}"
-                for task, by in exact.items() if TRANSFORMERS in by]
-    if hf_agree:
-        print(f"transformers' beam search equals none's best sequence: {', '.join(hf_agree)}")
+        parts.append(Table(
+            "what the runs predict for draft:G (s: beam steps per speculative round; R: median rows of its scoring "
+            "run; c: draft W x 1 step / target W x 1 step; pred = s/(g c + T(R,g+1)/T(W,1)), host time left out; "
+            "ceiling = s/(g c + 1); it pays when g c + T-ratio < s: b-e, the largest T-ratio = s - g c and c = "
+            "(s - T-ratio)/g; loop: c and T-ratio as the loop paid them (Stats, over none's target ms per call), "
+            "pred loop = s/(draft runs per round x c loop + T-ratio loop); speedup: measured, vs none)",
+            PREDICTIONS, predicted))
+    learned = report["auto_estimates"]
+    parts.append("\n".join([f"what auto had learned: {report['auto_estimates_note']}",
+                            _estimates("after the warm-up pass", learned["after_warmup"]),
+                            _estimates("at the end", learned["at_end"])]))
+    spec = [(task, label, e) for task, by in exact.items() for label, e in by.items() if label != beams.TRANSFORMERS]
+    bad = [f"{task}/{label} {e['mismatches']} of {e['compared']}" for task, label, e in spec if e["mismatches"]]
+    parts.append(f"beam exactness: MISMATCH with none for {', '.join(bad)}" if bad else
+                 f"beam exactness: every specdec configuration gave none's sequences on every prompt of every pass "
+                 f"({sum(e['compared'] for _, _, e in spec)} compared)")
+    hf = [f"{task} {by[beams.TRANSFORMERS]['equal']}/{by[beams.TRANSFORMERS]['compared']}"
+          for task, by in exact.items() if beams.TRANSFORMERS in by]
+    if hf:
+        parts.append(f"transformers' beam search equals none's best sequence: {', '.join(hf)}")
+    return parts
 
-
-def _shape_counts(shapes) -> list:
-    """[{rows, tokens, runs}] of a shape census, most frequent first."""
-    counts: dict = {}
-    for shape in shapes:
-        counts[shape] = counts.get(shape, 0) + 1
-    return [{"rows": r, "tokens": n, "runs": k} for (r, n), k in sorted(counts.items(), key=lambda kv: -kv[1])]

@@ -1,51 +1,71 @@
-"""Beam search (`specdec-bench beams --export DIR --num-beams W`): target-only beam search, exact speculative beam
-search at fixed gammas, gamma="auto", and transformers' own beam search on the same weights, per task, in one run.
+"""Beam search (`specdec-bench beams --export DIR --num-beams W`), per task: none (specdec, draft="none":
+target-only beam search, every speedup's baseline), draft:G (exact speculative beam search, gamma=G: its outputs must
+equal none's), auto (gamma="auto": per round a gamma or a target-only step, by measured beam steps per second) and
+transformers (generate(num_beams=W, do_sample=False) on the export's checkpoint).
 
-Configurations (labels as the report spells them):
-
-    none           specdec, draft="none": target-only beam search, the baseline every speedup is taken against
-    draft:G        specdec, draft="draft", gamma=G: exact speculative beam search (runtime/decoding/beam_decode.py); its
-                   outputs must equal none's, and every one is compared
-    auto           specdec, draft="draft", gamma="auto": a speculative round of some gamma, or a target-only step,
-                   chosen per round by measured beam steps per second (BeamEstimates)
-    transformers   T5ForConditionalGeneration.generate(num_beams=W, do_sample=False, ...) on the checkpoint the
-                   export was made from (PyTorch, fp32), the same prompts and beam settings
-
-Order: the runs learn in a fresh `dec.learning()` (a cold start for auto), then one untimed warm-up pass runs every prompt with every
-configuration (ONNX Runtime's arenas, PyTorch's first calls; auto learns its estimates here, and the target's and
-the draft's run shapes are recorded for the cost probe). Then the repeats: the specdec configurations interleaved
-per prompt (for each prompt, every configuration back to back, the list rotated by one position per prompt and per
-repeat), and transformers as one block over all prompts after one unmeasured call (as --peers does: PyTorch's and
-ONNX Runtime's worker threads keep spinning for a while after a call, so alternating engines prompt by prompt would
-slow whichever runs next); the block comes before the specdec configurations in even repeats and after them in odd
-ones. auto keeps learning during the timed repeats, as it would serving.
-
-Per (task, configuration): ms per output token (wall time over the best sequence's tokens) and per request, the
-speedup over none and over transformers (per repeat: their wall time over this configuration's on the same prompts,
-median and min-max over repeats), beam steps per target call, speculative rounds and what they made, where the time
-went (Stats: target_s, draft_s, encoder_s, host_s over total_s), and how many outputs equal none's (every prompt of
-every repeat and of the warm-up pass).
-
-Per-call costs: costs.py; the rows of the report and the predictions: summary.py.
+Order: a fresh `dec.learning()` (a cold start for auto), an untimed warm-up pass of every prompt with every
+configuration (auto learns; the run shapes are recorded for the cost probe), then the repeats: the specdec
+configurations interleaved per prompt (rotated by one per prompt and repeat), and transformers as one block after
+one unmeasured call (PyTorch's and ONNX Runtime's threads keep spinning after a call, so alternating engines per
+prompt would slow whichever runs next), before the specdec block in even repeats, after it in odd ones. What the
+figures mean: NOTES.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import statistics
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
 from specdec.runtime import Params, SpecdecError, Stats
 
-from ..common.runs import Cell, rotated, task_of, tasks_of
+from ..common.runs import Cell, rotated, spread, task_of, tasks_of
 
-SUMMED = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
-          "host_s", "steps")
 SOURCE_KEYS = ("rounds", "proposed", "accepted", "tokens")
+PARTS = ("target", "draft", "encoder", "host")     # where the time went: Stats.<part>_s
 TRANSFORMERS = "transformers"
 DEFAULT_GAMMAS = (1, 2, 4)
 ESTIMATES_NOTE = ("auto's estimates (dec.beam_estimates: beam steps per second by gamma, 0 = a target-only step) were "
                   "reset before the warm-up pass and learned on it; they keep learning during the timed repeats.")
+
+
+NOTES = {
+    "beam_results": "one row per (task, configuration); config: none (specdec target-only beam search, draft='none'), "
+                    "draft:G (exact speculative beam search, draft='draft', gamma=G), auto (gamma='auto'), "
+                    "transformers (PyTorch generate(num_beams=W) on the target checkpoint)",
+    "ms_per_token": "per repeat: wall time over the task's prompts / tokens of the best sequences (Stats.new_tokens; "
+                    "for transformers its output up to EOS); spread over repeats. ms_per_request likewise per request",
+    "speedup_vs_none": "per repeat: none's wall time over the task's prompts / this configuration's (the same "
+                       "prompts, equal outputs); spread over repeats. speedup_vs_transformers likewise with "
+                       "transformers' wall time",
+    "beam_steps_per_target_call": "beam steps (a target-only round makes 1, a speculative round 1 .. g+1: "
+                                  "Stats.sources tokens) / target runs",
+    "speculative": "Stats.sources summed over the timed runs: rounds, proposed, accepted and steps of the "
+                   "speculative rounds (source 'draft'), target_only_rounds (source 'none'), round_share = "
+                   "speculative rounds / target runs, steps_per_round, accepted_per_guess = accepted / proposed",
+    "time_share": "Stats target_s, draft_s (the draft runs and the proposal's host work between them), encoder_s, "
+                  "host_s over total_s, pooled over the timed runs",
+    "outputs_equal_none": "sequences equal to none's (the reference: not on its own rows) on the same prompt in the "
+                          "same pass (the warm-up pass and every repeat); for transformers its best sequence against "
+                          "none's best (agreement, not required: PyTorch and ONNX Runtime logits differ by round-off)",
+    "beam_costs": "the batched sessions' run times at past_length, median over repeats: target W x 1 "
+                  "(target_step_ms), target R x (g+1) for R = W, W (g+1) and the median rows seen in the warm-up "
+                  "pass (scoring[g]), the draft's W x 1 step; c = draft step / target step. Each target shape runs "
+                  "twice in a row: ms is the second run, after_switch_ms the first (right after another shape: ONNX "
+                  "Runtime's per-shape work, which the loop pays on most scoring runs)",
+    "prediction": "for draft:G: s / (g c + T(R, g+1)/T(W, 1)), s = measured beam steps per speculative round; "
+                  "host time left out; ceiling = s / (g c + 1) (a scoring run as cheap as a W x 1 step, as on hardware "
+                  "where a run's cost does not grow with its rows and tokens); "
+                  "c_in_loop = draft ms per call (Stats, the proposal's host work included) / none's target ms per "
+                  "call, verify_ratio_in_loop = target ms per call / none's, predicted_in_loop = s / (draft runs per "
+                  "round x c_in_loop + verify_ratio_in_loop); "
+                  "a round pays when g c + T(R, g+1)/T(W, 1) < s: verify_break_even = s - g c and c_break_even = "
+                  "(s - T(R, g+1)/T(W, 1)) / g are the largest ratio and c at which it would",
+}
 
 
 @dataclass(frozen=True)
@@ -57,11 +77,6 @@ class BeamSettings:
     length_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     min_new_tokens: int = 0
-
-    def as_dict(self) -> dict:
-        return {"num_beams": self.num_beams, "max_new_tokens": self.max_new_tokens,
-                "early_stopping": self.early_stopping, "length_penalty": self.length_penalty,
-                "no_repeat_ngram_size": self.no_repeat_ngram_size, "min_new_tokens": self.min_new_tokens}
 
 
 @dataclass(frozen=True)
@@ -75,67 +90,40 @@ class BeamConfig:
         return self.label != TRANSFORMERS
 
     def params(self, settings: BeamSettings) -> Params:
-        return Params.of(draft=self.draft, gamma=self.gamma, **settings.as_dict())
+        return Params.of(draft=self.draft, gamma=self.gamma, **dataclasses.asdict(settings))
 
     def as_dict(self) -> dict:
-        return {"label": self.label, "engine": "specdec" if self.specdec else TRANSFORMERS, "draft": self.draft,
-                "gamma": self.gamma}
+        return {**dataclasses.asdict(self), "engine": "specdec" if self.specdec else TRANSFORMERS}
 
 
 NONE = BeamConfig("none", "none", 0)
-AUTO = BeamConfig("auto", "draft", "auto")
-HF = BeamConfig(TRANSFORMERS, "", None)
 
 
 def configs(gammas, auto: bool = True, transformers: bool = True) -> list[BeamConfig]:
     """none, draft:G for every gamma > 0 (in order, once), auto, transformers."""
     out = [NONE] + [BeamConfig(f"draft:{g}", "draft", g) for g in dict.fromkeys(int(g) for g in gammas) if g > 0]
-    return out + ([AUTO] if auto else []) + ([HF] if transformers else [])
+    return (out + ([BeamConfig("auto", "draft", "auto")] if auto else [])
+            + ([BeamConfig(TRANSFORMERS, "", None)] if transformers else []))
 
 
 def check(dec, cfgs, settings: BeamSettings) -> None:
     """Every specdec configuration's parameters are valid for this export (one-line errors)."""
-    if any(c.specdec and c.draft == "draft" for c in cfgs) and "draft" not in dec.manifest.models:
+    if any(c.draft == "draft" for c in cfgs) and "draft" not in dec.manifest.models:
         raise SpecdecError("speculative beam search needs the export's draft model 'draft'",
                            "export a pair, or run --num-beams with --gamma 0 (target-only beam search)")
-    for c in cfgs:
-        if c.specdec:
-            try:
-                c.params(settings).checked(dec.gamma_max)
-            except SpecdecError as err:
-                raise SpecdecError(f"--num-beams {settings.num_beams}, {c.label}: {err.problem}", err.fix) from None
-
-
-# -- transformers -----------------------------------------------------------------------------------------------
-
-class TransformersBeam:
-    """transformers' beam search on the target checkpoint, with the benchmark's beam settings."""
-
-    def __init__(self, model, eos_id: int, settings: BeamSettings):
-        import torch
-
-        self.torch, self.model, self.eos_id, self.settings = torch, model, eos_id, settings
-
-    def run(self, ids: list) -> list:
-        from ..common.peer_engines import normalize
-
-        torch, s = self.torch, self.settings
-        x = torch.tensor([ids], dtype=torch.long)
-        with torch.inference_mode():
-            out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
-                                      num_beams=s.num_beams, num_return_sequences=1,
-                                      max_new_tokens=s.max_new_tokens, early_stopping=s.early_stopping,
-                                      length_penalty=s.length_penalty, no_repeat_ngram_size=s.no_repeat_ngram_size,
-                                      min_new_tokens=s.min_new_tokens)
-        return normalize(out[0].tolist(), self.eos_id, drop_first=True)
+    for c in (c for c in cfgs if c.specdec):
+        try:
+            c.params(settings).checked(dec.gamma_max)
+        except SpecdecError as err:
+            raise SpecdecError(f"--num-beams {settings.num_beams}, {c.label}: {err.problem}", err.fix) from None
 
 
 def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threads: int):
-    """(TransformersBeam or None, status, checkpoint path): the target checkpoint of the export's manifest unless
-    given; "not installed" / the error when it cannot run."""
+    """(run(ids) -> tokens, or None; status; checkpoint path): transformers' beam search on the target checkpoint
+    (the export manifest's unless given); "not installed" when it cannot run."""
     from pathlib import Path
 
-    from ..common.peer_engines import load_hf
+    from ..common.peer_engines import load_hf, normalize
     from ..common.prompts import special_id
 
     path = checkpoint or dec.manifest.models["target"].source
@@ -150,36 +138,39 @@ def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threa
         model = load_hf(path)
     except ImportError:
         return None, "not installed (pip install 'specdec[export]')", path
-    return TransformersBeam(model, special_id(dec, "eos_token_id"), settings), "ok", path
+    eos = special_id(dec, "eos_token_id")
+
+    def run(ids: list) -> list:
+        x = torch.tensor([ids], dtype=torch.long)
+        with torch.inference_mode():
+            out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=False,
+                                 num_return_sequences=1, **dataclasses.asdict(settings))
+        return normalize(out[0].tolist(), eos, drop_first=True)
+    return run, "ok", path
 
 
 # -- the run ----------------------------------------------------------------------------------------------------
 
-class ShapeCensus:
-    """Records the (rows, tokens) of every run of a BeamModel while active (untimed passes only): the instance's
-    `run` is wrapped and put back on exit."""
+@contextlib.contextmanager
+def census(model, shapes: list):
+    """Record the (rows, tokens) of every run of a BeamModel into `shapes` (untimed passes only)."""
+    run = model.run
 
-    def __init__(self, model):
-        self.model, self.shapes = model, []
+    def recording(tokens):
+        shapes.append(tuple(int(n) for n in tokens.shape))
+        return run(tokens)
 
-    def __enter__(self):
-        run = self.model.run
-
-        def recording(tokens):
-            self.shapes.append(tuple(int(n) for n in tokens.shape))
-            return run(tokens)
-
-        self.model.run = recording
-        return self
-
-    def __exit__(self, *exc):
-        del self.model.run                  # the class's method again
-        return False
+    model.run = recording
+    try:
+        yield
+    finally:
+        del model.run                  # the class's method again
 
 
 class BeamCell(Cell):
     """One (task, configuration): sums over the task's prompts, one entry per repeat, and Stats.sources pooled."""
-    summed = SUMMED
+    summed = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
+              "host_s", "steps")
     source_keys = SOURCE_KEYS
 
     def stat(self, key: str, stats: Stats) -> float:
@@ -187,18 +178,16 @@ class BeamCell(Cell):
 
     def add_wall(self, repeat: int, seconds: float, new_tokens: int) -> None:
         """A request timed from outside (transformers): wall time and output length only."""
-        r = self.repeat_sums(repeat)
-        r["total_s"] += seconds
-        r["requests"] += 1
-        r["new_tokens"] += new_tokens
+        for key, value in (("total_s", seconds), ("requests", 1), ("new_tokens", new_tokens)):
+            self.repeat_sums(repeat)[key] += value
 
     def seconds(self) -> list:
         return [r["total_s"] for r in self.per_repeat]
 
 
 def estimates_snapshot(est) -> dict:
-    """What gamma="auto" learned (BeamEstimates): beam steps per second by gamma (0 = a target-only step; decayed
-    sums of steps over decayed seconds), the rounds each gamma ran, and the gamma with the best rate."""
+    """What gamma="auto" learned (BeamEstimates): beam steps per second by gamma (0 = a target-only step), the
+    rounds each gamma ran, and the gamma with the best rate."""
     try:
         rates = est.rates()
         return {"steps_per_s": {str(g): r for g, r in rates.items()},
@@ -208,25 +197,18 @@ def estimates_snapshot(est) -> dict:
         return {"unavailable": f"{type(err).__name__}: {err}"}
 
 
-def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None, progress=None):
+def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf, progress):
     """Run everything (module docstring). Returns (cells {(task, label): BeamCell}, equality {(task, label):
-    {equal, compared, first_mismatch}} against none, agreement of none with transformers likewise under
-    (task, "transformers"), shapes {"target"|"draft": [(rows, tokens)]} of the warm-up pass, what the runs learned
-    (`dec.learning()`, fresh: a cold start for auto) and its estimates snapshot after the warm-up pass)."""
-    tasks = list(tasks_of(prompts))
+    {equal, compared, first_mismatch}} against none (transformers' agreement under its label), shapes
+    {"target"|"draft": [(rows, tokens)]} of the warm-up pass, the learning, its estimates after the warm-up)."""
     spec = [c for c in cfgs if c.specdec]
-    use_hf = hf is not None and any(not c.specdec for c in cfgs)
+    use_hf = hf is not None and len(spec) < len(cfgs)
     labels = [c.label for c in spec] + ([TRANSFORMERS] if use_hf else [])
-    cells = {(task, label): BeamCell() for task in tasks for label in labels}
-    equality = {(task, label): {"equal": 0, "compared": 0, "first_mismatch": None}
-                for task in tasks for label in labels if label != NONE.label}
+    cells = {(task, label): BeamCell() for task in tasks_of(prompts) for label in labels}
+    equality = {key: {"equal": 0, "compared": 0, "first_mismatch": None} for key in cells if key[1] != NONE.label}
     params = {c.label: c.params(settings) for c in spec}
-    reference: dict = {}                      # (pass, prompt index) -> none's sequences
-    hf_outputs: dict = {}                     # (pass, prompt index) -> [transformers' tokens]
-
-    def tick():
-        if progress:
-            progress.update(1)
+    reference, hf_outputs = {}, {}            # (pass, prompt index) -> none's sequences / [transformers' tokens]
+    learning = dec.learning()                 # a cold start for auto
 
     def compare(key, pass_id, i, seqs):
         ref = reference.get((pass_id, i))
@@ -239,49 +221,37 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
         elif e["first_mismatch"] is None:
             e["first_mismatch"] = {"pass": pass_id, "prompt": i}
 
-    def run_spec(pass_id, i, p, config, repeat=None):
-        res = dec.generate(input_ids=p.ids, params=params[config.label], learned=learning)
-        seqs = [list(s) for s in res.sequences]
-        if config.label == NONE.label:
-            reference[(pass_id, i)] = seqs
-        if repeat is not None:
-            cells[(task_of(p), config.label)].add(repeat, res.stats)
-        return seqs
-
     def spec_pass(pass_id, shift, repeat=None):
         for i, p in enumerate(prompts):
-            order = rotated(spec, shift + i)
             got = {}
-            for c in order:
-                got[c.label] = run_spec(pass_id, i, p, c, repeat)
-                tick()
-            for label, seqs in got.items():       # none ran somewhere in the order: compare once all are in
+            for c in rotated(spec, shift + i):
+                res = dec.generate(input_ids=p.ids, params=params[c.label], learned=learning)
+                got[c.label] = [list(s) for s in res.sequences]
+                if repeat is not None:
+                    cells[(task_of(p), c.label)].add(repeat, res.stats)
+                progress.update(1)
+            reference[(pass_id, i)] = got[NONE.label]
+            for label, seqs in got.items():
                 compare((task_of(p), label), pass_id, i, seqs)
 
     def hf_pass(pass_id, repeat=None):
         if not use_hf:
             return
         if repeat is not None:
-            hf.run(prompts[0].ids)                # unmeasured: PyTorch's threads spin up
-            tick()
+            hf(prompts[0].ids)                # unmeasured: PyTorch's threads spin up
+            progress.update(1)
         for i, p in enumerate(prompts):
             t = time.perf_counter()
-            out = hf.run(p.ids)
-            seconds = time.perf_counter() - t
+            out = hf(p.ids)
             if repeat is not None:
-                cells[(task_of(p), TRANSFORMERS)].add_wall(repeat, seconds, len(out))
+                cells[(task_of(p), TRANSFORMERS)].add_wall(repeat, time.perf_counter() - t, len(out))
             hf_outputs[(pass_id, i)] = [out]
-            tick()
+            progress.update(1)
 
-    learning = dec.learning()            # a cold start for auto
-    target_model = dec.beam_model("target")
-    models = {"target": target_model}
-    if any(c.draft == "draft" for c in spec):
-        models["draft"] = dec.beam_model("draft")
-    censuses = {name: ShapeCensus(m) for name, m in models.items()}
+    shapes = {"target": []} | ({"draft": []} if any(c.draft == "draft" for c in spec) else {})
     with contextlib.ExitStack() as stack:
-        for census in censuses.values():
-            stack.enter_context(census)
+        for name, seen in shapes.items():
+            stack.enter_context(census(dec.beam_model(name), seen))
         spec_pass("warmup", 0)
     hf_pass("warmup")
     learned = estimates_snapshot(learning.beam_estimates)
@@ -289,8 +259,172 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf=None,
         blocks = [lambda r=r: spec_pass(r, r, r), lambda r=r: hf_pass(r, r)]
         for block in (blocks if r % 2 else blocks[::-1]):
             block()
-    if use_hf:
-        for (pass_id, i), out in hf_outputs.items():
-            compare((task_of(prompts[i]), TRANSFORMERS), pass_id, i, out)
-    shapes = {name: census.shapes for name, census in censuses.items()}
+    for (pass_id, i), out in hf_outputs.items():
+        compare((task_of(prompts[i]), TRANSFORMERS), pass_id, i, out)
     return cells, equality, shapes, learning, learned
+
+
+# -- the per-call costs -------------------------------------------------------------------------------------------
+
+def rows_seen(shapes: list, guesses: int) -> dict | None:
+    """The rows of the target's scoring runs over guesses+1 tokens in a shape census: {min, median, mean, max,
+    runs}; None when there was none."""
+    rows = [r for r, n in shapes if n == guesses + 1]
+    if not rows:
+        return None
+    return {"min": min(rows), "median": statistics.median(rows), "mean": statistics.fmean(rows), "max": max(rows),
+            "runs": len(rows)}
+
+
+def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int, extra_rows=()) -> dict:
+    """Per-call run times on the batched sessions (NOTES["beam_costs"]), ms, median over `repeats`, the order of the
+    shapes rotated between repeats. Each run is rolled back (`length` set back to `past`): every one sees one past."""
+    gammas = sorted({int(g) for g in gammas if g > 0})
+    g_max = max(gammas, default=0)
+    past = max(1, min(past, dec.max_length - g_max - 2))
+    src = np.asarray(ids, np.int64)
+    wanted, seen = [(width, 1)], {}
+    for g in gammas:
+        seen[g] = rows_seen(shapes.get("target", []), g)
+        candidates = [width, width * (g + 1), *extra_rows] + ([int(round(seen[g]["median"]))] if seen[g] else [])
+        wanted += [(r, g + 1) for r in sorted(set(candidates))]
+    wanted = list(dict.fromkeys(wanted))
+
+    def filled(name, *size):
+        model = dec.beam_model(name)
+        model.encode(src, width, Stats(), *size)
+        for k in range(past):
+            model.run(np.full((width, 1), src[k % src.size], np.int64))
+        return model
+
+    target = filled("target", max(r for r, _ in wanted), g_max + 1)
+    times, switched = {s: [] for s in wanted}, {s: [] for s in wanted}
+    for rep in range(repeats):
+        for rows, count in rotated(wanted, rep):
+            if target.rows != rows:
+                target.gather([i % width for i in range(rows)])
+            for into in (switched, times):              # the first run after a change of shape, then another
+                target.run(np.resize(src, (rows, count)))
+                into[(rows, count)].append(target.elapsed)
+                target.length = past
+    ms = {s: 1000.0 * statistics.median(ts) for s, ts in times.items()}
+    after = {s: 1000.0 * statistics.median(ts) for s, ts in switched.items()}
+    step, step_after = ms[(width, 1)], after[(width, 1)]
+    out = {"past_length": past, "num_beams": width, "repeats": repeats, "target_step_ms": step,
+           "target_step_after_switch_ms": step_after,
+           "target_runs": [{"rows": r, "tokens": n, "ms": v, "over_step": v / step, "after_switch_ms": after[(r, n)],
+                            "after_switch_over_step": after[(r, n)] / step_after} for (r, n), v in ms.items()],
+           "scoring": {}, "draft_step_ms": None, "c": None}
+    for g in gammas:
+        r = int(round(seen[g]["median"])) if seen[g] else None
+        out["scoring"][str(g)] = {"rows_seen": seen[g], "rows_min_ms": ms[(width, g + 1)],
+                                  "rows_max_ms": ms[(width * (g + 1), g + 1)], "rows": r,
+                                  "ms": ms[(r, g + 1)] if r else None,
+                                  "over_step": ms[(r, g + 1)] / step if r else None}
+    if "draft" in dec.manifest.models:
+        draft, ts = filled("draft"), []
+        for _ in range(repeats):                            # one shape throughout: no switch to absorb
+            draft.run(np.resize(src, (width, 1)))
+            ts.append(draft.elapsed)
+            draft.length = past
+        out["draft_step_ms"] = 1000.0 * statistics.median(ts)
+        out["c"] = out["draft_step_ms"] / step
+        first = [n for r, n in shapes.get("draft", []) if n > 1]
+        out["draft_first_step_tokens_mean"] = statistics.fmean(first) if first else None
+    return out
+
+
+# -- the rows of the report ---------------------------------------------------------------------------------------
+
+def summarize(cells: dict, cfgs, equality: dict, costs: dict | None) -> list[dict]:
+    """One row per (task, configuration), tasks in order of appearance, configurations in the run's order: ms per
+    output token and per request, speedups over none and transformers (per repeat: their wall time over this one's),
+    outputs equal to none's, and for specdec where the time went, the speculative rounds and the prediction."""
+    by_label = {c.label: c for c in cfgs}
+    rows = []
+    for (task, label), cell in cells.items():
+        config, pooled = by_label[label], cell.pooled()
+        ms_tok = [1000.0 * r["total_s"] / max(r["new_tokens"], 1) for r in cell.per_repeat]
+        ms_req = [1000.0 * r["total_s"] / max(r["requests"], 1) for r in cell.per_repeat]
+        row = {"task": task, "config": label, "engine": "specdec" if config.specdec else TRANSFORMERS,
+               "draft": config.draft, "gamma": config.gamma, "repeats": len(cell.per_repeat),
+               "requests": pooled["requests"], "new_tokens": pooled["new_tokens"],
+               "ms_per_token": spread(ms_tok), "ms_per_request": spread(ms_req),
+               "tokens_per_s": 1000.0 / statistics.median(ms_tok)}
+        for other, key in ((NONE.label, "speedup_vs_none"), (TRANSFORMERS, "speedup_vs_transformers")):
+            if (task, other) in cells:
+                row[key] = spread([a / b for a, b in zip(cells[(task, other)].seconds(), cell.seconds()) if b > 0])
+        eq = equality.get((task, label))
+        if eq is not None:
+            row["outputs_equal_none"] = {**eq, "mismatches": eq["compared"] - eq["equal"]}
+        if config.specdec:
+            row.update(_specdec_parts(pooled, cell.sources))
+        rows.append(row)
+    by_key = {(r["task"], r["config"]): r for r in rows}
+    for r in rows:
+        if r["engine"] == "specdec":
+            r["prediction"] = prediction(r, by_label[r["config"]], costs, by_key.get((r["task"], NONE.label)))
+    return rows
+
+
+def _specdec_parts(pooled: dict, sources: dict) -> dict:
+    total, calls, requests = pooled["total_s"] or 1e-12, max(pooled["target_calls"], 1), max(pooled["requests"], 1)
+    draft, none = (sources.get(k, dict.fromkeys(SOURCE_KEYS, 0)) for k in ("draft", "none"))
+    rounds = draft["rounds"]
+    return {
+        "target_calls": pooled["target_calls"], "draft_calls": pooled["draft_calls"], "beam_steps": pooled["steps"],
+        "beam_steps_per_target_call": pooled["steps"] / calls,
+        "time_share": {p: pooled[f"{p}_s"] / total for p in PARTS},
+        "ms_per_request_by_part": {p: 1000.0 * pooled[f"{p}_s"] / requests for p in PARTS},
+        "target_ms_per_call": 1000.0 * pooled["target_s"] / calls,
+        "draft_ms_per_call": 1000.0 * pooled["draft_s"] / pooled["draft_calls"] if pooled["draft_calls"] else None,
+        "host_ms_per_target_call": 1000.0 * pooled["host_s"] / calls,
+        "speculative": {"rounds": rounds, "proposed": draft["proposed"], "accepted": draft["accepted"],
+                        "steps": draft["tokens"], "target_only_rounds": none["rounds"],
+                        "round_share": rounds / calls,
+                        "mean_gamma": draft["proposed"] / rounds if rounds else None,
+                        "steps_per_round": draft["tokens"] / rounds if rounds else None,
+                        "accepted_per_guess": draft["accepted"] / draft["proposed"] if draft["proposed"] else None},
+    }
+
+
+def prediction(row: dict, config: BeamConfig, costs: dict | None, none: dict | None = None) -> dict | None:
+    """For draft:G, NOTES["prediction"] (`none`: none's row of the same task)."""
+    if not costs or not isinstance(config.gamma, int) or config.gamma < 1:
+        return None
+    spec = row["speculative"]
+    g, s, c = config.gamma, spec["steps_per_round"], costs.get("c")
+    scoring = costs["scoring"].get(str(g)) or {}
+    v = scoring.get("over_step")
+    out = {"gamma": g, "steps_per_round": s, "rows": scoring.get("rows"), "c": c, "verify_ratio": v,
+           **dict.fromkeys(("predicted_speedup", "measured_over_predicted", "ceiling", "verify_break_even",
+                            "c_break_even", "c_in_loop", "verify_ratio_in_loop", "predicted_in_loop"))}
+    base = none and none.get("target_ms_per_call")
+    if base and row.get("draft_ms_per_call") is not None:
+        out["c_in_loop"] = row["draft_ms_per_call"] / base
+        out["verify_ratio_in_loop"] = row["target_ms_per_call"] / base
+        if s is not None:                                  # draft runs per round: g, fewer when the proposal stops
+            runs = row["draft_calls"] / spec["rounds"]
+            out["predicted_in_loop"] = s / (runs * out["c_in_loop"] + out["verify_ratio_in_loop"])
+    if s is None or c is None:
+        return out
+    out["ceiling"] = s / (g * c + 1.0)
+    out["verify_break_even"] = s - g * c
+    if v is not None:
+        out["predicted_speedup"] = s / (g * c + v)
+        out["c_break_even"] = (s - v) / g
+        measured = row.get("speedup_vs_none", {}).get("median")
+        out["measured_over_predicted"] = measured / out["predicted_speedup"] if measured else None
+    return out
+
+
+def equality_summary(rows: list[dict]) -> dict:
+    """task -> label -> {equal, compared, mismatches, first_mismatch} for the specdec configurations (must all be
+    equal) and transformers (agreement, informative: PyTorch and ONNX Runtime logits differ by round-off)."""
+    out: dict = {}
+    for r in rows:
+        if "outputs_equal_none" in r:
+            e = r["outputs_equal_none"]
+            out.setdefault(r["task"], {})[r["config"]] = {k: e[k] for k in ("equal", "compared", "mismatches",
+                                                                           "first_mismatch")}
+    return out

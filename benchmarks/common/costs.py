@@ -1,8 +1,9 @@
 """Per-call costs measured directly on a loaded decoder's public parts (`dec.target`, `dec.draft.model`,
 `dec.workspace`), with no generation loop around them.
 
-An export fuses Algorithm 1's sampling work into every decoder graph (the speculative head, export/head.py),
-so each decoder call timed here is decoder + head, bound exactly as the decoding loop binds it:
+An export fuses Algorithm 1's sampling work into every decoder graph (the speculative head, export/head.py), so each
+decoder call timed here is decoder + head, bound exactly as the decoding loop binds it (L = `past`: both caches hold
+positions 0..L-1, the token buffer holds the sequence by position):
 
     target one-token step   ws.end = L; target.run(*ws.run(L)): decoder over 1 token + a plain draw (G = 0)
     target k-token pass     ws.end = L + k - 1; target.run(*ws.run(L, guesses=k - 1, q=ws.rows(0), out=ws.p)), k = 1 ..
@@ -10,20 +11,14 @@ so each decoder call timed here is decoder + head, bound exactly as the decoding
     draft one-token step    ws.end = L; draft.model.run(*ws.run(L, out=ws.rows(0), out_row=0, next_slot=L + 1)):
                             decoder + standardize/draw (G = 0)
 
-(L = `past`: both caches hold positions 0..L-1 and the token buffer holds the sequence by position.)
+The head's share of a fused run cannot be timed from outside it, so the head is also timed alone
+(`specdec.export.head.head_only_model()` as its own ONNX Runtime session on this provider, the export's vocabulary
+bound through IO binding) at G = 0 .. gamma_max, temperature 0 and the probe temperatures, plain and filtered: those
+`head_ms` are estimates of the in-graph cost, and every report that uses them says so.
 
-The head's share of a fused run cannot be timed from outside the run, so the head is also timed alone
-(`specdec.export.head.head_only_model()`, its own ONNX Runtime session on this provider, logits of the export's
-vocabulary bound through IO binding): G = 0 (a draft step's or a plain target step's sampling) and G = 1 ..
-gamma_max (verify's accept/residual), at temperature 0 and the probe temperatures, plain and with top-k/top-p.
-Those `head_ms` are estimates of the in-graph cost (inside the fused graph ONNX Runtime may schedule the same nodes
-a little differently), and every report that uses them says so.
-
-The caches are filled to `past` positions first, and the draft proposes gamma_max real guesses once, so the
-verify passes check the draft's own guesses against its own q rows. Every decoder call is rolled back right after
-and the token buffer restored, so every measurement sees the same past length and the same inputs. The order of
-all measured calls (verify passes, the draft step, the head settings) rotates between repeats so slow drift spreads
-evenly over what is compared.
+The draft proposes gamma_max real guesses once, so the verify passes check its own guesses against its own q rows.
+Every decoder call is rolled back right after and the token buffer restored, so every measurement sees the same past
+length and inputs; the order of all measured calls rotates between repeats so slow drift spreads evenly.
 """
 
 from __future__ import annotations
@@ -39,18 +34,6 @@ PLAIN = (0, 1.0)                  # (top_k, top_p): no filter
 REFERENCE_FILTER = (50, 0.9)      # the filtered setting timed when the sweep itself runs plain
 HEAD_NOTE = ("the speculative head alone (export/head.py head_only_model) timed as its own ONNX Runtime session on "
              "logits of the export's vocabulary: an estimate of its cost inside a fused decoder run")
-
-_ORT_PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-                  # the head alone is too small to be worth a TensorRT engine build: CUDA runs it
-                  "tensorrt": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
-
-
-def _median_ms(values) -> float:
-    return statistics.median(values) * 1000.0
-
-
-def start_token(dec) -> int:
-    return int(dec.manifest.special_ids["decoder_start_token_id"])
 
 
 def head_filters(top_k: int = 0, top_p: float = 1.0, sweep_filters=()) -> list[tuple[int, float]]:
@@ -77,87 +60,74 @@ def head_lookup(probe: dict | None, role: str, guesses: int, temperature: float,
     return found
 
 
-class HeadTimer:
-    """The speculative head alone, on the decoder's provider, one IO binding per timed setting."""
+def _head_session(provider: str, threads: int):
+    """The speculative head alone, on the decoder's provider (CUDA for TensorRT: too small for an engine build)."""
+    import onnxruntime as ort
+    from specdec.export.head import head_only_model
 
-    def __init__(self, provider: str, vocab: int, threads: int):
-        import onnxruntime as ort
-        from specdec.export.head import head_only_model
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = threads, 1, 3
+    providers = ([] if provider == "cpu" else ["CUDAExecutionProvider"]) + ["CPUExecutionProvider"]
+    return ort.InferenceSession(head_only_model().SerializeToString(), opts, providers=providers)
 
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
-        self.ort = ort
-        self.session = ort.InferenceSession(head_only_model().SerializeToString(), opts,
-                                            providers=_ORT_PROVIDERS.get(provider, _ORT_PROVIDERS["cpu"]))
-        self.device = "cpu" if provider == "cpu" else "cuda"
-        self.vocab = vocab
 
-    def setting(self, guesses: int, temperature: float, top_k: int, top_p: float, lenience: float):
-        """A callable that runs the head once at this setting and returns the seconds the run took.
+def _head_setting(session, device: str, vocab: int, guesses: int, temperature: float, top_k: int, top_p: float,
+                  lenience: float):
+    """A callable that runs the head once at this setting (its own IO binding) and returns the seconds it took.
+    Inputs are fixed and realistic: random logits with a spread like a trained model's, draft rows close to the
+    target's (so some guesses pass and some fail), guesses drawn as a draft would pick them."""
+    import onnxruntime as ort
 
-        Inputs are fixed and realistic: random logits with a spread like a trained model's, draft rows close to the
-        target's (so some guesses pass and some fail), guesses drawn as a draft would pick them."""
-        ort, vocab = self.ort, self.vocab
-        rng = np.random.default_rng(1000 + guesses)
-        rows = guesses + 1
-        logits = (3.0 * rng.standard_normal((1, rows, vocab))).astype(np.float32)
-        q_logits = logits[0, :guesses] + rng.standard_normal((guesses, vocab)).astype(np.float32)
-        q = np.exp(q_logits - q_logits.max(axis=-1, keepdims=True)) if guesses else np.zeros((0, vocab))
-        q = (q / q.sum(axis=-1, keepdims=True)).astype(np.float32) if guesses else q.astype(np.float32)
-        ids = np.zeros((1, rows), np.int64)
-        ids[0, 0] = int(rng.integers(0, vocab))
-        if guesses:
-            ids[0, 1:] = q.argmax(axis=-1)
-        feeds = {"input_ids": ids, "logits": logits, "draft_probs": q,
-                 "uniforms": rng.random(rows).astype(np.float32),
-                 "temperature": np.array([temperature], np.float32), "top_k": np.array([top_k], np.int64),
-                 "top_p": np.array([top_p], np.float32), "lenience": np.array([lenience], np.float32),
-                 "logit_mask": np.zeros((0, vocab), np.float32)}      # no logits processor: the decoding loop's case
-        binding = self.session.io_binding()
-        values = []                          # the bound OrtValues must outlive the binding
-        for name, array in feeds.items():
-            value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
-            values.append(value)
-            binding.bind_ortvalue_input(name, value)
-        for name, shape, dtype in (("probs", (rows, vocab), np.float32), ("accepted", (1,), np.int64),
-                                   ("next_token", (1,), np.int64)):
-            value = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, self.device, 0)
-            values.append(value)
-            binding.bind_ortvalue_output(name, value)
-        session = self.session
+    rng = np.random.default_rng(1000 + guesses)
+    rows = guesses + 1
+    logits = (3.0 * rng.standard_normal((1, rows, vocab))).astype(np.float32)
+    q_logits = logits[0, :guesses] + rng.standard_normal((guesses, vocab)).astype(np.float32)
+    q = np.exp(q_logits - q_logits.max(axis=-1, keepdims=True))
+    q = (q / q.sum(axis=-1, keepdims=True)).astype(np.float32)
+    ids = np.zeros((1, rows), np.int64)
+    ids[0, 0] = int(rng.integers(0, vocab))
+    ids[0, 1:] = q.argmax(axis=-1)
+    feeds = {"input_ids": ids, "logits": logits, "draft_probs": q, "uniforms": rng.random(rows).astype(np.float32),
+             "temperature": np.array([temperature], np.float32), "top_k": np.array([top_k], np.int64),
+             "top_p": np.array([top_p], np.float32), "lenience": np.array([lenience], np.float32),
+             "logit_mask": np.zeros((0, vocab), np.float32)}      # no logits processor: the decoding loop's case
+    binding = session.io_binding()
+    values = []                          # the bound OrtValues must outlive the binding
+    for name, array in feeds.items():
+        values.append(ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, 0))
+        binding.bind_ortvalue_input(name, values[-1])
+    for name, shape, dtype in (("probs", (rows, vocab), np.float32), ("accepted", (1,), np.int64),
+                               ("next_token", (1,), np.int64)):
+        values.append(ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, device, 0))
+        binding.bind_ortvalue_output(name, values[-1])
 
-        def run() -> float:
-            started = time.perf_counter()
-            session.run_with_iobinding(binding)
-            return time.perf_counter() - started
+    def run() -> float:
+        started = time.perf_counter()
+        session.run_with_iobinding(binding)
+        return time.perf_counter() - started
 
-        run.values = values
-        return run
+    run.values = values
+    return run
 
 
 def _head_jobs(dec, threads: int, temperatures, filters, guesses, lenience: float):
-    """{job key: callable} for every head setting, and the entries (role, G, T, filter) -> job key they report.
-    The draft's G = 0 runs on a session with the draft's thread count (the runtime gives the draft one thread
-    unless told otherwise); when that equals the target's, the target's measurement serves both."""
+    """({job key: callable} for every head setting, [(role, G, T, top_k, top_p), job key] for the entries they
+    report, a problem or None). The draft's G = 0 runs on a session with the draft's thread count (the runtime
+    gives the draft one thread unless told otherwise); when that equals the target's, one measurement serves both."""
     try:
-        target_timer = HeadTimer(dec.provider, dec.vocab_size, threads)
+        sessions = {n: _head_session(dec.provider, n) for n in dict.fromkeys((threads, threads or 1))}
     except ImportError as err:           # the head is built with onnx (the export extra)
         return {}, [], f"not timed: {err} (pip install 'specdec[export]')"
-    draft_threads = threads or 1
-    timers = {threads: target_timer}
-    if draft_threads not in timers:
-        timers[draft_threads] = HeadTimer(dec.provider, dec.vocab_size, draft_threads)
+    device = "cpu" if dec.provider == "cpu" else "cuda"
     jobs, entries = {}, []
     for t in temperatures:
         for top_k, top_p in filters:
-            for role, gs, n_threads in (("target", guesses, threads), ("draft", [0], draft_threads)):
+            for role, gs, n in (("target", guesses, threads), ("draft", [0], threads or 1)):
                 for g in gs:
-                    job = (n_threads, g, t, top_k, top_p)
+                    job = (n, g, t, top_k, top_p)
                     if job not in jobs:
-                        jobs[job] = timers[n_threads].setting(g, t, top_k, top_p, lenience)
+                        jobs[job] = _head_setting(sessions[n], device, dec.vocab_size, g, t, top_k, top_p, lenience)
                     entries.append(((role, g, t, top_k, top_p), job))
     return jobs, entries, None
 
@@ -183,67 +153,48 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
     source = np.asarray(source_ids, dtype=np.float32 if speech else np.int64)
     params = Params(gamma=0, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                     lenience=float(lenience)).checked(gamma_max)
-    ws.reset([start_token(dec)], params)
+    ws.reset([int(dec.manifest.special_ids["decoder_start_token_id"])], params)
     rng = np.random.default_rng(0)
     span = past + gamma_max + 1            # positions 1 .. past + gamma_max: filler ids, valid for any vocabulary
     ws.tokens.write(rng.integers(3, max(4, min(dec.vocab_size, 1000)), size=span), 1)
 
-    started = time.perf_counter()
-    target.encode(source, stats)
-    t_enc = time.perf_counter() - started
-    d_enc = None
-    if draft is not None:
-        started = time.perf_counter()
-        draft.encode(source, stats)
-        d_enc = time.perf_counter() - started
+    encoder_ms = {}
+    for role, model in (("target", target), ("draft", draft)):
+        if model is not None:
+            started = time.perf_counter()
+            model.encode(source, stats)
+            encoder_ms[role] = (time.perf_counter() - started) * 1000.0
 
     filler = ws.tokens.flat().copy()
-
-    def restore():
-        ws.tokens.write(filler)
-
-    def fill(model, width: int) -> None:
-        """Runs over the filler tokens until the model's cache holds positions 0 .. past-1 (head output dropped,
-        next token to a scratch slot)."""
-        while model.length < past:
-            ws.end = min(model.length + width, past) - 1
+    for model in (target, draft) if draft is not None else (target,):
+        while model.length < past:   # fill the cache with positions 0 .. past-1 (head output dropped)
+            ws.end = min(model.length + gamma_max + 1, past) - 1
             model.run(*ws.run(model.length))
-            restore()
-
-    fill(target, gamma_max + 1)
+            ws.tokens.write(filler)
     if draft is not None:
-        fill(draft, gamma_max + 1)
         for i in range(gamma_max):                     # real guesses x_1 .. x_gamma_max and their q rows
             ws.end = past + i
             draft.run(*ws.run(past + i, out=ws.rows(0), out_row=i, next_slot=past + i + 1))
         draft.rollback(past)
         filler = ws.tokens.flat().copy()
 
-    def verify_job(k):
+    def timed(model, end, **bind):
         def run():
-            ws.end = past + k - 1
-            seconds = target.run(*ws.run(past, guesses=k - 1, q=ws.rows(0), out=ws.p))
-            target.rollback(past)
-            restore()
+            ws.end = end
+            seconds = model.run(*ws.run(past, **bind))
+            model.rollback(past)
+            ws.tokens.write(filler)
             return seconds
         return run
-
-    def draft_job():
-        ws.end = past
-        seconds = draft.run(*ws.run(past, out=ws.rows(0), out_row=0, next_slot=past + 1))
-        draft.rollback(past)
-        restore()
-        return seconds
 
     head_guesses = sorted({int(g) for g in (head_guesses if head_guesses is not None else range(gamma_max + 1))}
                           | {0})
     temps = sorted({0.0, float(temperature), *(float(t) for t in head_temperatures)})
-    filters = head_filters(top_k, top_p, sweep_filters)
-    head_jobs, head_entries, head_problem = _head_jobs(dec, threads, temps, filters, head_guesses, float(lenience))
-
-    jobs = {("verify", k): verify_job(k) for k in counts}
+    head_jobs, head_entries, head_problem = _head_jobs(dec, threads, temps, head_filters(top_k, top_p, sweep_filters),
+                                                       head_guesses, float(lenience))
+    jobs = {("verify", k): timed(target, past + k - 1, guesses=k - 1, q=ws.rows(0), out=ws.p) for k in counts}
     if draft is not None:
-        jobs[("draft",)] = draft_job
+        jobs[("draft",)] = timed(draft, past, out=ws.rows(0), out_row=0, next_slot=past + 1)
     jobs.update({("head",) + key: run for key, run in head_jobs.items()})
     names = list(jobs)
     times = {name: [] for name in names}
@@ -254,12 +205,12 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
             if rep >= warmup:
                 times[name].append(seconds)
 
-    verify = {k: _median_ms(times[("verify", k)]) for k in counts}
-    step = verify[1] if 1 in verify else None
-    d_step = _median_ms(times[("draft",)]) if draft is not None else None
-    head_ms = [{"role": role, "guesses": g, "temperature": t, "top_k": k, "top_p": p,
-                "ms": _median_ms(times[("head",) + job])}
-               for (role, g, t, k, p), job in head_entries]
+    def median_ms(name):
+        return statistics.median(times[name]) * 1000.0
+
+    verify = {k: median_ms(("verify", k)) for k in counts}
+    step = verify.get(1)
+    d_step = median_ms(("draft",)) if draft is not None else None
     out = {
         "past_length": past,
         "source_length": int(source.size),
@@ -267,8 +218,8 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
         "repeats": repeats,
         "settings": {"temperature": float(temperature), "top_k": int(top_k), "top_p": float(top_p),
                      "lenience": float(lenience)},
-        "target_encoder_ms": t_enc * 1000.0,
-        "draft_encoder_ms": d_enc * 1000.0 if d_enc is not None else None,
+        "target_encoder_ms": encoder_ms["target"],
+        "draft_encoder_ms": encoder_ms.get("draft"),
         "target_step_ms": step,
         "draft_step_ms": d_step,
         "c": d_step / step if d_step is not None and step else None,
@@ -276,7 +227,8 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
         "verify_ratio": {str(k): v / step for k, v in verify.items()} if step else {},
         "head_vocab": dec.vocab_size,
         "head_threads": {"target": threads, "draft": threads or 1},
-        "head_ms": head_ms,
+        "head_ms": [{"role": role, "guesses": g, "temperature": t, "top_k": k, "top_p": p,
+                     "ms": median_ms(("head",) + job)} for (role, g, t, k, p), job in head_entries],
         "head_note": head_problem or HEAD_NOTE,
     }
     # the probe's own setting: the head's share of the fused one-token steps, and c without it

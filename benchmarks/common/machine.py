@@ -7,26 +7,13 @@ import platform
 import time
 
 
-def _cpu_model() -> str:
+def _proc_field(path: str, prefix: str) -> str | None:
+    """The rest of the first line of a /proc file that starts with `prefix` (None where /proc cannot say)."""
     try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        with open(path) as fh:
+            return next((line[len(prefix):].strip() for line in fh if line.startswith(prefix)), None)
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _memory_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return round(int(line.split()[1]) / 2 ** 20, 1)
-    except OSError:
-        pass
-    return None
+        return None
 
 
 def load_average() -> list | None:
@@ -39,40 +26,33 @@ def load_average() -> list | None:
 def resident_mib(pid: int | None = None) -> dict:
     """Resident memory (MiB, VmRSS) of process `pid` (default: this one) and of it with all its descendants (a
     server's tritonserver and stub processes); {} where /proc cannot say."""
-    def rss_kib(p) -> int:
-        try:
-            with open(f"/proc/{p}/status") as fh:
-                return next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
-        except OSError:
-            return 0
+    def rss_mib(p) -> float:
+        return int((_proc_field(f"/proc/{p}/status", "VmRSS:") or "0 kB").split()[0]) / 1024
 
     pid = os.getpid() if pid is None else pid
     children: dict = {}
     try:
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as fh:
-                        parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(parent, []).append(int(entry))
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
     except OSError:
         return {}
     tree, todo = [], [pid]
     while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo.extend(children.get(p, []))
-    return {"process_mib": round(rss_kib(pid) / 1024, 1), "with_children_mib": round(sum(map(rss_kib, tree)) / 1024, 1)}
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return {"process_mib": round(rss_mib(pid), 1), "with_children_mib": round(sum(map(rss_mib, tree)), 1)}
 
 
 def _version(module: str) -> str | None:
     try:
-        mod = __import__(module)
+        return getattr(__import__(module), "__version__", "unknown")
     except Exception:   # not installed, or broken: the report says so
         return None
-    return getattr(mod, "__version__", "unknown")
 
 
 def describe(provider: str | None = None, threads: int = 0) -> dict:
@@ -80,12 +60,13 @@ def describe(provider: str | None = None, threads: int = 0) -> dict:
     import numpy
     import onnxruntime
 
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    memory = _proc_field("/proc/meminfo", "MemTotal:")
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": (_proc_field("/proc/cpuinfo", "model name") or "").lstrip(":\t ")
+                     or platform.processor() or platform.machine(),
         "cpu_cores": os.cpu_count(),
-        "cpu_cores_usable": affinity,
-        "memory_gib": _memory_gib(),
+        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gib": round(int(memory.split()[0]) / 2 ** 20, 1) if memory else None,
         "load_average_at_start": load_average(),
         "cpu_busy_before_run": cpu_busy(),
         "platform": platform.platform(),
@@ -109,8 +90,7 @@ def cpu_busy(seconds: float = 1.0) -> float | None:
     def sample():
         with open("/proc/stat") as fh:
             values = [int(v) for v in fh.readline().split()[1:]]
-        idle = values[3] + (values[4] if len(values) > 4 else 0)
-        return sum(values), idle
+        return sum(values), values[3] + (values[4] if len(values) > 4 else 0)      # total, idle + iowait
     try:
         total0, idle0 = sample()
         time.sleep(seconds)

@@ -4,6 +4,7 @@ failure is one line in the peers' table."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import first_line
 
-from .peer_engines import Engine, cache_name, normalize
+from .peer_engines import cache_name, normalize
 
 OPTIMUM = "optimum-ort"                     # the one row of a worker that did not run, or failed as a whole
 OPTIMUM_GREEDY = "optimum-ort greedy"
@@ -24,42 +25,14 @@ OPTIMUM_TIMEOUT_S = 1800.0
 OPTIMUM_INSTALL = "pip install torch==2.13.0 optimum-onnx==0.1.0 onnxruntime"
 
 
-def optimum_assisted_name(gamma: int) -> str:
-    return f"optimum-ort assisted gamma={gamma}"
-
-
-class RemoteEngine(Engine):
-    """A peer timed in its own process (optimum_peer.py): its tokens and times come back as JSON."""
-
-    def __init__(self, name: str, note: str, own_ar: str):
-        self.name, self.note, self.own_ar = name, note, own_ar
-
-    def run(self, ids, max_new_tokens):
-        raise NotImplementedError(f"{self.name} runs in its own process (optimum_peer.py), not here")
-
-
-def optimum_request(target: str, draft: str, prompts: list, max_new_tokens: int, repeats: int, threads: int,
-                    gamma: int, workdir: Path) -> dict:
-    """The worker's request: the checkpoints, where their ONNX exports are cached, the prompts' ids, the settings."""
-    cache = Path(workdir).resolve() / "optimum"
-    return {"protocol": OPTIMUM_PROTOCOL, "target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()),
-            "cache": {"target": str(cache / cache_name(target)), "draft": str(cache / cache_name(draft))},
-            "prompts": [[int(t) for t in ids] for ids in prompts], "max_new_tokens": int(max_new_tokens),
-            "repeats": int(repeats), "threads": int(threads), "gamma": int(gamma)}
-
-
 def parse_optimum_response(stdout: str, prompts: int, repeats: int) -> dict:
     """The worker's response (the last line of its stdout that is a JSON object), checked against the protocol:
     every engine with status "ok" has `prompts` token lists and `repeats` rows of `prompts` seconds. A ValueError
     with a one-line message when it is not that."""
     response = None
-    for line in reversed(stdout.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                response = json.loads(line)
-            except ValueError:
-                continue
+    for line in reversed([line for line in stdout.splitlines() if line.strip().startswith("{")]):
+        with contextlib.suppress(ValueError):
+            response = json.loads(line)
             break
     if not isinstance(response, dict):
         raise ValueError("the Optimum worker wrote no JSON response")
@@ -68,19 +41,20 @@ def parse_optimum_response(stdout: str, prompts: int, repeats: int) -> dict:
     engines = response.get("engines") or {}
     if not isinstance(engines, dict):
         raise ValueError("the Optimum worker's 'engines' is not an object")
+
+    def lists(value, n, ok):
+        return isinstance(value, list) and len(value) == n and all(isinstance(x, list) and all(map(ok, x))
+                                                                   for x in value)
+
     for name, e in engines.items():
         if not isinstance(e, dict) or not isinstance(e.get("status"), str):
             raise ValueError(f"the Optimum worker's engine '{name}' has no status")
         if e["status"] != "ok":
             continue
-        tokens, seconds = e.get("tokens"), e.get("seconds")
-        if not (isinstance(tokens, list) and len(tokens) == prompts and
-                all(isinstance(t, list) and all(isinstance(i, int) for i in t) for t in tokens)):
+        if not lists(e.get("tokens"), prompts, lambda i: isinstance(i, int)):
             raise ValueError(f"the Optimum worker's engine '{name}' did not return {prompts} token lists")
-        if not (isinstance(seconds, list) and len(seconds) == repeats and
-                all(isinstance(row, list) and len(row) == prompts and
-                    all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-                        for x in row) for row in seconds)):
+        if not lists(e.get("seconds"), repeats, lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+                     and math.isfinite(x) and x >= 0) or any(len(row) != prompts for row in e["seconds"]):
             raise ValueError(f"the Optimum worker's engine '{name}' did not return {repeats} x {prompts} seconds")
     return response
 
@@ -96,10 +70,10 @@ def optimum_results(response: dict, eos_id: int, gamma: int) -> tuple[dict, dict
     if response.get("error"):
         return {}, {OPTIMUM: f"error: {' '.join(str(response['error']).split())[:240]}"}, info
     note = f"optimum-onnx {found.get('optimum-onnx')}, onnxruntime {found.get('onnxruntime')}, own process"
-    names = {"greedy": (OPTIMUM_GREEDY, note + ", generate"),
-             "assisted": (optimum_assisted_name(gamma), note + ", assistant_model=ORT draft")}
     results, status = {}, {}
-    for key, (name, engine_note) in names.items():
+    for key, name, engine_note in (("greedy", OPTIMUM_GREEDY, note + ", generate"),
+                                   ("assisted", f"optimum-ort assisted gamma={gamma}",
+                                    note + ", assistant_model=ORT draft")):
         e = response["engines"].get(key)
         if e is None:
             status[name] = "error: the Optimum worker did not run it"
@@ -117,36 +91,26 @@ def run_worker(argv: list, request: str, timeout: float, env: dict, log) -> tupl
     `timeout`: it is killed."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
-    out, err = [], []
-
-    def read_stdout():
-        out.append(proc.stdout.read())
+    stderr, proc.stderr, err = proc.stderr, None, []        # read here, line by line, not by communicate
 
     def read_stderr():
-        for line in proc.stderr:
+        for line in stderr:
             err.append(line)
             if line.startswith("optimum-ort:"):
                 log(line.rstrip())
 
-    readers = [threading.Thread(target=read_stdout, daemon=True), threading.Thread(target=read_stderr, daemon=True)]
-    for t in readers:
-        t.start()
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        proc.stdin.write(request)
-        proc.stdin.close()
-    except BrokenPipeError:                 # it exited before reading: its stderr says why
-        pass
-    try:
-        proc.wait(timeout=timeout)
+        out, _ = proc.communicate(request, timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
-        for t in readers:
-            t.join(5)
+        proc.communicate()
+        reader.join(5)
         raise subprocess.TimeoutExpired(argv, timeout, stderr="".join(err)) from None
-    for t in readers:
-        t.join()
-    return "".join(out), "".join(err), proc.returncode
+    reader.join()
+    stderr.close()
+    return out, "".join(err), proc.returncode
 
 
 def optimum_peers(python: str | None, target: str, draft: str, prompts: list, max_new_tokens: int, gamma: int,
@@ -163,12 +127,16 @@ def optimum_peers(python: str | None, target: str, draft: str, prompts: list, ma
     if not (Path(exe).is_file() and os.access(exe, os.X_OK)):
         return {}, {OPTIMUM: f"not run: --peer-python {python} is not an executable interpreter (create the venv: "
                              f"python3 -m venv DIR && DIR/bin/{OPTIMUM_INSTALL}; pass DIR/bin/python)"}, info
-    request = optimum_request(target, draft, prompts, max_new_tokens, repeats, threads, gamma, workdir)
-    log_path = Path(workdir).resolve() / "optimum" / "worker-stderr.txt"
+    cache = Path(workdir).resolve() / "optimum"
+    request = {"protocol": OPTIMUM_PROTOCOL, "target": str(Path(target).resolve()), "draft": str(Path(draft).resolve()),
+               "cache": {"target": str(cache / cache_name(target)), "draft": str(cache / cache_name(draft))},
+               "prompts": [[int(t) for t in ids] for ids in prompts], "max_new_tokens": int(max_new_tokens),
+               "repeats": int(repeats), "threads": int(threads), "gamma": int(gamma)}
+    log_path = cache / "worker-stderr.txt"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     info["log"] = str(log_path)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    log(f"optimum-ort: running {OPTIMUM_WORKER.name} with {python} (exports cached in {log_path.parent})")
+    log(f"optimum-ort: running {OPTIMUM_WORKER.name} with {python} (exports cached in {cache})")
     try:
         stdout, stderr, code = run_worker([exe, "-I", str(OPTIMUM_WORKER)], json.dumps(request), timeout, env, log)
     except subprocess.TimeoutExpired as err:

@@ -1,30 +1,19 @@
 """Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM) as a peer of `specdec-bench sweep|drafts --peers`.
 
-Run by the benchmark as a script, in a subprocess, with the interpreter given to --peer-python: a separate venv
-with optimum-onnx, onnxruntime and a CPU torch (optimum-onnx pins transformers < 4.58, which the project's own
-venv does not have). It imports nothing from specdec, which is not installed there.
-
-    PYTHON -I optimum_peer.py < request.json > response.json
-
-The request (one JSON object on stdin):
+A plain script that imports nothing from specdec, run in a subprocess by the interpreter given to --peer-python (a
+venv with optimum-onnx, onnxruntime and a CPU torch: optimum-onnx pins transformers < 4.58, which the project's own
+venv does not have) as `PYTHON -I optimum_peer.py < request.json > response.json`. The request:
 
     {"protocol": 1, "target": DIR, "draft": DIR, "cache": {"target": DIR, "draft": DIR},
      "prompts": [[ids], ...], "max_new_tokens": N, "repeats": R, "threads": T, "gamma": G}
 
-Each checkpoint is exported once with ORTModelForSeq2SeqLM.from_pretrained(DIR, export=True) (Optimum's default
-layout: encoder_model.onnx, decoder_model.onnx and decoder_with_past_model.onnx, use_cache=True), saved in its
-cache directory and loaded from there on every run, on CPUExecutionProvider with intra_op_num_threads T and
-inter_op_num_threads 1 (torch, which runs generate's loop, gets torch.set_num_threads(T)).
-
-Two engines, timed as specdec-bench's other peers are: a first pass over all prompts (the tokens, and the warm-up),
-then R repeats; in each repeat every engine runs as one block (one unmeasured call on the first prompt, then every
-prompt timed with perf_counter around generate), the block order rotating every repeat.
-
-    greedy    generate(input_ids, attention_mask, max_new_tokens=N, do_sample=False, num_beams=1)
-    assisted  the same with assistant_model = the ORT draft, num_assistant_tokens=G, schedule "constant",
-              no confidence early exit
-
-The response (one JSON object on stdout; everything else the libraries print goes to stderr):
+Each checkpoint is exported once (ORTModelForSeq2SeqLM.from_pretrained(DIR, export=True), Optimum's default layout,
+use_cache=True) into its cache directory and loaded from there, on CPUExecutionProvider with intra_op_num_threads T
+and inter_op_num_threads 1 (torch, which runs generate's loop, gets set_num_threads(T)). Two engines, timed by
+`measure` as the in-process peers are: greedy, generate(input_ids, attention_mask, max_new_tokens=N,
+do_sample=False, num_beams=1), and assisted, the same with assistant_model = the ORT draft, num_assistant_tokens=G,
+schedule "constant", no confidence early exit. The response (one JSON line on stdout; whatever else is printed goes
+to stderr):
 
     {"protocol": 1, "error": null or "one line", "missing": null or "a package",
      "versions": {...}, "export": {"target": {...}, "draft": {...}},
@@ -32,6 +21,7 @@ The response (one JSON object on stdout; everything else the libraries print goe
                             "seconds": [[s per prompt] per repeat]},
                  "assisted": {"status": "ok" | "error: one line", ...}}}
 """
+
 
 from __future__ import annotations
 
@@ -45,7 +35,6 @@ from pathlib import Path
 
 PROTOCOL = 1
 STAMP = "specdec-optimum-export.json"
-LAYOUT = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
 
 
 def one_line(err: BaseException, limit: int = 200) -> str:
@@ -65,18 +54,10 @@ def versions() -> dict:
     return out
 
 
-def session_options(threads: int):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    return so
-
-
 def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log) -> tuple:
     """The ORT model of one checkpoint: exported into `cache` once (per optimum-onnx/transformers/torch versions),
     then loaded from there."""
+    import onnxruntime as ort
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
     out = Path(cache)
@@ -92,16 +73,15 @@ def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log)
         started = time.perf_counter()
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        model = ORTModelForSeq2SeqLM.from_pretrained(checkpoint, export=True, use_cache=True)
-        model.save_pretrained(tmp)
-        del model
+        ORTModelForSeq2SeqLM.from_pretrained(checkpoint, export=True, use_cache=True).save_pretrained(tmp)
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
         (out / STAMP).write_text(json.dumps(stamp))
         info["exported"], info["export_s"] = True, time.perf_counter() - started
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     model = ORTModelForSeq2SeqLM.from_pretrained(str(out), use_cache=True, use_merged=False,
-                                                 provider="CPUExecutionProvider",
-                                                 session_options=session_options(threads))
+                                                 provider="CPUExecutionProvider", session_options=options)
     info["files"] = sorted(p.name for p in out.glob("*.onnx"))
     info["use_cache"] = bool(model.config.use_cache)
     return model, info
@@ -109,8 +89,8 @@ def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log)
 
 class Generate:
     """Hugging Face `generate`, greedy, with the assistant (when given) proposing a constant `gamma` tokens per call
-    and no confidence early-exit: Algorithm 1's setting. Shared with the peers' transformers peer (peer_engines.py), which
-    imports it (this module needs nothing but the standard library until a Generate is made)."""
+    and no confidence early-exit: Algorithm 1's setting. The transformers peer (peer_engines.py) imports it too
+    (this module needs nothing but the standard library until a Generate is made)."""
 
     def __init__(self, model, assistant=None, gamma: int = 0):
         import torch
@@ -125,12 +105,10 @@ class Generate:
     def run(self, ids: list, max_new_tokens: int) -> list:
         torch = self.torch
         x = torch.tensor([ids], dtype=torch.long)
-        kwargs = dict(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
-                      do_sample=False, num_beams=1)
-        if self.assistant is not None:
-            kwargs["assistant_model"] = self.assistant
+        extra = {} if self.assistant is None else {"assistant_model": self.assistant}
         with torch.inference_mode():
-            out = self.model.generate(**kwargs)
+            out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=max_new_tokens,
+                                      do_sample=False, num_beams=1, **extra)
         return [int(t) for t in out[0].tolist()]
 
 
@@ -144,30 +122,36 @@ def explain(name: str, err: BaseException) -> str:
     return one_line(err)
 
 
-def measure(engines: dict, prompts: list, max_new_tokens: int, repeats: int) -> dict:
-    """{name: {"status", "tokens", "seconds"}}: a first pass (tokens, warm-up), then the timed repeats."""
-    result, working = {}, []
+def measure(engines: dict, prompts: list, max_new_tokens: int, repeats: int, progress=None) -> dict:
+    """{name: {"status", "tokens", "seconds": [[s per prompt] per repeat]}} of engines with run(ids, max_new_tokens)
+    (specdec-bench's in-process peers too): a first pass over all prompts (the tokens, and the warm-up), then the
+    repeats. In each, every engine runs all prompts as one block after one unmeasured call (PyTorch's, CTranslate2's
+    and ONNX Runtime's worker threads keep spinning for a while after a call, so engines alternating prompt by prompt
+    would slow whichever runs next), the block order rotating every repeat so drift spreads evenly. An engine that
+    fails gets its one-line error as its status. `progress(total)`: a bar updated once per call."""
+    result = {}
     for name, engine in engines.items():
         try:
             result[name] = {"status": "ok", "tokens": [engine.run(p, max_new_tokens) for p in prompts],
                             "seconds": [[0.0] * len(prompts) for _ in range(repeats)]}
-            working.append(name)
         except Exception as err:            # e.g. an assistant the ORT model cannot take: say why, go on
             result[name] = {"status": f"error: {explain(name, err)}"}
-    for r in range(repeats):
-        order = working[r % len(working):] + working[:r % len(working)] if working else []
-        for name in order:
-            if result[name]["status"] != "ok":
-                continue
-            engine = engines[name]
+    working = [name for name in engines if result[name]["status"] == "ok"]
+    bar = progress(repeats * (len(prompts) + 1) * len(working)) if progress else None
+    for r in range(repeats if working else 0):
+        for name in working[r % len(working):] + working[:r % len(working)]:
             try:
-                engine.run(prompts[0], max_new_tokens)
-                for i, p in enumerate(prompts):
+                for i, p in enumerate([prompts[0]] + prompts if result[name]["status"] == "ok" else []):
                     t = time.perf_counter()
-                    engine.run(p, max_new_tokens)
-                    result[name]["seconds"][r][i] = time.perf_counter() - t
+                    engines[name].run(p, max_new_tokens)
+                    if i:
+                        result[name]["seconds"][r][i - 1] = time.perf_counter() - t
+                    if bar:
+                        bar.update(1)
             except Exception as err:
                 result[name] = {"status": f"error: {explain(name, err)}"}
+    if bar:
+        bar.close()
     return result
 
 
@@ -178,8 +162,8 @@ def serve(request: dict, log) -> dict:
         response["error"] = f"request protocol {request.get('protocol')!r}, this worker speaks {PROTOCOL}"
         return response
     try:
-        from optimum.onnxruntime import ORTModelForSeq2SeqLM  # noqa: F401  (first: fails fast without it)
-        import onnxruntime  # noqa: F401
+        for module in ("optimum.onnxruntime", "onnxruntime"):     # first: fails fast without them
+            __import__(module)
         import torch
         import transformers
     except ImportError as err:
@@ -192,18 +176,19 @@ def serve(request: dict, log) -> dict:
     threads = int(request["threads"])
     torch.set_num_threads(threads)
     prompts = [[int(t) for t in p] for p in request["prompts"]]
-    max_new_tokens, repeats = int(request["max_new_tokens"]), int(request["repeats"])
+    repeats = int(request["repeats"])
     try:
-        target, response["export"]["target"] = load("target", request["target"], request["cache"]["target"],
-                                                     threads, found, log)
-        draft, response["export"]["draft"] = load("draft", request["draft"], request["cache"]["draft"],
-                                                   threads, found, log)
+        models = {}
+        for role in ("target", "draft"):
+            models[role], response["export"][role] = load(role, request[role], request["cache"][role], threads,
+                                                          found, log)
     except Exception as err:
         response["error"] = f"export/load failed: {one_line(err)}"
         return response
-    engines = {"greedy": Generate(target), "assisted": Generate(target, draft, int(request["gamma"]))}
+    engines = {"greedy": Generate(models["target"]),
+               "assisted": Generate(models["target"], models["draft"], int(request["gamma"]))}
     log(f"optimum-ort: timing greedy and assisted generate, {len(prompts)} prompts x {repeats} repeats")
-    response["engines"] = measure(engines, prompts, max_new_tokens, repeats)
+    response["engines"] = measure(engines, prompts, int(request["max_new_tokens"]), repeats)
     return response
 
 
@@ -212,12 +197,8 @@ def main() -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-
-    def log(message):
-        print(message, file=sys.stderr, flush=True)
-
     try:
-        response = serve(json.loads(sys.stdin.read()), log)
+        response = serve(json.loads(sys.stdin.read()), lambda message: print(message, file=sys.stderr, flush=True))
     except Exception as err:
         response = {"protocol": PROTOCOL, "error": one_line(err), "missing": None, "engines": {}}
     out.write(json.dumps(response) + "\n")

@@ -8,16 +8,17 @@ A JSONL line is one prompt:
     {"audio": "clips/0001.wav", "reference": "the spoken text", "task": "...", "language": "en"}   # a Whisper export
 
 "task" (optional) groups the report's rows; "reference" (optional) is kept with the prompt. An "audio" line names a
-16 kHz WAV file (specdec.runtime.loading.audio.check_audio reads it; mono or mixed to mono), its path relative to
-the JSONL file's folder; it is read once, when the prompts are loaded, and its samples are kept on the Prompt. Such
-a prompt is generated as `generate(audio=samples, language=...)`: "language" defaults to "en" (None, no language
-token, for an English-only model). Audio prompts are for a Whisper export only and text prompts for a text export
-only: `load` refuses the other kind with a one-line SpecdecError, before any WAV is read."""
+16 kHz WAV file (read once, when the prompts are loaded, by specdec.runtime.loading.audio.check_audio; mono or mixed
+to mono), its path relative to the JSONL file's folder; it is generated as `generate(audio=samples, language=...)`,
+"language" defaulting to "en" (None, no language token, for an English-only model). Audio prompts are for a Whisper
+export only and text prompts for a text export only: `load` refuses the other kind with a one-line SpecdecError,
+before any WAV is read."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,6 @@ import numpy as np
 from specdec.runtime.core.errors import SpecdecError
 
 AUDIO_LINE = '{"audio": "clip.wav"} lines (16 kHz WAV files, paths relative to the JSONL file)'
-DEFAULT_LANGUAGE = "en"
 
 
 @dataclass
@@ -50,14 +50,11 @@ class Prompt:
 
     def kwargs(self) -> dict:
         """The prompt's keywords of SpeculativeDecoder.generate / stream."""
-        if self.is_audio:
-            return {"audio": self.audio, "language": self.language}
-        return {"input_ids": self.ids}
+        return {"audio": self.audio, "language": self.language} if self.is_audio else {"input_ids": self.ids}
 
 
 def special_id(decoder, name: str) -> int:
-    """A special token id of a SpeculativeDecoder's export ("eos_token_id", "decoder_start_token_id", ...), read
-    from its public manifest."""
+    """A special token id of a SpeculativeDecoder's export ("eos_token_id", "decoder_start_token_id", ...)."""
     return int(decoder.manifest.special_ids[name])
 
 
@@ -70,11 +67,30 @@ def bundled_prompts_file() -> Path | None:
     return path if path.is_file() else None
 
 
-def _optional_text(item: dict, key: str, where: str) -> str | None:
-    value = item.get(key)
-    if value is not None and not isinstance(value, str):
-        raise SpecdecError(f'{where}: "{key}" is not a string (it is a JSON {type(value).__name__})')
-    return value
+def _line(path: Path, number: int, line: str) -> Prompt:
+    """One JSONL line's prompt (module docstring), or a one-line SpecdecError naming the line."""
+    where = f"{path}:{number}"
+    try:
+        item = json.loads(line)
+    except json.JSONDecodeError:
+        raise SpecdecError(f"{where} is not valid JSON",
+                           'write one {"source": "..."} object a line, or plain text lines') from None
+    if not isinstance(item, dict):
+        raise SpecdecError(f"{where} is not a JSON object", 'write one {"source": "..."} object a line')
+    task = str(item.get("task", ""))
+    if "audio" in item:
+        for key in ("audio", "reference", "language"):
+            if item.get(key) is not None and not isinstance(item[key], str):
+                raise SpecdecError(f'{where}: "{key}" is not a string (it is a JSON {type(item[key]).__name__})')
+        if not item["audio"]:
+            raise SpecdecError(f'{where}: "audio" must name a WAV file', f"write {AUDIO_LINE}")
+        return Prompt(clip=path.parent / item["audio"], task=task, reference=item.get("reference"),
+                      language=item.get("language"))
+    if "input_ids" in item:
+        return Prompt(input_ids=[int(t) for t in item["input_ids"]], task=task)
+    if isinstance(item.get("source"), str):
+        return Prompt(text=item["source"], task=task, reference=item.get("reference"))
+    raise SpecdecError(f'{where} has neither "source", "input_ids" nor "audio"')
 
 
 def read_prompts(path: str | Path, audio: bool = True) -> list[Prompt]:
@@ -85,36 +101,8 @@ def read_prompts(path: str | Path, audio: bool = True) -> list[Prompt]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as err:
         raise SpecdecError(f"cannot read prompts file '{path}' ({err.strerror})", "check --prompts") from None
-    out = []
-    for number, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            where = f"{path}:{number}"
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                raise SpecdecError(f"{where} is not valid JSON",
-                                   'write one {"source": "..."} object a line, or plain text lines') from None
-            if not isinstance(item, dict):
-                raise SpecdecError(f"{where} is not a JSON object", 'write one {"source": "..."} object a line')
-            task = str(item.get("task", ""))
-            if "audio" in item:
-                clip = _optional_text(item, "audio", where)
-                if not clip:
-                    raise SpecdecError(f'{where}: "audio" must name a WAV file', f"write {AUDIO_LINE}")
-                out.append(Prompt(clip=path.parent / clip, task=task,
-                                  reference=_optional_text(item, "reference", where),
-                                  language=_optional_text(item, "language", where)))
-            elif "input_ids" in item:
-                out.append(Prompt(input_ids=[int(t) for t in item["input_ids"]], task=task))
-            elif isinstance(item.get("source"), str):
-                out.append(Prompt(text=item["source"], task=task, reference=item.get("reference")))
-            else:
-                raise SpecdecError(f'{where} has neither "source", "input_ids" nor "audio"')
-        else:
-            out.append(Prompt(text=line))
+    out = [_line(path, number, line) if line.startswith("{") else Prompt(text=line)
+           for number, line in ((n, raw.strip()) for n, raw in enumerate(lines, 1)) if line]
     if not out:
         raise SpecdecError(f"prompts file '{path}' has no prompts")
     return read_clips(out) if audio else out
@@ -141,14 +129,7 @@ def select(prompts: list[Prompt], count: int, every_task: bool = False) -> list[
         count = max(count, len(by_task))
     if count <= 0 or count >= len(prompts):
         count = len(prompts)
-    queues = list(by_task.values())
-    out, i = [], 0
-    while len(out) < count:
-        queue = queues[i % len(queues)]
-        if queue:
-            out.append(queue.pop(0))
-        i += 1
-    return out
+    return [p for row in zip_longest(*by_task.values()) for p in row if p is not None][:count]
 
 
 def random_prompts(vocab_size: int, count: int, length: int = 16, first_id: int = 3, eos_id: int = 1,
@@ -163,8 +144,7 @@ def random_audio(speech: dict, count: int, seed: int = 0) -> list[Prompt]:
     """`count` requests of random audio filling a Whisper export's encoder window (Gaussian noise, 0.1 RMS; `speech`:
     its manifest's speech entry), in its first language (by id), so no request spends a run on language detection."""
     rng = np.random.default_rng(seed)
-    languages = sorted(speech["languages"], key=speech["languages"].get)
-    language = languages[0] if languages else None
+    language = min(speech["languages"], key=speech["languages"].get, default=None)
     return [Prompt(task="random audio", language=language,
                    audio=(0.1 * rng.standard_normal(int(speech["n_samples"]))).astype(np.float32))
             for _ in range(count)]
@@ -191,39 +171,10 @@ def audio_seconds(prompts: list[Prompt], rate: int = 16_000) -> float | None:
 
 def describe(prompts: list[Prompt]) -> str:
     """`8 prompts`, or `2 audio clips, 3.5 s in all`."""
-    seconds = audio_seconds(prompts)
+    seconds, s = audio_seconds(prompts), "s" if len(prompts) != 1 else ""
     if seconds is None:
-        return f"{len(prompts)} prompt{'s' if len(prompts) != 1 else ''}"
-    return f"{len(prompts)} audio clip{'s' if len(prompts) != 1 else ''}, {seconds:.1f} s in all"
-
-
-def _is_bundled(source: str) -> bool:
-    """Was the engine exported from the project's own pair (models/target)?"""
-    try:
-        return Path(source).resolve() == (bundled_prompts_file().parents[1] / "target").resolve()
-    except (OSError, TypeError, AttributeError):
-        return False
-
-
-def check_kind(prompts: list[Prompt], decoder, origin: str) -> None:
-    """Audio prompts for a Whisper export, text prompts (text or token ids) for any other: one-line errors."""
-    speech = decoder.manifest.speech is not None
-    audio = sum(p.is_audio for p in prompts)
-    if speech and audio < len(prompts):
-        raise SpecdecError(f"{origin} has text prompts, but this export is a Whisper model: it transcribes audio",
-                           f"give --prompts a JSONL file of {AUDIO_LINE}")
-    if not speech and audio:
-        raise SpecdecError(f"{origin} has audio prompts, but this export is not a Whisper model",
-                           'give --prompts text prompts ({"source": "..."} JSONL lines or plain text lines), or '
-                           "--export a Whisper export")
-
-
-def _default_language(prompts: list[Prompt], speech: dict) -> None:
-    """An audio prompt without "language": "en" (None for a model without language tokens, English-only)."""
-    language = DEFAULT_LANGUAGE if speech.get("languages") else None
-    for p in prompts:
-        if p.is_audio and p.language is None:
-            p.language = language
+        return f"{len(prompts)} prompt{s}"
+    return f"{len(prompts)} audio clip{s}, {seconds:.1f} s in all"
 
 
 def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False,
@@ -236,20 +187,30 @@ def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False,
         raise SpecdecError("this command measures text exports, and this export is a Whisper model",
                            "on a Whisper export run specdec-bench drafts --prompts FILE.jsonl (audio clips) or "
                            "specdec-bench shapes")
+    bundled = bundled_prompts_file()
     if prompts_arg:
         prompts, origin = read_prompts(prompts_arg, audio=False), str(prompts_arg)
-        check_kind(prompts, decoder, origin)
+        clips = sum(p.is_audio for p in prompts)
+        if speech is not None and clips < len(prompts):
+            raise SpecdecError(f"{origin} has text prompts, but this export is a Whisper model: it transcribes "
+                               "audio", f"give --prompts a JSONL file of {AUDIO_LINE}")
+        if speech is None and clips:
+            raise SpecdecError(f"{origin} has audio prompts, but this export is not a Whisper model",
+                               'give --prompts text prompts ({"source": "..."} JSONL lines or plain text lines), '
+                               "or --export a Whisper export")
         prompts = read_clips(select(prompts, count, every_task))
     elif speech is not None:
         prompts = random_audio(speech, max(count, 1))
         origin = "random audio (no --prompts given; pass --prompts FILE.jsonl of audio clips for real speech)"
-    elif bundled_prompts_file() is not None and _is_bundled(decoder.manifest.models["target"].source):
-        path = bundled_prompts_file()
-        prompts, origin = select(read_prompts(path), count, every_task), str(path)
+    elif bundled is not None and Path(decoder.manifest.models["target"].source).resolve() == \
+            (bundled.parents[1] / "target").resolve():            # exported from the project's own pair
+        prompts, origin = select(read_prompts(bundled), count, every_task), str(bundled)
     else:
         prompts = random_prompts(decoder.vocabulary.tokenizer_size, max(count, 1),
                                  eos_id=special_id(decoder, "eos_token_id"))
         origin = "random token ids (no --prompts given; pass --prompts FILE for real text)"
-    if speech is not None:
-        _default_language(prompts, speech)
+    if speech is not None:            # an audio prompt without "language": "en" (None for an English-only model)
+        for p in prompts:
+            if p.language is None:
+                p.language = "en" if speech.get("languages") else None
     return tokenize(prompts, decoder.tokenizer, decoder.max_length), origin

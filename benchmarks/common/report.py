@@ -1,6 +1,5 @@
 """The report: the JSON (`--json`) with its schema name, the Markdown (`--markdown`: the machine line, then the
-sections the command renders), and the parts several commands show (the cost probe, the sampling filters, the
-peers), each in both renderings (tables.py)."""
+command's parts), and the parts several commands show (the cost probe, the sampling filters, the peers)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import json
 from pathlib import Path
 
 from .runs import filter_label
-from .tables import Column, fmt, lines, markdown_table, same, table
+from .tables import Table, fmt
 
 SCHEMA = "specdec-bench/1"
 
@@ -56,7 +55,7 @@ def sweep_filters_text(settings: dict) -> str:
     return f"filters (top_k:top_p) {labels}, interleaved; every configuration: lenience {settings['lenience']:g}"
 
 
-def head_grid(probe: dict) -> tuple[list[str], list[list[str]]]:
+def _head_grid(probe: dict) -> tuple[list[str], list[list[str]]]:
     """The head-alone timings as a grid: one line per (temperature, filter), draft G=0 then target G=0..max."""
     entries = probe.get("head_ms") or []
     guesses = sorted({e["guesses"] for e in entries if e["role"] == "target"})
@@ -70,65 +69,54 @@ def head_grid(probe: dict) -> tuple[list[str], list[list[str]]]:
     return headers, out
 
 
-def verify_lines(probe: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
-    """The probe's target run over k tokens: ms, and over its one-token step."""
-    columns = (Column("tokens k", "verify tokens", lambda k: k),
-               Column("target run ms", "ms", lambda k: fmt(probe["verify_ms"][k], ".3f"),
-                      lambda k: fmt(probe["verify_ms"][k])),
-               Column("x one-token step", "× one-token step", lambda k: fmt(probe["verify_ratio"].get(k))))
-    return lines(columns, list(probe["verify_ms"]), markdown)
-
-
 def source_text(probe: dict) -> str:
     """What the probe's encoders read: `48 tokens`, or a Whisper export's `30.0 s of audio`."""
     seconds = probe.get("source_seconds")
     return f"{seconds:.1f} s of audio" if seconds is not None else f"{probe['source_length']} tokens"
 
 
-def probe_text(probe: dict) -> str:
+def probe_parts(probe: dict) -> list:
+    """The cost probe: the fused runs' costs, the target run over k tokens, the sampling head alone."""
     s = probe["settings"]
-    head = (f"per-call costs at past length {probe['past_length']} (source {source_text(probe)}, "
-            f"median of {probe['repeats']}; fused runs, decoder + sampling head, at T={s['temperature']:g}, "
-            f"{filter_text(s)}): target step {fmt(probe['target_step_ms'], '.3f')} ms, draft step "
-            f"{fmt(probe['draft_step_ms'], '.3f')} ms, c = {fmt(probe['c'], '.3f')} (without the heads, estimated: "
-            f"{fmt(probe.get('c_without_head'), '.3f')})")
-    out = head + "\n" + table(*verify_lines(probe))
+    verify = [[str(k), fmt(ms, ".3f"), fmt(probe["verify_ratio"].get(k))] for k, ms in probe["verify_ms"].items()]
+    out = [Table(f"per-call costs at past length {probe['past_length']} (source {source_text(probe)}, median of "
+                 f"{probe['repeats']}; fused runs, decoder + sampling head, at T={s['temperature']:g}, "
+                 f"{filter_text(s)}): target step {fmt(probe['target_step_ms'], '.3f')} ms, draft step "
+                 f"{fmt(probe['draft_step_ms'], '.3f')} ms, c = {fmt(probe['c'], '.3f')} (without the heads, "
+                 f"estimated: {fmt(probe.get('c_without_head'), '.3f')})",
+                 ("tokens k", "target run ms", "x one-token step"), verify)]
     if probe.get("head_ms"):
-        out += (f"\n\nsampling head alone, ms (G guesses; vocab {probe['head_vocab']}; an estimate of its cost "
-                f"inside a fused run):\n" + table(*head_grid(probe)))
-    else:
-        out += f"\nsampling head: {probe.get('head_note')}"
-    return out
+        return out + [Table(f"sampling head alone, ms (G guesses; vocab {probe['head_vocab']}; an estimate of its "
+                            f"cost inside a fused run)", *_head_grid(probe))]
+    return out + [f"sampling head: {probe.get('head_note')}"]
 
 
-def peers_lines(peers: dict, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
-    """One line per peer: ms/token, tokens/s, latency ratios, tokens equal to specdec's; a peer that did not run
-    gives its status as the note."""
-    first = next(iter(peers["engines"]))
-
-    def ok(cell):
-        return lambda e: cell(e[1]) if e[1].get("status") == "ok" else "-"
-
-    def agreement(p):
+def peers_parts(report: dict, what: str = "") -> list:
+    """The peers' table, one line per peer: ms/token, tokens/s, latency ratios, tokens equal to specdec's; a peer
+    that did not run gives its status as the note (none when the run timed no peers)."""
+    pe = report.get("peers")
+    if not pe:
+        return []
+    first = next(iter(pe["engines"]))
+    rows = []
+    for name, p in pe["engines"].items():
+        if p.get("status") != "ok":
+            rows.append([name] + ["-"] * 6 + [p.get("status", "")])
+            continue
         a = p.get("agreement")
-        return f"{a['agree']}/{a['prompts']}" if a else "-"
-
-    columns = (same("engine", lambda e: e[0]),
-               Column("ms/tok", "ms/token", ok(lambda p: fmt(p["ms_per_token"]["median"])),
-                      ok(lambda p: fmt(p["ms_per_token"]["median"], ".3f"))),
-               Column("tok/s", "tokens/s", ok(lambda p: fmt(p["tokens_per_s"], ".1f")),
-                      ok(lambda p: fmt(p["tokens_per_s"], ".0f"))),
-               Column("vs specdec spec", f"latency ÷ {first}", ok(lambda p: fmt(p["ratio_to_specdec_speculative"]))),
-               Column("vs own AR", "latency ÷ own autoregressive",
-                      ok(lambda p: fmt(p.get("ratio_to_own_autoregressive")))),
-               Column("vs specdec g=0", "latency ÷ specdec γ=0", ok(lambda p: fmt(p["ratio_to_specdec_gamma0"]))),
-               same("same tokens", ok(agreement)),
-               same("note", lambda e: e[1].get("note" if e[1].get("status") == "ok" else "status", "")))
-    return lines(columns, list(peers["engines"].items()), markdown)
+        rows.append([name, fmt(p["ms_per_token"]["median"], ".3f"), fmt(p["tokens_per_s"], ".0f"),
+                     fmt(p["ratio_to_specdec_speculative"]), fmt(p.get("ratio_to_own_autoregressive")),
+                     fmt(p["ratio_to_specdec_gamma0"]), f"{a['agree']}/{a['prompts']}" if a else "-",
+                     p.get("note", "")])
+    return [Table(f"peers (greedy, same checkpoints and prompts, max_new_tokens {pe['max_new_tokens']}, "
+                  f"{pe['repeats']} repeats{what}; assistants gamma {pe['gamma']}; latency ÷ X > 1: X is faster; "
+                  f"same tokens: prompts whose greedy output equals specdec's)",
+                  ("engine", "ms/token", "tokens/s", f"latency ÷ {first}", "latency ÷ own autoregressive",
+                   "latency ÷ specdec γ=0", "same tokens", "note"), rows)]
 
 
-def markdown(report: dict, sections) -> str:
-    """The machine line, then `sections(report)` (a list of Markdown paragraphs and tables)."""
+def markdown(report: dict, parts: str) -> str:
+    """The machine line, then the command's parts (rendered as Markdown)."""
     m = report["machine"]
     head = (f"Machine: {m['cpu_model']}, {m['cpu_cores']} cores, {m.get('memory_gib')} GiB, provider "
             f"{m['provider']}, onnxruntime {m['onnxruntime']}"
@@ -137,25 +125,4 @@ def markdown(report: dict, sections) -> str:
             f"{m.get('load_average_at_start')} at start, {m.get('load_average_at_end')} at end; CPU "
             f"{100 * (m.get('cpu_busy_before_run') or 0):.0f}% busy just before the run"
             + (" (**taken under load**: other processes were using the CPU)." if m.get("under_load") else "."))
-    return "\n\n".join([head] + sections(report)) + "\n"
-
-
-def verify_ratios_text(probe: dict) -> str:
-    return ", ".join(f"{k} tokens {v:.2f}×" for k, v in probe["verify_ratio"].items())
-
-
-def head_grid_part(probe: dict, what: str) -> list[str]:
-    """The head-alone timings as a Markdown paragraph (none without them)."""
-    if not probe.get("head_ms"):
-        return []
-    return [f"Sampling head alone, ms (G guesses, vocab {probe['head_vocab']}{what}):\n\n"
-            + markdown_table(*head_grid(probe))]
-
-
-def peers_part(report: dict) -> list[str]:
-    """The peers' table as a Markdown paragraph (none when the run timed no peers)."""
-    pe = report.get("peers")
-    if not pe:
-        return []
-    return [f"Peers (greedy, every task's prompts, {pe['repeats']} repeats; assistants γ = {pe['gamma']}; "
-            f"latency ÷ X > 1: X is faster):\n\n" + markdown_table(*peers_lines(pe, markdown=True))]
+    return f"{head}\n\n{parts}\n"

@@ -170,13 +170,12 @@ def progress(args, total: int, desc: str):
         bar.close()
 
 
-def probe(dec, prompts, args, temperatures, max_gamma: int, source=None, show: bool = True):
+def probe(dec, prompts, args, temperatures, max_gamma: int, source=None):
     """The cost probe: fused runs at temperature 0 with the sweep's first filter, the head alone at temperature 0
     and every temperature of the sweep (1.0 too when the sweep has no positive one), with every filter of the
     sweep, for G = 0 .. the largest gamma. `source`: what the encoders read (default the first prompt's: its ids,
-    or an audio prompt's samples, at most the encoder's window of them); `show`: print it."""
+    or an audio prompt's samples, at most the encoder's window of them)."""
     from . import costs
-    from .report import probe_text
 
     head_temps = sorted({float(t) for t in temperatures if t > 0} or {1.0})
     top_k, top_p = args.filters[0]
@@ -185,50 +184,37 @@ def probe(dec, prompts, args, temperatures, max_gamma: int, source=None, show: b
         speech = dec.manifest.speech
         if speech is not None:                  # a clip longer than the window: generate decodes it window by window
             source = source[:int(speech["n_samples"])]
-    out = costs.probe(dec, source, args.past, repeats=args.probe_repeats, temperature=0.0,
-                      top_k=top_k, top_p=top_p, lenience=args.lenience, threads=args.threads,
-                      head_temperatures=head_temps, head_guesses=range(max_gamma + 1), sweep_filters=args.filters)
-    if show:
-        print()
-        print(probe_text(out))
-    return out
+    return costs.probe(dec, source, args.past, repeats=args.probe_repeats, temperature=0.0,
+                       top_k=top_k, top_p=top_p, lenience=args.lenience, threads=args.threads,
+                       head_temperatures=head_temps, head_guesses=range(max_gamma + 1), sweep_filters=args.filters)
 
 
-def time_peers(args, dec, prompts, gamma: int, default: bool, what: str) -> dict:
+def time_peers(args, dec, prompts, gamma: int, default: bool) -> dict:
     """Time the peers (peers.py) beside specdec's speculative path (the draft at `gamma`, or with `default`
-    specdec's default) and print their table; `what` goes into its heading."""
+    specdec's default); report.peers_parts shows them."""
     from .optimum_client import OPTIMUM_TIMEOUT_S
     from .peers import run_peers
-    from .report import peers_lines
-    from .tables import table
 
-    peers = run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.work_dir),
-                      args.threads, args.target_checkpoint, args.draft_checkpoint, bar_factory(args.no_progress),
-                      log=lambda m: print(m, file=sys.stderr), peer_python=args.peer_python,
-                      peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S, default=default)
-    print()
-    print(f"peers (greedy, same checkpoints and prompts, max_new_tokens {args.max_new_tokens}{what}; ratio = its "
-          f"latency / the other's, >1: the other is faster; same tokens: prompts whose greedy output equals "
-          f"specdec's)")
-    print(table(*peers_lines(peers)))
-    return peers
+    return run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.work_dir),
+                     args.threads, args.target_checkpoint, args.draft_checkpoint, bar_factory(args.no_progress),
+                     log=lambda m: print(m, file=sys.stderr), peer_python=args.peer_python,
+                     peer_timeout=args.peer_timeout or OPTIMUM_TIMEOUT_S, default=default)
 
 
-def finish(out: dict, args, sections) -> None:
-    """The load average at the end into the report's machine, then the report written as asked."""
-    out["machine"]["load_average_at_end"] = machine.load_average()
-    write(out, args, sections)
-
-
-def write(out: dict, args, sections=None) -> None:
-    """The report as JSON (--json) and Markdown (--markdown, for a command that takes it: the machine line, then
-    `sections(out)`)."""
+def report(out: dict, args, sections) -> None:
+    """The end of a measuring command: the load average at the end into the report's machine, `sections(out)` (the
+    report's parts, tables.render) printed, then written as JSON (--json) and Markdown (--markdown: the machine line,
+    then the same parts)."""
     from .report import markdown, write_json
+    from .tables import render
 
+    out["machine"]["load_average_at_end"] = machine.load_average()
+    print()
+    print(render(sections(out)))
     if args.json:
         print(f"\nJSON: {write_json(out, args.json)}")
-    if args.markdown:
+    if getattr(args, "markdown", None):
         path = Path(args.markdown)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(markdown(out, sections))
+        path.write_text(markdown(out, render(sections(out), markdown=True)))
         print(f"Markdown: {path}")

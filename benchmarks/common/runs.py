@@ -5,7 +5,10 @@ tasks and the spread of per-repeat values."""
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from specdec.runtime import Params
 
@@ -18,8 +21,7 @@ PLAIN = costs.PLAIN                                # the filter (top_k, top_p) `
 
 def filter_label(f) -> str:
     """A (top_k, top_p) filter as --filters spells it: `none` or `K:P` (e.g. `50:0.9`)."""
-    top_k, top_p = f
-    return "none" if (top_k, top_p) == PLAIN else f"{top_k}:{top_p:g}"
+    return "none" if tuple(f) == PLAIN else f"{f[0]}:{f[1]:g}"
 
 
 def filter_key(name, f) -> str:
@@ -39,7 +41,7 @@ class Cell:
 
     def repeat_sums(self, repeat: int) -> dict:
         while len(self.per_repeat) <= repeat:
-            self.per_repeat.append({k: 0 for k in self.summed})
+            self.per_repeat.append(dict.fromkeys(self.summed, 0))
         return self.per_repeat[repeat]
 
     def add(self, repeat: int, stats) -> None:
@@ -47,7 +49,7 @@ class Cell:
         for k in self.summed:
             r[k] += self.stat(k, stats)
         for name, s in stats.sources.items() if self.source_keys else ():
-            sums = self.sources.setdefault(name, {k: 0 for k in self.source_keys})
+            sums = self.sources.setdefault(name, dict.fromkeys(self.source_keys, 0))
             for k in self.source_keys:
                 sums[k] += getattr(s, k)
 
@@ -89,13 +91,12 @@ class Acceptance:
         self.iterations += 1
         self.accepted += accepted
         self.rejections += accepted < proposed
-        while len(self.tested_at) < proposed:
-            self.tested_at.append(0)
-            self.accepted_at.append(0)
+        grow = proposed - len(self.tested_at)
+        self.tested_at += [0] * grow
+        self.accepted_at += [0] * grow
         for k in range(min(accepted + 1, proposed)):
             self.tested_at[k] += 1
-            if k < accepted:
-                self.accepted_at[k] += 1
+            self.accepted_at[k] += k < accepted
 
     @property
     def alpha(self) -> float | None:
@@ -131,19 +132,13 @@ def rotated(configs: list, shift: int) -> list:
     return configs[shift:] + configs[:shift]
 
 
-NO_TASK = "-"                  # the task of a prompt without one
-
-
 def task_of(prompt) -> str:
-    return prompt.task or NO_TASK
+    return prompt.task or "-"
 
 
 def tasks_of(prompts) -> dict:
     """task -> prompts of it, in the order tasks first appear."""
-    out: dict = {}
-    for p in prompts:
-        out[task_of(p)] = out.get(task_of(p), 0) + 1
-    return out
+    return dict(Counter(map(task_of, prompts)))
 
 
 def per_repeat_ratios(numerator: Cell, denominator: Cell, decode_only: bool = False) -> list:
@@ -152,13 +147,5 @@ def per_repeat_ratios(numerator: Cell, denominator: Cell, decode_only: bool = Fa
 
 
 def spread(values) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "p25": _quantile(values, 0.25), "p75": _quantile(values, 0.75)}
-
-
-def _quantile(values, q: float) -> float:
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    p25, p75 = (float(q) for q in np.percentile(values, [25, 75]))
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "p25": p25, "p75": p75}

@@ -1,6 +1,5 @@
-"""Tables, once for both renderings: a table is a list of columns, each with its header in the plain-text table
-(stdout) and in the Markdown one (`--markdown`), and how a row fills its cell in each; `lines()` picks one
-rendering, `table()` and `markdown_table()` lay it out."""
+"""A report's parts, once for both renderings: a paragraph (str) or a Table (a title, headers, rows of cells),
+laid out as plain text on stdout or as Markdown for --markdown (`render`)."""
 
 from __future__ import annotations
 
@@ -14,21 +13,17 @@ def fmt(value, spec: str = ".2f", none: str = "-") -> str:
 
 
 @dataclass(frozen=True)
-class Column:
-    text: str | None                      # header on stdout; None: the column is not on stdout
-    md: str | None                        # header in Markdown; None: the column is not in Markdown
-    cell: Callable[[object], str]         # row -> its cell (both renderings)
-    md_cell: Callable[[object], str] | None = None     # row -> its Markdown cell, where that one differs
+class Table:
+    """A table of a report: the line above it, its columns (headers, with `rows` lists of cells; or `same`
+    columns, with `rows` the records each column's cell function reads) and its rows."""
+    title: str
+    columns: tuple
+    rows: list
 
 
-def same(header: str, cell: Callable[[object], str]) -> Column:
-    """A column with one header and one cell in both renderings."""
-    return Column(header, header, cell)
-
-
-def field(key: str, spec: str = ".2f", under: str = "prediction") -> Callable[[dict], str]:
-    """A cell that formats row[under][key]."""
-    return lambda r: fmt(r[under][key], spec)
+def same(header: str, cell: Callable[[object], str]) -> tuple:
+    """A column: its header and how a record fills its cell."""
+    return header, cell
 
 
 def snapshot_lines(snapshots: dict, line: Callable[[str, dict], str]) -> list[str]:
@@ -36,14 +31,7 @@ def snapshot_lines(snapshots: dict, line: Callable[[str, dict], str]) -> list[st
     return [f"{when}: {e['unavailable']}" if "unavailable" in e else line(when, e) for when, e in snapshots.items()]
 
 
-def lines(columns, rows, markdown: bool = False) -> tuple[list[str], list[list[str]]]:
-    """(headers, one line of cells per row) of the columns that the rendering has."""
-    shown = [c for c in columns if (c.md if markdown else c.text) is not None]
-    headers = [c.md if markdown else c.text for c in shown]
-    return headers, [[(c.md_cell or c.cell)(r) if markdown else c.cell(r) for c in shown] for r in rows]
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers, rows: list[list[str]]) -> str:
     """Plain text, right-aligned, a rule under the headers."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     out = ["  ".join(h.rjust(w) for h, w in zip(headers, widths)),
@@ -52,11 +40,22 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+def markdown_table(headers, rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
 
 
-def render(headers_and_lines: tuple[list[str], list[list[str]]], markdown: bool = False) -> str:
-    return (markdown_table if markdown else table)(*headers_and_lines)
+def render(parts, markdown: bool = False) -> str:
+    """A report's parts in order, each a paragraph (str) or a Table, as plain text (stdout) or Markdown."""
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        headers, rows = part.columns, part.rows
+        if headers and isinstance(headers[0], tuple):
+            headers, rows = [h for h, _ in part.columns], [[cell(r) for _, cell in part.columns] for r in rows]
+        laid = (markdown_table if markdown else table)(headers, rows)
+        out.append(f"{part.title}{chr(10) * (2 if markdown else 1)}{laid}" if part.title else laid)
+    return "\n\n".join(out)

@@ -3,33 +3,35 @@
     E[tokens per target call] = (1 - alpha^(gamma+1)) / (1 - alpha)                    (equation 1)
     speedup(alpha, gamma, c)  = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))      (Theorem 3.8)
 
-Theorem 3.8 assumes a verify pass over gamma+1 tokens costs what one target step costs. `speedup_with_costs`
-drops that assumption: the iteration costs gamma c + v(gamma) target steps, v being the measured verify-cost ratio
-(and optionally an extra per-iteration overhead, in target steps, for host work). In an export the sampling
-work is inside the runs (c and v are ratios of fused runs, each with its sampling head), so there is no separate
-sampler term.
+Theorem 3.8 assumes a verify pass over gamma+1 tokens costs what one target step costs; the `..._costs` and
+`..._verify_cost` variants use the measured verify-cost ratio instead (c and the ratios are of fused runs, each
+with its sampling head, so there is no separate sampler term).
 """
 
 from __future__ import annotations
 
-import math
+import numpy as np
 
 
-def _check(alpha: float, gamma: int, c: float) -> None:
-    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
+def _check(alpha: float, gamma: float, c: float = 0.0, integer: bool = True) -> None:
+    if not 0.0 <= alpha <= 1.0:                            # NaN fails every comparison
         raise ValueError(f"alpha must be in [0, 1] (got {alpha})")
-    if gamma < 0 or int(gamma) != gamma:
-        raise ValueError(f"gamma must be an integer >= 0 (got {gamma})")
-    if c < 0 or math.isnan(c):
+    if not gamma >= 0 or (integer and int(gamma) != gamma):
+        raise ValueError(f"gamma must be {'an integer ' if integer else ''}>= 0 (got {gamma})")
+    if not c >= 0:
         raise ValueError(f"c must be >= 0 (got {c})")
 
 
+def expected_tokens_at(alpha: float, gamma: float) -> float:
+    """Equation 1 at a real gamma >= 0 (a source's mean guesses per round): 1 + alpha + ... + alpha^gamma."""
+    _check(alpha, gamma, integer=False)
+    return gamma + 1.0 if alpha == 1.0 else (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+
+
 def expected_tokens(alpha: float, gamma: int) -> float:
-    """Expected tokens one iteration produces: 1 + alpha + ... + alpha^gamma."""
-    _check(alpha, gamma, 0.0)
-    if alpha == 1.0:
-        return float(gamma + 1)
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+    """Expected tokens one iteration produces (equation 1, integer gamma)."""
+    _check(alpha, gamma)
+    return expected_tokens_at(alpha, gamma)
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
@@ -60,19 +62,6 @@ def best_gamma(alpha: float, c: float, gamma_max: int) -> tuple[int, float]:
     return best, value
 
 
-# -- draft sources (--draft): a mean gamma and the measured verify cost ------------------------------------------------
-
-def expected_tokens_at(alpha: float, gamma: float) -> float:
-    """Equation 1 at a real gamma >= 0 (a source's mean guesses per round): (1 - alpha^(gamma+1)) / (1 - alpha)."""
-    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
-        raise ValueError(f"alpha must be in [0, 1] (got {alpha})")
-    if gamma < 0 or math.isnan(gamma):
-        raise ValueError(f"gamma must be >= 0 (got {gamma})")
-    if alpha == 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
-
-
 def verify_cost(verify_ratio: dict, gamma: float) -> float | None:
     """T(gamma) / T(0): the target run over gamma+1 tokens over the one-token step, from the cost probe's
     verify_ratio ({"k": run over k tokens / run over 1 token}), linear between the two nearest measured k at a
@@ -80,22 +69,13 @@ def verify_cost(verify_ratio: dict, gamma: float) -> float | None:
     known = sorted((int(k), float(v)) for k, v in (verify_ratio or {}).items())
     if not known:
         return None
-    tokens = gamma + 1.0
-    if tokens <= known[0][0]:
-        return known[0][1]
-    if tokens >= known[-1][0]:
-        return known[-1][1]
-    for (k0, v0), (k1, v1) in zip(known, known[1:]):
-        if k0 <= tokens <= k1:
-            return v0 + (v1 - v0) * (tokens - k0) / (k1 - k0)
-    return known[-1][1]
+    return float(np.interp(gamma + 1.0, [k for k, _ in known], [v for _, v in known]))
 
 
 def speedup_with_verify_cost(alpha: float, gamma: float, c: float, verify: float) -> float:
     """Theorem 3.8 with the measured verify cost instead of 1: E(alpha, gamma) / (gamma c + T(gamma)/T(0)); gamma
     may be a mean (a lookup proposes what it copied). gamma = 0: 1 / verify (the baseline when verify = T(0)/T(0))."""
-    if c < 0 or math.isnan(c):
-        raise ValueError(f"c must be >= 0 (got {c})")
+    _check(alpha, gamma, c, integer=False)
     if not verify > 0:
         raise ValueError(f"verify cost must be > 0 (got {verify})")
     return expected_tokens_at(alpha, gamma) / (gamma * c + verify)

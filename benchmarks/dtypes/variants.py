@@ -1,35 +1,5 @@
-"""`specdec-bench dtypes T:D --dtypes fp32,int8-draft,int8[,int8-wo]`: the weight variants of ONE pair of
-random-weight real-shape checkpoints, exported side by side and measured in one interleaved run, with CTranslate2
-greedy (compute_type int8 and float32) on the same target checkpoint.
-
-Variants (each its own export directory next to the fp32 one, under workdir/shapes/T_D-gG-lL/):
-
-    fp32         export/              both models fp32 (what `specdec-bench shapes` measures)
-    int8-draft   export-int8-draft/   specdec-export --draft-dtype int8: int8 draft, fp32 target
-    int8-wo-draft export-int8-wo-draft/ specdec-export --draft-dtype int8-wo: weight-only int8 draft, fp32 target
-    int8         export-int8/         specdec-export --dtype int8: both int8 (onnxruntime.quantization's dynamic
-                                      quantization, export/quantize.py)
-    int8-wo      export-int8-wo/      benchmark-made, not a specdec-export option: the fp32 export's graphs through
-                                      onnxruntime's weight-only MatMulNBitsQuantizer (bits 8, symmetric, blocks of
-                                      WO_BLOCK along K, accuracy_level 4: int8 compute), the manifest's checksums
-                                      rewritten; for comparing weight-only with dynamic int8 on the same weights
-    int8-wo-fp32 export-int8-wo-fp32/ the same with accuracy_level 0 (fp32 compute on dequantized weights)
-
-The same weights everywhere: the checkpoints are built once (build_checkpoint, seeds 1 and 2, deterministic) and
-kept in checkpoints/ with their sha256 (fingerprint.json); every variant records the fingerprint it was exported
-from, and the code its graphs depend on (export/quantize.py's sha256 for the int8 variants, the weight-only
-settings for int8-wo), and is exported again when either does not match. An fp32 export cached before
-fingerprints existed is kept only if its parity check against the (re)built checkpoints passes (max |dlogit| <=
-1e-3: different weights fail by orders of magnitude).
-
-One run, interleaved by rounds: every round runs each variant's cost probe (target step, draft step, verify of
-1..gamma_max+1 tokens; the variant order rotates), then every engine's block of greedy generations (each variant at
-gamma 0 and at the speculative gamma, CTranslate2 int8 and float32; one unmeasured call first, the block order
-rotating). Per-call costs are the median over rounds of each round's median; ratios between variants are per
-round, then the median. With random weights alpha is whatever two random models happen to agree on (reported as
-tokens per target call), not a trained pair's: the speculative ms/token is this run's, and the speedup a trained
-pair would see is Theorem 3.8's from the measured c.
-"""
+"""The weight variants of `specdec-bench dtypes` (cli.py has the method): made once from the same kept random
+checkpoints, exported side by side and cached."""
 
 from __future__ import annotations
 
@@ -43,7 +13,7 @@ from pathlib import Path
 from specdec.export import quantize
 from specdec.runtime.core.errors import SpecdecError
 
-# name -> (directory, ExportOptions dtype fields, or None for the benchmark-made weight-only variant)
+# name -> (directory, ExportOptions dtype fields, or None for a benchmark-made weight-only variant)
 VARIANTS = {
     "fp32": ("export", {"dtype": "fp32"}),
     "int8-draft": ("export-int8-draft", {"dtype": "fp32", "draft_dtype": "int8"}),
@@ -52,7 +22,6 @@ VARIANTS = {
     "int8-wo": ("export-int8-wo", None),
     "int8-wo-fp32": ("export-int8-wo-fp32", None),
 }
-DEFAULT = ("fp32", "int8-draft", "int8")
 WO_BITS, WO_BLOCK = quantize.WO_BITS, quantize.WO_BLOCK      # export/quantize.py's weight-only settings
 # the weight-only variants' MatMulNBits accuracy_level: 4 computes in int8 (activations quantized per block of K
 # at run time), 0 in fp32 (weights dequantized)
@@ -62,8 +31,7 @@ WO_ACCURACY = {"int8-wo": 4, "int8-wo-fp32": 0}
 def parse(text: str) -> list[str]:
     """--dtypes: comma-separated variant names; fp32 (the reference) is always measured, first."""
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in VARIANTS]
-    if bad or not names:
+    if not names or any(n not in VARIANTS for n in names):
         raise SpecdecError(f"--dtypes takes a comma-separated list of {', '.join(VARIANTS)} (got '{text}')",
                            "e.g. --dtypes fp32,int8-draft,int8")
     return list(dict.fromkeys(["fp32", *names]))
@@ -71,8 +39,8 @@ def parse(text: str) -> list[str]:
 
 # -- the same checkpoints for every variant --------------------------------------------------------------------------
 def _stamp(path: Path) -> str:
-    files = sorted(p for p in path.iterdir() if p.is_file())
-    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
+    return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(path.iterdir())
+                    if p.is_file())
 
 
 def weights_sha256(path: Path) -> str:
@@ -87,45 +55,32 @@ def weights_sha256(path: Path) -> str:
 
 
 def ensure_checkpoints(target: str, draft: str, ckpt: Path, log=print) -> dict:
-    """{role: {"path", "sha256"}}: the random checkpoints (seeds 1 and 2), built when missing, kept."""
+    """{role: {"path", "name", "seed", "sha256"}}: the random checkpoints (seeds 1 and 2), built when missing."""
     from ..shapes.measure import build_checkpoint
 
     record_file = ckpt / "fingerprint.json"
     record = json.loads(record_file.read_text()) if record_file.is_file() else {}
     out = {}
     for role, name, seed in (("target", target, 1), ("draft", draft, 2)):
-        path = ckpt / name
-        entry = record.get(role, {})
-        if not ((path / "config.json").is_file() and entry.get("stamp") == _stamp(path)
-                and entry.get("name") == name and entry.get("seed") == seed):
-            if not (path / "config.json").is_file():
+        path, entry = ckpt / name, record.get(role, {})
+        built = (path / "config.json").is_file()
+        if not (built and entry.get("stamp") == _stamp(path) and entry.get("name") == name
+                and entry.get("seed") == seed):
+            if not built:
                 log(f"building random-initialised {name} (official configuration, seed {seed}) in {path}")
                 build_checkpoint(name, path, seed=seed)
-            entry = {"name": name, "seed": seed, "sha256": weights_sha256(path), "stamp": _stamp(path)}
-            record[role] = entry
+            record[role] = entry = {"name": name, "seed": seed, "sha256": weights_sha256(path), "stamp": _stamp(path)}
             record_file.write_text(json.dumps(record, indent=2) + "\n")
         out[role] = {"path": str(path), "name": name, "seed": seed, "sha256": entry["sha256"]}
     return out
 
 
-def _fingerprint(ckpts: dict) -> dict:
-    return {role: c["sha256"] for role, c in ckpts.items()}
-
-
 # -- the variants' exports -----------------------------------------------------------------------------------------
-def _info_file(root: Path, name: str) -> Path:
-    directory = VARIANTS[name][0]
-    return root / ("export-info.json" if directory == "export" else f"{directory}-info.json")
-
-
 def _usable(out: Path) -> bool:
     from specdec.runtime import load_manifest
 
-    if not (out / "manifest.json").is_file():
-        return False
     try:
-        load_manifest(out, verify_checksums=False)
-        return True
+        return (out / "manifest.json").is_file() and load_manifest(out, verify_checksums=False) is not None
     except SpecdecError:
         return False
 
@@ -148,16 +103,6 @@ def _parity_matches(out: Path, ckpts: dict, gamma_max: int, log) -> bool:
         if not rep["passed"]:
             return False
     return True
-
-
-def _export(name: str, out: Path, ckpts: dict, gamma_max: int, max_length: int, log) -> dict:
-    from specdec.export.pair import ExportOptions, export_pair
-
-    started = time.perf_counter()
-    reports = export_pair(ExportOptions(target=ckpts["target"]["path"], draft=ckpts["draft"]["path"], out=out,
-                                        gamma_max=gamma_max, max_length=max_length, force=True,
-                                        **VARIANTS[name][1]), log=log)
-    return {"export_s": time.perf_counter() - started, "parity": reports}
 
 
 def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4) -> dict:
@@ -183,11 +128,10 @@ def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4)
         for role in manifest["models"]:
             manifest["models"][role]["weights"] = "int8-wo"
         manifest["files"] = {rel: sha256_file(tmp / rel) for rel in manifest["files"]}
-        manifest["benchmark_variant"] = {"made_by": "specdec.bench.dtypes.variants.weight_only_export", "from": str(src),
-                                         "quantizer": "onnxruntime.quantization.matmul_nbits_quantizer."
-                                                      "MatMulNBitsQuantizer", "bits": WO_BITS,
-                                         "block_size": WO_BLOCK, "symmetric": True,
-                                         "accuracy_level": accuracy_level}
+        manifest["benchmark_variant"] = {"made_by": "specdec.bench.dtypes.variants.weight_only_export",
+                                         "from": str(src), "quantizer": "onnxruntime.quantization."
+                                         "matmul_nbits_quantizer.MatMulNBitsQuantizer", "bits": WO_BITS,
+                                         "block_size": WO_BLOCK, "symmetric": True, "accuracy_level": accuracy_level}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(dst, ignore_errors=True)
         os.replace(tmp, dst)
@@ -197,18 +141,39 @@ def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4)
     return {"export_s": time.perf_counter() - started, "weight_only": manifest["benchmark_variant"]}
 
 
+def _code(name: str) -> dict:
+    """What a variant's graphs depend on besides the weights: export/quantize.py for specdec-export's int8 variants,
+    the weight-only settings for int8-wo; a cached variant made with other code is exported again."""
+    if name in WO_ACCURACY:
+        return {"weight_only": {"bits": WO_BITS, "block_size": WO_BLOCK, "accuracy_level": WO_ACCURACY[name]}}
+    if name != "fp32":
+        return {"export/quantize.py": hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()}
+    return {}
+
+
+def _created(export_dir: Path) -> str | None:
+    try:
+        return json.loads((Path(export_dir) / "manifest.json").read_text()).get("created")
+    except (OSError, ValueError):
+        return None
+
+
 def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int, names, log=print):
     """({variant: export dir}, {variant: info}, checkpoints): each variant exported once from the same kept
-    checkpoints and cached; a cached one made from other weights is exported again."""
+    checkpoints and cached (its info in DIR-info.json beside it); a cached one made from other weights or other
+    code is exported again."""
+    from specdec.export.pair import ExportOptions, export_pair
+
     from ..shapes.measure import pair_root
 
     root = pair_root(workdir, target, draft, gamma_max, max_length)
     ckpts = ensure_checkpoints(target, draft, root / "checkpoints", log)
-    fingerprint = _fingerprint(ckpts)
+    fingerprint = {role: c["sha256"] for role, c in ckpts.items()}
     dirs, infos = {}, {}
     for name in sorted(names, key=lambda n: n != "fp32"):          # int8-wo is made from the fp32 export
-        out = root / VARIANTS[name][0]
-        info_file = _info_file(root, name)
+        directory = VARIANTS[name][0]
+        out = root / directory
+        info_file = root / ("export-info.json" if name == "fp32" else f"{directory}-info.json")
         info = json.loads(info_file.read_text()) if info_file.is_file() else {}
         same = info.get("checkpoints") == fingerprint and info.get("code", {}) == _code(name)
         if name in WO_ACCURACY:
@@ -219,35 +184,20 @@ def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_
             log(f"using the cached {name} export in {out}")
         else:
             log(f"exporting the {name} variant into {out}")
+            started = time.perf_counter()
             if name in WO_ACCURACY:
                 info = {**weight_only_export(dirs["fp32"], out, log, accuracy_level=WO_ACCURACY[name]),
                         "from_fp32_created": _created(dirs["fp32"])}
             else:
-                info = _export(name, out, ckpts, gamma_max, max_length, log)
+                reports = export_pair(ExportOptions(target=ckpts["target"]["path"], draft=ckpts["draft"]["path"],
+                                                    out=out, gamma_max=gamma_max, max_length=max_length, force=True,
+                                                    **VARIANTS[name][1]), log=log)
+                info = {"export_s": time.perf_counter() - started, "parity": reports}
             info["export_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
         info["checkpoints"], info["code"] = fingerprint, _code(name)
         info_file.write_text(json.dumps(info, indent=2, default=str) + "\n")
         dirs[name], infos[name] = out, info
     return {n: dirs[n] for n in names}, {n: infos[n] for n in names}, ckpts
-
-
-def _code(name: str) -> dict:
-    """What a variant's graphs depend on besides the weights: export/quantize.py for specdec-export's int8 variants,
-    the weight-only settings for int8-wo; a cached variant made with other code is exported again."""
-    if name in ("int8", "int8-draft", "int8-wo-draft"):
-        import specdec.export.quantize as quantize
-
-        return {"export/quantize.py": hashlib.sha256(Path(quantize.__file__).read_bytes()).hexdigest()}
-    if name in WO_ACCURACY:
-        return {"weight_only": {"bits": WO_BITS, "block_size": WO_BLOCK, "accuracy_level": WO_ACCURACY[name]}}
-    return {}
-
-
-def _created(export_dir: Path) -> str | None:
-    try:
-        return json.loads((Path(export_dir) / "manifest.json").read_text()).get("created")
-    except (OSError, ValueError):
-        return None
 
 
 def export_weights(export_dir: Path) -> dict:

@@ -1,22 +1,18 @@
 """Real shapes (`specdec-bench shapes T:D`, and `dtypes`, `beams --shapes`): random-initialised T5 v1.0 models with
 the official t5-small/base/large configurations, exported once (cached under the work directory) and measured for
-per-call costs only.
-
-Random weights make the acceptance rate meaningless, so this mode reports the cost side (target step, draft step,
-c, the verify-cost ratio for 1..gamma_max+1 tokens, all fused runs with their sampling head; the head alone as
-the cost probe estimates it; ORT runs and host overhead per iteration of the real loop) and the speedup Theorem 3.8
-predicts from the measured c for the paper's alpha range (0.6-0.8).
-"""
+their costs only: random weights make the acceptance rate meaningless, so the speedup is Theorem 3.8's prediction
+from the measured c for the paper's alpha range (0.6-0.8), and with the measured verify cost and host time."""
 
 from __future__ import annotations
 
 import gc
 import json
 import shutil
+import time
 from pathlib import Path
 
 # the official shapes live with the recipe that widens the bundled pair to them
-from specdec.models.shapes import COMMON, CONFIGS, T5_PADDED_ROWS  # noqa: F401
+from specdec.models.shapes import COMMON, CONFIGS, T5_PADDED_ROWS
 from specdec.runtime.core.errors import SpecdecError
 
 PAPER_ALPHAS = (0.6, 0.7, 0.8)
@@ -37,25 +33,13 @@ def t5_config(name: str):
     return T5Config(**COMMON, **spec, num_decoder_layers=spec["num_layers"])
 
 
-def write_tokenizer(path: Path, vocab: int) -> None:
-    """A word-level tokenizer of `vocab` ids (random models need no real one, but the export and the runtime want a
-    fast tokenizer shared by target and draft)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    words = {"<pad>": 0, "</s>": 1, "<unk>": 2}
-    words.update({f"w{i}": i for i in range(3, vocab)})
-    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
-    fast.save_pretrained(str(path))
-
-
 def build_checkpoint(name: str, path: Path, seed: int) -> Path:
-    """Random-initialised model with the official configuration, saved like a real checkpoint."""
+    """Random-initialised model with the official configuration, saved like a real checkpoint, with a word-level
+    tokenizer (random models need no real one, but the export wants a fast tokenizer shared by target and draft) of
+    the real layout: the last 28 rows padded."""
     import torch
-    from transformers import T5ForConditionalGeneration
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
 
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration(t5_config(name)).eval()
@@ -63,7 +47,12 @@ def build_checkpoint(name: str, path: Path, seed: int) -> Path:
     model.save_pretrained(str(path))
     del model
     gc.collect()
-    write_tokenizer(path, COMMON["vocab_size"] - T5_PADDED_ROWS)       # the real layout: the last 28 rows padded
+    words = {"<pad>": 0, "</s>": 1, "<unk>": 2} | {f"w{i}": i for i in range(3, COMMON["vocab_size"] - T5_PADDED_ROWS)}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(str(path))
     return path
 
 
@@ -73,7 +62,8 @@ def pair_root(workdir: Path, target: str, draft: str, gamma_max: int, max_length
 
 
 def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int,
-                  keep_checkpoints: bool = False, log=print, build=None, skip_check: str = "") -> tuple[Path, dict | None]:
+                  keep_checkpoints: bool = False, log=print, build=None,
+                  skip_check: str = "") -> tuple[Path, dict | None]:
     """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export. `build`: a
     function of the checkpoints' folder that writes both checkpoints there and returns (target dir, draft dir)
     (default: the T5 pair's, build_checkpoint). `skip_check`: why the parity check is left out (ExportOptions)."""
@@ -98,8 +88,6 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
         ddir = build_checkpoint(draft, ckpt / draft, seed=2)
     else:
         tdir, ddir = build(ckpt)
-    import time
-
     started = time.perf_counter()
     reports = export_pair(ExportOptions(target=str(tdir), draft=str(ddir), out=out, gamma_max=gamma_max,
                                         max_length=max_length, dtype="fp32", force=True, skip_check=skip_check),
@@ -114,11 +102,9 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
 
 
 def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dict:
-    """Theorem 3.8 (and the prediction with the measured verify cost and host time) for the paper's alphas.
-
-    An export has no sampler runs: a draft step's sampling is inside c (fused draft run over fused target
-    step) and accept/residual inside the verify ratio (fused target pass of gamma+1 tokens over the step), so the
-    per-iteration overhead on top of gamma c + verify_ratio target steps is the host time alone."""
+    """Theorem 3.8, and the prediction with the measured verify cost and host time, for each alpha: a draft step's
+    sampling is inside c and accept/residual inside the verify ratio (fused runs), so the overhead per iteration on
+    top of gamma c + verify_ratio target steps is the host time alone."""
     from ..common import theory
 
     c, step = probe["c"], probe["target_step_ms"]
@@ -179,9 +165,9 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
 
 
 def acceptance(probe: dict, runs: dict) -> dict:
-    """The two real-shape acceptance criteria. The verify ratio is the probe's (same cache length, back to back);
-    the real loop's own ratio (gamma = 4's target time per iteration over gamma = 0's) is reported next to it.
-    Both compare fused runs: decoder + sampling head (accept/residual over 4 guesses vs a plain draw)."""
+    """The two real-shape criteria: the probe's verify ratio of 5 tokens (fused runs: accept/residual over 4 guesses
+    against a plain draw) at most 1.5, beside the real loop's own (gamma = 4's target time per iteration over
+    gamma = 0's); the host time at most 5 % of an iteration."""
     v5 = probe["verify_ratio"].get("5")
     in_loop = None
     if "4" in runs and "0" in runs and runs["0"]["target_ms_per_iteration"]:
@@ -191,11 +177,3 @@ def acceptance(probe: dict, runs: dict) -> dict:
             "verify_5_over_step_in_loop": in_loop,
             "host_fraction_worst": worst_host, "host_ok": worst_host <= 0.05}
 
-
-def verify_text(verdict: dict) -> str:
-    v = verdict["verify_5_over_step"]
-    if v is None:
-        return "not measured (gamma_max < 4)"
-    loop = verdict.get("verify_5_over_step_in_loop")
-    return (f"{v:.2f}x a one-token step ({'<=' if verdict['verify_5_ok'] else '>'} 1.5x)"
-            + (f" (in the real loop: {loop:.2f}x)" if loop is not None else ""))

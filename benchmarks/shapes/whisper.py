@@ -1,25 +1,39 @@
 """Real shapes for Whisper (`specdec-bench shapes openai/whisper-large-v3:distil-whisper/distil-large-v3`): the
 official configurations written down (nothing downloaded), random-initialised checkpoints built from them one model at
-a time (each saved to disk and freed before the next is built), and the pair's names checked.
+a time, and what a request costs at real sizes.
 
-A pair is measured with the *target's* vocabulary: the runtime needs one tokenizer for target and draft. A draft
-whose own vocabulary differs (whisper-tiny has 51,865 tokens, large-v3 51,866) cannot be paired with that target
-for real, so it is built here with the target's vocabulary and its own encoder (its own mel bins: each model's
-encoder graph computes its own features from the same PCM), and the report says so. A distil-whisper draft of the
-target keeps the target's encoder: it is built with a copy of the target's encoder weights (read back from the
-target's saved checkpoint), so the export finds the same encoder digest and gives the draft no encoder graph.
+A pair is measured with the *target's* vocabulary (the runtime needs one tokenizer for both): a draft whose own
+differs (whisper-tiny has 51,865 tokens, large-v3 51,866) is built with the target's and its own encoder, and the
+report says so. A distil-whisper draft keeps its teacher's encoder: built with a copy of the target's encoder weights,
+it gets no encoder graph of its own. Requests are random audio filling the encoder's 30 s window. Predicted: the
+decoder's speedup (Theorem 3.8) and a whole request's of N tokens, the encoders included:
+
+    request speedup = (E_target + N t) / (E_target + E_draft + N t / S)
+
+(t: the target step (with costs: + the baseline's host time per iteration); S: the decoder speedup; E_draft: 0 for a
+draft that keeps the target's encoder, whose cross K/V come with the target's run).
 """
 
 from __future__ import annotations
 
 import gc
+import statistics
 from pathlib import Path
+
+import numpy as np
 
 from specdec.models.whisper_checkpoint import Specials, save, set_generation
 from specdec.runtime.core.errors import SpecdecError
 
 from . import measure as shapes
 
+ALPHAS = (0.7, 0.8)
+AUDIO_REQUESTS = 2              # --num-prompts' default for a Whisper pair (each request runs the encoder)
+LABEL = "prediction (Theorem 3.8 with measured c; random weights)"
+# The export's parity check runs PyTorch's float64 forward: 12 GB for large-v3 alone, past a 24 GB machine. The graphs'
+# parity is what the test suite checks on tiny Whisper models.
+SKIP_CHECK = ("random-weight Whisper at a real size, measured for costs only; the graphs' parity against PyTorch is "
+              "tested on tiny Whisper models")
 # config.json of the official checkpoints. All: GELU, no embedding scaling, 1,500 encoder positions (30 s of 16 kHz
 # audio at 2 feature frames per position), 448 decoder positions, tied output projection, pad = bos = eos =
 # <|endoftext|> (50257), decoder start <|startoftranscript|> (50258).
@@ -62,10 +76,6 @@ TEXT_SUPPRESS = (1, 2, 7, 8, 9, 10, 14, 25, 26, 27, 28, 29, 31, 58, 59, 60, 61, 
                  14635, 15265, 15618, 16553, 16604, 18362, 18956, 20075, 21675, 22520, 26130, 26161, 26435, 28279,
                  29464, 31650, 32302, 32470, 36865, 42863, 47425, 49870, 50254)
 SPACE = 220                     # " ": suppressed as the first generated token, with <|endoftext|>
-
-
-def names() -> list[str]:
-    return list(CONFIGS)
 
 
 def canonical(name: str) -> str | None:
@@ -150,38 +160,27 @@ def vocabulary_note(target: str, draft: str) -> str | None:
             f"the target's vocabulary ({theirs:,} tokens) and its own {CONFIGS[draft]['num_mel_bins']}-mel encoder")
 
 
-def copy_encoder(model, checkpoint: Path) -> None:
-    """Load the encoder weights of the saved checkpoint at `checkpoint` into `model`'s encoder, tensor by tensor (no
-    second model in memory)."""
-    import torch
-    from safetensors import safe_open
-
-    own, prefix, done = model.model.encoder.state_dict(), "model.encoder.", set()
-    with torch.no_grad():
-        for file in sorted(Path(checkpoint).glob("*.safetensors")):
-            with safe_open(str(file), framework="pt") as weights:
-                for key in weights.keys():
-                    name = key[len(prefix):]
-                    if key.startswith(prefix) and name in own:
-                        own[name].copy_(weights.get_tensor(key))
-                        done.add(name)
-    missing = sorted(set(own) - done)
-    if missing:
-        raise SpecdecError(f"the checkpoint in {checkpoint} lacks encoder weights ({missing[0]}, ...)",
-                           "delete the --work-dir cache of this pair and run again")
-
-
 def build_checkpoint(name: str, path: Path, seed: int, vocab_size: int, encoder_from: Path | None = None) -> Path:
     """A random-initialised Whisper with the official configuration of `name` and `vocab_size` tokens, saved like a
     real checkpoint (weights, generation config, feature extractor, tokenizer) and freed; `encoder_from`: a saved
-    checkpoint whose encoder weights it takes."""
+    checkpoint whose encoder weights it takes, tensor by tensor (no second model in memory)."""
     import torch
+    from safetensors import safe_open
     from transformers import WhisperForConditionalGeneration
 
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(whisper_config(name, vocab_size)).eval()
     if encoder_from is not None:
-        copy_encoder(model, encoder_from)
+        own, prefix, done = model.model.encoder.state_dict(), "model.encoder.", set()
+        with torch.no_grad():
+            for file in sorted(Path(encoder_from).glob("*.safetensors")):
+                with safe_open(str(file), framework="pt") as weights:
+                    for key in (k for k in weights.keys() if k.startswith(prefix) and k[len(prefix):] in own):
+                        own[key[len(prefix):]].copy_(weights.get_tensor(key))
+                        done.add(key[len(prefix):])
+        if set(own) - done:
+            raise SpecdecError(f"the checkpoint in {encoder_from} lacks encoder weights ({min(set(own) - done)}, ...)",
+                               "delete the --work-dir cache of this pair and run again")
     specials = layout(vocab_size)
     set_generation(model, specials)
     path.mkdir(parents=True, exist_ok=True)
@@ -191,22 +190,18 @@ def build_checkpoint(name: str, path: Path, seed: int, vocab_size: int, encoder_
     return path
 
 
-def build_pair(target: str, draft: str, ckpt: Path, log=print, bar=None) -> tuple[Path, Path]:
-    """Both checkpoints of the pair, one after the other (the target's seed 1, the draft's 2), under `ckpt`; the
-    draft takes the target's vocabulary, and the target's encoder when the real draft keeps it. `bar`: a progress bar
-    over the two models (update(1) after each)."""
-    vocab = CONFIGS[target]["vocab_size"]
-    shared = shares_encoder(target, draft)
+def build_pair(target: str, draft: str, ckpt: Path, log, bar) -> tuple[Path, Path]:
+    """Both checkpoints under `ckpt`, one after the other (seeds 1 and 2; `bar` counts them): the draft takes the
+    target's vocabulary, and the target's encoder when the real draft keeps it."""
+    vocab, shared = CONFIGS[target]["vocab_size"], shares_encoder(target, draft)
     log(f"building random-initialised {hub_id(target)} and {hub_id(draft)} (official configurations, the target's "
         f"{vocab:,}-token vocabulary{'; the draft keeps the target encoder' if shared else ''}) in {ckpt}")
-    tdir = build_checkpoint(target, ckpt / f"target-{target}", seed=1, vocab_size=vocab)
-    if bar is not None:
+    out = []
+    for role, name, seed in (("target", target, 1), ("draft", draft, 2)):
+        out.append(build_checkpoint(name, ckpt / f"{role}-{name}", seed=seed, vocab_size=vocab,
+                                    encoder_from=out[0] if role == "draft" and shared else None))
         bar.update(1)
-    ddir = build_checkpoint(draft, ckpt / f"draft-{draft}", seed=2, vocab_size=vocab,
-                            encoder_from=tdir if shared else None)
-    if bar is not None:
-        bar.update(1)
-    return tdir, ddir
+    return out[0], out[1]
 
 
 def parameters(name: str, vocab_size: int) -> int:
@@ -218,3 +213,51 @@ def parameters(name: str, vocab_size: int) -> int:
     with torch.device("meta"):
         model = WhisperForConditionalGeneration(whisper_config(name, vocab_size))
     return sum(p.numel() for p in model.parameters())
+
+
+def time_encoders(dec, audio, repeats: int, progress=None) -> dict:
+    """Each encoder run per request (Stats.encoder_s), median of `repeats` after one untimed, target and draft
+    interleaved: the target's encoder graph (its run writes a sharing draft's cross K/V too) and the draft's own."""
+    from specdec.runtime import Stats
+
+    draft = dec.models.get("draft")
+    own = draft is not None and draft.encoder is not None
+    pcm = np.asarray(audio, dtype=np.float32)
+    times = {"target": [], "draft": []}
+    for rep in range(1 + repeats):
+        for role, model in (("target", dec.target), ("draft", draft if own else None)):
+            if model is not None:
+                stats = Stats()
+                model.encode(pcm, stats)
+                if rep:
+                    times[role].append(stats.encoder_s)
+        progress.update(1)
+    speech = dec.manifest.speech
+    return {"target_encoder_ms": 1000.0 * statistics.median(times["target"]),
+            "draft_encoder_ms": 1000.0 * statistics.median(times["draft"]) if own else None,
+            "draft_keeps_target_encoder": not own, "repeats": repeats,
+            "audio_seconds": pcm.size / int(speech["sampling_rate"]), "encoder_frames": int(speech["frames"])}
+
+
+def request_predictions(analysis: dict, probe: dict, runs: dict, encoders: dict, tokens: int) -> dict:
+    """The speedup of a whole request of `tokens` tokens, the encoders included (module docstring), for every alpha
+    and gamma of `analysis` (shapes.analyse): Theorem 3.8's and the one with the measured costs."""
+    step = probe["target_step_ms"]
+    per_token = {"theorem_3_8": step, "with_costs": step + runs["0"]["host_ms_per_iteration"]}
+    e_target, e_draft = encoders["target_encoder_ms"], encoders["draft_encoder_ms"] or 0.0
+    predictions, best = {}, {}
+    for alpha, curve in analysis["predictions"].items():
+        predictions[alpha] = {g: {kind: (e_target + tokens * t) / (e_target + e_draft + tokens * t / point[kind])
+                                  for kind, t in per_token.items()}
+                              for g, point in curve.items()}
+        best[alpha] = {}
+        for kind in per_token:          # gamma = 0 (target-only, speedup 1) unless a gamma beats it
+            g, s = max(((int(g), v[kind]) for g, v in predictions[alpha].items()), key=lambda gs: (gs[1], -gs[0]),
+                       default=(0, 1.0))
+            best[alpha][f"{kind}_best_gamma"], best[alpha][f"{kind}_best_speedup"] = (g, s) if s > 1.0 else (0, 1.0)
+    baseline = e_target + tokens * per_token["theorem_3_8"]
+    return {"tokens": tokens, "label": LABEL, "predictions": predictions, "best": best,
+            "baseline_request_ms": baseline, "encoder_share_of_baseline": e_target / baseline,
+            "formula": "(E_target + N t) / (E_target + E_draft + N t / S); t: target step (with_costs: + baseline host "
+                       "ms per iteration); S: the decoder speedup (theorem_3_8 or with_costs); E_draft: 0 when the "
+                       "draft keeps the target's encoder"}

@@ -1,92 +1,137 @@
-"""The tables of `specdec-bench sweep`, each in both renderings (common/tables.py), the notes of its JSON keys and
-its Markdown report."""
+"""The report of `specdec-bench sweep`, one rendering for stdout and Markdown (`sections`), the notes of its JSON
+keys, and the parts `drafts` shows too (the prompts' line, the cost probe, the peers)."""
 
 from __future__ import annotations
 
-from ..common.report import filter_text, head_grid_part, peers_part, sweep_filters_text, verify_ratios_text
+from ..common.report import SAMP_HOST_NOTE, filter_text, peers_parts, probe_parts, sweep_filters_text
 from ..common.runs import filter_label
-from ..common.tables import Column, fmt, lines, markdown_table, same
+from ..common.tables import Table, fmt
 from .summary import row_filter
 
 
-def _ms_spread(r: dict) -> str:
-    ms = r["ms_per_token"]
-    return f"{ms['median']:.3f} ({ms['min']:.3f}-{ms['max']:.3f})"
+def spread_cells(s: dict, spec: str = ".3f") -> list[str]:
+    """median, +- (half the min-max range) and min-max of a spread."""
+    return [fmt(s["median"], spec), fmt((s["max"] - s["min"]) / 2, spec), f"{s['min']:{spec}}-{s['max']:{spec}}"]
 
 
-def _half_range(spread: dict, spec: str = ".2f") -> str:
-    return fmt((spread["max"] - spread["min"]) / 2, spec)
+def settings_text(s: dict, swept: str, prompts: str | None = None, tasks: str = "") -> str:
+    """The prompts' line: how many (`prompts`, default the count), from where, the runs, the configurations swept."""
+    return (f"prompts: {prompts or s['prompts']} from {s['prompts_origin']}{tasks}; max_new_tokens "
+            f"{s['max_new_tokens']}, "
+            f"repeats {s['repeats']}, {swept}, temperature {','.join(f'{t:g}' for t in s['temperatures'])}; "
+            f"{sweep_filters_text(s)}")
 
 
-_SETTING = (same("T", lambda r: fmt(r["temperature"], "g")),
-            same("filter", lambda r: filter_label(row_filter(r))),
-            Column("gamma", "γ", lambda r: str(r["gamma"])))
-
-SWEEP = _SETTING + (
-    Column("ms/tok", "ms/token (min-max)", lambda r: fmt(r["ms_per_token"]["median"]), _ms_spread),
-    Column("+-", None, lambda r: _half_range(r["ms_per_token"])),
-    Column("tok/s", "tokens/s", lambda r: fmt(r["tokens_per_s"], ".1f"), lambda r: fmt(r["tokens_per_s"], ".0f")),
-    Column("acc.rate", "accepted/proposed", lambda r: fmt(r.get("acceptance_rate"))),
-    Column("alpha", "α̂", lambda r: fmt(r["alpha"])),
-    Column("tok/call", "tokens/call", lambda r: fmt(r["tokens_per_target_call"])),
-    Column("ORT/iter", "ORT runs/iter", lambda r: fmt(r["ort_runs_per_iteration"])),
-    same("c", lambda r: fmt(r.get("c"), ".3f")),
-    Column("verify_x", "verify ×", lambda r: fmt(r.get("verify_ratio"))),
-    Column("host/iter", "host ms/iter", lambda r: fmt(r["host_ms_per_iteration"], ".3f") + " ms",
-           lambda r: fmt(r["host_ms_per_iteration"], ".3f")),
-    Column("samp+host/tok", "samp+host ms/tok (est.)",
-           lambda r: fmt(r.get("sampling_host_ms_per_token"), ".3f") + " ms",
-           lambda r: fmt(r.get("sampling_host_ms_per_token"), ".3f")),
-    same("speedup", lambda r: fmt(r.get("speedup", {}).get("median"))),
-    Column("thm3.8", "Thm 3.8", lambda r: fmt(r.get("predicted_speedup"))),
-    Column("ratio", "measured/Thm", lambda r: fmt(r.get("measured_over_predicted"))),
-    Column("w/costs", "w/ costs", lambda r: fmt(r.get("predicted_with_costs"))),
-    Column("best_g", "best γ", lambda r: fmt(r.get("best_gamma"), "d")))
+def agreement_text(entries: dict, lenience: float, against: str, every: str) -> str:
+    """The greedy exactness check: `entries` name -> {agree, prompts} against `against`, `every` the sentence when
+    every one agrees."""
+    counts = {name: f"{name} {a['agree']}/{a['prompts']}" for name, a in entries.items()}
+    bad = [counts[name] for name, a in entries.items() if a["agree"] != a["prompts"]]
+    if lenience < 1.0:
+        return (f"greedy agreement with {against} (not expected: lenience {lenience:g} < 1 is not exact): "
+                + ", ".join(counts.values()))
+    return f"greedy exactness: MISMATCH for {', '.join(bad)}" if bad else f"greedy exactness: {every}"
 
 
-def _part(name: str):
-    return lambda r: fmt(r["ms_per_token_by_part"][name], ".3f")
+SWEEP = ("T", "filter", "gamma", "ms/tok", "+-", "min-max", "tok/s", "acc.rate", "alpha", "tok/call", "ORT/iter", "c",
+         "verify_x", "host ms/iter", "samp+host ms/tok (est.)", "speedup", "thm3.8", "ratio", "w/costs", "best_g")
+TIME = ("T", "filter", "gamma", "encoders", "draft runs", "target runs", "host", "total", "host %",
+        "heads in runs (est.)")
+SUMMARY = ("T", "filter", "ms/tok g=0", "best g", "ms/tok best g", "speedup", "measured/thm3.8", "samp+host/tok g=0",
+           "samp+host/tok best g", "ORT runs/iter g=0", "ORT runs/iter best g")
 
 
-# where the time goes, ms per generated token: encoders, draft runs, target runs, host (and, estimated, the
-# sampling heads' share of the draft and target runs)
-TIME = _SETTING + (
-    same("encoders", _part("encoder")), same("draft runs", _part("draft")), same("target runs", _part("target")),
-    same("host", _part("host")),
-    Column("total", None, lambda r: fmt(sum(r["ms_per_token_by_part"].values()), ".3f")),
-    same("host %", lambda r: fmt(100 * r["host_fraction"], ".1f")),
-    same("heads in runs (est.)", lambda r: fmt(r.get("head_ms_per_token_estimated"), ".3f")))
+def _setting(r: dict) -> list[str]:
+    return [fmt(r["temperature"], "g"), filter_label(row_filter(r)), str(r["gamma"])]
 
 
-def summary_lines(rows: list[dict], best: dict) -> tuple[list[str], list[list[str]]]:
-    """The acceptance summary, one line per (temperature, filter): ms/token at gamma = 0 and at the best measured
-    gamma, samp+host ms/token and ORT runs per iteration at both, measured / Theorem 3.8."""
-    headers = ["T", "filter", "ms/tok g=0", "best g", "ms/tok best g", "speedup", "measured/thm3.8",
-               "samp+host/tok g=0", "samp+host/tok best g", "ORT runs/iter g=0", "ORT runs/iter best g"]
-    out = []
-    for b in best.values():
-        base = next((r for r in rows if r["temperature"] == b["temperature"] and row_filter(r) == row_filter(b)
-                     and r["gamma"] == 0), {})
-        out.append([fmt(b["temperature"], "g"), filter_text(base), fmt(b["baseline_ms_per_token"], ".3f"),
-                    str(b["measured_best_gamma"]), fmt(b["best_ms_per_token"], ".3f"), fmt(b["measured_speedup"]),
-                    fmt(b["measured_over_predicted"]), fmt(b.get("baseline_sampling_host_ms_per_token"), ".3f"),
-                    fmt(b.get("best_sampling_host_ms_per_token"), ".3f"),
-                    fmt(b["baseline_ort_runs_per_iteration"]), fmt(b["best_ort_runs_per_iteration"])])
-    return headers, out
+def _sweep_row(r: dict) -> list[str]:
+    return _setting(r) + spread_cells(r["ms_per_token"]) + [
+        fmt(r["tokens_per_s"], ".1f"), fmt(r.get("acceptance_rate")), fmt(r["alpha"]), fmt(r["tokens_per_target_call"]),
+        fmt(r["ort_runs_per_iteration"]), fmt(r.get("c"), ".3f"), fmt(r.get("verify_ratio")),
+        fmt(r["host_ms_per_iteration"], ".3f"), fmt(r.get("sampling_host_ms_per_token"), ".3f"),
+        fmt(r.get("speedup", {}).get("median")), fmt(r.get("predicted_speedup")),
+        fmt(r.get("measured_over_predicted")), fmt(r.get("predicted_with_costs")), fmt(r.get("best_gamma"), "d")]
 
 
-def filter_cost_lines(entries: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """What each filter costs per generated token (JSON `filter_cost`), one line per (temperature, filter, gamma):
-    its ms/token, plain sampling's at the same temperature and gamma, and the median and min-max of the per-repeat
-    ratios."""
-    headers = ["T", "filter", "gamma", "ms/tok", "ms/tok none", "x none", "x none min-max"]
-    out = []
-    for e in entries:
-        ratio = e["ratio_to_plain"]
-        out.append([fmt(e["temperature"], "g"), filter_label(row_filter(e)), str(e["gamma"]),
-                    fmt(e["ms_per_token"], ".3f"), fmt(e["plain_ms_per_token"], ".3f"), fmt(ratio["median"], ".3f"),
-                    f"{ratio['min']:.3f}-{ratio['max']:.3f}"])
-    return headers, out
+def _time_row(r: dict) -> list[str]:
+    parts = r["ms_per_token_by_part"]
+    return _setting(r) + [fmt(parts[p], ".3f") for p in ("encoder", "draft", "target", "host")] + [
+        fmt(sum(parts.values()), ".3f"), fmt(100 * r["host_fraction"], ".1f"),
+        fmt(r.get("head_ms_per_token_estimated"), ".3f")]
+
+
+def _summary_row(b: dict) -> list[str]:
+    return [fmt(b["temperature"], "g"), filter_text(b), fmt(b["baseline_ms_per_token"], ".3f"),
+            str(b["measured_best_gamma"]), fmt(b["best_ms_per_token"], ".3f"), fmt(b["measured_speedup"]),
+            fmt(b["measured_over_predicted"]), fmt(b.get("baseline_sampling_host_ms_per_token"), ".3f"),
+            fmt(b.get("best_sampling_host_ms_per_token"), ".3f"), fmt(b["baseline_ort_runs_per_iteration"]),
+            fmt(b["best_ort_runs_per_iteration"])]
+
+
+def _filter_cost_row(e: dict) -> list[str]:
+    ratio = e["ratio_to_plain"]
+    return [fmt(e["temperature"], "g"), filter_label(row_filter(e)), str(e["gamma"]), fmt(e["ms_per_token"], ".3f"),
+            fmt(e["plain_ms_per_token"], ".3f"), fmt(ratio["median"], ".3f"), f"{ratio['min']:.3f}-{ratio['max']:.3f}"]
+
+
+def _best_text(b: dict, several: bool) -> str:
+    gp = b["gap"]
+    return (f"T={b['temperature']:g}" + (f", filter {filter_label(row_filter(b))}" if several else "")
+            + f": best measured gamma {b['measured_best_gamma']}: {b['best_ms_per_token']:.3f} ms/token vs "
+            f"{b['baseline_ms_per_token']:.3f} at gamma=0, speedup {b['measured_speedup']:.2f}x vs Theorem 3.8 "
+            f"{b['predicted_speedup']:.2f}x (ratio {b['measured_over_predicted']:.2f}; with measured costs "
+            f"{b['predicted_with_costs']:.2f}x); Theorem 3.8 favours gamma {b['theorem_best_gamma']} "
+            f"({b['theorem_best_speedup']:.2f}x) at alpha {b['alpha_median']:.2f}, c {b['c_median']:.3f}\n"
+            f"  per iteration: Theorem 3.8 charges {gp['theorem_iteration_ms']:.3f} ms (gamma c + 1 steps of "
+            f"{gp['target_step_ms']:.3f}); measured {gp['measured_iteration_ms']:.3f} ms = draft runs "
+            f"{gp['draft_ms']:.3f} + target run {gp['target_ms']:.3f} ({gp['target_extra_over_one_step_ms']:+.3f} "
+            f"over one step) + host {gp['host_ms']:.3f} + encoders {gp['encoders_ms']:.3f}; of the runs, sampling "
+            f"heads ~{fmt(gp['head_ms_estimated'], '.3f')} (estimated); {gp['ort_runs_per_iteration']:.2f} ORT runs; "
+            f"tokens/call {gp['tokens_per_call']:.2f} (expected from alpha {gp['expected_tokens_per_call']:.2f}); "
+            f"the baseline's step costs {gp['baseline_iteration_ms']:.3f} ms")
+
+
+def sections(report: dict) -> list:
+    """The sweep's report: settings, cost probe, the sweep, where the time goes, the filters' cost, the summary per
+    temperature and filter, greedy exactness, the host profile and the peers."""
+    s, rows, best = report["settings"], report["results"], report.get("best") or {}
+    several = len(s["filters"]) > 1
+    parts = [settings_text(s, f"gamma {','.join(map(str, s['gammas']))}"), *probe_parts(report["cost_probe"]),
+             Table("sweep (filter: top_k:top_p, none = plain; ms/tok: median over repeats, +-: half the min-max range; "
+                   "acc.rate: accepted/proposed; alpha: accepted/(accepted + rejections), the per-token acceptance "
+                   "probability; ORT/iter: ONNX Runtime runs per iteration, encoders left out; c: draft run / gamma=0's "
+                   "target run, heads included; verify_x: target run / gamma=0's; speedup: median of per-repeat "
+                   "ratios to gamma=0 of the same T and filter; thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: "
+                   "measured/thm3.8; w/costs: the prediction with the measured target-run cost and host time; best_g: "
+                   f"gamma maximising thm3.8)\n{SAMP_HOST_NOTE}",
+                   SWEEP, [_sweep_row(r) for r in rows]),
+             Table("where the time goes (ms per generated token; the sampling heads run inside the draft and target "
+                   "runs, their share estimated from the cost probe)", TIME, [_time_row(r) for r in rows])]
+    if several:
+        parts.append(Table("filters (ms/tok per generated token, median over repeats; x none: this filter's ms/token "
+                           "over plain sampling's at the same T and gamma, per repeat (interleaved), median over "
+                           "repeats, and its min-max)", ("T", "filter", "gamma", "ms/tok", "ms/tok none", "x none",
+                                                         "x none min-max"),
+                           [_filter_cost_row(e) for e in report["filter_cost"]]))
+    if best:
+        parts.append(Table("summary (per temperature and filter: gamma=0 and the best measured gamma)", SUMMARY,
+                           [_summary_row({**b, "lenience": s["lenience"]}) for b in best.values()]))
+        parts += [_best_text(b, several) for b in best.values()]
+    if report["greedy_agreement"]:
+        what = "gamma@filter" if several else "gamma"
+        parts.append(agreement_text({f"{what} {k}": a for k, a in report["greedy_agreement"].items()}, s["lenience"],
+                                    "gamma=0", "every gamma gives the gamma=0 tokens on every prompt"
+                                    + (" with every filter (against gamma=0 with the same filter)" if several else "")))
+    pr = report.get("profile")
+    if pr:
+        parts.append(Table(f"host profile (gamma {pr['gamma']}, T=0, {pr['iterations']} iterations): "
+                           f"{pr['host_ms_per_iteration']:.3f} ms host per iteration; top functions by own time "
+                           f"outside ONNX Runtime runs (full listing: {pr['listing']})",
+                           ("ms/iter", "calls/iter", "function"),
+                           [[f"{f['own_ms_per_iteration']:.4f}", f"{f['calls_per_iteration']:.1f}", f["function"]]
+                            for f in pr["top"][:8]]))
+    return parts + peers_parts(report)
 
 
 NOTES = {
@@ -108,28 +153,3 @@ NOTES = {
     "best": "keyed by the temperature for plain sampling ('0.0') and 'T@K:P' for a top_k:top_p filter "
             "('1.0@50:0.9'); greedy_agreement likewise by gamma ('2', '2@50:0.9')",
 }
-
-
-def markdown_sections(report: dict) -> list[str]:
-    """The sweep's report in Markdown (after the machine line)."""
-    s, probe = report["settings"], report["cost_probe"]
-    parts = [f"{s['prompts']} prompts ({s['prompts_origin']}), max_new_tokens {s['max_new_tokens']}, "
-             f"{s['repeats']} repeats; {sweep_filters_text(s)}."]
-    if len(s["filters"]) > 1:
-        parts.append("Filters (ms per generated token, median over repeats; × none: the filter's ms/token over "
-                     "plain sampling's at the same T and γ, per repeat (interleaved), median and min-max over "
-                     "repeats):\n\n" + markdown_table(*filter_cost_lines(report["filter_cost"])))
-    if report.get("best"):
-        parts.append("Summary (per temperature and filter: γ = 0 and the best measured γ; samp+host = host "
-                     "time measured + the sampling heads' in-graph cost *estimated* from the cost probe):\n\n" +
-                     markdown_table(*summary_lines(report["results"], report["best"])))
-    parts.append(markdown_table(*lines(SWEEP, report["results"], markdown=True)))
-    parts.append("Where the time goes, ms per generated token (the sampling heads run inside the draft and "
-                 "target runs; their share is estimated from the cost probe):\n\n" +
-                 markdown_table(*lines(TIME, report["results"], markdown=True)))
-    parts.append(f"Per-call costs at past length {probe['past_length']} (fused runs, decoder + head): target "
-                 f"step {fmt(probe['target_step_ms'], '.3f')} ms, draft step {fmt(probe['draft_step_ms'], '.3f')} "
-                 f"ms, c = {fmt(probe['c'], '.3f')} (without the heads, estimated: "
-                 f"{fmt(probe.get('c_without_head'), '.3f')}); verify ratio " + verify_ratios_text(probe) + ".")
-    parts += head_grid_part(probe, "; an estimate of its cost inside a fused run")
-    return parts + peers_part(report)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from benchrun import finite, prompts_file, run
-from specdec.bench.beams import costs as beam_costs, measure as beams, summary as beam_summary
+from specdec.bench.beams import measure as beams
 from specdec.runtime import SpeculativeDecoder, Stats
 
 TASKS = ("summarize", "translate")
@@ -92,7 +92,7 @@ def test_beam_mode_report(tiny_export, tmp_path):
     assert "0" in learned["steps_per_s"] and learned["rounds_seen"]["0"] > 0
     assert {"beam_results", "prediction", "outputs_equal_none"} <= set(report["notes"])
     md = (tmp_path / "b.md").read_text()
-    assert "| task | config |" in md and "| translate | draft:2 |" in md and "What auto had learned" in md
+    assert "| task | config |" in md and "| translate | draft:2 |" in md and "what auto had learned" in md
     assert "ceiling" in md and "| W x 1 | 3 | 1 |" in md
 
 
@@ -182,7 +182,7 @@ def test_summary_by_hand():
     equality = {("t", "draft:2"): {"equal": 2, "compared": 2, "first_mismatch": None},
                 ("t", "transformers"): {"equal": 1, "compared": 2, "first_mismatch": {"pass": 0, "prompt": 0}}}
     costs = {"c": 0.1, "scoring": {"2": {"rows": 6, "over_step": 1.5}}}
-    rows = {r["config"]: r for r in beam_summary.summarize(cells, cfgs, equality, costs)}
+    rows = {r["config"]: r for r in beams.summarize(cells, cfgs, equality, costs)}
     r = rows["draft:2"]
     assert r["speedup_vs_none"]["median"] == pytest.approx((0.5 + 1.0) / 2)       # per repeat: 40/80, 60/60
     assert r["speedup_vs_transformers"]["median"] == pytest.approx((1.5 + 1.5) / 2)
@@ -208,12 +208,12 @@ def test_summary_by_hand():
     assert rows["transformers"]["outputs_equal_none"]["mismatches"] == 1
     assert "speculative" not in rows["transformers"] and rows["none"]["prediction"] is None
     assert rows["none"]["speedup_vs_transformers"]["median"] == pytest.approx((3.0 + 1.5) / 2)
-    assert beam_summary.equality_summary(list(rows.values()))["t"]["draft:2"]["compared"] == 2
+    assert beams.equality_summary(list(rows.values()))["t"]["draft:2"]["compared"] == 2
 
 
 def test_configs_and_rows_seen():
     assert [c.label for c in beams.configs([0, 4, 1, 4])] == ["none", "draft:4", "draft:1", "auto", "transformers"]
     assert [c.label for c in beams.configs([2], auto=False, transformers=False)] == ["none", "draft:2"]
-    seen = beam_costs.rows_seen([(4, 1), (5, 3), (7, 3), (12, 3), (4, 2)], 2)
+    seen = beams.rows_seen([(4, 1), (5, 3), (7, 3), (12, 3), (4, 2)], 2)
     assert seen == {"min": 5, "median": 7, "mean": pytest.approx(8.0), "max": 12, "runs": 3}
-    assert beam_costs.rows_seen([(4, 1)], 2) is None
+    assert beams.rows_seen([(4, 1)], 2) is None

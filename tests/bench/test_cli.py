@@ -75,8 +75,8 @@ def test_smoke_json_and_plot(tiny_export, tmp_path):
     assert report["peers"] is None
     assert png(tmp_path / "r.png")
     md = (tmp_path / "r.md").read_text()
-    assert "| T | filter | γ |" in md and "ORT runs/iter" in md and "samp+host" in md and "draft runs" in md
-    assert "Sampling head alone" in md and "estimated" in md
+    assert "| T | filter | gamma |" in md and "ORT/iter" in md and "samp+host" in md and "draft runs" in md
+    assert "sampling head alone" in md and "estimated" in md
 
 
 def test_cost_probe_times_the_head(tiny_export, tmp_path):
@@ -161,7 +161,7 @@ def test_filters_compared_in_one_run(tiny_export, tmp_path):
     assert "measured_ge_0.9_prediction_at_T0" in report["acceptance"]
     assert {(e["top_k"], e["top_p"]) for e in report["cost_probe"]["head_ms"]} == {(0, 1.0), (3, 0.9), (50, 0.9)}
     md = (tmp_path / "m.md").read_text()
-    assert "Filters (ms per generated token" in md and "| 1 | 3:0.9 | 2 |" in md and "| 1 | none | 2 |" in md
+    assert "filters (ms/tok per generated token" in md and "| 1 | 3:0.9 | 2 |" in md and "| 1 | none | 2 |" in md
     assert png(tmp_path / "m.png")
 
 
@@ -206,8 +206,9 @@ def test_ctranslate2_missing_is_reported(monkeypatch, tmp_path):
     import sys
 
     monkeypatch.setitem(sys.modules, "ctranslate2", None)      # import ctranslate2 -> ImportError
-    engine, why = peer_engines._ct2(str(tmp_path), tmp_path, 1, None, 1, print)
-    assert engine is None and why.startswith("not installed")
+    engines, why = peer_engines.ct2_engines(str(tmp_path), tmp_path, 1, None, 1, print)
+    assert engines == {} and set(why) == {"float32", "int8"}
+    assert all(w.startswith("not installed") for w in why.values())
 
 
 def test_normalize_strips_start_token_and_padding():

@@ -276,7 +276,7 @@ def test_drafts_on_a_whisper_export(whisper_pair, tmp_path):
         assert r["decode_ms_per_token"]["median"] < r["ms_per_token"]["median"], key     # the encoder left out
         assert r["ms_per_token_by_part"]["encoder"] > 0, key
     md = (tmp_path / "w.md").read_text()
-    assert "2 audio clips, 1.5 s in all (dictation 2;" in md and "| decode ms/tok | decode speedup |" in md
+    assert "2 audio clips, 1.5 s in all from" in md and "(dictation 2);" in md and "| decode ms/tok | decode speedup |" in md
 
     dec = SpeculativeDecoder.load(export, provider="cpu")
     loaded, origin = prompts.load(str(path), 0, dec, every_task=True, audio=True)

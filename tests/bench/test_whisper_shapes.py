@@ -11,7 +11,7 @@ import json
 import pytest
 
 from benchrun import finite, run
-from specdec.bench.shapes import whisper as whisper_shapes, whisper_costs
+from specdec.bench.shapes import whisper as whisper_shapes
 from specdec.bench.sweep.summary import encoder_runs
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
@@ -122,7 +122,7 @@ def shapes_run(tmp_path, pair):
 def check_report(report, tmp_path):
     """What every Whisper report holds: the encoder cost, c, the verify ratios, the loop, labelled predictions."""
     assert report["mode"] == "shapes" and report["family"] == "whisper"
-    assert report["export_info"]["parity"] == {"skipped": whisper_costs.SKIP_CHECK}     # said, not hidden
+    assert report["export_info"]["parity"] == {"skipped": whisper_shapes.SKIP_CHECK}     # said, not hidden
     enc = report["speech"]["encoder"]
     assert finite(enc["target_encoder_ms"]) and enc["target_encoder_ms"] > 0 and enc["repeats"] == 2
     assert enc["audio_seconds"] == 1.0 and enc["encoder_frames"] == 50
@@ -132,11 +132,11 @@ def check_report(report, tmp_path):
     assert set(report["generation"]) == {"0", "4"}
     for g, r in report["generation"].items():
         assert r["ort_runs_per_iteration"] >= 1.0 and r["encoder_ms_per_request"] > 0 and r["new_tokens"] > 0, g
-    assert report["prediction_label"] == whisper_costs.LABEL == \
+    assert report["prediction_label"] == whisper_shapes.LABEL == \
         "prediction (Theorem 3.8 with measured c; random weights)"
     assert set(report["predictions"]) == {"0.7", "0.8"} and set(report["predictions"]["0.8"]) == {"1", "2", "3", "4"}
     request = report["request"]
-    assert request["label"] == whisper_costs.LABEL and request["tokens"] == 50
+    assert request["label"] == whisper_shapes.LABEL and request["tokens"] == 50
     assert set(request["predictions"]) == {"0.7", "0.8"}
     assert 0 < request["encoder_share_of_baseline"] < 1
     e_target, e_draft = enc["target_encoder_ms"], enc["draft_encoder_ms"] or 0.0
@@ -150,7 +150,7 @@ def check_report(report, tmp_path):
                 assert min(decoder, 1.0) <= point["theorem_3_8"] + 1e-9 <= max(decoder, 1.0) + 1e-9
     assert report["settings"]["audio_requests"] == 2 and report["settings"]["language"] == "<|en|>"
     text = (tmp_path / "s.md").read_text()
-    assert whisper_costs.LABEL in text and "Encoders per request" in text and "Whole request of N = 50" in text
+    assert whisper_shapes.LABEL in text and "Encoders per request" in text and "Whole request of N = 50" in text
     assert png(tmp_path / "s.png")
 
 
@@ -165,7 +165,7 @@ def test_whisper_shapes_with_a_shared_encoder(tiny_whisper_shapes, tmp_path):
     assert set(manifest["models"]["draft"]["graphs"]) == {"decoder"}           # no draft encoder graph exported
     assert not (root / "export" / "draft" / "encoder.onnx").exists()
     assert report["shapes"]["vocabulary_note"] is None and "cannot be exported" not in out
-    assert "encoders per request" in out and whisper_costs.LABEL in out
+    assert "Encoders per request" in out and whisper_shapes.LABEL in out
     assert not (root / "checkpoints").exists()
     code, out, err = run(argv)                                    # the second run reuses the cached export
     assert code == 0 and "using the cached export" in err, err
@@ -182,4 +182,4 @@ def test_whisper_shapes_with_its_own_encoder_and_the_targets_vocabulary(tiny_whi
     assert engine["target"]["vocab_size"] == engine["draft"]["vocab_size"] == 43               # the target's
     note = report["shapes"]["vocabulary_note"]
     assert "42 tokens" in note and "cannot be exported" in note and "the target's vocabulary (43 tokens)" in note
-    assert f"note: {note}" in out and note in (tmp_path / "s.md").read_text()
+    assert f"Note: {note}" in out and note in (tmp_path / "s.md").read_text()
