@@ -13,6 +13,7 @@ that verified guesses (the batch's switch keeps lookup rounds only where they ar
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
@@ -46,7 +47,7 @@ SUMS = ("encoder", "tokens", "runs", "lookup_runs", "accepted", "proposed")     
 
 
 def _configs(texts) -> list:
-    """(label, draft, gamma) of the --draft configurations (a comma-separated list, the earlier form, too)."""
+    """(label, draft, gamma) of the --draft configurations (also the earlier form, a comma-separated list)."""
     out = [("none", "none", 0)]
     for item in (i.strip() for text in texts or ["auto"] for i in text.split(",")):
         name, _, gamma = item.partition(":")
@@ -78,30 +79,26 @@ def run(args) -> int:
     print(f"machine: {machine.one_line(mach)}")
     # one untimed warm-up pass per B and configuration over every prompt: sessions, buffers, and what each batch's
     # switch learns (its first rounds measure both modes half and half)
-    for t in temperatures:
-        for b in batches:
-            for _, draft, gamma in configs:
-                dec.generate_batch(input_ids=ids, max_new_tokens=args.max_new_tokens, max_batch=b, draft=draft,
-                                   gamma=gamma, temperature=t)
+    grid = list(itertools.product(temperatures, batches, configs))
+    for t, b, (_, draft, gamma) in grid:
+        dec.generate_batch(input_ids=ids, max_new_tokens=args.max_new_tokens, max_batch=b, draft=draft, gamma=gamma,
+                           temperature=t)
     cells, outputs = {}, {}
-    for rep in range(args.repeat):
-        for t in temperatures:
-            for b in batches:
-                for label, draft, gamma in configs:
-                    params = [Params(max_new_tokens=args.max_new_tokens, draft=draft, gamma=gamma, temperature=t,
-                                     seed=rep * 100_000 + i) for i in range(len(ids))]
-                    began = time.perf_counter()
-                    results = dec.generate_batch(input_ids=ids, params=params, max_batch=b)
-                    c = cells.setdefault((t, b, label), {"wall": 0.0, "latency": [], **dict.fromkeys(SUMS, 0)})
-                    c["wall"] += time.perf_counter() - began
-                    c["latency"] += [r.stats.total_s / max(1, len(r.token_ids)) for r in results]
-                    for key, value in zip(SUMS, np.sum([(r.stats.encoder_s, len(r.token_ids), r.stats.target_calls,
-                                                         r.stats.target_calls - r.stats.source("none").rounds,
-                                                         r.stats.accepted, r.stats.proposed) for r in results], 0)):
-                        c[key] += float(value)
-                    if t == 0 and rep == 0:
-                        outputs[(b, label)] = [r.token_ids for r in results]
-                    print(".", end="", file=sys.stderr, flush=True)
+    for rep, (t, b, (label, draft, gamma)) in itertools.product(range(args.repeat), grid):
+        params = [Params(max_new_tokens=args.max_new_tokens, draft=draft, gamma=gamma, temperature=t,
+                         seed=rep * 100_000 + i) for i in range(len(ids))]
+        began = time.perf_counter()
+        results = dec.generate_batch(input_ids=ids, params=params, max_batch=b)
+        c = cells.setdefault((t, b, label), {"wall": 0.0, "latency": [], **dict.fromkeys(SUMS, 0)})
+        c["wall"] += time.perf_counter() - began
+        c["latency"] += [r.stats.total_s / max(1, len(r.token_ids)) for r in results]
+        for key, value in zip(SUMS, np.sum([(r.stats.encoder_s, len(r.token_ids), r.stats.target_calls,
+                                             r.stats.target_calls - r.stats.source("none").rounds,
+                                             r.stats.accepted, r.stats.proposed) for r in results], 0)):
+            c[key] += float(value)
+        if t == 0 and rep == 0:
+            outputs[(b, label)] = [r.token_ids for r in results]
+        print(".", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     tps = {key: c["tokens"] / c["wall"] for key, c in cells.items()}
     rows = [{"temperature": t, "batch": b, "draft": label, "tokens_per_s": tps[(t, b, label)],
@@ -112,7 +109,7 @@ def run(args) -> int:
              "lookup_share": c["lookup_runs"] / max(1, c["runs"]),
              "alpha": c["accepted"] / c["proposed"] if c["proposed"] else None,
              "greedy_equal": outputs[(b, label)] == outputs[(b, "none")] if t == 0 else None}
-            for t in temperatures for b in batches for label, _, _ in configs for c in [cells[(t, b, label)]]]
+            for t, b, (label, _, _) in grid for c in [cells[(t, b, label)]]]
     out = {"rows": rows, "first_batch": batches[0], "machine": mach, "engine": str(args.engine),
            "prompts": len(ids), "origin": origin, "max_new_tokens": args.max_new_tokens, "repeat": args.repeat}
     running.report(out, args, sections)
@@ -120,7 +117,6 @@ def run(args) -> int:
 
 
 def sections(report: dict) -> list:
-    """One table: a line per (T, B, draft)."""
     return [Table(f"batched decoding: {report['prompts']} prompts from {report['origin']}; max_new_tokens "
                   f"{report['max_new_tokens']}, repeats {report['repeat']}",
                   ("T", "B", "draft", "tokens/s", "ms/token (request)", "× none (same B)",

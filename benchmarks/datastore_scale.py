@@ -1,16 +1,14 @@
-"""How a datastore's host cost and memory grow with its size (runtime/loading/datastore.py): build a synthetic
-datastore of N tokens in one process, then open it and time lookups in a fresh one, so that its memory is its own.
+"""How a datastore's host cost and memory grow with its size (runtime/loading/datastore.py): a synthetic datastore of
+N tokens is built in one process, then opened and its lookups timed in a fresh one, so that its memory is its own.
 
     specdec-bench datastore-scale --tokens 1000000,100000000 [--vocab 32128] [--lookups 20000]
 
 (`python -m specdec.bench.datastore_scale` takes the same flags.)
 
-The text is synthetic: segments of 5..45 ids drawn from a Zipf law over a T5-sized vocabulary (s = 1.1: a few
-ids are very frequent, as "the" and "," are in text, so some 1-grams have millions of occurrences). Each lookup asks
-for 8 tokens after a context of 3 ids cut from the stream (it matches) or drawn at random (it mostly falls back to
-shorter n-grams). Reported per size: build seconds and peak memory, file size, open seconds (the checks read the
-whole file once), resident memory after opening and after the lookups (anonymous and file-backed: mapped pages
-that were read count as file-backed), and lookup microseconds (median and 99th percentile).
+The text: segments of 5..45 ids drawn from a Zipf law (s = 1.1) over a T5-sized vocabulary, so that a few ids are very
+frequent, as "the" and "," are. A lookup asks for 8 tokens after 3 ids cut from the stream (it matches) or drawn at
+random (it mostly falls back to shorter n-grams). Opening includes the checks (one read of the whole file); resident
+memory is anonymous / file-backed (mapped pages that were read count as file-backed).
 """
 
 from __future__ import annotations
@@ -26,25 +24,19 @@ import time
 
 
 def rss() -> dict:
-    out = {}
     with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(("RssAnon:", "RssFile:")):
-                key, value = line.split(":")
-                out[key] = int(value.split()[0]) / 1024       # MiB
-    return out
+        fields = dict(line.split(":", 1) for line in fh)
+    return {key: int(fields[key].split()[0]) / 1024 for key in ("RssAnon", "RssFile")}       # MiB
 
 
 def build(tokens: int, vocab: int, lookups: int, folder: str) -> dict:
-    """Write the datastore and the lookups' contexts (half cut from the stream, half random)."""
     import numpy as np
 
     from specdec.runtime.tools.datastore_build import write
 
     rng = np.random.default_rng(0)
     ids = (rng.zipf(1.1, tokens) - 1) % vocab
-    lengths = rng.integers(5, 46, tokens // 5)
-    ends = np.cumsum(lengths)
+    ends = np.cumsum(rng.integers(5, 46, tokens // 5))
     ends = ends[ends < tokens]
     segments = np.split(ids[:ends[-1]], ends[:-1])
     began = time.perf_counter()
@@ -60,7 +52,6 @@ def build(tokens: int, vocab: int, lookups: int, folder: str) -> dict:
 
 
 def probe(tokens: int, vocab: int, folder: str) -> dict:
-    """Open the datastore in a fresh process and time the lookups."""
     import numpy as np
 
     from specdec.runtime.loading.datastore import Datastore
@@ -119,23 +110,21 @@ def run(args) -> int:
     from .common.options import write_figures
     from .common.tables import Table, render
 
-    def anon_file(m: dict) -> str:
-        return f"{m['RssAnon']:.0f} / {m['RssFile']:.0f} MiB"
+    mib = "{0[RssAnon]:.0f} / {0[RssFile]:.0f} MiB".format
     print(render([Table("", ("tokens", "file", "build", "build peak RSS", "open (checks)",
                              "RSS before open, anon / file", "after open", "after lookups", "lookup median", "p99",
                              "matched"),
                         [[f"{r['tokens']:,}", f"{r['file_mib']:.0f} MiB", f"{r['build_s']:.1f} s",
-                          f"{r['build_peak_rss_mib']:.0f} MiB", f"{r['open_s']:.2f} s",
-                          anon_file(r["rss_before_open_mib"]), anon_file(r["rss_after_open_mib"]),
-                          anon_file(r["rss_after_lookups_mib"]), f"{r['lookup_us_median']:.0f} us",
-                          f"{r['lookup_us_p99']:.0f} us", f"{r['matched']:.0%}"] for r in rows])]))
+                          f"{r['build_peak_rss_mib']:.0f} MiB", f"{r['open_s']:.2f} s", mib(r["rss_before_open_mib"]),
+                          mib(r["rss_after_open_mib"]), mib(r["rss_after_lookups_mib"]),
+                          f"{r['lookup_us_median']:.0f} us", f"{r['lookup_us_p99']:.0f} us", f"{r['matched']:.0%}"]
+                         for r in rows])]))
     write_figures(args.json, rows)
     return 0
 
 
 def main(argv=None) -> int:
-    """`python -m specdec.bench.datastore_scale`: the same as `specdec-bench datastore-scale`; its stages run it
-    this way, in fresh processes."""
+    """Also how run() starts each stage in a fresh process."""
     from .common.options import tool_main
 
     return tool_main("python -m specdec.bench.datastore_scale", __doc__, add_arguments, run, argv)

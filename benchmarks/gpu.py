@@ -1,27 +1,23 @@
-"""The runtime on a GPU in one command: on a machine with an NVIDIA GPU and onnxruntime-gpu,
+"""The runtime on a GPU provider, checked and timed against the CPU provider and PyTorch in one command (an NVIDIA
+GPU and onnxruntime-gpu; the tests run it with --provider cpu, and on a GPU only the provider changes):
 
     specdec-bench gpu --provider cuda [--export DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
 
-checks and times, on the provider under test against the CPU provider and PyTorch:
   1. providers   onnxruntime's available providers and the device;
-  2. greedy      the export (default: the bundled pair, exported into --work-dir) decodes every prompt to the same
-                 tokens on the provider as on the CPU provider, target-only, with the draft and with the default;
-  3. sampling    a distribution test at T = 1: the first token of speculative requests (the draft at gamma 3, N
-                 seeds over the 4 prompts whose first-token distributions spread widest) against the target's exact
-                 first-token distribution (softmax of the CPU provider's logits), Pearson chi-square summed over the
-                 prompts, each over the outcomes with an expected count >= 5 (the rest pooled): p >= 1e-3 with at
-                 least 4 degrees of freedom passes;
-  4. copies      host <-> device copies of a round, counted at the device buffers (runtime/engine/device.py) as a
-                 GPU makes them: the design reads back only the accepted count and the next token;
-  5. real size   random weights at the official --shapes configurations (the export cached in --work-dir):
-                 ms/token target-only and with the default, against transformers' greedy generate on the same
-                 device and against the memory-bandwidth bound (the target decoder's weight bytes / bandwidth);
-  6. CUDA graphs the same real-size runs with the CUDA provider's enable_cuda_graph, where it is offered.
+  2. greedy      every prompt decodes to the CPU provider's tokens: target-only, with the draft and the default;
+  3. sampling    at T = 1, the first token of N speculative requests (the draft at gamma 3, seeds 0..N-1, over the 4
+                 prompts whose first-token distributions spread widest) against the target's exact distribution
+                 (softmax of the CPU provider's logits): Pearson chi-square summed over the prompts, each over the
+                 outcomes expected >= 5 times (the rest pooled); p >= 1e-3 with >= 4 degrees of freedom passes;
+  4. copies      host <-> device copies of a round, counted at the device buffers: by design only the accepted count
+                 and the next token come back;
+  5. real size   random weights at the official --shapes configurations: ms/token target-only and with the default,
+                 against transformers' greedy generate on the same device and the memory-bandwidth bound (the target
+                 decoder's weight bytes / bandwidth);
+  6. CUDA graphs the same runs with the CUDA provider's enable_cuda_graph, where it is offered.
 
-Each step runs while the --budget-s (default 420 s) lasts; a step left out says so. One results file (Markdown,
-and --json) holds the device, the command and every figure; it is rewritten after every step, so a run cut short
-keeps what it did. On a CPU-only machine it runs with --provider cpu (that is how the tests run it): only the
-provider changes on a GPU.
+Steps start while --budget-s lasts; one left out says so. The results file (and --json) holds the device, the command
+and every figure, rewritten after every step so that a run cut short keeps what it did.
 """
 
 from __future__ import annotations
@@ -30,8 +26,9 @@ import json
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -62,36 +59,30 @@ def add_arguments(p) -> None:
     p.add_argument("--json", metavar="OUT.json", help="the figures as JSON too")
 
 
-# -- what crosses between host and device --------------------------------------------------------------------------
 @contextmanager
 def counted_copies():
-    """Count the host <-> device copies the device buffers make, by (direction, buffer shape and dtype): a read
-    (Buffer.flat) copies the buffer to the host; a write (write, scatter, copy_within) copies it to the host and
-    back, as the GPU path does (on the CPU provider the same calls touch host memory in place). Yields the dict."""
+    """Yields {(direction, buffer): (copies, bytes)}: a read (Buffer.flat) copies to the host; a write (write,
+    scatter, copy_within) to the host and back, as on a GPU (the CPU provider touches host memory in place)."""
     from specdec.runtime.engine import device
 
     counts: dict = {}
-    real = {name: getattr(device.Buffer, name) for name in ("flat", "write", "scatter", "copy_within")}
 
-    def counting(name: str, what: str):
+    def counting(name: str, real):
         def call(buf, *args, **kwargs):
-            key = (what, f"{list(buf.shape)} {buf.dtype.name}")
+            key = ("device->host" if name == "flat" else "host->device", f"{list(buf.shape)} {buf.dtype.name}")
             n, b = counts.get(key, (0, 0))
-            counts[key] = (n + 1, b + buf.size * buf.itemsize * (1 if what == "device->host" else 2))
-            return real[name](buf, *args, **kwargs)
+            counts[key] = (n + 1, b + buf.size * buf.itemsize * (1 if name == "flat" else 2))
+            return real(buf, *args, **kwargs)
         return call
 
-    for name in real:
-        setattr(device.Buffer, name, counting(name, "device->host" if name == "flat" else "host->device"))
-    try:
+    with ExitStack() as patches:
+        for name in ("flat", "write", "scatter", "copy_within"):
+            patches.enter_context(mock.patch.object(device.Buffer, name, counting(name, getattr(device.Buffer, name))))
         yield counts
-    finally:
-        for name, fn in real.items():
-            setattr(device.Buffer, name, fn)
 
 
 def copies_per_round(dec, prompt_ids, max_new_tokens: int) -> dict:
-    """One warm request with the default, its copies counted: per round (target run) and in all."""
+    """One warm request with the default, its copies counted per round (target run) and in all."""
     dec.generate(input_ids=prompt_ids, max_new_tokens=max_new_tokens)
     with counted_copies() as counts:
         result = dec.generate(input_ids=prompt_ids, max_new_tokens=max_new_tokens)
@@ -103,9 +94,7 @@ def copies_per_round(dec, prompt_ids, max_new_tokens: int) -> dict:
             "bytes_per_round": sum(i["bytes_per_round"] for i in items)}
 
 
-# -- exactness ---------------------------------------------------------------------------------------------------
 def greedy_identity(ref, dec, prompts, max_new_tokens: int) -> dict:
-    """Greedy tokens on the provider under test against the CPU provider's, for none, draft and the default."""
     rows = []
     for draft, gamma in (("none", 0), ("draft", 4), ("auto", "auto")):
         if draft != "draft" or dec.draft is not None:
@@ -116,26 +105,19 @@ def greedy_identity(ref, dec, prompts, max_new_tokens: int) -> dict:
     return {"rows": rows, "passed": all(r["identical"] == r["prompts"] for r in rows)}
 
 
-def first_token_distribution(ref, prompt_ids) -> np.ndarray:
-    """The target's exact first-token distribution at T = 1: softmax (float64) of the logits the CPU provider's
-    target computes for the first step (read from its logits buffer after a one-token request)."""
-    ref.generate(input_ids=prompt_ids, max_new_tokens=1, draft="none", temperature=0)
-    logits = ref.target.logits.flat()[:ref.vocab_size].astype(np.float64)
-    p = np.exp(logits - logits.max())
-    return p / p.sum()
-
-
-def sampling_test(ref, dec, candidates, samples: int, strata: int = 4) -> dict:
-    """N speculative requests (the draft at gamma 3, T = 1; the default without a draft): their first tokens against
-    first_token_distribution. The `strata` prompts of `candidates` whose distributions spread widest share the N
-    requests (seeds 0..N-1); Pearson chi-square summed over them, each over its outcomes expected >= 5 times (the
-    rest pooled), with the summed degrees of freedom."""
-    dists = [(np.asarray(c), first_token_distribution(ref, c)) for c in candidates]
-    each = max(samples // strata, 1)
+def sampling_test(ref, dec, candidates, samples: int) -> dict:
+    """Step 3 (the default without a draft) on the 4 of `candidates` whose distributions spread widest."""
+    each = max(samples // 4, 1)
+    dists = []
+    for prompt in candidates:       # the exact first-token distribution: the CPU provider's logits of a 1-token run
+        ref.generate(input_ids=prompt, max_new_tokens=1, draft="none", temperature=0)
+        logits = ref.target.logits.flat()[:ref.vocab_size].astype(np.float64)
+        p = np.exp(logits - logits.max())
+        dists.append((np.asarray(prompt), p / p.sum()))
     dists.sort(key=lambda item: -int((item[1] * each >= 5).sum()))
     draft, gamma = ("draft", 3) if dec.draft is not None else ("auto", "auto")
     stat, dof, bins, seed, proposed, accepted = 0.0, 0, 0, 0, 0, 0
-    for prompt, p in dists[:strata]:
+    for prompt, p in dists[:4]:
         counts = np.zeros(len(p))
         for _ in range(each):
             r = dec.generate(input_ids=prompt, max_new_tokens=4, temperature=1.0, seed=seed, draft=draft, gamma=gamma)
@@ -149,15 +131,14 @@ def sampling_test(ref, dec, candidates, samples: int, strata: int = 4) -> dict:
         dof += int(keep.sum()) - 1
         bins += int(keep.sum())
     p_value = chi2_sf(stat, dof) if dof > 0 else None
-    return {"draft": draft, "gamma": gamma, "samples": seed, "prompts": min(strata, len(dists)), "bins": bins,
+    return {"draft": draft, "gamma": gamma, "samples": seed, "prompts": min(4, len(dists)), "bins": bins,
             "dof": dof, "p_value": p_value, "passed": p_value is not None and dof >= 4 and p_value >= P_PASS,
             "proposed": proposed, "accepted": accepted}
 
 
 def chi2_sf(x: float, dof: int) -> float:
-    """P(X >= x) for X ~ chi-square with `dof` degrees of freedom: the regularized upper incomplete gamma Q(dof/2,
-    x/2), torch's (the check needs torch; scipy may be missing on a GPU machine; the tests compare it with
-    scipy.stats.chi2.sf)."""
+    """P(X >= x), X ~ chi-square(dof): torch's regularized upper incomplete gamma Q(dof/2, x/2) (scipy may be
+    missing on a GPU machine)."""
     import torch
 
     return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
@@ -165,13 +146,12 @@ def chi2_sf(x: float, dof: int) -> float:
 
 
 def failure(err: BaseException, limit: int = 200) -> str:
-    """An exception as one line of the report (its type and its message's first line): a step or a peer that failed."""
+    """A failed step or peer as one line of the report."""
     return f"{type(err).__name__}: {first_line(err, limit, '')}"
 
 
-# -- timing ------------------------------------------------------------------------------------------------------
 def _timed(one, prompts) -> dict:
-    """`one(prompt)` -> tokens: once untimed, then over every prompt timed: ms per generated token and the tokens."""
+    """`one(prompt)` -> tokens: once untimed, then over every prompt timed."""
     one(prompts[0])
     started = time.perf_counter()
     outputs = [one(p) for p in prompts]
@@ -185,45 +165,43 @@ def ms_per_token(dec, prompts, max_new_tokens: int, **kwargs) -> dict:
 
 
 def transformers_ms_per_token(checkpoint, prompts, max_new_tokens: int, eos_id: int, on_gpu: bool) -> dict:
-    """transformers' greedy generate (fp32) on the same device: ms per token and the tokens."""
+    """transformers' greedy generate (fp32) on the same device."""
     import torch
     from transformers import T5ForConditionalGeneration
 
     device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     model = T5ForConditionalGeneration.from_pretrained(str(checkpoint)).eval().to(device)
 
     def one(ids):
         with torch.no_grad():
             out = model.generate(torch.tensor([ids], device=device), max_new_tokens=max_new_tokens, do_sample=False,
                                  num_beams=1, eos_token_id=eos_id)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         return [int(t) for t in out[0, 1:].tolist()]       # after the decoder start token
 
     return {**_timed(one, prompts), "device": device}
 
 
 def bandwidth_gbs(on_gpu: bool) -> tuple[float, str]:
-    """Copy bandwidth (GB/s, read + write counted) of a 256 MiB buffer on the device, best of 5."""
     import torch
 
     device = "cuda" if on_gpu and torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     a = torch.ones(256 << 20, dtype=torch.uint8, device=device)
-    b, best = torch.empty_like(a), float("inf")
+    b, times = torch.empty_like(a), []
     for _ in range(5):
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         t = time.perf_counter()
         b.copy_(a)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t)
-    return 2 * a.numel() / best / 1e9, f"measured: a 256 MiB {'device' if device == 'cuda' else 'host'} copy " \
-        "(torch), best of 5"
+        sync()
+        times.append(time.perf_counter() - t)
+    where = "device" if device == "cuda" else "host"
+    return 2 * a.numel() / min(times) / 1e9, f"measured: a 256 MiB {where} copy (torch), best of 5"
 
 
 def real_size(args, on_gpu: bool, log) -> dict:
-    """Steps 5 and 6: the --shapes pair's ms/token against transformers', the bandwidth bound and CUDA graphs."""
+    """Steps 5 and 6."""
     from specdec.runtime import SpeculativeDecoder
 
     from .common import prompts as prompts_mod
@@ -244,9 +222,8 @@ def real_size(args, on_gpu: bool, log) -> dict:
     del dec
     if ckpt.is_dir():
         try:
-            out["transformers"] = transformers_ms_per_token(ckpt, prompts, args.max_new_tokens, eos, on_gpu)
-            out["transformers"]["identical"] = sum(a == b for a, b in zip(out["transformers"]["outputs"],
-                                                                          own["outputs"]))
+            t = out["transformers"] = transformers_ms_per_token(ckpt, prompts, args.max_new_tokens, eos, on_gpu)
+            t["identical"] = sum(a == b for a, b in zip(t["outputs"], own["outputs"]))
         except Exception as err:        # noqa: BLE001 - the peer's failure is reported, the check goes on
             out["transformers_error"] = failure(err)
     gbs, how = (args.bandwidth_gbs, "given (--bandwidth-gbs)") if args.bandwidth_gbs else bandwidth_gbs(on_gpu)
@@ -259,47 +236,27 @@ def real_size(args, on_gpu: bool, log) -> dict:
     if args.provider == "cuda":
         try:
             graphed = SpeculativeDecoder.load(export_dir, provider="cuda", provider_options={"enable_cuda_graph": "1"})
-            out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
-            out["cuda_graphs"]["identical"] = out["cuda_graphs"]["outputs"] == own["outputs"]
+            g = out["cuda_graphs"] = ms_per_token(graphed, prompts, args.max_new_tokens, draft="none")
+            g["identical"] = g["outputs"] == own["outputs"]
         except Exception as err:        # the provider refuses, or a run fails: the report says how
             out["cuda_graphs"] = {"error": failure(err)}
     return out
 
 
-# -- the command -------------------------------------------------------------------------------------------------
-def device_name(provider: str) -> str:
-    if provider != "cpu":
-        try:
-            done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
-                                   "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-            if done.returncode == 0 and done.stdout.strip():
-                return done.stdout.strip().splitlines()[0]
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-    from .common import machine
-
-    return machine.describe(provider)["cpu_model"]
-
-
-def bundled_export(workdir: Path, log) -> Path:
-    """The bundled pair exported into workdir/gpu-bundled (once)."""
-    from specdec.export.pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
-    from specdec.runtime import load_manifest
-
-    out = Path(workdir) / "gpu-bundled"
+def gpu_name() -> str | None:
     try:
-        load_manifest(out)
-    except SpecdecError:
-        target, draft = bundled_pair()
-        export_pair(ExportOptions(target=target, draft=draft, out=out, force=True, datastore=bundled_datastore()),
-                    log=log)
-    return out
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
 
 
 def run(args) -> int:
     import onnxruntime as ort
 
-    from specdec.runtime import SpeculativeDecoder
+    from specdec.export.pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
+    from specdec.runtime import SpeculativeDecoder, load_manifest
     from specdec.runtime.engine.device import resolve_provider
 
     from .common import machine, prompts as prompts_mod
@@ -309,26 +266,30 @@ def run(args) -> int:
                            "needed", "e.g. --num-prompts 4 --max-new-tokens 32 --samples 2000")
     started = time.perf_counter()
     log = lambda m: print(m, file=sys.stderr, flush=True)               # noqa: E731
-    report = {"command": args.command_line,
-              "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    report = {"command": args.command_line, "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "providers": ort.get_available_providers(), "onnxruntime": ort.__version__,
-              "provider": args.provider, "skipped": {}}
+              "provider": args.provider, "skipped": {}, "errors": {}}
     provider = resolve_provider(args.provider)          # an unavailable provider is one line, before any work
-    report["device"] = device_name(provider)
     report["machine"] = machine.describe(provider)
+    report["device"] = (provider != "cpu" and gpu_name()) or report["machine"]["cpu_model"]
     log(f"specdec-bench gpu: {provider} on {report['device']}; onnxruntime {ort.__version__} "
         f"({', '.join(report['providers'])})")
-    engine = Path(args.engine) if args.engine else bundled_export(Path(args.work_dir), log)
+    engine = Path(args.engine or Path(args.work_dir) / "gpu-bundled")
     report["engine"] = str(engine)
-    report["errors"] = {}
+    if not args.engine:
+        try:
+            load_manifest(engine)
+        except SpecdecError:                    # the bundled pair, exported once
+            target, draft = bundled_pair()
+            export_pair(ExportOptions(target=target, draft=draft, out=engine, force=True,
+                                      datastore=bundled_datastore()), log=log)
 
     def written() -> None:
-        """The results file as far as the run got, should a time limit cut it."""
         report["elapsed_s"] = time.perf_counter() - started
         Path(args.out).write_text(render(sections(report), markdown=True) + "\n")
 
     def step(name: str, what: str, work) -> None:
-        """One step; a failure is recorded in one line and the next step still runs (a GPU lease is short)."""
+        """A failure is recorded in one line and the next step still runs (a GPU lease is short)."""
         log(what)
         try:
             report[name] = work()
@@ -371,22 +332,22 @@ def run(args) -> int:
 
 
 def sections(r: dict) -> list:
-    """The results file's parts (tables.render), from the report as far as it got."""
+    """The results file's parts, from the report as far as it got."""
     parts = [f"# specdec on {r['provider']}: {r['device']}",
              f"- date: {r['date_utc']}; command: `{r['command']}`\n- onnxruntime {r['onnxruntime']}, providers: "
              f"{', '.join(r['providers'])}\n- export checked: `{r['engine']}`"]
-    parts += [f"- FAILED: {what}: {why}" for what, why in r.get("errors", {}).items()]
+    parts += [f"- FAILED: {what}: {why}" for what, why in r["errors"].items()]
     if "greedy" in r:
         parts.append(Table("## Greedy output against the CPU provider", ("draft", "gamma", "identical"),
                            [[x["draft"], str(x["gamma"]), f"{x['identical']}/{x['prompts']}"]
                             for x in r["greedy"]["rows"]]))
     if "sampling" in r:
         s = r["sampling"]
+        p = "n/a" if s["p_value"] is None else format(s["p_value"], ".3g")
         parts += ["## Distribution at T = 1",
                   f"First token of {s['samples']} requests on {s['prompts']} prompts ({s['draft']}, gamma "
                   f"{s['gamma']}; {s['accepted']}/{s['proposed']} guesses kept) against the target's exact "
-                  f"distribution: chi-square over {s['bins']} bins, {s['dof']} degrees of freedom, p = "
-                  f"{'n/a' if s['p_value'] is None else format(s['p_value'], '.3g')} "
+                  f"distribution: chi-square over {s['bins']} bins, {s['dof']} degrees of freedom, p = {p} "
                   f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom)."]
     if "copies" in r:
         c = r["copies"]
@@ -409,8 +370,8 @@ def sections(r: dict) -> list:
             rows.append(["transformers greedy", "-", z["transformers_error"]])
         rows.append(["bandwidth bound", f"{b['ms_per_token']:.2f}", f"{b['decoder_bytes'] / 2**20:.0f} MiB of decoder "
                      f"weights at {b['bandwidth_gbs']:.0f} GB/s ({b['bandwidth']})"])
-        rows.append(["target-only, CUDA graphs", "-", g["error"]] if "error" in g else
-                    ["target-only, CUDA graphs", f"{g['ms_per_token']:.2f}", f"identical: {g['identical']}"])
+        rows.append(["target-only, CUDA graphs", "-" if "error" in g else f"{g['ms_per_token']:.2f}",
+                     g.get("error") or f"identical: {g['identical']}"])
         parts.append(Table(f"## Real size: {z['pair']} (random weights)", ("run", "ms/token", "note"), rows))
     parts += [f"Left out: {what} ({why})." for what, why in r["skipped"].items()]
     return parts + [f"Elapsed: {r['elapsed_s']:.0f} s."]

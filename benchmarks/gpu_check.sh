@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check as one call on a machine with an NVIDIA GPU that cannot download (run from the repository root):
-#   1. onnxruntime-gpu installed beside the image's PyTorch (CUDA 13 libraries), e.g. into /tmp/ort-gpu with an
-#      env.sh that sets PYTHONPATH and LD_LIBRARY_PATH; pass that env.sh as ORT_ENV (default /tmp/ort-gpu/env.sh);
-#   2. bash benchmarks/gpu_check.sh [OUT_DIR]  (default: $OUT, else gpu-check): installs specdec from this tree
-#      without dependencies or downloads, says which of the modules the check needs are missing, and runs
-#      `specdec-bench gpu --provider cuda` with a 7-minute budget, writing gpu-check.md / .json / .log in OUT_DIR.
+# The GPU check in one call, on an NVIDIA GPU machine that cannot download: bash benchmarks/gpu_check.sh [OUT_DIR]
+# (default $OUT, else gpu-check). ORT_ENV (default /tmp/ort-gpu/env.sh) sets PYTHONPATH and LD_LIBRARY_PATH for an
+# onnxruntime-gpu installed beside the image's PyTorch. It says which modules the check needs are missing, installs
+# specdec from this tree (no dependencies, no downloads) and runs `specdec-bench gpu --provider cuda` with a 400 s
+# budget, writing gpu-check.md / .json / .log in OUT_DIR.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu-check}}
@@ -22,11 +21,11 @@ for name in ("onnxruntime", "numpy", "tokenizers", "torch", "transformers", "onn
         missing.append(name)
         print(f"missing: {name} ({type(err).__name__}: {err})")
 if "onnxruntime" not in missing:
-    import onnxruntime
-    print("providers:", onnxruntime.get_available_providers())
+    print("providers:", importlib.import_module("onnxruntime").get_available_providers())
 sys.exit(1 if missing else 0)
 PY
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || { echo "cannot install specdec from this tree"; exit 2; }
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
+    || { echo "cannot install specdec from this tree"; exit 2; }
 timeout 480 python3 -m specdec.bench.cli gpu --provider cuda --work-dir /tmp/specdec-gpu-work --budget-s 400 \
     --out "$out/gpu-check.md" --json "$out/gpu-check.json" 2>&1 | tee "$out/gpu-check.log"
 exit "${PIPESTATUS[0]}"

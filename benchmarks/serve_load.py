@@ -1,5 +1,5 @@
-"""Load on specdec-serve: requests/s and p50/p99 latency of the `specdec` model at several client counts and
-instance counts, the same prompts and parameters in every cell, with the batch's occupancy and resident memory.
+"""Load on specdec-serve: requests/s and p50/p99 latency of the `specdec` model by client and instance count (the
+same prompts and parameters in every cell), with the batch's occupancy and resident memory. Needs the serve extra.
 
     specdec-bench serve-load --export DIR [--instances 1] [--clients 1,4,16,64] [--requests 160]
                              [--max-new-tokens 32] [--max-batch 16] [--queue-delay-us 500] [--protocol http|grpc]
@@ -7,21 +7,19 @@ instance counts, the same prompts and parameters in every cell, with the batch's
 
 (`python -m specdec.bench.serve_load` takes the same flags.)
 
-For each instance count it starts the real server (specdec.serve.Server: PyTriton's tritonserver, 127.0.0.1, free
-ports), warms it up, then for each client count runs C client threads (one tritonclient each) that take the next
-of the --requests prompts until all are answered. Latency: send to answer, per request; requests/s: requests /
-wall time of the cell; rows/round: the rows the batch decoded per target run in the cell. Resident memory: the
-benchmark's process (which holds the decoder: PyTriton runs the models' code in it) and the same with its child
-processes (tritonserver, the Python backend stubs), after each cell. --soak N then starts `specdec-serve` (the
-command, in a process of its own, with the same flags) and sends it N requests from 16 clients, reporting that
-server's resident memory with its children after every 1,000 (the clients' own memory is not in it). Every answer is
-checked against the first answer to the same prompt (greedy decoding: one output per prompt), and mismatches are
-reported. The clients run on the same machine as the server and take CPU from it. Needs the serve extra."""
+Per instance count it starts the real server (specdec.serve.Server: PyTriton's tritonserver, 127.0.0.1, free ports)
+and warms it up; per client count, C client threads take the next of the --requests prompts until all are answered.
+Latency: send to answer; requests/s: requests / the cell's wall time; rows/round: rows decoded per target run.
+Resident memory after each cell: this process (PyTriton runs the decoder in it), and with its children (tritonserver,
+the backend stubs). --soak N then starts `specdec-serve` in its own process with the same flags and sends it N
+requests from 16 clients: its memory with its children after every 1,000. Every answer is checked against the first
+answer to its prompt (greedy: one output per prompt). The clients take CPU from the server on the same machine."""
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import sys
 import threading
 import time
@@ -58,33 +56,15 @@ def add_arguments(p) -> None:
     p.add_argument("--prompts", default=None, metavar="FILE",
                    help="JSONL ({\"source\": ...}) or text file of prompts (default: the bundled test prompts)")
     p.add_argument("--max-new-tokens", type=int, default=32, help="tokens per request (default 32)")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="http",
-                   help="how the clients talk to the server (default http)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http", help="the clients' protocol (default http)")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads of the decoder (0: onnxruntime's)")
     p.add_argument("--warmup", type=int, default=16, help="untimed requests before the cells (default 16)")
-    p.add_argument("--json", default=None, metavar="OUT.json",
-                   help="write the results and the machine description here")
-
-
-def _prompts(path, count: int) -> list:
-    from .common import prompts as prompt_files
-
-    path = path or prompt_files.bundled_prompts_file()
-    if path is None:
-        raise SpecdecError("no prompts: the bundled test prompts are not installed", "pass --prompts FILE")
-    texts = [p.text for p in prompt_files.read_prompts(path) if p.text]
-    if not texts:
-        raise SpecdecError(f"{path} holds no text prompts", "use a JSONL with \"source\" or a text file")
-    return [texts[i % len(texts)] for i in range(count)]
+    p.add_argument("--json", metavar="OUT.json", help="also write the figures and the machine as JSON")
 
 
 def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_tokens: int) -> dict:
-    """C clients share the prompts; returns latencies (s, in prompt order), the answers and the wall time. A request
-    is one row: Triton's dynamic batching gives `specdec`'s tensors a batch dimension, [1, 1]."""
-    if protocol == "http":
-        import tritonclient.http as module
-    else:
-        import tritonclient.grpc as module
+    """C clients share the prompts; a request is one row, [1, 1] (Triton's dynamic batching adds the batch dim)."""
+    module = importlib.import_module(f"tritonclient.{protocol}")
     latencies, answers = [None] * len(prompts), [None] * len(prompts)
     errors, lock, next_index = [], threading.Lock(), iter(range(len(prompts)))
 
@@ -124,7 +104,6 @@ def run_cell(port: int, protocol: str, clients: int, prompts: list, max_new_toke
 
 
 def run_soak(args, instances: int, prompts: list) -> list:
-    """`specdec-serve` in its own process, args.soak requests from 16 clients; its memory after every 1,000."""
     import subprocess
     import tempfile
     import urllib.request
@@ -178,13 +157,18 @@ def run_soak(args, instances: int, prompts: list) -> list:
 
 
 def run(args) -> int:
-    """The load cells of the parsed flags; the JSON report's "command" is args.command_line, as it was typed."""
     from specdec.serve.server import Server, free_ports
 
-    from .common import running
+    from .common import prompts as prompt_files, running
     from .common.machine import describe, load_average, resident_mib
 
-    prompts = _prompts(args.prompts, args.requests)
+    path = args.prompts or prompt_files.bundled_prompts_file()
+    if path is None:
+        raise SpecdecError("no prompts: the bundled test prompts are not installed", "pass --prompts FILE")
+    texts = [p.text for p in prompt_files.read_prompts(path) if p.text]
+    if not texts:
+        raise SpecdecError(f"{path} holds no text prompts", "use a JSONL with \"source\" or a text file")
+    prompts = [texts[i % len(texts)] for i in range(args.requests)]
     machine = describe("cpu")
     results, soak, first_answer = [], [], {}
     for instances in args.instances:
@@ -221,7 +205,6 @@ def run(args) -> int:
 
 
 def sections(report: dict) -> list:
-    """The cells' table, and the soak's memory where there was one."""
     parts = [Table("", ("instances", "clients", "requests/s", "p50 ms", "p99 ms", "mean ms", "rows/round",
                         "resident MiB (with tritonserver)", "mismatches"),
                    [[str(r["instances"]), str(r["clients"]), f"{r['requests_per_s']:.2f}", f"{r['p50_ms']:.1f}",
@@ -237,7 +220,6 @@ def sections(report: dict) -> list:
 
 
 def main(argv=None) -> int:
-    """`python -m specdec.bench.serve_load`: the same as `specdec-bench serve-load`."""
     from .common.options import tool_main
 
     return tool_main("python -m specdec.bench.serve_load", __doc__, add_arguments, run, argv)

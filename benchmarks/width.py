@@ -5,52 +5,43 @@ the wider target run they need.
 
 (`python -m specdec.bench.width` takes the same flags.)
 
-At T = 0 a round keeps the longest candidate prefix equal to the target's greedy continuation, plus one token, however
-the candidates are verified; so the tokens per target run of B candidates replay exactly from each prompt's greedy
-output: at each position the lookup (the output, the source, the datastore) proposes its candidate of up to gamma
-tokens and the datastore's next-ranked continuations (distinct first tokens) fill up to B. B = 1 is today's lookup;
-its replay must match the decoder's own target runs (`replay_matches_runtime`).
+At T = 0 a round keeps the longest candidate prefix equal to the target's greedy continuation, plus one token, so the
+tokens per target run of B candidates replay exactly from each prompt's greedy output: at each position the lookup
+proposes its candidate of up to gamma tokens and the datastore's next-ranked continuations (distinct first tokens)
+fill up to B. B = 1 is today's lookup, and its replay must match the decoder's own target runs.
 
-The cost: a tree of B candidates is one target run over 1 + their tokens. `--wide-export` (the same pair with a
-larger --gamma-max, e.g. 64) has its target runs over 1 .. gamma_max + 1 tokens timed by the cost probe; the
-prediction per B is (tokens per run) / (T(nodes) / T(1)), the lookup's host work (tens of microseconds) left out.
+A tree of B candidates costs one target run over 1 + their tokens. `--wide-export` (the same pair with a larger
+--gamma-max, e.g. 64) has its runs over 1 .. gamma_max + 1 tokens timed by the cost probe; the prediction per B is
+(tokens per run) / (T(nodes) / T(1)), the lookup's host work (tens of microseconds) left out.
 """
 
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 
-from .common.options import PROMPT_FILE, write_figures
+from .common.options import PROMPT_FILE, tool_main, write_figures
 from .common.tables import Table, render
-
-
-class _Round:
-    """The part of the workspace a lookup reads: the final tokens (start token first) and this round's so far."""
-
-    def __init__(self, seq):
-        self.seq, self.known = seq, []
 
 
 def candidates(lookup, seq: list, gamma: int, width: int) -> list:
     """Up to `width` candidates: the lookup's own, then the datastore's next-ranked continuations of the context."""
-    first = lookup.guesses(_Round(seq), gamma)
+    first = lookup.guesses(SimpleNamespace(seq=seq, known=[]), gamma)     # the workspace part a lookup reads
     out = [first] if first else []
     store = lookup.datastore
     if store is not None and width > len(out):
         context = ([store.sep] + seq[1:])[-store.width:]        # SEP (the start) only while the output is short
         _, more = store.continuations(context, gamma, width + 1)
-        seen = {c[0] for c in out}
         for c in more:
-            if c[0] not in seen and len(out) < width:
+            if len(out) < width and all(c[0] != o[0] for o in out):
                 out.append(c)
-                seen.add(c[0])
     return out
 
 
 def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: int) -> tuple[int, int, int]:
-    """(target runs, tokens, candidate tokens verified) for one prompt at T = 0 with `width` candidates a round."""
+    """(target runs, tokens, candidate tokens verified) for one prompt."""
     lookup.start(source_ids, None)
     pos, runs, nodes = 0, 0, 0
     while pos < len(greedy):
@@ -58,10 +49,8 @@ def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: i
         found = candidates(lookup, seq, min(gamma, len(greedy) - pos - 1), width) if pos < len(greedy) - 1 else []
         kept = 0
         for c in found:
-            n = 0
-            while n < len(c) and pos + n < len(greedy) and c[n] == greedy[pos + n]:
-                n += 1
-            kept = max(kept, n)
+            same = [a == b for a, b in zip(c, greedy[pos:])] + [False]
+            kept = max(kept, same.index(False))
         runs += 1
         nodes += sum(len(c) for c in found)
         pos += kept + 1
@@ -69,8 +58,6 @@ def replay(lookup, source_ids, greedy: list, start_id: int, gamma: int, width: i
 
 
 def sections(report: dict) -> list:
-    """Per task and setting, tokens and tree nodes per target run, and with --wide-export the run's cost
-    T(nodes)/T(1) (the probe's ratios, linear between measured n) and the prediction; the replay's check."""
     ratios, line = report.get("verify_ratio"), None
     headers = ["task", "setting", "tokens per target run", "nodes per run (1 + candidate tokens)"]
     title = ""
@@ -82,8 +69,8 @@ def sections(report: dict) -> list:
                                                                 if int(k) in (2, 5, 9, 17, 25, 33, 41)))
     rows = []
     for task, row in report["tasks"].items():
-        rows.append([task, f'the decoder, draft="lookup", gamma {report["gamma"]}', f"{row['runtime_lookup_tokens_per_run']:.3f}", ""]
-                    + ["", ""] * bool(line))
+        rows.append([task, f'the decoder, draft="lookup", gamma {report["gamma"]}',
+                     f"{row['runtime_lookup_tokens_per_run']:.3f}"] + [""] * (len(headers) - 3))
         for name, v in ((n, v) for n, v in row.items() if isinstance(v, dict)):
             cost = float(np.interp(v["nodes_per_run"], *line)) if line else None
             rows.append([task, name, f"{v['tokens_per_run']:.3f}", f"{v['nodes_per_run']:.1f}"]
@@ -93,7 +80,8 @@ def sections(report: dict) -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory (with a datastore for B > 1)")
+    p.add_argument("--export", dest="engine", required=True, metavar="DIR",
+                   help="export directory (with a datastore for B > 1)")
     p.add_argument("--wide-export", dest="wide_engine", metavar="DIR",
                    help="the same pair exported with a larger --gamma-max, for the cost of wide runs")
     p.add_argument("--prompts", metavar="FILE", help=PROMPT_FILE)
@@ -117,8 +105,7 @@ def run(args) -> int:
     report = {"engine": args.engine, "prompts": origin, "gamma": args.gamma, "widths": widths, "tasks": {}}
     for task in sorted({p.task or "-" for p in prompts}):
         chosen = [p for p in prompts if (p.task or "-") == task]
-        runs = tokens = 0
-        greedy = []
+        runs, tokens, greedy = 0, 0, []
         for p in chosen:
             ref = dec.generate(input_ids=p.ids, draft="none", max_new_tokens=args.max_new_tokens)
             res = dec.generate(input_ids=p.ids, draft="lookup", gamma=args.gamma, max_new_tokens=args.max_new_tokens)
@@ -137,17 +124,13 @@ def run(args) -> int:
         report["tasks"][task] = row
     if args.wide_engine:
         wide = SpeculativeDecoder.load(args.wide_engine, provider="cpu")
-        probe = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)
-        report["verify_ratio"] = probe["verify_ratio"]
+        report["verify_ratio"] = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)["verify_ratio"]
     print(render(sections(report)))
     write_figures(args.json, report)
     return 0
 
 
 def main(argv=None) -> int:
-    """`python -m specdec.bench.width`: the same as `specdec-bench width`."""
-    from .common.options import tool_main
-
     return tool_main("python -m specdec.bench.width", __doc__, add_arguments, run, argv)
 
 

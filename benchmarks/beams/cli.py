@@ -16,7 +16,7 @@ from specdec.runtime.core.errors import SpecdecError
 
 from ..common import machine, options, running as common
 from ..common.runs import tasks_of
-from ..common.tables import Table, fmt, same
+from ..common.tables import Table, fmt, snapshot_lines
 from . import measure as beams
 
 HELP = "beam search: none, speculative and auto beam search and transformers' on an export, or costs at real shapes"
@@ -62,11 +62,11 @@ def add_parser(commands) -> None:
     costs = p.add_argument_group("per-call costs (--shapes)")
     costs.add_argument("--beam-rows", type=options.int_list, default=None, metavar="R,...",
                        help="the rows R of the scoring runs to time (default W,2W,3W,4W)")
-    costs.add_argument("--source-length", type=int, default=48, metavar="N", help="random prompt length (default 48)")
+    costs.add_argument("--source-length", type=int, default=48, metavar="N",
+                       help="random prompt length, at most --max-length (default 48)")
 
 
 def run(args) -> int:
-    """--num-beams is beam search; a flag of the other form (--export or --shapes) is a one-line error."""
     if args.num_beams < 2:
         raise SpecdecError(f"--num-beams must be at least 2 for beam search (got {args.num_beams})",
                            "use specdec-bench sweep for greedy and sampling")
@@ -74,13 +74,14 @@ def run(args) -> int:
     for flag, default in other.items():
         if getattr(args, flag[2:].replace("-", "_")) != default:
             raise SpecdecError(f"{flag} does not apply to beams {form}", "see specdec-bench beams --help")
+    if args.shapes and args.source_length > args.max_length:
+        raise SpecdecError(f"--source-length {args.source_length} is longer than --max-length {args.max_length}",
+                           f"pass --source-length {args.max_length} or less, or a larger --max-length")
     args.gamma = [g for g in (args.gamma if args.gamma is not None else beams.DEFAULT_GAMMAS) if g > 0]
     return _shapes(args) if args.shapes else _engine(args)
 
 
 def _shapes(args) -> int:
-    """The per-call costs at real shapes (random weights, so no generation): the target's W x 1 step against
-    R x (g+1) scoring runs for the --beam-rows R, and the draft's W x 1 step, as beams.probe measures them."""
     import numpy as np
 
     from ..shapes import measure as shapes
@@ -156,8 +157,21 @@ def _engine(args) -> int:
 
 # -- the report ---------------------------------------------------------------------------------------------------
 
+def _at(path: str, spec: str = ".2f"):
+    """A cell: the record's value at a dotted path, formatted; "-" where it is missing."""
+    def cell(record):
+        for key in path.split("."):
+            record = record.get(key) if isinstance(record, dict) else None
+        return fmt(record, spec)
+    return cell
+
+
+def _columns(*specs) -> tuple:
+    """Columns from (header, dotted path, format) or (header, cell function)."""
+    return tuple(s if callable(s[1]) else (s[0], _at(*s[1:])) for s in specs)
+
+
 def costs_parts(costs: dict) -> list:
-    """The probe's per-call costs: the target's W x 1 step and R x (g+1) runs, the draft's W x 1 step."""
     seen = {int(g) + 1: e["rows_seen"] for g, e in costs["scoring"].items()}
 
     def rows_seen(t):
@@ -170,67 +184,42 @@ def costs_parts(costs: dict) -> list:
     if costs.get("draft_step_ms") is not None:
         head += (f"; draft W x 1 step {costs['draft_step_ms']:.3f} ms, c = {costs['c']:.3f}; the draft's first step "
                  f"of a round reads {fmt(costs.get('draft_first_step_tokens_mean'))} tokens on average")
-    columns = (same("target run", lambda t: "W x 1" if t["tokens"] == 1 else f"R x {t['tokens']}"),
-               same("rows", lambda t: str(t["rows"])), same("tokens", lambda t: str(t["tokens"])),
-               same("ms", lambda t: fmt(t["ms"], ".3f")), same("x W x 1", lambda t: fmt(t["over_step"])),
-               same("after a switch ms", lambda t: fmt(t.get("after_switch_ms"), ".3f")),
-               same("x", lambda t: fmt(t.get("after_switch_over_step"))),
-               same("rows seen (median, min-max)", rows_seen))
+    head += "\n(x: over the W x 1 step's ms; after a switch: the first run after a run of another shape)"
+    columns = _columns(("target run", lambda t: "W x 1" if t["tokens"] == 1 else f"R x {t['tokens']}"),
+                       ("rows", "rows", "d"), ("tokens", "tokens", "d"), ("ms", "ms", ".3f"), ("x", "over_step"),
+                       ("after a switch ms", "after_switch_ms", ".3f"), ("x", "after_switch_over_step"),
+                       ("rows seen (median, min-max)", rows_seen))
     return [Table(head, columns, costs["target_runs"])]
 
 
-def _pct(part: str):
-    return lambda r: "-" if not r.get("time_share") else f"{100 * r['time_share'][part]:.0f}"
-
-
-def _spec(r: dict) -> dict:
-    return r.get("speculative") or {}
-
-
-def field(key: str, spec: str = ".2f"):
-    """A cell that formats row["prediction"][key]."""
-    return lambda r: fmt(r["prediction"][key], spec)
-
-
-_CONFIG = (same("task", lambda r: r["task"]), same("config", lambda r: r["config"]))
-
-BEAMS = _CONFIG + (
-    same("ms/tok", lambda r: fmt(r["ms_per_token"]["median"], ".3f")),
-    same("+-", lambda r: fmt((r["ms_per_token"]["max"] - r["ms_per_token"]["min"]) / 2, ".3f")),
-    same("ms/req", lambda r: fmt(r["ms_per_request"]["median"], ".1f")),
-    same("vs none", lambda r: fmt(r.get("speedup_vs_none", {}).get("median"))),
-    same("min-max", lambda r: f"{r['speedup_vs_none']['min']:.2f}-{r['speedup_vs_none']['max']:.2f}"
-         if r.get("speedup_vs_none") else "-"),
-    same("vs transformers", lambda r: fmt(r.get("speedup_vs_transformers", {}).get("median"))),
-    same("steps/call", lambda r: fmt(r.get("beam_steps_per_target_call"))),
-    same("spec rounds", lambda r: "-" if not _spec(r) else f"{100 * _spec(r)['round_share']:.0f}%"),
-    same("steps/round", lambda r: fmt(_spec(r).get("steps_per_round"))),
-    same("target %", _pct("target")), same("draft %", _pct("draft")), same("enc %", _pct("encoder")),
-    same("host %", _pct("host")),
-    same("= none", lambda r: f"{r['outputs_equal_none']['equal']}/{r['outputs_equal_none']['compared']}"
-         if r.get("outputs_equal_none") else "-"))
-
-PREDICTIONS = _CONFIG + (
-    same("s", field("steps_per_round")), same("R", field("rows", "d")), same("c", field("c", ".3f")),
-    same("T(R,g+1)/T(W,1)", field("verify_ratio")), same("pred", field("predicted_speedup")),
-    same("ceiling", field("ceiling")), same("T-ratio b-e", field("verify_break_even")),
-    same("c b-e", field("c_break_even", ".3f")), same("c loop", field("c_in_loop", ".3f")),
-    same("T-ratio loop", field("verify_ratio_in_loop")), same("pred loop", field("predicted_in_loop")),
-    same("speedup", lambda r: fmt(r.get("speedup_vs_none", {}).get("median"))),
-    same("meas/pred", field("measured_over_predicted")))
+_CONFIG = (("task", lambda r: r["task"]), ("config", lambda r: r["config"]))
+BEAMS = _CONFIG + _columns(
+    ("ms/tok", "ms_per_token.median", ".3f"),
+    ("+-", lambda r: fmt((r["ms_per_token"]["max"] - r["ms_per_token"]["min"]) / 2, ".3f")),
+    ("ms/req", "ms_per_request.median", ".1f"), ("vs none", "speedup_vs_none.median"),
+    ("min-max", lambda r: f"{r['speedup_vs_none']['min']:.2f}-{r['speedup_vs_none']['max']:.2f}"
+     if r.get("speedup_vs_none") else "-"),
+    ("vs transformers", "speedup_vs_transformers.median"), ("steps/call", "beam_steps_per_target_call"),
+    ("spec rounds", "speculative.round_share", ".0%"), ("steps/round", "speculative.steps_per_round"),
+    ("target", "time_share.target", ".0%"), ("draft", "time_share.draft", ".0%"),
+    ("enc", "time_share.encoder", ".0%"), ("host", "time_share.host", ".0%"),
+    ("= none", lambda r: f"{r['outputs_equal_none']['equal']}/{r['outputs_equal_none']['compared']}"
+     if r.get("outputs_equal_none") else "-"))
+PREDICTIONS = _CONFIG + _columns(*((h, f"prediction.{key}", spec) for h, key, spec in (
+    ("s", "steps_per_round", ".2f"), ("R", "rows", "d"), ("c", "c", ".3f"), ("T(R,g+1)/T(W,1)", "verify_ratio", ".2f"),
+    ("pred", "predicted_speedup", ".2f"), ("ceiling", "ceiling", ".2f"), ("T-ratio b-e", "verify_break_even", ".2f"),
+    ("c b-e", "c_break_even", ".3f"), ("c loop", "c_in_loop", ".3f"), ("T-ratio loop", "verify_ratio_in_loop", ".2f"),
+    ("pred loop", "predicted_in_loop", ".2f"))), ("speedup", "speedup_vs_none.median"),
+    ("meas/pred", "prediction.measured_over_predicted"))
 
 
 def _estimates(when: str, e: dict) -> str:
-    if "unavailable" in e:
-        return f"- {when}: {e['unavailable']}"
     rates = ", ".join(f"gamma {g}: {r:.0f}" for g, r in e["steps_per_s"].items()) or "-"
     seen = ", ".join(f"{g}: {n}" for g, n in e["rounds_seen"].items()) or "-"
-    return f"- {when}: beam steps/s {rates} (best: gamma {e['best']}); rounds by gamma {seen}"
+    return f"{when}: beam steps/s {rates} (best: gamma {e['best']}); rounds by gamma {seen}"
 
 
 def sections(report: dict) -> list:
-    """The report of `beams --export`: settings, per-call costs, the runs per task, the predictions, what auto
-    learned, and the exactness check."""
     s, rows, exact = report["settings"], report["beam_results"], report["beam_outputs_equal"]
     parts = [f"prompts: {s['prompts']} from {s['prompts_origin']} "
              f"({', '.join(f'{t} {n}' for t, n in s['prompts_per_task'].items())}); W = {s['num_beams']}, "
@@ -241,24 +230,21 @@ def sections(report: dict) -> list:
              f"{s['transformers']['torch_threads']}"]
     parts += costs_parts(report["beam_costs"])
     parts.append(Table(
-        "beam search per task (ms/tok: per output token of the best sequence, median over repeats, +- half the "
-        "min-max range; ms/req: per request; vs none / vs transformers: speedup, the median of per-repeat ratios "
-        "(min-max); steps/call: beam steps per target run; spec rounds: share of the rounds that were speculative; "
-        "steps/round: beam steps per speculative round; time shares: target runs, draft runs (with the proposal's "
-        "host work), encoders, host; = none: outputs equal to none's / compared)", BEAMS, rows))
+        "beam search per task (ms/tok: per output token, median over repeats, +- half the min-max range; vs none / "
+        "vs transformers: speedup, median of per-repeat ratios; steps/call: beam steps per target run; spec rounds: "
+        "share of speculative rounds; steps/round: beam steps per speculative one; target, draft, enc, host: time "
+        "shares; = none: outputs equal to none's / compared)", BEAMS, rows))
     predicted = [r for r in rows if r.get("prediction")]
     if predicted:
         parts.append(Table(
-            "what the runs predict for draft:G (s: beam steps per speculative round; R: median rows of its scoring "
-            "run; c: draft W x 1 step / target W x 1 step; pred = s/(g c + T(R,g+1)/T(W,1)), host time left out; "
-            "ceiling = s/(g c + 1); it pays when g c + T-ratio < s: b-e, the largest T-ratio = s - g c and c = "
-            "(s - T-ratio)/g; loop: c and T-ratio as the loop paid them (Stats, over none's target ms per call), "
-            "pred loop = s/(draft runs per round x c loop + T-ratio loop); speedup: measured, vs none)",
+            "what the runs predict for draft:G (notes.prediction: pred = s/(g c + T(R,g+1)/T(W,1)), ceiling = "
+            "s/(g c + 1), b-e: the break-even T-ratio and c, loop: as the loop paid them; speedup: measured, vs none)",
             PREDICTIONS, predicted))
     learned = report["auto_estimates"]
     parts.append("\n".join([f"what auto had learned: {report['auto_estimates_note']}",
-                            _estimates("after the warm-up pass", learned["after_warmup"]),
-                            _estimates("at the end", learned["at_end"])]))
+                            *(f"- {line}" for line in snapshot_lines(
+                                {"after the warm-up pass": learned["after_warmup"], "at the end": learned["at_end"]},
+                                _estimates))]))
     spec = [(task, label, e) for task, by in exact.items() for label, e in by.items() if label != beams.TRANSFORMERS]
     bad = [f"{task}/{label} {e['mismatches']} of {e['compared']}" for task, label, e in spec if e["mismatches"]]
     parts.append(f"beam exactness: MISMATCH with none for {', '.join(bad)}" if bad else
@@ -269,4 +255,3 @@ def sections(report: dict) -> list:
     if hf:
         parts.append(f"transformers' beam search equals none's best sequence: {', '.join(hf)}")
     return parts
-

@@ -1,19 +1,12 @@
-"""Beam search (`specdec-bench beams --export DIR --num-beams W`), per task: none (specdec, draft="none":
-target-only beam search, every speedup's baseline), draft:G (exact speculative beam search, gamma=G: its outputs must
-equal none's), auto (gamma="auto": per round a gamma or a target-only step, by measured beam steps per second) and
-transformers (generate(num_beams=W, do_sample=False) on the export's checkpoint).
-
-Order: a fresh `dec.learning()` (a cold start for auto), an untimed warm-up pass of every prompt with every
-configuration (auto learns; the run shapes are recorded for the cost probe), then the repeats: the specdec
-configurations interleaved per prompt (rotated by one per prompt and repeat), and transformers as one block after
-one unmeasured call (PyTorch's and ONNX Runtime's threads keep spinning after a call, so alternating engines per
-prompt would slow whichever runs next), before the specdec block in even repeats, after it in odd ones. What the
-figures mean: NOTES.
+"""Beam search on an export, per task: none (draft="none", target-only: every speedup's baseline), draft:G (exact
+speculative beam search: outputs must equal none's), auto (gamma="auto") and transformers (generate(num_beams=W)).
+After an untimed warm-up pass (auto learns from a cold start; the run shapes are recorded for the cost probe), each
+repeat runs the specdec configurations interleaved per prompt (rotated), and transformers as one block after an
+unmeasured call (threads keep spinning after a call, slowing whichever engine runs next), first in even repeats.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import statistics
 import time
@@ -31,40 +24,33 @@ TRANSFORMERS = "transformers"
 DEFAULT_GAMMAS = (1, 2, 4)
 ESTIMATES_NOTE = ("auto's estimates (dec.beam_estimates: beam steps per second by gamma, 0 = a target-only step) were "
                   "reset before the warm-up pass and learned on it; they keep learning during the timed repeats.")
-
-
 NOTES = {
-    "beam_results": "one row per (task, configuration); config: none (specdec target-only beam search, draft='none'), "
-                    "draft:G (exact speculative beam search, draft='draft', gamma=G), auto (gamma='auto'), "
-                    "transformers (PyTorch generate(num_beams=W) on the target checkpoint)",
-    "ms_per_token": "per repeat: wall time over the task's prompts / tokens of the best sequences (Stats.new_tokens; "
-                    "for transformers its output up to EOS); spread over repeats. ms_per_request likewise per request",
-    "speedup_vs_none": "per repeat: none's wall time over the task's prompts / this configuration's (the same "
-                       "prompts, equal outputs); spread over repeats. speedup_vs_transformers likewise with "
-                       "transformers' wall time",
-    "beam_steps_per_target_call": "beam steps (a target-only round makes 1, a speculative round 1 .. g+1: "
-                                  "Stats.sources tokens) / target runs",
-    "speculative": "Stats.sources summed over the timed runs: rounds, proposed, accepted and steps of the "
-                   "speculative rounds (source 'draft'), target_only_rounds (source 'none'), round_share = "
-                   "speculative rounds / target runs, steps_per_round, accepted_per_guess = accepted / proposed",
-    "time_share": "Stats target_s, draft_s (the draft runs and the proposal's host work between them), encoder_s, "
-                  "host_s over total_s, pooled over the timed runs",
-    "outputs_equal_none": "sequences equal to none's (the reference: not on its own rows) on the same prompt in the "
-                          "same pass (the warm-up pass and every repeat); for transformers its best sequence against "
-                          "none's best (agreement, not required: PyTorch and ONNX Runtime logits differ by round-off)",
-    "beam_costs": "the batched sessions' run times at past_length, median over repeats: target W x 1 "
+    "beam_results": "one row per (task, configuration); config: none (specdec target-only beam search), draft:G "
+                    "(exact speculative beam search, gamma=G), auto (gamma='auto'), transformers (PyTorch "
+                    "generate(num_beams=W) on the target checkpoint)",
+    "ms_per_token": "per repeat: wall time over the task's prompts / tokens of the best sequences (for transformers "
+                    "its output up to EOS); spread over repeats. ms_per_request likewise per request",
+    "speedup_vs_none": "per repeat: none's wall time over the task's prompts / this configuration's; spread over "
+                       "repeats. speedup_vs_transformers likewise with transformers' wall time",
+    "beam_steps_per_target_call": "beam steps (a target-only round makes 1, a speculative one 1 .. g+1) / target runs",
+    "speculative": "Stats.sources over the timed runs: rounds, proposed, accepted and steps of the speculative rounds "
+                   "(source 'draft'), target_only_rounds (source 'none'), round_share = speculative rounds / target "
+                   "runs, steps_per_round, accepted_per_guess = accepted / proposed",
+    "time_share": "Stats target_s, draft_s (the draft runs and the proposal's host work), encoder_s, host_s over "
+                  "total_s, pooled over the timed runs",
+    "outputs_equal_none": "sequences equal to none's on the same prompt in the same pass (warm-up and every repeat); "
+                          "for transformers its best sequence against none's (agreement, not required: PyTorch and "
+                          "ONNX Runtime logits differ by round-off)",
+    "beam_costs": "run times at past_length on the batched sessions, median over repeats: target W x 1 "
                   "(target_step_ms), target R x (g+1) for R = W, W (g+1) and the median rows seen in the warm-up "
-                  "pass (scoring[g]), the draft's W x 1 step; c = draft step / target step. Each target shape runs "
-                  "twice in a row: ms is the second run, after_switch_ms the first (right after another shape: ONNX "
-                  "Runtime's per-shape work, which the loop pays on most scoring runs)",
-    "prediction": "for draft:G: s / (g c + T(R, g+1)/T(W, 1)), s = measured beam steps per speculative round; "
-                  "host time left out; ceiling = s / (g c + 1) (a scoring run as cheap as a W x 1 step, as on hardware "
-                  "where a run's cost does not grow with its rows and tokens); "
-                  "c_in_loop = draft ms per call (Stats, the proposal's host work included) / none's target ms per "
-                  "call, verify_ratio_in_loop = target ms per call / none's, predicted_in_loop = s / (draft runs per "
-                  "round x c_in_loop + verify_ratio_in_loop); "
-                  "a round pays when g c + T(R, g+1)/T(W, 1) < s: verify_break_even = s - g c and c_break_even = "
-                  "(s - T(R, g+1)/T(W, 1)) / g are the largest ratio and c at which it would",
+                  "(scoring[g]), the draft's W x 1 step; c = draft step / target step. ms: a shape's second run in a "
+                  "row; after_switch_ms: its first, right after another shape (ONNX Runtime's per-shape work, which "
+                  "the loop pays on most scoring runs)",
+    "prediction": "for draft:G: s / (g c + T(R, g+1)/T(W, 1)), s = measured beam steps per speculative round, host "
+                  "time left out; ceiling = s / (g c + 1); a round pays when g c + T(R, g+1)/T(W, 1) < s: "
+                  "verify_break_even = s - g c, c_break_even = (s - T(R, g+1)/T(W, 1)) / g; in the loop (Stats, over "
+                  "none's target ms per call): c_in_loop = draft ms per call, verify_ratio_in_loop = target ms per "
+                  "call, predicted_in_loop = s / (draft runs per round x c_in_loop + verify_ratio_in_loop)",
 }
 
 
@@ -107,7 +93,6 @@ def configs(gammas, auto: bool = True, transformers: bool = True) -> list[BeamCo
 
 
 def check(dec, cfgs, settings: BeamSettings) -> None:
-    """Every specdec configuration's parameters are valid for this export (one-line errors)."""
     if any(c.draft == "draft" for c in cfgs) and "draft" not in dec.manifest.models:
         raise SpecdecError("speculative beam search needs the export's draft model 'draft'",
                            "export a pair, or run --num-beams with --gamma 0 (target-only beam search)")
@@ -119,11 +104,10 @@ def check(dec, cfgs, settings: BeamSettings) -> None:
 
 
 def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threads: int):
-    """(run(ids) -> tokens, or None; status; checkpoint path): transformers' beam search on the target checkpoint
-    (the export manifest's unless given); "not installed" when it cannot run."""
+    """(run(ids) -> tokens, or None where transformers is not installed; status; checkpoint path)."""
     from pathlib import Path
 
-    from ..common.peer_engines import load_hf, normalize
+    from ..common.peers import load_hf, normalize
     from ..common.prompts import special_id
 
     path = checkpoint or dec.manifest.models["target"].source
@@ -151,24 +135,15 @@ def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threa
 
 # -- the run ----------------------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def census(model, shapes: list):
-    """Record the (rows, tokens) of every run of a BeamModel into `shapes` (untimed passes only)."""
-    run = model.run
-
-    def recording(tokens):
-        shapes.append(tuple(int(n) for n in tokens.shape))
+def recording(run, shapes: list):
+    """`run` (a BeamModel's) that records the (rows, tokens) of every call into `shapes`."""
+    def recorded(tokens):
+        shapes.append(tokens.shape)
         return run(tokens)
-
-    model.run = recording
-    try:
-        yield
-    finally:
-        del model.run                  # the class's method again
+    return recorded
 
 
 class BeamCell(Cell):
-    """One (task, configuration): sums over the task's prompts, one entry per repeat, and Stats.sources pooled."""
     summed = ("total_s", "requests", "new_tokens", "target_calls", "draft_calls", "target_s", "draft_s", "encoder_s",
               "host_s", "steps")
     source_keys = SOURCE_KEYS
@@ -177,7 +152,7 @@ class BeamCell(Cell):
         return sum(s.tokens for s in stats.sources.values()) if key == "steps" else super().stat(key, stats)
 
     def add_wall(self, repeat: int, seconds: float, new_tokens: int) -> None:
-        """A request timed from outside (transformers): wall time and output length only."""
+        """A request timed from outside (transformers)."""
         for key, value in (("total_s", seconds), ("requests", 1), ("new_tokens", new_tokens)):
             self.repeat_sums(repeat)[key] += value
 
@@ -186,55 +161,34 @@ class BeamCell(Cell):
 
 
 def estimates_snapshot(est) -> dict:
-    """What gamma="auto" learned (BeamEstimates): beam steps per second by gamma (0 = a target-only step), the
-    rounds each gamma ran, and the gamma with the best rate."""
-    try:
-        rates = est.rates()
-        return {"steps_per_s": {str(g): r for g, r in rates.items()},
-                "rounds_seen": {str(g): n for g, n in sorted(est.seen.items())},
-                "best": max(rates, key=rates.get) if rates else None}
-    except (AttributeError, TypeError, ValueError) as err:      # the runtime changed what it keeps: report it
-        return {"unavailable": f"{type(err).__name__}: {err}"}
+    rates = est.rates()
+    return {"steps_per_s": {str(g): r for g, r in rates.items()},
+            "rounds_seen": {str(g): n for g, n in sorted(est.seen.items())},
+            "best": max(rates, key=rates.get) if rates else None}
 
 
 def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf, progress):
-    """Run everything (module docstring). Returns (cells {(task, label): BeamCell}, equality {(task, label):
-    {equal, compared, first_mismatch}} against none (transformers' agreement under its label), shapes
-    {"target"|"draft": [(rows, tokens)]} of the warm-up pass, the learning, its estimates after the warm-up)."""
+    """(cells {(task, label): BeamCell}, equality {(task, label): counts} against none, the warm-up pass's run
+    shapes {"target"|"draft": [(rows, tokens)]}, the learning, its estimates after the warm-up)."""
     spec = [c for c in cfgs if c.specdec]
     use_hf = hf is not None and len(spec) < len(cfgs)
     labels = [c.label for c in spec] + ([TRANSFORMERS] if use_hf else [])
     cells = {(task, label): BeamCell() for task in tasks_of(prompts) for label in labels}
-    equality = {key: {"equal": 0, "compared": 0, "first_mismatch": None} for key in cells if key[1] != NONE.label}
     params = {c.label: c.params(settings) for c in spec}
-    reference, hf_outputs = {}, {}            # (pass, prompt index) -> none's sequences / [transformers' tokens]
+    outputs = {}                              # (pass, prompt index) -> label -> sequences
     learning = dec.learning()                 # a cold start for auto
 
-    def compare(key, pass_id, i, seqs):
-        ref = reference.get((pass_id, i))
-        if ref is None or key not in equality:
-            return
-        e = equality[key]
-        e["compared"] += 1
-        if seqs == ref:
-            e["equal"] += 1
-        elif e["first_mismatch"] is None:
-            e["first_mismatch"] = {"pass": pass_id, "prompt": i}
-
-    def spec_pass(pass_id, shift, repeat=None):
+    def spec_pass(repeat=None):               # None: the untimed warm-up pass
         for i, p in enumerate(prompts):
-            got = {}
-            for c in rotated(spec, shift + i):
+            got = outputs.setdefault(("warmup" if repeat is None else repeat, i), {})
+            for c in rotated(spec, (repeat or 0) + i):
                 res = dec.generate(input_ids=p.ids, params=params[c.label], learned=learning)
                 got[c.label] = [list(s) for s in res.sequences]
                 if repeat is not None:
                     cells[(task_of(p), c.label)].add(repeat, res.stats)
                 progress.update(1)
-            reference[(pass_id, i)] = got[NONE.label]
-            for label, seqs in got.items():
-                compare((task_of(p), label), pass_id, i, seqs)
 
-    def hf_pass(pass_id, repeat=None):
+    def hf_pass(repeat=None):
         if not use_hf:
             return
         if repeat is not None:
@@ -245,40 +199,47 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf, prog
             out = hf(p.ids)
             if repeat is not None:
                 cells[(task_of(p), TRANSFORMERS)].add_wall(repeat, time.perf_counter() - t, len(out))
-            hf_outputs[(pass_id, i)] = [out]
+            outputs.setdefault(("warmup" if repeat is None else repeat, i), {})[TRANSFORMERS] = [out]
             progress.update(1)
 
     shapes = {"target": []} | ({"draft": []} if any(c.draft == "draft" for c in spec) else {})
-    with contextlib.ExitStack() as stack:
-        for name, seen in shapes.items():
-            stack.enter_context(census(dec.beam_model(name), seen))
-        spec_pass("warmup", 0)
-    hf_pass("warmup")
+    models = {name: dec.beam_model(name) for name in shapes}
+    for name, model in models.items():
+        model.run = recording(model.run, shapes[name])
+    spec_pass()
+    for model in models.values():
+        del model.run                  # the class's method again
+    hf_pass()
     learned = estimates_snapshot(learning.beam_estimates)
     for r in range(repeats):
-        blocks = [lambda r=r: spec_pass(r, r, r), lambda r=r: hf_pass(r, r)]
-        for block in (blocks if r % 2 else blocks[::-1]):
-            block()
-    for (pass_id, i), out in hf_outputs.items():
-        compare((task_of(prompts[i]), TRANSFORMERS), pass_id, i, out)
+        for block in ((spec_pass, hf_pass) if r % 2 else (hf_pass, spec_pass)):
+            block(r)
+    equality = {key: {"equal": 0, "compared": 0, "first_mismatch": None} for key in cells if key[1] != NONE.label}
+    for (pass_id, i), got in outputs.items():
+        for label, seqs in got.items():
+            e = equality.get((task_of(prompts[i]), label))
+            if e is None:
+                continue
+            e["compared"] += 1
+            if seqs == got[NONE.label]:
+                e["equal"] += 1
+            elif e["first_mismatch"] is None:
+                e["first_mismatch"] = {"pass": pass_id, "prompt": i}
     return cells, equality, shapes, learning, learned
 
 
 # -- the per-call costs -------------------------------------------------------------------------------------------
 
 def rows_seen(shapes: list, guesses: int) -> dict | None:
-    """The rows of the target's scoring runs over guesses+1 tokens in a shape census: {min, median, mean, max,
-    runs}; None when there was none."""
+    """The rows of the target's scoring runs over guesses+1 tokens in a shape census; None when there was none."""
     rows = [r for r, n in shapes if n == guesses + 1]
-    if not rows:
-        return None
     return {"min": min(rows), "median": statistics.median(rows), "mean": statistics.fmean(rows), "max": max(rows),
-            "runs": len(rows)}
+            "runs": len(rows)} if rows else None
 
 
 def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int, extra_rows=()) -> dict:
-    """Per-call run times on the batched sessions (NOTES["beam_costs"]), ms, median over `repeats`, the order of the
-    shapes rotated between repeats. Each run is rolled back (`length` set back to `past`): every one sees one past."""
+    """Per-call run times on the batched sessions (NOTES["beam_costs"]), the order of the shapes rotated between
+    repeats. Each run is rolled back (`length` set back to `past`): every one sees one past."""
     gammas = sorted({int(g) for g in gammas if g > 0})
     g_max = max(gammas, default=0)
     past = max(1, min(past, dec.max_length - g_max - 2))
@@ -337,14 +298,12 @@ def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int, e
 # -- the rows of the report ---------------------------------------------------------------------------------------
 
 def summarize(cells: dict, cfgs, equality: dict, costs: dict | None) -> list[dict]:
-    """One row per (task, configuration), tasks in order of appearance, configurations in the run's order: ms per
-    output token and per request, speedups over none and transformers (per repeat: their wall time over this one's),
-    outputs equal to none's, and for specdec where the time went, the speculative rounds and the prediction."""
+    """One row per (task, configuration), in the order of `cells` (NOTES)."""
     by_label = {c.label: c for c in cfgs}
     rows = []
     for (task, label), cell in cells.items():
         config, pooled = by_label[label], cell.pooled()
-        ms_tok = [1000.0 * r["total_s"] / max(r["new_tokens"], 1) for r in cell.per_repeat]
+        ms_tok = cell.ms_per_token()
         ms_req = [1000.0 * r["total_s"] / max(r["requests"], 1) for r in cell.per_repeat]
         row = {"task": task, "config": label, "engine": "specdec" if config.specdec else TRANSFORMERS,
                "draft": config.draft, "gamma": config.gamma, "repeats": len(cell.per_repeat),
@@ -388,8 +347,8 @@ def _specdec_parts(pooled: dict, sources: dict) -> dict:
     }
 
 
-def prediction(row: dict, config: BeamConfig, costs: dict | None, none: dict | None = None) -> dict | None:
-    """For draft:G, NOTES["prediction"] (`none`: none's row of the same task)."""
+def prediction(row: dict, config: BeamConfig, costs: dict | None, none: dict | None) -> dict | None:
+    """NOTES["prediction"] for draft:G (`none`: none's row of the same task); None for other configurations."""
     if not costs or not isinstance(config.gamma, int) or config.gamma < 1:
         return None
     spec = row["speculative"]
@@ -419,12 +378,10 @@ def prediction(row: dict, config: BeamConfig, costs: dict | None, none: dict | N
 
 
 def equality_summary(rows: list[dict]) -> dict:
-    """task -> label -> {equal, compared, mismatches, first_mismatch} for the specdec configurations (must all be
-    equal) and transformers (agreement, informative: PyTorch and ONNX Runtime logits differ by round-off)."""
+    """task -> label -> {equal, compared, mismatches, first_mismatch}."""
     out: dict = {}
-    for r in rows:
-        if "outputs_equal_none" in r:
-            e = r["outputs_equal_none"]
-            out.setdefault(r["task"], {})[r["config"]] = {k: e[k] for k in ("equal", "compared", "mismatches",
-                                                                           "first_mismatch")}
+    for r in (r for r in rows if "outputs_equal_none" in r):
+        e = r["outputs_equal_none"]
+        out.setdefault(r["task"], {})[r["config"]] = {k: e[k] for k in ("equal", "compared", "mismatches",
+                                                                       "first_mismatch")}
     return out

@@ -1,1 +1,2 @@
-"""What specdec-bench's commands share: flags, prompts, the machine line, the cost probe, Theorem 3.8, the peers, tables and the report."""
+"""What specdec-bench's commands share: flags, prompts, the machine line, the cost probe, Theorem 3.8, the
+peers, tables and the report."""

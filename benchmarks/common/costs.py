@@ -1,24 +1,16 @@
 """Per-call costs measured directly on a loaded decoder's public parts (`dec.target`, `dec.draft.model`,
-`dec.workspace`), with no generation loop around them.
-
-An export fuses Algorithm 1's sampling work into every decoder graph (the speculative head, export/head.py), so each
-decoder call timed here is decoder + head, bound exactly as the decoding loop binds it (L = `past`: both caches hold
-positions 0..L-1, the token buffer holds the sequence by position):
+`dec.workspace`), with no generation loop around them. Each decoder call is decoder + the fused sampling head
+(export/head.py), bound as the decoding loop binds it, at past length L (both caches hold positions 0..L-1):
 
     target one-token step   ws.end = L; target.run(*ws.run(L)): decoder over 1 token + a plain draw (G = 0)
-    target k-token pass     ws.end = L + k - 1; target.run(*ws.run(L, guesses=k - 1, q=ws.rows(0), out=ws.p)), k = 1 ..
-                            gamma_max+1: decoder over k tokens + accept/residual over the k-1 guesses (G = k-1)
-    draft one-token step    ws.end = L; draft.model.run(*ws.run(L, out=ws.rows(0), out_row=0, next_slot=L + 1)):
-                            decoder + standardize/draw (G = 0)
+    target k-token pass     ws.end = L + k - 1; target.run(*ws.run(L, guesses=k - 1, q=ws.rows(0), out=ws.p)),
+                            k = 1 .. gamma_max+1: decoder over k tokens + accept/residual over k-1 guesses
+    draft one-token step    ws.end = L; draft.model.run(*ws.run(L, out=ws.rows(0), out_row=0, next_slot=L + 1))
 
-The head's share of a fused run cannot be timed from outside it, so the head is also timed alone
-(`specdec.export.head.head_only_model()` as its own ONNX Runtime session on this provider, the export's vocabulary
-bound through IO binding) at G = 0 .. gamma_max, temperature 0 and the probe temperatures, plain and filtered: those
-`head_ms` are estimates of the in-graph cost, and every report that uses them says so.
-
-The draft proposes gamma_max real guesses once, so the verify passes check its own guesses against its own q rows.
-Every decoder call is rolled back right after and the token buffer restored, so every measurement sees the same past
-length and inputs; the order of all measured calls rotates between repeats so slow drift spreads evenly.
+The head's share of a fused run cannot be timed from outside, so the head is also timed alone (head_only_model() as
+its own ONNX Runtime session on this provider) at G = 0 .. gamma_max, several temperatures and filters: `head_ms`
+are estimates. The verify passes check the draft's own gamma_max guesses; every call is rolled back and the token
+buffer restored after it, and the order of the measured calls rotates between repeats.
 """
 
 from __future__ import annotations
@@ -37,8 +29,7 @@ HEAD_NOTE = ("the speculative head alone (export/head.py head_only_model) timed 
 
 
 def head_filters(top_k: int = 0, top_p: float = 1.0, sweep_filters=()) -> list[tuple[int, float]]:
-    """(top_k, top_p) settings the head is timed at: plain, the probe's own filter, every filter of the sweep
-    and the reference filter."""
+    """(top_k, top_p) settings the head is timed at: plain, the probe's, the sweep's and the reference filter."""
     out = [PLAIN, (int(top_k), float(top_p)), *((int(k), float(p)) for k, p in sweep_filters), REFERENCE_FILTER]
     return list(dict.fromkeys(out))
 
@@ -49,34 +40,17 @@ def _key(role: str, guesses: int, temperature: float, top_k: int, top_p: float) 
 
 def head_lookup(probe: dict | None, role: str, guesses: int, temperature: float, top_k: int = 0,
                 top_p: float = 1.0) -> float | None:
-    """The probe's head time (ms) for one setting; the draft's G = 0 falls back to the target's. None: not timed."""
-    if not probe or not probe.get("head_ms"):
-        return None
+    """The probe's head time (ms) for one setting, None if not timed; the draft's G = 0 falls back to the target's."""
     table = {_key(e["role"], e["guesses"], e["temperature"], e["top_k"], e["top_p"]): e["ms"]
-             for e in probe["head_ms"]}
+             for e in (probe or {}).get("head_ms") or ()}
     found = table.get(_key(role, guesses, temperature, top_k, top_p))
-    if found is None and role == "draft":
-        found = table.get(_key("target", guesses, temperature, top_k, top_p))
-    return found
-
-
-def _head_session(provider: str, threads: int):
-    """The speculative head alone, on the decoder's provider (CUDA for TensorRT: too small for an engine build)."""
-    import onnxruntime as ort
-    from specdec.export.head import head_only_model
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = threads, 1, 3
-    providers = ([] if provider == "cpu" else ["CUDAExecutionProvider"]) + ["CPUExecutionProvider"]
-    return ort.InferenceSession(head_only_model().SerializeToString(), opts, providers=providers)
+    return table.get(_key("target", guesses, temperature, top_k, top_p)) if found is None and role == "draft" else found
 
 
 def _head_setting(session, device: str, vocab: int, guesses: int, temperature: float, top_k: int, top_p: float,
                   lenience: float):
-    """A callable that runs the head once at this setting (its own IO binding) and returns the seconds it took.
-    Inputs are fixed and realistic: random logits with a spread like a trained model's, draft rows close to the
-    target's (so some guesses pass and some fail), guesses drawn as a draft would pick them."""
+    """A callable running the head once at this setting (its own IO binding), returning its seconds. The inputs
+    are realistic: logits spread like a trained model's, draft rows close to the target's, guesses a draft's picks."""
     import onnxruntime as ort
 
     rng = np.random.default_rng(1000 + guesses)
@@ -112,13 +86,20 @@ def _head_setting(session, device: str, vocab: int, guesses: int, temperature: f
 
 
 def _head_jobs(dec, threads: int, temperatures, filters, guesses, lenience: float):
-    """({job key: callable} for every head setting, [(role, G, T, top_k, top_p), job key] for the entries they
-    report, a problem or None). The draft's G = 0 runs on a session with the draft's thread count (the runtime
-    gives the draft one thread unless told otherwise); when that equals the target's, one measurement serves both."""
+    """({job: callable}, [((role, G, T, top_k, top_p), job)], problem or None). The draft's G = 0 runs with the
+    draft's threads (`threads or 1`); when equal to the target's, one measurement serves both."""
     try:
-        sessions = {n: _head_session(dec.provider, n) for n in dict.fromkeys((threads, threads or 1))}
+        import onnxruntime as ort
+        from specdec.export.head import head_only_model
     except ImportError as err:           # the head is built with onnx (the export extra)
         return {}, [], f"not timed: {err} (pip install 'specdec[export]')"
+    sessions = {}
+    for n in dict.fromkeys((threads, threads or 1)):     # CUDA for TensorRT too: the head is too small for an engine
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = n, 1, 3
+        providers = ([] if dec.provider == "cpu" else ["CUDAExecutionProvider"]) + ["CPUExecutionProvider"]
+        sessions[n] = ort.InferenceSession(head_only_model().SerializeToString(), opts, providers=providers)
     device = "cpu" if dec.provider == "cpu" else "cuda"
     jobs, entries = {}, []
     for t in temperatures:
@@ -135,13 +116,8 @@ def _head_jobs(dec, threads: int, temperatures, filters, guesses, lenience: floa
 def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temperature: float = 0.0,
           top_k: int = 0, top_p: float = 1.0, lenience: float = 1.0, counts=None, threads: int = 0,
           head_temperatures=(1.0,), head_guesses=None, sweep_filters=()) -> dict:
-    """Median costs in ms and the ratios Theorem 3.8 needs. `dec` is a SpeculativeDecoder (its state is reset by
-    the next generate call); `source_ids`: the source's token ids, or a Whisper export's audio (float32 PCM). The
-    fused decoder runs are timed at `temperature`, `top_k`, `top_p`, `lenience`; the head alone additionally at
-    temperature 0 and every `head_temperatures`, plain, with `top_k`/`top_p`, with every (top_k, top_p) of
-    `sweep_filters` and with top_k 50 / top_p 0.9, for G = 0 .. max(head_guesses) (default gamma_max). `threads`:
-    the target's intra-op threads as passed to SpeculativeDecoder.load (the draft's head is timed with
-    `threads or 1`)."""
+    """Median costs in ms and the ratios Theorem 3.8 needs. `source_ids`: token ids, or a Whisper export's PCM.
+    The head alone is also timed at temperature 0 and `head_temperatures`, for G = 0 .. max(head_guesses)."""
     target, ws = dec.target, dec.workspace
     draft = getattr(dec.draft, "model", None)           # a ModelDraft's CachedSeq2Seq; other drafts: no draft step
     gamma_max = dec.gamma_max
@@ -187,11 +163,10 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
             return seconds
         return run
 
-    head_guesses = sorted({int(g) for g in (head_guesses if head_guesses is not None else range(gamma_max + 1))}
-                          | {0})
+    head_guesses = {int(g) for g in (head_guesses if head_guesses is not None else range(gamma_max + 1))} | {0}
     temps = sorted({0.0, float(temperature), *(float(t) for t in head_temperatures)})
     head_jobs, head_entries, head_problem = _head_jobs(dec, threads, temps, head_filters(top_k, top_p, sweep_filters),
-                                                       head_guesses, float(lenience))
+                                                       sorted(head_guesses), float(lenience))
     jobs = {("verify", k): timed(target, past + k - 1, guesses=k - 1, q=ws.rows(0), out=ws.p) for k in counts}
     if draft is not None:
         jobs[("draft",)] = timed(draft, past, out=ws.rows(0), out_row=0, next_slot=past + 1)
@@ -204,37 +179,26 @@ def probe(dec, source_ids, past: int, repeats: int = 30, warmup: int = 3, temper
             seconds = jobs[name]()
             if rep >= warmup:
                 times[name].append(seconds)
-
-    def median_ms(name):
-        return statistics.median(times[name]) * 1000.0
-
-    verify = {k: median_ms(("verify", k)) for k in counts}
-    step = verify.get(1)
-    d_step = median_ms(("draft",)) if draft is not None else None
+    ms = {name: statistics.median(t) * 1000.0 for name, t in times.items()}
+    verify = {k: ms[("verify", k)] for k in counts}
+    step, d_step = verify.get(1), ms.get(("draft",))
     out = {
-        "past_length": past,
-        "source_length": int(source.size),
+        "past_length": past, "source_length": int(source.size), "repeats": repeats,
         "source_seconds": source.size / int(speech["sampling_rate"]) if speech else None,
-        "repeats": repeats,
         "settings": {"temperature": float(temperature), "top_k": int(top_k), "top_p": float(top_p),
                      "lenience": float(lenience)},
-        "target_encoder_ms": encoder_ms["target"],
-        "draft_encoder_ms": encoder_ms.get("draft"),
-        "target_step_ms": step,
-        "draft_step_ms": d_step,
-        "c": d_step / step if d_step is not None and step else None,
+        "target_encoder_ms": encoder_ms["target"], "draft_encoder_ms": encoder_ms.get("draft"),
+        "target_step_ms": step, "draft_step_ms": d_step, "c": d_step / step if d_step is not None and step else None,
         "verify_ms": {str(k): v for k, v in verify.items()},
         "verify_ratio": {str(k): v / step for k, v in verify.items()} if step else {},
-        "head_vocab": dec.vocab_size,
-        "head_threads": {"target": threads, "draft": threads or 1},
-        "head_ms": [{"role": role, "guesses": g, "temperature": t, "top_k": k, "top_p": p,
-                     "ms": median_ms(("head",) + job)} for (role, g, t, k, p), job in head_entries],
+        "head_vocab": dec.vocab_size, "head_threads": {"target": threads, "draft": threads or 1},
+        "head_ms": [{"role": role, "guesses": g, "temperature": t, "top_k": k, "top_p": p, "ms": ms[("head",) + job]}
+                    for (role, g, t, k, p), job in head_entries],
         "head_note": head_problem or HEAD_NOTE,
     }
     # the probe's own setting: the head's share of the fused one-token steps, and c without it
-    t_head = head_lookup(out, "target", 0, temperature, top_k, top_p)
-    d_head = head_lookup(out, "draft", 0, temperature, top_k, top_p)
-    out["target_step_head_ms"], out["draft_step_head_ms"] = t_head, d_head
+    t_head = out["target_step_head_ms"] = head_lookup(out, "target", 0, temperature, top_k, top_p)
+    d_head = out["draft_step_head_ms"] = head_lookup(out, "draft", 0, temperature, top_k, top_p)
     out["c_without_head"] = None
     if None not in (t_head, d_head, d_step, step) and step > t_head and d_step > d_head:
         out["c_without_head"] = (d_step - d_head) / (step - t_head)

@@ -24,7 +24,7 @@ def load_average() -> list | None:
 
 
 def resident_mib(pid: int | None = None) -> dict:
-    """Resident memory (MiB, VmRSS) of process `pid` (default: this one) and of it with all its descendants (a
+    """Resident memory (MiB, VmRSS) of process `pid` (default: this one), alone and with all its descendants (a
     server's tritonserver and stub processes); {} where /proc cannot say."""
     def rss_mib(p) -> float:
         return int((_proc_field(f"/proc/{p}/status", "VmRSS:") or "0 kB").split()[0]) / 1024
@@ -55,8 +55,22 @@ def _version(module: str) -> str | None:
         return None
 
 
+def cpu_busy(seconds: float = 1.0) -> float | None:
+    """Fraction of all cores busy over the next `seconds` (/proc/stat) while this process sleeps."""
+    def sample():
+        with open("/proc/stat") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        return sum(values), values[3] + (values[4] if len(values) > 4 else 0)      # total, idle + iowait
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
 def describe(provider: str | None = None, threads: int = 0) -> dict:
-    """The machine's description for the JSON report."""
     import numpy
     import onnxruntime
 
@@ -77,27 +91,9 @@ def describe(provider: str | None = None, threads: int = 0) -> dict:
         "onnxruntime": onnxruntime.__version__,
         "onnxruntime_providers": onnxruntime.get_available_providers(),
         "numpy": numpy.__version__,
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
-        "ctranslate2": _version("ctranslate2"),
+        **{name: _version(name) for name in ("torch", "transformers", "ctranslate2")},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-
-
-def cpu_busy(seconds: float = 1.0) -> float | None:
-    """Fraction of all cores busy over the next `seconds` (from /proc/stat), while this process sleeps: what other
-    processes use right now (the load average also remembers the last minutes)."""
-    def sample():
-        with open("/proc/stat") as fh:
-            values = [int(v) for v in fh.readline().split()[1:]]
-        return sum(values), values[3] + (values[4] if len(values) > 4 else 0)      # total, idle + iowait
-    try:
-        total0, idle0 = sample()
-        time.sleep(seconds)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return None
-    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
 
 
 def busy_warning(machine: dict) -> str | None:

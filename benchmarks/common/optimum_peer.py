@@ -1,19 +1,15 @@
 """Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM) as a peer of `specdec-bench sweep|drafts --peers`.
 
-A plain script that imports nothing from specdec, run in a subprocess by the interpreter given to --peer-python (a
-venv with optimum-onnx, onnxruntime and a CPU torch: optimum-onnx pins transformers < 4.58, which the project's own
-venv does not have) as `PYTHON -I optimum_peer.py < request.json > response.json`. The request:
+A plain script that imports nothing from specdec, run by the --peer-python interpreter (a venv with optimum-onnx,
+onnxruntime and a CPU torch: optimum-onnx pins transformers < 4.58) as `PYTHON -I optimum_peer.py < request.json`:
 
     {"protocol": 1, "target": DIR, "draft": DIR, "cache": {"target": DIR, "draft": DIR},
      "prompts": [[ids], ...], "max_new_tokens": N, "repeats": R, "threads": T, "gamma": G}
 
-Each checkpoint is exported once (ORTModelForSeq2SeqLM.from_pretrained(DIR, export=True), Optimum's default layout,
-use_cache=True) into its cache directory and loaded from there, on CPUExecutionProvider with intra_op_num_threads T
-and inter_op_num_threads 1 (torch, which runs generate's loop, gets set_num_threads(T)). Two engines, timed by
-`measure` as the in-process peers are: greedy, generate(input_ids, attention_mask, max_new_tokens=N,
-do_sample=False, num_beams=1), and assisted, the same with assistant_model = the ORT draft, num_assistant_tokens=G,
-schedule "constant", no confidence early exit. The response (one JSON line on stdout; whatever else is printed goes
-to stderr):
+Each checkpoint is exported once into its cache directory (Optimum's default layout, use_cache=True) and loaded on
+CPUExecutionProvider, T intra-op threads (torch, which runs generate's loop, too). Two engines, timed by `measure`:
+greedy generate, and assisted with assistant_model = the ORT draft, G tokens a call, schedule "constant". The
+response, one JSON line on stdout (all else printed goes to stderr):
 
     {"protocol": 1, "error": null or "one line", "missing": null or "a package",
      "versions": {...}, "export": {"target": {...}, "draft": {...}},
@@ -21,7 +17,6 @@ to stderr):
                             "seconds": [[s per prompt] per repeat]},
                  "assisted": {"status": "ok" | "error: one line", ...}}}
 """
-
 
 from __future__ import annotations
 
@@ -55,8 +50,7 @@ def versions() -> dict:
 
 
 def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log) -> tuple:
-    """The ORT model of one checkpoint: exported into `cache` once (per optimum-onnx/transformers/torch versions),
-    then loaded from there."""
+    """The ORT model of one checkpoint, exported into `cache` once per optimum-onnx/transformers/torch versions."""
     import onnxruntime as ort
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
@@ -88,9 +82,8 @@ def load(role: str, checkpoint: str, cache: str, threads: int, found: dict, log)
 
 
 class Generate:
-    """Hugging Face `generate`, greedy, with the assistant (when given) proposing a constant `gamma` tokens per call
-    and no confidence early-exit: Algorithm 1's setting. The transformers peer (peer_engines.py) imports it too
-    (this module needs nothing but the standard library until a Generate is made)."""
+    """Hugging Face `generate`, greedy; an assistant proposes a constant `gamma` tokens a call, no confidence
+    early-exit (Algorithm 1's setting). peers.py's transformers peer uses it too."""
 
     def __init__(self, model, assistant=None, gamma: int = 0):
         import torch
@@ -123,12 +116,9 @@ def explain(name: str, err: BaseException) -> str:
 
 
 def measure(engines: dict, prompts: list, max_new_tokens: int, repeats: int, progress=None) -> dict:
-    """{name: {"status", "tokens", "seconds": [[s per prompt] per repeat]}} of engines with run(ids, max_new_tokens)
-    (specdec-bench's in-process peers too): a first pass over all prompts (the tokens, and the warm-up), then the
-    repeats. In each, every engine runs all prompts as one block after one unmeasured call (PyTorch's, CTranslate2's
-    and ONNX Runtime's worker threads keep spinning for a while after a call, so engines alternating prompt by prompt
-    would slow whichever runs next), the block order rotating every repeat so drift spreads evenly. An engine that
-    fails gets its one-line error as its status. `progress(total)`: a bar updated once per call."""
+    """{name: {"status", "tokens", "seconds": [[s per prompt] per repeat]}}: a first pass for the tokens, then the
+    repeats. Each engine runs all prompts as one block after an unmeasured call (runtimes' worker threads spin a
+    while after a call, slowing whichever engine runs next), the block order rotating every repeat."""
     result = {}
     for name, engine in engines.items():
         try:

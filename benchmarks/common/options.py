@@ -92,7 +92,8 @@ def declared(name: str) -> str:
 
 def engine() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument("--export", dest="engine", required=True, metavar="DIR", help="export directory made by specdec-export")
+    parent.add_argument("--export", dest="engine", required=True, metavar="DIR",
+                        help="export directory made by specdec-export")
     return parent
 
 
@@ -120,16 +121,12 @@ def random_prompts(audio: bool = False) -> argparse.ArgumentParser:
     """Random prompts; `audio`: a Whisper pair's are random audio requests instead (--num-prompts defaults to None,
     the command settles it per pair)."""
     parent, g = group("prompts (random ids" + (", or random audio for a Whisper pair)" if audio else ")"))
-    if audio:
-        g.add_argument("--num-prompts", type=int, default=None, metavar="N",
-                       help="random prompts (default 8; 0: 4); a Whisper pair: random audio requests filling the "
-                            "encoder's 30 s window (default and 0: 2)")
-        g.add_argument("--source-length", type=int, default=48, metavar="N",
-                       help="their length in tokens (default 48; T5 pairs)")
-    else:
-        g.add_argument("--num-prompts", type=int, default=8, metavar="N", help="random prompts (default 8; 0: 4)")
-        g.add_argument("--source-length", type=int, default=48, metavar="N",
-                       help="their length in tokens (default 48)")
+    g.add_argument("--num-prompts", type=int, default=None if audio else 8, metavar="N",
+                   help="random prompts (default 8; 0: 4)" + ("; a Whisper pair: random audio requests filling the "
+                                                              "encoder's 30 s window (default and 0: 2)" if audio
+                                                              else ""))
+    g.add_argument("--source-length", type=int, default=48, metavar="N",
+                   help="their length in tokens (default 48" + ("; T5 pairs)" if audio else ")"))
     return parent
 
 
@@ -205,7 +202,8 @@ def peers(what: str, gamma: str) -> argparse.ArgumentParser:
     g.add_argument("--peer-python", metavar="PYTHON",
                    help="--peers: also time Optimum's ONNX Runtime T5 (optimum-onnx's ORTModelForSeq2SeqLM, greedy "
                         "and assisted generate) with this interpreter of a separate venv that has optimum-onnx, "
-                        "onnxruntime and torch, in its own process (its ONNX exports are cached under --work-dir/optimum)")
+                        "onnxruntime and torch, in its own process (its ONNX exports are cached under "
+                        "--work-dir/optimum)")
     g.add_argument("--peer-timeout", type=float, default=None, metavar="S",
                    help="--peer-python: seconds the Optimum worker may take, exports included (default 1800)")
     g.add_argument("--target-checkpoint", metavar="DIR",

@@ -1,18 +1,13 @@
 """Benchmark prompts: a JSONL file, a plain text file (one prompt a line), the bundled test prompts
-(models/prompts/test.jsonl), random token ids, or random audio for a Whisper export.
-
-A JSONL line is one prompt:
+(models/prompts/test.jsonl), random token ids, or random audio for a Whisper export. A JSONL line is one prompt:
 
     {"source": "translate English to German: ...", "task": "translate", "reference": "..."}   # text, tokenized
     {"input_ids": [13959, 1566, 12, 2968, 10, 1]}                                           # token ids as they are
     {"audio": "clips/0001.wav", "reference": "the spoken text", "task": "...", "language": "en"}   # a Whisper export
 
-"task" (optional) groups the report's rows; "reference" (optional) is kept with the prompt. An "audio" line names a
-16 kHz WAV file (read once, when the prompts are loaded, by specdec.runtime.loading.audio.check_audio; mono or mixed
-to mono), its path relative to the JSONL file's folder; it is generated as `generate(audio=samples, language=...)`,
-"language" defaulting to "en" (None, no language token, for an English-only model). Audio prompts are for a Whisper
-export only and text prompts for a text export only: `load` refuses the other kind with a one-line SpecdecError,
-before any WAV is read."""
+"task" (optional) groups the report's rows. An "audio" line names a 16 kHz WAV file (mono, or mixed to mono), its
+path relative to the JSONL file's folder, generated with "language" (default "en"; None for an English-only model).
+Audio prompts are for a Whisper export only, text prompts for a text export only."""
 
 from __future__ import annotations
 
@@ -45,16 +40,15 @@ class Prompt:
 
     @property
     def source(self):
-        """What the encoders read: the samples of an audio prompt, else the token ids."""
+        """What the encoders read."""
         return self.audio if self.is_audio else self.ids
 
     def kwargs(self) -> dict:
-        """The prompt's keywords of SpeculativeDecoder.generate / stream."""
+        """Its keywords of SpeculativeDecoder.generate / stream."""
         return {"audio": self.audio, "language": self.language} if self.is_audio else {"input_ids": self.ids}
 
 
 def special_id(decoder, name: str) -> int:
-    """A special token id of a SpeculativeDecoder's export ("eos_token_id", "decoder_start_token_id", ...)."""
     return int(decoder.manifest.special_ids[name])
 
 
@@ -68,7 +62,6 @@ def bundled_prompts_file() -> Path | None:
 
 
 def _line(path: Path, number: int, line: str) -> Prompt:
-    """One JSONL line's prompt (module docstring), or a one-line SpecdecError naming the line."""
     where = f"{path}:{number}"
     try:
         item = json.loads(line)
@@ -94,8 +87,7 @@ def _line(path: Path, number: int, line: str) -> Prompt:
 
 
 def read_prompts(path: str | Path, audio: bool = True) -> list[Prompt]:
-    """The prompts of a JSONL or plain text file (module docstring); `audio`: read the audio lines' WAV files now
-    (False: leave that to read_clips)."""
+    """The prompts of a JSONL or plain text file; `audio`: read the WAV files now, else leave that to read_clips."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -109,8 +101,6 @@ def read_prompts(path: str | Path, audio: bool = True) -> list[Prompt]:
 
 
 def read_clips(prompts: list[Prompt]) -> list[Prompt]:
-    """Read every audio prompt's WAV file once (check_audio: 16 kHz float32 samples, or a one-line SpecdecError
-    naming the file)."""
     from specdec.runtime.loading.audio import check_audio
 
     for p in prompts:
@@ -120,8 +110,8 @@ def read_clips(prompts: list[Prompt]) -> list[Prompt]:
 
 
 def select(prompts: list[Prompt], count: int, every_task: bool = False) -> list[Prompt]:
-    """`count` prompts taken round-robin over tasks (file order within a task), so the tasks alternate and each
-    gets count / tasks (as far as it has them). `every_task`: at least one per task even when count is smaller."""
+    """`count` prompts taken round-robin over tasks (file order within a task); `every_task`: at least one per
+    task even when count is smaller."""
     by_task: dict[str, list[Prompt]] = {}
     for p in prompts:
         by_task.setdefault(p.task, []).append(p)
@@ -134,15 +124,13 @@ def select(prompts: list[Prompt], count: int, every_task: bool = False) -> list[
 
 def random_prompts(vocab_size: int, count: int, length: int = 16, first_id: int = 3, eos_id: int = 1,
                    seed: int = 0) -> list[Prompt]:
-    """Random token ids (what real-shape models with random weights are fed)."""
     rng = np.random.default_rng(seed)
     return [Prompt(input_ids=[int(t) for t in rng.integers(first_id, vocab_size, size=length - 1)] + [eos_id],
                    task="random") for _ in range(count)]
 
 
 def random_audio(speech: dict, count: int, seed: int = 0) -> list[Prompt]:
-    """`count` requests of random audio filling a Whisper export's encoder window (Gaussian noise, 0.1 RMS; `speech`:
-    its manifest's speech entry), in its first language (by id), so no request spends a run on language detection."""
+    """Noise (0.1 RMS) filling a Whisper export's encoder window, in its first language: no language detection."""
     rng = np.random.default_rng(seed)
     language = min(speech["languages"], key=speech["languages"].get, default=None)
     return [Prompt(task="random audio", language=language,
@@ -151,8 +139,7 @@ def random_audio(speech: dict, count: int, seed: int = 0) -> list[Prompt]:
 
 
 def tokenize(prompts: list[Prompt], tokenizer, max_length: int) -> list[Prompt]:
-    """Fill Prompt.ids (truncated to the engine's max_length) with the engine's tokenizer; audio prompts are left
-    as they are."""
+    """Fill the text prompts' ids (truncated to max_length)."""
     for p in prompts:
         if p.is_audio:
             continue
@@ -164,7 +151,6 @@ def tokenize(prompts: list[Prompt], tokenizer, max_length: int) -> list[Prompt]:
 
 
 def audio_seconds(prompts: list[Prompt], rate: int = 16_000) -> float | None:
-    """The audio prompts' total length in seconds; None when none is audio."""
     clips = [p.audio.size for p in prompts if p.audio is not None]
     return sum(clips) / rate if clips else None
 
@@ -172,16 +158,13 @@ def audio_seconds(prompts: list[Prompt], rate: int = 16_000) -> float | None:
 def describe(prompts: list[Prompt]) -> str:
     """`8 prompts`, or `2 audio clips, 3.5 s in all`."""
     seconds, s = audio_seconds(prompts), "s" if len(prompts) != 1 else ""
-    if seconds is None:
-        return f"{len(prompts)} prompt{s}"
-    return f"{len(prompts)} audio clip{s}, {seconds:.1f} s in all"
+    return f"{len(prompts)} prompt{s}" if seconds is None else f"{len(prompts)} audio clip{s}, {seconds:.1f} s in all"
 
 
 def load(prompts_arg: str | None, count: int, decoder, every_task: bool = False,
          audio: bool = False) -> tuple[list[Prompt], str]:
-    """Prompts for `decoder` (a SpeculativeDecoder) and a description of where they came from (`every_task`: see
-    select). `audio`: the command runs on a Whisper export too (its prompts are audio: from --prompts, else random
-    audio); without it a Whisper export is a one-line error."""
+    """(prompts for `decoder`, where they came from). `audio`: the command runs on a Whisper export too (its
+    prompts from --prompts, else random audio)."""
     speech = decoder.manifest.speech
     if speech is not None and not audio:
         raise SpecdecError("this command measures text exports, and this export is a Whisper model",

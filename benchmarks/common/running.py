@@ -192,7 +192,7 @@ def probe(dec, prompts, args, temperatures, max_gamma: int, source=None):
 def time_peers(args, dec, prompts, gamma: int, default: bool) -> dict:
     """Time the peers (peers.py) beside specdec's speculative path (the draft at `gamma`, or with `default`
     specdec's default); report.peers_parts shows them."""
-    from .optimum_client import OPTIMUM_TIMEOUT_S
+    from .peers import OPTIMUM_TIMEOUT_S
     from .peers import run_peers
 
     return run_peers(dec, prompts, args.max_new_tokens, gamma, args.peer_repeat or args.repeat, Path(args.work_dir),

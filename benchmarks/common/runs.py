@@ -1,6 +1,5 @@
-"""What the measuring commands share: the sums of a configuration's runs per repeat (Cell), the acceptance counts of
-an untimed stream pass (Acceptance), the sampling filters' names, the seeds, the interleaving order, the prompts'
-tasks and the spread of per-repeat values."""
+"""What the measuring commands share: per-repeat sums of a configuration's runs (Cell), the acceptance counts of an
+untimed stream pass (Acceptance), the filters' names, the seeds, the interleaving order, tasks, spreads."""
 
 from __future__ import annotations
 
@@ -25,15 +24,13 @@ def filter_label(f) -> str:
 
 
 def filter_key(name, f) -> str:
-    """A JSON key for `name` (a temperature, a gamma) under filter `f`: `name` itself for the plain filter (a plain
-    run keeps the keys it always had), `name@K:P` for a filtered one (e.g. `1.0@50:0.9`)."""
+    """The JSON key of `name` (a temperature, a gamma) under filter `f`: `name`, or `name@K:P` when filtered."""
     return str(name) if tuple(f) == PLAIN else f"{name}@{filter_label(f)}"
 
 
 @dataclass
 class Cell:
-    """Stats of one configuration, summed over prompts, one entry per repeat (the keys of `summed`); with
-    `source_keys`, Stats.sources too, summed per source over every run."""
+    """Stats of one configuration summed over prompts, per repeat; with `source_keys`, Stats.sources summed too."""
     per_repeat: list = field(default_factory=list)     # [{stat: sum over prompts}]
     sources: dict = field(default_factory=dict)        # source name -> {key of source_keys: sum}
     summed = SUMMED
@@ -61,31 +58,24 @@ class Cell:
         return {k: sum(r[k] for r in self.per_repeat) for k in self.summed}
 
     def ms_per_token(self, decode_only: bool = False) -> list:
-        """Per repeat; `decode_only`: without the encoder runs (Stats.encoder_s), the decode loop's own speed, which
-        a long source does not dilute."""
+        """Per repeat; `decode_only`: without the encoder runs (Stats.encoder_s)."""
         return [1000.0 * (r["total_s"] - (r["encoder_s"] if decode_only else 0.0)) / max(r["new_tokens"], 1)
                 for r in self.per_repeat]
 
 
 @dataclass
 class Acceptance:
-    """Per-iteration acceptance counts of one (temperature, filter, gamma), from stream() (exact n and gamma per
-    iteration).
-
-    Algorithm 1 stops testing at the first rejection, so accepted / proposed (Stats.acceptance_rate) is not the
-    per-token acceptance probability alpha of Theorem 3.8: with gamma guesses it estimates
-    (alpha + ... + alpha^gamma) / gamma, which falls as gamma grows even when alpha does not. The maximum-likelihood
-    estimate of alpha under the theorem's i.i.d. model counts the guesses actually tested: every accepted one and
-    the first rejected one of each iteration: alpha-hat = accepted / (accepted + rejections)."""
+    """Per-iteration acceptance counts from stream(). alpha-hat = accepted / (accepted + rejections): the guesses
+    actually tested (Algorithm 1 stops at the first rejection), Theorem 3.8's alpha's maximum-likelihood estimate."""
     accepted: int = 0
     rejections: int = 0
     iterations: int = 0
     tested_at: list = field(default_factory=list)      # position k (1-based) -> guesses tested there
     accepted_at: list = field(default_factory=list)
-    runs_by_guesses: dict = field(default_factory=dict)    # guesses k verified by a target run -> target runs
+    runs_by_guesses: Counter = field(default_factory=Counter)    # guesses k verified by a target run -> target runs
 
     def add(self, proposed: int, accepted: int) -> None:
-        self.runs_by_guesses[proposed] = self.runs_by_guesses.get(proposed, 0) + 1
+        self.runs_by_guesses[proposed] += 1
         if proposed <= 0:
             return
         self.iterations += 1
@@ -108,8 +98,7 @@ class Acceptance:
 
 
 def measure_acceptance(dec, prompts, params: Params, repeat: int = 0) -> tuple[Acceptance, list]:
-    """Stream every prompt once with `params` (the seeds of `repeat`): per-iteration accepted/proposed, and the
-    token ids."""
+    """Stream every prompt once with `params` (the seeds of `repeat`): (Acceptance, the token ids)."""
     acc, outputs = Acceptance(), []
     for i, p in enumerate(prompts):
         last_p = last_a = 0
@@ -137,7 +126,7 @@ def task_of(prompt) -> str:
 
 
 def tasks_of(prompts) -> dict:
-    """task -> prompts of it, in the order tasks first appear."""
+    """task -> how many prompts it has, in the order tasks first appear."""
     return dict(Counter(map(task_of, prompts)))
 
 

@@ -3,9 +3,8 @@
     E[tokens per target call] = (1 - alpha^(gamma+1)) / (1 - alpha)                    (equation 1)
     speedup(alpha, gamma, c)  = (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1))      (Theorem 3.8)
 
-Theorem 3.8 assumes a verify pass over gamma+1 tokens costs what one target step costs; the `..._costs` and
-`..._verify_cost` variants use the measured verify-cost ratio instead (c and the ratios are of fused runs, each
-with its sampling head, so there is no separate sampler term).
+Theorem 3.8 assumes a verify pass over gamma+1 tokens costs one target step; the `..._costs` and `..._verify_cost`
+variants use the measured verify-cost ratio instead (of fused runs, each with its sampling head).
 """
 
 from __future__ import annotations
@@ -23,27 +22,24 @@ def _check(alpha: float, gamma: float, c: float = 0.0, integer: bool = True) -> 
 
 
 def expected_tokens_at(alpha: float, gamma: float) -> float:
-    """Equation 1 at a real gamma >= 0 (a source's mean guesses per round): 1 + alpha + ... + alpha^gamma."""
+    """Equation 1 at a real gamma >= 0 (a source's mean guesses per round)."""
     _check(alpha, gamma, integer=False)
     return gamma + 1.0 if alpha == 1.0 else (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
-    """Expected tokens one iteration produces (equation 1, integer gamma)."""
     _check(alpha, gamma)
     return expected_tokens_at(alpha, gamma)
 
 
 def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
-    """Theorem 3.8: expected walltime improvement over target-only decoding."""
     _check(alpha, gamma, c)
     return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
 
 
 def speedup_with_costs(alpha: float, gamma: int, c: float, verify_ratio: float = 1.0,
                        overhead: float = 0.0, baseline_overhead: float = 0.0) -> float:
-    """The same expectation with the iteration's real cost: gamma c + verify_ratio (+ overhead), all in units of
-    one target step; the baseline's step costs 1 (+ baseline_overhead). verify_ratio = 1, overheads 0: Thm 3.8."""
+    """An iteration costs gamma c + verify_ratio (+ overhead) target steps, the baseline's step 1 (+ its overhead)."""
     _check(alpha, gamma, c)
     if gamma == 0:
         return 1.0
@@ -51,7 +47,7 @@ def speedup_with_costs(alpha: float, gamma: int, c: float, verify_ratio: float =
 
 
 def best_gamma(alpha: float, c: float, gamma_max: int) -> tuple[int, float]:
-    """(gamma, predicted speedup) maximising Theorem 3.8 over the integers 0..gamma_max (ties: the smaller gamma)."""
+    """(gamma, predicted speedup) maximising Theorem 3.8 over 0..gamma_max (ties: the smaller gamma)."""
     if gamma_max < 0:
         raise ValueError(f"gamma_max must be >= 0 (got {gamma_max})")
     best, value = 0, predicted_speedup(alpha, 0, c)
@@ -63,9 +59,8 @@ def best_gamma(alpha: float, c: float, gamma_max: int) -> tuple[int, float]:
 
 
 def verify_cost(verify_ratio: dict, gamma: float) -> float | None:
-    """T(gamma) / T(0): the target run over gamma+1 tokens over the one-token step, from the cost probe's
-    verify_ratio ({"k": run over k tokens / run over 1 token}), linear between the two nearest measured k at a
-    real gamma (the nearest end outside them). None when the probe has no ratios."""
+    """T(gamma) / T(0) from the probe's verify_ratio ({"k": run over k tokens / over 1}), linear between the nearest
+    measured k (the nearest end outside them); None without ratios."""
     known = sorted((int(k), float(v)) for k, v in (verify_ratio or {}).items())
     if not known:
         return None
@@ -73,8 +68,7 @@ def verify_cost(verify_ratio: dict, gamma: float) -> float | None:
 
 
 def speedup_with_verify_cost(alpha: float, gamma: float, c: float, verify: float) -> float:
-    """Theorem 3.8 with the measured verify cost instead of 1: E(alpha, gamma) / (gamma c + T(gamma)/T(0)); gamma
-    may be a mean (a lookup proposes what it copied). gamma = 0: 1 / verify (the baseline when verify = T(0)/T(0))."""
+    """E(alpha, gamma) / (gamma c + T(gamma)/T(0)); gamma may be a mean (a lookup proposes what it copied)."""
     _check(alpha, gamma, c, integer=False)
     if not verify > 0:
         raise ValueError(f"verify cost must be > 0 (got {verify})")
@@ -82,9 +76,8 @@ def speedup_with_verify_cost(alpha: float, gamma: float, c: float, verify: float
 
 
 def mixture_speedup(rounds: list[tuple[int, float, float, float, float]]) -> float | None:
-    """The same expectation over every kind of round a run had: rounds = [(count, alpha, mean gamma, c, verify)]
-    (target-only rounds: gamma 0, verify 1); expected tokens over expected cost, both summed over the rounds, in
-    target steps. None without rounds."""
+    """Over every kind of round a run had, [(count, alpha, mean gamma, c, verify)]: expected tokens over expected
+    cost, in target steps (target-only rounds: gamma 0, verify 1). None without rounds."""
     tokens = sum(n * expected_tokens_at(a, g) for n, a, g, c, v in rounds)
     cost = sum(n * (g * c + v) for n, a, g, c, v in rounds)
     return tokens / cost if cost > 0 else None

@@ -1,7 +1,7 @@
 """`specdec-bench drafts --export DIR --draft none draft lookup lookup,draft auto`: which source of guesses pays, per
-task of the prompts x temperature x draft configuration, interleaved on one export (measure.py). On a Whisper export
-the prompts are audio clips: --prompts FILE.jsonl with {"audio": "clips/0001.wav"} lines (16 kHz WAV files, paths
-relative to the JSONL file; optional "reference", "task", "language", default en)."""
+task of the prompts x temperature x draft configuration, interleaved on one export. On a Whisper export the prompts
+are audio clips: --prompts FILE.jsonl with {"audio": "clips/0001.wav"} lines (16 kHz WAV files, paths relative to the
+JSONL file; optional "reference", "task", "language", default en)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,8 @@ def run(args) -> int:
            "draft_greedy_agreement": drafts.greedy_agreement(outputs),
            "auto_estimates": {str(t): e for t, e in learned.items()}, "auto_estimates_note": drafts.ESTIMATES_NOTE,
            # after the drafts: the peers' loads and exports overlap none of them
-           "peers": common.time_peers(args, dec, prompts, gamma, default=True) if args.peers else None, "elapsed_s": time.perf_counter() - started}
+           "peers": common.time_peers(args, dec, prompts, gamma, default=True) if args.peers else None,
+           "elapsed_s": time.perf_counter() - started}
     common.report(out, args, sections)
     return 0
 
@@ -75,7 +76,6 @@ def _sources_text(sources: dict) -> str:
 
 
 def _switch(sw, when: str) -> str:
-    """auto's switch (runtime/decoding/switch.py) as measured: ms per token of auto's rounds and of plain steps."""
     if not sw or "auto_rounds_lead" not in sw:
         return ""
     ms = ", ".join(f"{mode} {sw[key]:.3f} ms/token" for mode, key in
@@ -86,7 +86,6 @@ def _switch(sw, when: str) -> str:
 
 
 def _estimate_line(when: str, e: dict) -> str:
-    """What auto had learned at the end of a warm-up pass."""
     def joined(d, spec):
         return ", ".join(f"{k} {v:{spec}}" for k, v in d.items()) or "-"
     return (f"{when} ({e['rounds']} rounds): alpha {joined(e['alpha'], '.2f')}; cost per guess ms "
@@ -128,8 +127,6 @@ def _prediction_row(r: dict) -> list[str]:
 
 
 def sections(report: dict) -> list:
-    """The report of `drafts`: settings, cost probe, the draft table, the predictions, what auto learned, the best
-    per task and temperature, greedy exactness and the peers."""
     from ..common.report import peers_parts, probe_parts
     from ..sweep.tables import agreement_text, settings_text
 
@@ -162,7 +159,8 @@ def sections(report: dict) -> list:
     best = [_best_line(task, t, b) for task, by_t in (report.get("draft_best") or {}).items() for t, b in by_t.items()]
     if best:
         parts.append("best per task and temperature:\n" + "\n".join(f"- {line}" for line in best))
-    agreement = {f"{task}/{label}": a for task, by in report["draft_greedy_agreement"].items() for label, a in by.items()}
+    agreement = {f"{task}/{label}": a for task, by in report["draft_greedy_agreement"].items()
+                 for label, a in by.items()}
     if agreement:
         parts.append(agreement_text(agreement, s["lenience"], "none", "every draft configuration gives none's tokens "
                                                                       "on every prompt of every task"))

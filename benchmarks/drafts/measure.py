@@ -1,19 +1,8 @@
-"""The draft-source sweep (`specdec-bench drafts`): which source of guesses pays, per task and temperature.
-
-A configuration is a draft name as the runtime takes it ("none", "lookup", a draft model's name, a chain
-"lookup,draft", "auto"; ",datastore": the lookup searches the export's datastore too, as "auto" always does) with a
+"""The draft-source sweep (`specdec-bench drafts`). A configuration is a draft name as the runtime takes it with a
 gamma (`NAME:G` fixed, `NAME` alone "auto") and candidates (`NAME*B`: a lookup round verifies up to B continuations
-as a token tree). `none`, target-only decoding, is the baseline and always added. Per temperature: fresh auto
-estimates, one untimed warm-up pass (every prompt with every configuration; auto learns on it), then the timed
-repeats, every configuration back to back per prompt, rotated per prompt and repeat so drift hits all alike.
-
-Per (task, temperature, configuration): ms/token and the speedup over `none` (per repeat, median over repeats), both
-also decode-only (Stats.encoder_s left out), and per source alpha = accepted / (accepted + rejections) and its share
-of the tokens. The prediction for the dominant source s (the proposing source with the most tokens) is Theorem 3.8
-with measured costs, E(alpha_s, g) / (g c_s + T(g)/T(0)): g its mean guesses per round, T(g)/T(0) the probe's target
-run over g+1 tokens over one token, c_s the probe's c for the draft model, 0 for a lookup, and for "lookup,draft" c x
-(proposed - the lookup's guesses the draft kept) / proposed. The mixture weighs every kind of round (target-only
-ones too)."""
+as a token tree); `none`, the baseline, is always added. Per temperature: fresh auto estimates, one untimed warm-up
+pass (auto learns on it), then the timed repeats, every configuration back to back per prompt, rotated per prompt
+and repeat so drift hits all alike."""
 
 from __future__ import annotations
 
@@ -97,7 +86,6 @@ def parse_configs(texts) -> list[DraftConfig]:
 
 
 def check_configs(dec, configs, base: Params) -> None:
-    """Every configuration is valid for this export (names, gamma <= gamma_max, a datastore where asked)."""
     for config in configs:
         if config.store and dec.datastore is None:
             raise SpecdecError(f"--draft {config.label}: this export has no datastore",
@@ -113,40 +101,33 @@ class DraftCell(Cell):
     source_keys = ("rounds", "proposed", "accepted", "rejections", "tokens")
 
 
-def _unavailable(err) -> dict:          # the runtime changed what it keeps: report, do not fail
-    return {"unavailable": f"{type(err).__name__}: {err}"}
-
-
 def estimates_snapshot(est) -> dict:
-    """What draft="auto" and gamma="auto" have learned (runtime/decoding/auto.py), in ms: per-guess alpha and cost per
-    guess by source, the target run by guesses k (the fitted line), the host time of a target-only round."""
+    """What auto has learned, in ms: per source alpha and cost per guess, target run by guesses, host per round."""
     try:
         return {"alpha": {name: est.alpha(name) for name in est.counts},
                 "cost_per_guess_ms": {name: 1000.0 * max(m.get(0.0), 0.0) for name, m in est.cost.items()},
                 "target_run_ms": {str(k): 1000.0 * t for k, t in enumerate(est.times(8))},
                 "host_ms_per_round": 1000.0 * est.host.get(0.0), "rounds": est.round}
-    except (AttributeError, TypeError) as err:
-        return _unavailable(err)
+    except (AttributeError, TypeError) as err:      # the runtime changed what it keeps: report, do not fail
+        return {"unavailable": f"{type(err).__name__}: {err}"}
 
 
 def switch_snapshot(dec, learned) -> dict:
-    """Where draft="auto"'s switch (runtime/decoding/switch.py) stands: ms per token of auto's rounds and of plain
-    steps, which leads (True: auto's rounds, None: still measuring) and the other's share of the rounds."""
+    """Where auto's switch stands: ms/token of auto's rounds and of plain steps, which leads, the other's share."""
     try:
         switch = dec.source(Params(draft="auto"), learned=learned).switch
         ms = {mode: switch.seconds_per_token(mode) for mode in (True, False)}
         return {"auto_ms_per_token": None if ms[True] is None else 1000.0 * ms[True],
                 "plain_ms_per_token": None if ms[False] is None else 1000.0 * ms[False],
                 "auto_rounds_lead": switch.lead, "slower_share": switch.share()}
-    except (AttributeError, TypeError) as err:
-        return _unavailable(err)
+    except (AttributeError, TypeError) as err:      # the runtime changed what it keeps: report, do not fail
+        return {"unavailable": f"{type(err).__name__}: {err}"}
 
 
 def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats: int, progress=None,
                base: Params | None = None):
-    """Run everything: ({(task, T, label): DraftCell}, {(task, T, label): [token ids of repeat 0 per prompt]},
-    {T: estimates_snapshot after the warm-up pass}). One decoder runs every configuration (two decoders of one export
-    differ by 2-3 %), learning in the decoder's own `learned` (with the datastore) or `dec.learning(datastore=False)`."""
+    """({(task, T, label): DraftCell}, {(task, T, label): [repeat 0's token ids per prompt]}, {T: what auto learned}).
+    One decoder runs every configuration (two decoders of one export differ by 2-3 %)."""
     base = base or Params()
     kinds = {True: dec.learned, False: dec.learning(datastore=False) if dec.datastore is not None else dec.learned}
     uses = {c.label: kinds[c.store or c.draft == "auto"] for c in configs}
@@ -177,16 +158,13 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
     return cells, outputs, learned
 
 
-# -- summaries ---------------------------------------------------------------------------------------------------
-
 def _target_level(name: str) -> bool:
     """A source verified by the target ("none", "draft", "lookup,draft"), not a chain's lower level ("lookup>")."""
     return not name.endswith(">")
 
 
 def source_rows(sums: dict) -> dict:
-    """name -> the summed counts, alpha (None without a tested guess), mean guesses per round and, for the sources
-    the target verified, tokens per round and the share of the (target-level) tokens."""
+    """name -> the summed counts, alpha, mean guesses and (target-level sources) tokens per round and share."""
     total = sum(s["tokens"] for name, s in sums.items() if _target_level(name))
     out = {}
     for name, s in sums.items():
@@ -199,7 +177,7 @@ def source_rows(sums: dict) -> dict:
 
 
 def source_cost(name: str, sums: dict, probe: dict) -> float | None:
-    """c of a source in target steps per guess (module docstring); None where the probe measured nothing for it."""
+    """c of a source in target steps per guess (NOTES' prediction); None where the probe measured nothing for it."""
     c = probe.get("c")
     if name in ("lookup", "datastore"):         # copies: no model run
         return 0.0
@@ -273,8 +251,7 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
 
 
 def best_by_task(rows: list[dict]) -> dict:
-    """Per task and temperature (keys task, then str(T)): the configuration with the best measured speedup, and
-    auto's where the sweep has it."""
+    """task -> str(T) -> the configuration with the best measured speedup, and auto's where the sweep has it."""
     out: dict = {}
     for task, t in dict.fromkeys((r["task"], r["temperature"]) for r in rows):
         same = [r for r in rows if r["task"] == task and r["temperature"] == t and "speedup" in r]
@@ -293,8 +270,7 @@ def best_by_task(rows: list[dict]) -> dict:
 
 
 def greedy_agreement(outputs: dict) -> dict:
-    """At temperature 0 every configuration must give `none`'s tokens (exactness): task -> label -> {agree,
-    prompts}."""
+    """At T = 0 every configuration must give `none`'s tokens: task -> label -> {agree, prompts}."""
     out: dict = {}
     for (task, t, label), seqs in outputs.items():
         base = outputs.get((task, t, NONE.label))

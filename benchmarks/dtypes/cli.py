@@ -1,38 +1,27 @@
-"""`specdec-bench dtypes T:D --dtypes fp32,int8-draft,int8[,int8-wo]`: the weight variants of ONE pair of
-random-weight real-shape checkpoints, exported side by side and measured in one interleaved run, with CTranslate2
-greedy (compute_type int8 and float32) on the same target checkpoint.
+"""`specdec-bench dtypes T:D --dtypes fp32,int8-draft,int8,...`: the weight variants of one pair of random-weight
+real-shape checkpoints, exported side by side from the same kept checkpoints and measured in one interleaved run,
+with CTranslate2 greedy (compute_type int8 and float32) on the same target checkpoint.
 
-Variants (each its own export directory next to the fp32 one, under workdir/shapes/T_D-gG-lL/):
+Variants (export directories under WORK_DIR/shapes/T_D-gG-lL/):
 
-    fp32         export/              both models fp32 (what `specdec-bench shapes` measures)
-    int8-draft   export-int8-draft/   specdec-export --draft-dtype int8: int8 draft, fp32 target
+    fp32          export/               both models fp32 (what `specdec-bench shapes` measures)
+    int8-draft    export-int8-draft/    specdec-export --draft-dtype int8: int8 draft, fp32 target
     int8-wo-draft export-int8-wo-draft/ specdec-export --draft-dtype int8-wo: weight-only int8 draft, fp32 target
-    int8         export-int8/         specdec-export --dtype int8: both int8 (onnxruntime.quantization's dynamic
-                                      quantization, export/quantize.py)
-    int8-wo      export-int8-wo/      benchmark-made, not a specdec-export option: the fp32 export's graphs through
-                                      onnxruntime's weight-only MatMulNBitsQuantizer (bits 8, symmetric, blocks of
-                                      WO_BLOCK along K, accuracy_level 4: int8 compute), the manifest's checksums
-                                      rewritten; for comparing weight-only with dynamic int8 on the same weights
-    int8-wo-fp32 export-int8-wo-fp32/ the same with accuracy_level 0 (fp32 compute on dequantized weights)
+    int8          export-int8/          specdec-export --dtype int8: both int8 (dynamic quantization)
+    int8-wo       export-int8-wo/       benchmark-made: the fp32 export's graphs through onnxruntime's weight-only
+                                        MatMulNBitsQuantizer (8 bits, symmetric, accuracy_level 4: int8 compute)
+    int8-wo-fp32  export-int8-wo-fp32/  the same with accuracy_level 0 (fp32 compute on dequantized weights)
 
-The same weights everywhere: the checkpoints are built once (build_checkpoint, seeds 1 and 2, deterministic) and
-kept in checkpoints/ with their sha256 (fingerprint.json); every variant records the fingerprint it was exported
-from, and the code its graphs depend on (export/quantize.py's sha256 for the int8 variants, the weight-only
-settings for int8-wo), and is exported again when either does not match. An fp32 export cached before
-fingerprints existed is kept only if its parity check against the (re)built checkpoints passes (max |dlogit| <=
-1e-3: different weights fail by orders of magnitude).
-
-One run, interleaved by rounds: every round runs each variant's cost probe (target step, draft step, verify of
-1..gamma_max+1 tokens; the variant order rotates), then every engine's block of greedy generations (each variant at
-gamma 0 and at the speculative gamma, CTranslate2 int8 and float32; one unmeasured call first, the block order
-rotating). Per-call costs are the median over rounds of each round's median; ratios between variants are per
-round, then the median. With random weights alpha is whatever two random models happen to agree on (reported as
-tokens per target call), not a trained pair's: the speculative ms/token is this run's, and the speedup a trained
-pair would see is Theorem 3.8's from the measured c.
+The checkpoints are built once (seeds 1 and 2) and kept with their sha256; a cached variant made from other weights
+or by other quantization code is exported again. Every round runs each variant's cost probe, then every engine's
+block of greedy generations (each variant at gamma 0 and at the speculative gamma, then CTranslate2), in rotating
+order; costs are the median over rounds of each round's median, ratios between variants per round. With random
+weights alpha is whatever two random models agree on: a trained pair's speedup is Theorem 3.8's from the measured c.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -42,9 +31,11 @@ from pathlib import Path
 from specdec.runtime.core.errors import SpecdecError
 
 from ..common import machine, options, running as common
+from ..common.runs import rotated
 from ..common.tables import Table
 from . import variants
 from .variants import WO_ACCURACY
+
 
 HELP = "int8 and weight-only variants of real-shape models against fp32 and CTranslate2, one interleaved run"
 CT2_TYPES = ("int8", "float32")
@@ -70,12 +61,12 @@ def add_parser(commands) -> None:
                    help="0 and the one speculative gamma (at most the exports' gamma_max; default 0,4)")
 
 
-def _log(message: str) -> None:
+def _log(message: str) -> None:          # sys.stderr as it is at the call
     print(message, file=sys.stderr)
 
 
 def run(args) -> int:
-    from ..common import peer_engines, prompts as prompts_mod
+    from ..common import peers as peer_engines, prompts as prompts_mod
     from ..shapes import measure as shapes
 
     if len([g for g in args.gamma if g > 0]) > 1:
@@ -126,9 +117,8 @@ def run(args) -> int:
     return 0
 
 
-# -- the run -------------------------------------------------------------------------------------------------------
 class _Spec:
-    """specdec greedy at one gamma on one variant's decoder; sums the timed runs' Stats for the loop's own split."""
+    """specdec greedy at one gamma on one variant's decoder; sums the timed runs' Stats."""
 
     def __init__(self, variant: str, dec, gamma: int):
         self.dec, self.gamma, self.name = dec, gamma, f"{variant} g={gamma}"
@@ -142,7 +132,6 @@ class _Spec:
         return list(res.token_ids)
 
     def summary(self) -> dict:
-        """Tokens per target call, accepted/proposed, ms per target and draft call, and the sums."""
         p = self.parts
         calls = max(p["target_calls"], 1)
         return {"tokens_per_target_call": p["new_tokens"] / calls,
@@ -151,14 +140,8 @@ class _Spec:
                 "draft_ms_per_call": 1000.0 * p["draft_s"] / p["draft_calls"] if p["draft_calls"] else None, **p}
 
 
-def _rotated(items: list, r: int) -> list:
-    return items[r % len(items):] + items[:r % len(items)]
-
-
 def measure(decs: dict, engines: list, prompts, gamma: int, args, bar) -> dict:
-    """The interleaved run over `decs` ({variant: SpeculativeDecoder}) and `engines` (a _Spec per variant and gamma,
-    then the CTranslate2 engines): every engine's greedy tokens first (correctness and warm-up), then per round each
-    variant's cost probe and each engine's timed block, in rotating order."""
+    """Every engine's greedy tokens (correctness, warm-up), then per round the cost probes and the timed blocks."""
     from ..common import costs
 
     per_round = max(1, -(-args.probe_repeats // args.repeat))
@@ -167,27 +150,22 @@ def measure(decs: dict, engines: list, prompts, gamma: int, args, bar) -> dict:
     outputs = {e.name: [e.run(p.ids, args.max_new_tokens) for p in prompts] for e in engines}
     bar.update(1)
     for r in range(args.repeat):
-        for v in _rotated(list(decs), r):
+        for v in rotated(list(decs), r):
             p = costs.probe(decs[v], prompts[0].ids, args.past, repeats=per_round, warmup=2, counts=counts,
                             threads=args.threads, head_temperatures=(), head_guesses=[0])
             probes[v].append({k: p[k] for k in ("target_step_ms", "draft_step_ms", "verify_ms", "past_length")})
             bar.update(1)
-        for e in _rotated(engines, r):
+        for e in rotated(engines, r):
             e.run(prompts[0].ids, args.max_new_tokens)          # unmeasured: wakes this engine's threads
-            seconds, tokens = 0.0, 0
-            for p in prompts:
-                started = time.perf_counter()
-                out = e.run(p.ids, args.max_new_tokens, record=True) if isinstance(e, _Spec) else \
-                    e.run(p.ids, args.max_new_tokens)
-                seconds += time.perf_counter() - started
-                tokens += len(out)
-            times[e.name].append(1000.0 * seconds / max(tokens, 1))
+            timed = functools.partial(e.run, record=True) if isinstance(e, _Spec) else e.run
+            started = time.perf_counter()
+            tokens = sum(len(timed(p.ids, args.max_new_tokens)) for p in prompts)
+            times[e.name].append(1000.0 * (time.perf_counter() - started) / max(tokens, 1))
             bar.update(1)
     return {"probes": probes, "ms_per_token": times, "outputs": outputs, "engines": engines, "gamma": gamma,
             "probe_repeats_per_round": per_round}
 
 
-# -- the summary ---------------------------------------------------------------------------------------------------
 def _spread(values) -> dict | None:
     values = [v for v in values if v is not None]
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)} \
@@ -203,8 +181,6 @@ def _ratios(numerators, denominators) -> dict | None:
 
 
 def summarize(raw: dict, weights: dict) -> dict:
-    """Per variant: the per-round medians of its costs and ratios, Theorem 3.8's prediction from its c, its greedy
-    tokens against fp32 target-only's, its loops; per CTranslate2 compute type: ms/token and ratios; the verdicts."""
     from ..common import theory
 
     probes, ms_tok, outputs, gamma = raw["probes"], raw["ms_per_token"], raw["outputs"], raw["gamma"]
@@ -250,8 +226,7 @@ def summarize(raw: dict, weights: dict) -> dict:
 
 
 def verdicts(variants: dict, ct2: dict) -> dict:
-    """The int8 target step's speedup, the int8 drafts' c and specdec int8 against CTranslate2 int8, each against
-    GOALS; the weight-only variants' target step against dynamic int8's."""
+    """The int8 results against GOALS, and the weight-only variants' target step against dynamic int8's."""
     out = {}
     if "int8" in variants:
         s = variants["int8"]["target_step_speedup_vs_fp32"]["median"]
@@ -277,7 +252,6 @@ def verdicts(variants: dict, ct2: dict) -> dict:
     return out
 
 
-# -- the report ----------------------------------------------------------------------------------------------------
 def _ms(s: dict | None) -> str:
     if not s:
         return "-"
@@ -289,7 +263,6 @@ def _met(e: dict) -> str:
 
 
 def sections(report: dict) -> list:
-    """The settings, the variants' table with CTranslate2's rows, and the verdicts."""
     s, ck, v = report["settings"], report["checkpoints"], report["verdicts"]
     gamma = s["gamma"]
     rows = []

@@ -23,8 +23,6 @@ VARIANTS = {
     "int8-wo-fp32": ("export-int8-wo-fp32", None),
 }
 WO_BITS, WO_BLOCK = quantize.WO_BITS, quantize.WO_BLOCK      # export/quantize.py's weight-only settings
-# the weight-only variants' MatMulNBits accuracy_level: 4 computes in int8 (activations quantized per block of K
-# at run time), 0 in fp32 (weights dequantized)
 WO_ACCURACY = {"int8-wo": 4, "int8-wo-fp32": 0}
 
 
@@ -37,7 +35,6 @@ def parse(text: str) -> list[str]:
     return list(dict.fromkeys(["fp32", *names]))
 
 
-# -- the same checkpoints for every variant --------------------------------------------------------------------------
 def _stamp(path: Path) -> str:
     return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(path.iterdir())
                     if p.is_file())
@@ -55,7 +52,7 @@ def weights_sha256(path: Path) -> str:
 
 
 def ensure_checkpoints(target: str, draft: str, ckpt: Path, log=print) -> dict:
-    """{role: {"path", "name", "seed", "sha256"}}: the random checkpoints (seeds 1 and 2), built when missing."""
+    """{role: {"path", "name", "seed", "sha256"}}: the random checkpoints, built when missing."""
     from ..shapes.measure import build_checkpoint
 
     record_file = ckpt / "fingerprint.json"
@@ -75,7 +72,6 @@ def ensure_checkpoints(target: str, draft: str, ckpt: Path, log=print) -> dict:
     return out
 
 
-# -- the variants' exports -----------------------------------------------------------------------------------------
 def _usable(out: Path) -> bool:
     from specdec.runtime import load_manifest
 
@@ -86,8 +82,7 @@ def _usable(out: Path) -> bool:
 
 
 def _parity_matches(out: Path, ckpts: dict, gamma_max: int, log) -> bool:
-    """Whether an fp32 export (cached without a fingerprint) was made from these checkpoints: its parity check
-    against them (within 4x PyTorch fp32's own error from float64; other weights miss by orders of magnitude)."""
+    """Whether an fp32 export cached without a fingerprint passes its parity check against these checkpoints."""
     import torch
     from transformers import T5ForConditionalGeneration
 
@@ -106,9 +101,8 @@ def _parity_matches(out: Path, ckpts: dict, gamma_max: int, log) -> bool:
 
 
 def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4) -> dict:
-    """A copy of the export `src` whose graphs have weight-only int8 MatMuls (export/quantize.py's
-    `quantize_weight_only`, the one `--draft-dtype int8-wo` uses, here for both models and any accuracy_level), its
-    manifest's `weights` and checksums updated. Same graph inputs and outputs, so the runtime loads it as is."""
+    """A copy of the export `src` with weight-only int8 MatMuls in both models (quantize_weight_only, as
+    --draft-dtype int8-wo), its manifest's `weights` and checksums updated; the runtime loads it as is."""
     from specdec.runtime.loading.manifest import MANIFEST, sha256_file
 
     manifest = json.loads((src / MANIFEST).read_text())
@@ -142,8 +136,7 @@ def weight_only_export(src: Path, dst: Path, log=print, accuracy_level: int = 4)
 
 
 def _code(name: str) -> dict:
-    """What a variant's graphs depend on besides the weights: export/quantize.py for specdec-export's int8 variants,
-    the weight-only settings for int8-wo; a cached variant made with other code is exported again."""
+    """What a variant's graphs depend on besides the weights: export/quantize.py, or the weight-only settings."""
     if name in WO_ACCURACY:
         return {"weight_only": {"bits": WO_BITS, "block_size": WO_BLOCK, "accuracy_level": WO_ACCURACY[name]}}
     if name != "fp32":
@@ -159,9 +152,8 @@ def _created(export_dir: Path) -> str | None:
 
 
 def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int, names, log=print):
-    """({variant: export dir}, {variant: info}, checkpoints): each variant exported once from the same kept
-    checkpoints and cached (its info in DIR-info.json beside it); a cached one made from other weights or other
-    code is exported again."""
+    """({variant: export dir}, {variant: info}, checkpoints): each variant exported once from the same checkpoints
+    and cached (its info in DIR-info.json beside it), again when made from other weights or by other code."""
     from specdec.export.pair import ExportOptions, export_pair
 
     from ..shapes.measure import pair_root
@@ -201,6 +193,6 @@ def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_
 
 
 def export_weights(export_dir: Path) -> dict:
-    """{role: weights} as the export's manifest records them (fp32 when an older manifest does not say)."""
+    """{role: weights} as the export's manifest records them (fp32 where an older one does not say)."""
     m = json.loads((Path(export_dir) / "manifest.json").read_text())
     return {role: info.get("weights", m.get("dtype", "fp32")) for role, info in m["models"].items()}

@@ -1,8 +1,8 @@
 """`specdec-bench shapes T:D`: what the costs are at real sizes. Random-initialised models with the official
-configurations are built and exported once (cached under --work-dir, measure.py); then the cost probe, the real loop
-at temperature 0 on random prompts for each --gamma, and Theorem 3.8 for the paper's alpha values with the measured
-c (alpha itself is meaningless with random weights). A Whisper pair (whisper.py) also times each encoder per request
-and predicts the speedup of a whole request, the encoders included."""
+configurations are built and exported once (cached under --work-dir); then the cost probe, the real loop at
+temperature 0 on random prompts for each --gamma, and Theorem 3.8 for the paper's alpha values with the measured c
+(alpha itself is meaningless with random weights). A Whisper pair also times each encoder per request and predicts
+the speedup of a whole request, the encoders included."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def run(args) -> int:
     if speech:
         prompts = prompts_mod.random_audio(dec.manifest.speech, args.num_prompts or whisper.AUDIO_REQUESTS)
         with common.progress(args, args.encoder_repeats + 1, "encoders") as bar:
-            encoders = whisper.time_encoders(dec, prompts[0].audio, args.encoder_repeats, progress=bar)
+            encoders = whisper.time_encoders(dec, prompts[0].audio, args.encoder_repeats, bar)
         settings.update(audio_requests=len(prompts), audio_seconds=encoders["audio_seconds"],
                         language=prompts[0].language, task="transcribe", encoder_repeats=args.encoder_repeats,
                         request_tokens=args.request_tokens)
@@ -88,7 +88,7 @@ def run(args) -> int:
         runs = shapes.run_generations(dec, prompts, args.gamma, args.max_new_tokens, args.repeat, bar, probe,
                                       common.base_params(args),
                                       draft_encoder=not speech or not encoders["draft_keeps_target_encoder"])
-    analysis = shapes.analyse(probe, runs, dec.gamma_max, alphas=whisper.ALPHAS if speech else shapes.PAPER_ALPHAS)
+    analysis = shapes.analyse(probe, runs, dec.gamma_max, whisper.ALPHAS if speech else shapes.PAPER_ALPHAS)
     settings.update(probe_past=args.past, threads=args.threads, **common.filter_settings(args))
     configs = whisper.CONFIGS if speech else shapes.CONFIGS
     out = {"mode": "shapes", "machine": mach,
@@ -116,60 +116,58 @@ def run(args) -> int:
 
 # -- the report ---------------------------------------------------------------------------------------------------
 
-GENERATION = ("gamma", "iteration ms", "target runs ms", "draft runs ms", "host ms", "host %", "ORT/iter",
-              "samp+host ms/tok")
+GENERATION = (("iteration ms", "iteration_ms", ".2f"), ("target runs ms", "target_ms_per_iteration", ".2f"),
+              ("draft runs ms", "draft_ms_per_iteration", ".2f"), ("host ms", "host_ms_per_iteration", ".3f"),
+              ("host", "host_fraction_of_iteration", ".2%"), ("ORT/iter", "ort_runs_per_iteration", ".2f"),
+              ("samp+host ms/tok", "sampling_host_ms_per_token", ".3f"))
 
 
-def _speedups(predictions: dict, best: dict, best_keys=("theorem_best_gamma", "with_costs_best_gamma")) -> tuple:
+def _speedups(predictions: dict, best: dict, theorem_key: str) -> tuple:
     """Theorem 3.8 / with-costs speedup per alpha and gamma, and the best gammas: (headers, rows)."""
     gs = sorted({g for curve in predictions.values() for g in curve}, key=int)
     return (["alpha", *(f"g={g}" for g in gs), "best g", "best g w/costs"],
             [[a, *(f"{curve[g]['theorem_3_8']:.2f}/{curve[g]['with_costs']:.2f}" for g in gs),
-              *(str(best[a][k]) for k in best_keys)] for a, curve in predictions.items()])
+              str(best[a][theorem_key]), str(best[a]["with_costs_best_gamma"])] for a, curve in predictions.items()])
+
+
+def _encoders(report: dict) -> Table:
+    enc, runs, names = report["speech"]["encoder"], report["generation"], report["shapes"]
+    loop0 = runs.get("0", {}).get("encoder_ms_per_request")
+    in_loop = [r["encoder_ms_per_request"] for g, r in runs.items() if g != "0"]
+    draft_loop = max(in_loop) - loop0 if in_loop and loop0 is not None else None
+    draft = (["0 (the target's run)", "-"] if enc["draft_keeps_target_encoder"] else
+             [fmt(enc["draft_encoder_ms"], ".1f"), fmt(draft_loop, ".1f")])
+    return Table(f"Encoders per request ({enc['audio_seconds']:.0f} s window, {enc['encoder_frames']} frames; median "
+                 f"of {enc['repeats']}; in the loop: the real loop's encoder time per request, the draft's = gamma > 0 "
+                 f"minus gamma = 0)", ["model", "encoder ms/request", "in the loop ms/request"],
+                 [[f"target {names['target']}", fmt(enc["target_encoder_ms"], ".1f"), fmt(loop0, ".1f")],
+                  [f"draft {names['draft']}", *draft]])
 
 
 def sections(report: dict) -> list:
-    """The report of `shapes`: a Whisper pair's encoders, the per-call costs, the real loop, the predicted speedups
-    (a Whisper pair's: the decoder's, then a whole request's) and the acceptance criteria."""
     from ..common.report import probe_parts
 
     probe, acc, s, runs = report["cost_probe"], report["acceptance"], report["settings"], report["generation"]
-    speech, label = report.get("speech"), report.get("prediction_label")
-    parts = []
-    if speech:
-        enc, names, note = speech["encoder"], report["shapes"], report["shapes"]["vocabulary_note"]
-        parts += [f"Note: {note}"] if note else []
-        loop0 = runs.get("0", {}).get("encoder_ms_per_request")
-        in_loop = [r["encoder_ms_per_request"] for g, r in runs.items() if g != "0"]
-        draft_loop = max(in_loop) - loop0 if in_loop and loop0 is not None else None
-        draft = (["0 (the target's run)", "-"] if enc["draft_keeps_target_encoder"] else
-                 [fmt(enc["draft_encoder_ms"], ".1f"), fmt(draft_loop, ".1f")])
-        parts.append(Table(
-            f"Encoders per request ({enc['audio_seconds']:.0f} s window, {enc['encoder_frames']} frames; median of "
-            f"{enc['repeats']}; in the loop: the real loop's encoder time per request, the draft's = gamma > 0 minus "
-            f"gamma = 0)", ["model", "encoder ms/request", "in the loop ms/request"],
-            [[f"target {names['target']}", fmt(enc["target_encoder_ms"], ".1f"), fmt(loop0, ".1f")],
-             [f"draft {names['draft']}", *draft]]))
-    parts += probe_parts(probe)
+    speech, label, note = report.get("speech"), report.get("prediction_label"), report["shapes"].get("vocabulary_note")
+    parts = ([f"Note: {note}"] if note else []) + ([_encoders(report)] if speech else []) + probe_parts(probe)
     parts.append(f"The sampling head alone (estimates): {fmt(probe.get('target_step_head_ms'), '.3f')} ms for a target "
                  f"step's draw, {fmt(probe.get('draft_step_head_ms'), '.3f')} ms for a draft step's.")
     requests = f"{s['audio_requests']} random audio requests" if speech else f"{s['prompts']} random prompts"
     parts.append(Table(
         f"Real loop on {requests} x {s['repeats']}, {s['max_new_tokens']} new tokens, T=0 (alpha is meaningless with "
-        f"random weights)\n{SAMP_HOST_NOTE}", GENERATION,
-        [[g, f"{r['iteration_ms']:.2f}", f"{r['target_ms_per_iteration']:.2f}", f"{r['draft_ms_per_iteration']:.2f}",
-          f"{r['host_ms_per_iteration']:.3f}", f"{100 * r['host_fraction_of_iteration']:.2f}",
-          fmt(r["ort_runs_per_iteration"]), fmt(r.get("sampling_host_ms_per_token"), ".3f")] for g, r in runs.items()]))
+        f"random weights; per iteration; host: its share of one)\n{SAMP_HOST_NOTE}",
+        ["gamma", *(h for h, _, _ in GENERATION)],
+        [[g, *(fmt(r.get(key), spec) for _, key, spec in GENERATION)] for g, r in runs.items()]))
     parts.append(Table(
         f"{'Decoder speedup, ' + label if label else 'Predicted speedup'}: Theorem 3.8 with the measured c = "
         f"{probe['c']:.3f} / with the costs (the measured fused target pass of gamma+1 tokens and host time; sampling "
-        f"is inside the runs)", *_speedups(report["predictions"], report["best"])))
+        f"is inside the runs)", *_speedups(report["predictions"], report["best"], "theorem_best_gamma")))
     if speech:
         req = report["request"]
         parts.append(Table(
             f"Whole request of N = {req['tokens']} tokens with the encoders, {label}, Theorem 3.8 / with the costs "
             f"(the target's encoder is {100 * req['encoder_share_of_baseline']:.1f}% of a target-only request)",
-            *_speedups(req["predictions"], req["best"], ("theorem_3_8_best_gamma", "with_costs_best_gamma"))))
+            *_speedups(req["predictions"], req["best"], "theorem_3_8_best_gamma")))
     v5, loop = acc["verify_5_over_step"], acc.get("verify_5_over_step_in_loop")
     verify = ("not measured (gamma_max < 4)" if v5 is None else
               f"{v5:.2f}x a one-token step ({'<=' if acc['verify_5_ok'] else '>'} 1.5x)"

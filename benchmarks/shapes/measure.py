@@ -21,22 +21,19 @@ PAPER_ALPHAS = (0.6, 0.7, 0.8)
 def parse_pair(text: str) -> tuple[str, str]:
     parts = text.split(":")
     if len(parts) != 2 or not all(p in CONFIGS for p in parts):
-        raise SpecdecError(f"TARGET:DRAFT names two of {', '.join(CONFIGS)} (got '{text}')",
-                           "e.g. t5-large:t5-small")
+        raise SpecdecError(f"TARGET:DRAFT names two of {', '.join(CONFIGS)} (got '{text}')", "e.g. t5-large:t5-small")
     return parts[0], parts[1]
 
 
 def t5_config(name: str):
     from transformers import T5Config
 
-    spec = CONFIGS[name]
-    return T5Config(**COMMON, **spec, num_decoder_layers=spec["num_layers"])
+    return T5Config(**COMMON, **CONFIGS[name], num_decoder_layers=CONFIGS[name]["num_layers"])
 
 
 def build_checkpoint(name: str, path: Path, seed: int) -> Path:
-    """Random-initialised model with the official configuration, saved like a real checkpoint, with a word-level
-    tokenizer (random models need no real one, but the export wants a fast tokenizer shared by target and draft) of
-    the real layout: the last 28 rows padded."""
+    """A random-initialised model saved like a real checkpoint, with a word-level tokenizer (the export wants a fast
+    one shared by target and draft) of the real layout: the last 28 rows padded."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast, T5ForConditionalGeneration
@@ -57,21 +54,19 @@ def build_checkpoint(name: str, path: Path, seed: int) -> Path:
 
 
 def pair_root(workdir: Path, target: str, draft: str, gamma_max: int, max_length: int) -> Path:
-    """workdir/shapes/TARGET_DRAFT-gG-lL: the pair's cache (export/, checkpoints/, the --dtypes variants)."""
+    """The pair's cache (export/, checkpoints/, the --dtypes variants)."""
     return Path(workdir) / "shapes" / f"{target}_{draft}-g{gamma_max}-l{max_length}"
 
 
 def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int,
                   keep_checkpoints: bool = False, log=print, build=None,
                   skip_check: str = "") -> tuple[Path, dict | None]:
-    """The export for this pair, made once and cached: workdir/shapes/TARGET_DRAFT-gG-lL/export. `build`: a
-    function of the checkpoints' folder that writes both checkpoints there and returns (target dir, draft dir)
-    (default: the T5 pair's, build_checkpoint). `skip_check`: why the parity check is left out (ExportOptions)."""
+    """(export dir, its info), made once and cached. `build(folder)` writes both checkpoints there and returns their
+    dirs (default: the T5 pair's); `skip_check`: why the parity check is left out."""
     from specdec.runtime import load_manifest
 
     root = pair_root(workdir, target, draft, gamma_max, max_length)
-    out = root / "export"
-    info_file = root / "export-info.json"
+    out, info_file = root / "export", root / "export-info.json"
     if (out / "manifest.json").is_file():
         try:
             load_manifest(out, verify_checksums=False)
@@ -84,8 +79,7 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
     ckpt = root / "checkpoints"
     if build is None:
         log(f"building random-initialised {target} and {draft} (official configurations) in {ckpt}")
-        tdir = build_checkpoint(target, ckpt / target, seed=1)
-        ddir = build_checkpoint(draft, ckpt / draft, seed=2)
+        tdir, ddir = build_checkpoint(target, ckpt / target, seed=1), build_checkpoint(draft, ckpt / draft, seed=2)
     else:
         tdir, ddir = build(ckpt)
     started = time.perf_counter()
@@ -101,23 +95,20 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
     return out, info
 
 
-def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dict:
-    """Theorem 3.8, and the prediction with the measured verify cost and host time, for each alpha: a draft step's
-    sampling is inside c and accept/residual inside the verify ratio (fused runs), so the overhead per iteration on
-    top of gamma c + verify_ratio target steps is the host time alone."""
+def analyse(probe: dict, runs: dict, gamma_max: int, alphas) -> dict:
+    """Theorem 3.8, and with the measured verify cost and host time, per alpha: the draw's sampling is inside c and
+    accept/residual inside the verify ratio (fused runs), so the overhead per iteration is the host time alone."""
     from ..common import theory
 
     c, step = probe["c"], probe["target_step_ms"]
     host0 = runs["0"]["host_ms_per_iteration"]
-    base_over = host0 / step
     host_spec = max((r["host_ms_per_iteration"] for g, r in runs.items() if g != "0"), default=host0)
     predictions, best = {}, {}
     for alpha in alphas:
-        curve = {}
-        for g in range(1, gamma_max + 1):
-            v = probe["verify_ratio"][str(g + 1)]
-            curve[str(g)] = {"theorem_3_8": theory.predicted_speedup(alpha, g, c),
-                             "with_costs": theory.speedup_with_costs(alpha, g, c, v, host_spec / step, base_over)}
+        curve = {str(g): {"theorem_3_8": theory.predicted_speedup(alpha, g, c),
+                          "with_costs": theory.speedup_with_costs(alpha, g, c, probe["verify_ratio"][str(g + 1)],
+                                                                  host_spec / step, host0 / step)}
+                 for g in range(1, gamma_max + 1)}
         predictions[str(alpha)] = curve
         g_star, s_star = theory.best_gamma(alpha, c, gamma_max)
         g_cost = max(curve, key=lambda g: curve[g]["with_costs"])
@@ -127,24 +118,18 @@ def analyse(probe: dict, runs: dict, gamma_max: int, alphas=PAPER_ALPHAS) -> dic
     return {"predictions": predictions, "best": best}
 
 
-def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, progress=None, probe=None,
-                    base=None, draft_encoder: bool = True) -> dict:
-    """The real loop on random prompts (temperature 0): per iteration, the time in target runs, draft runs and
-    host work, ORT runs, and host + the heads' estimated in-graph cost per token (`probe`: the cost probe); per
-    request, the encoder runs' time. `draft_encoder`: the draft runs an encoder of its own (not a Whisper draft that
-    keeps the target's)."""
-    from specdec.runtime import Params
-
+def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, progress, probe, base,
+                    draft_encoder: bool) -> dict:
+    """The real loop on random prompts (temperature 0), per gamma. `draft_encoder`: the draft runs an encoder of its
+    own (not a Whisper draft that keeps the target's)."""
     from ..sweep.measure import run_sweep
     from ..sweep.summary import head_ms_per_token, ort_runs_per_iteration
 
-    base = base or Params()
     cells, _, acceptance = run_sweep(dec, prompts, gammas, [0.0], max_new_tokens, repeats, progress, base=base)
     out = {}
     for (t, f, g), cell in cells.items():          # one temperature, base's own filter: one cell per gamma
         p = cell.pooled()
-        iters = max(p["target_calls"], 1)
-        tokens = max(p["new_tokens"], 1)
+        iters, tokens = max(p["target_calls"], 1), max(p["new_tokens"], 1)
         iteration_ms = 1000.0 * (p["total_s"] - p["encoder_s"]) / iters
         host = 1000.0 * p["host_s"] / iters
         head = head_ms_per_token(probe, p, g, t, *f, acceptance[(t, f, g)].runs_by_guesses)
@@ -157,23 +142,19 @@ def run_generations(dec, prompts, gammas, max_new_tokens: int, repeats: int, pro
                        "draft_ms_per_iteration": 1000.0 * p["draft_s"] / iters,
                        "ort_runs_per_iteration": ort_runs_per_iteration(p, g, draft_encoder),
                        "encoder_ms_per_request": 1000.0 * p["encoder_s"] / max(p["requests"], 1),
-                       "host_ms_per_token": host_tok,
-                       "head_ms_per_token_estimated": head,
+                       "host_ms_per_token": host_tok, "head_ms_per_token_estimated": head,
                        "sampling_host_ms_per_token": host_tok + head if head is not None else None,
                        "ms_per_token": 1000.0 * p["total_s"] / tokens}
     return out
 
 
 def acceptance(probe: dict, runs: dict) -> dict:
-    """The two real-shape criteria: the probe's verify ratio of 5 tokens (fused runs: accept/residual over 4 guesses
-    against a plain draw) at most 1.5, beside the real loop's own (gamma = 4's target time per iteration over
-    gamma = 0's); the host time at most 5 % of an iteration."""
+    """The real-shape criteria: the verify ratio of 5 tokens at most 1.5 (beside the loop's own: gamma = 4's target
+    time per iteration over gamma = 0's) and the host time at most 5 % of an iteration."""
     v5 = probe["verify_ratio"].get("5")
     in_loop = None
     if "4" in runs and "0" in runs and runs["0"]["target_ms_per_iteration"]:
         in_loop = runs["4"]["target_ms_per_iteration"] / runs["0"]["target_ms_per_iteration"]
     worst_host = max(r["host_fraction_of_iteration"] for r in runs.values())
     return {"verify_5_over_step": v5, "verify_5_ok": v5 is not None and v5 <= 1.5,
-            "verify_5_over_step_in_loop": in_loop,
-            "host_fraction_worst": worst_host, "host_ok": worst_host <= 0.05}
-
+            "verify_5_over_step_in_loop": in_loop, "host_fraction_worst": worst_host, "host_ok": worst_host <= 0.05}

@@ -1,17 +1,7 @@
-"""Real shapes for Whisper (`specdec-bench shapes openai/whisper-large-v3:distil-whisper/distil-large-v3`): the
-official configurations written down (nothing downloaded), random-initialised checkpoints built from them one model at
-a time, and what a request costs at real sizes.
-
-A pair is measured with the *target's* vocabulary (the runtime needs one tokenizer for both): a draft whose own
-differs (whisper-tiny has 51,865 tokens, large-v3 51,866) is built with the target's and its own encoder, and the
-report says so. A distil-whisper draft keeps its teacher's encoder: built with a copy of the target's encoder weights,
-it gets no encoder graph of its own. Requests are random audio filling the encoder's 30 s window. Predicted: the
-decoder's speedup (Theorem 3.8) and a whole request's of N tokens, the encoders included:
-
-    request speedup = (E_target + N t) / (E_target + E_draft + N t / S)
-
-(t: the target step (with costs: + the baseline's host time per iteration); S: the decoder speedup; E_draft: 0 for a
-draft that keeps the target's encoder, whose cross K/V come with the target's run).
+"""Real shapes for Whisper: the official configurations written down (nothing downloaded), random-initialised
+checkpoints built from them one model at a time, and what a request costs at real sizes. A pair is measured with the
+target's vocabulary (the runtime needs one tokenizer for both); a distil-whisper draft keeps a copy of its teacher's
+encoder and gets no encoder graph of its own. Requests are random audio filling the encoder's 30 s window.
 """
 
 from __future__ import annotations
@@ -30,13 +20,10 @@ from . import measure as shapes
 ALPHAS = (0.7, 0.8)
 AUDIO_REQUESTS = 2              # --num-prompts' default for a Whisper pair (each request runs the encoder)
 LABEL = "prediction (Theorem 3.8 with measured c; random weights)"
-# The export's parity check runs PyTorch's float64 forward: 12 GB for large-v3 alone, past a 24 GB machine. The graphs'
-# parity is what the test suite checks on tiny Whisper models.
+# The export's parity check runs PyTorch's float64 forward: 12 GB for large-v3 alone, past a 24 GB machine.
 SKIP_CHECK = ("random-weight Whisper at a real size, measured for costs only; the graphs' parity against PyTorch is "
               "tested on tiny Whisper models")
-# config.json of the official checkpoints. All: GELU, no embedding scaling, 1,500 encoder positions (30 s of 16 kHz
-# audio at 2 feature frames per position), 448 decoder positions, tied output projection, pad = bos = eos =
-# <|endoftext|> (50257), decoder start <|startoftranscript|> (50258).
+# config.json of the official checkpoints: 1,500 encoder positions (30 s of 16 kHz audio), 448 decoder positions
 COMMON = dict(activation_function="gelu", scale_embedding=False, max_source_positions=1500, max_target_positions=448,
               tie_word_embeddings=True, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
               apply_spec_augment=False, use_cache=True, is_encoder_decoder=True, suppress_tokens=None,
@@ -60,14 +47,9 @@ CONFIGS = {
 }
 HUB = {"openai": ("whisper-tiny", "whisper-base", "whisper-small", "whisper-medium", "whisper-large-v3"),
        "distil-whisper": ("distil-large-v3",)}
-# a distil-whisper model keeps its teacher's encoder (frozen while its decoder was distilled)
-ENCODER_OF = {"distil-large-v3": "whisper-large-v3"}
+ENCODER_OF = {"distil-large-v3": "whisper-large-v3"}        # a distil-whisper model keeps its teacher's encoder
 
-# Whisper's vocabulary: the GPT-2 byte-level BPE's 50,257 text tokens, then <|endoftext|>, <|startoftranscript|>,
-# one token per language, <|translate|>, <|transcribe|>, <|startoflm|>, <|startofprev|>, <|nospeech|>
-# (<|nocaptions|> before v3), <|notimestamps|> and 1,501 timestamps <|0.00|> ... <|30.00|>. large-v3 has 100 languages
-# (51,866 tokens), the earlier models 99 (51,865).
-TEXT_TOKENS = 50257
+TEXT_TOKENS = 50257             # the GPT-2 BPE's; the special tokens follow (layout)
 TIMESTAMPS = 1501
 # the text tokens the official generation configs suppress (symbols that are not speech), all models alike
 TEXT_SUPPRESS = (1, 2, 7, 8, 9, 10, 14, 25, 26, 27, 28, 29, 31, 58, 59, 60, 61, 62, 63, 90, 91, 92, 93, 359, 503, 522,
@@ -79,8 +61,7 @@ SPACE = 220                     # " ": suppressed as the first generated token, 
 
 
 def canonical(name: str) -> str | None:
-    """The configuration a name means: `whisper-large-v3` or `openai/whisper-large-v3`, `distil-large-v3` or
-    `distil-whisper/distil-large-v3`; None for anything else."""
+    """`whisper-large-v3` for `whisper-large-v3` or `openai/whisper-large-v3` (likewise distil-whisper/...)."""
     if name in CONFIGS:
         return name
     org, _, short = name.partition("/")
@@ -94,60 +75,53 @@ def hub_id(name: str) -> str:
 def parse_pair(text: str) -> tuple[str, str, str]:
     """(family, target, draft) of `specdec-bench shapes TARGET:DRAFT`: two T5 names or two Whisper names."""
     parts = text.split(":")
-    families = [("t5" if p in shapes.CONFIGS else "whisper" if canonical(p) else None) for p in parts]
-    if len(parts) == 2 and families[0] and families[1] and families[0] != families[1]:
-        kinds = {"t5": "T5", "whisper": "Whisper"}
-        raise SpecdecError(f"'{parts[0]}' is a {kinds[families[0]]} model but '{parts[1]}' is a "
-                           f"{kinds[families[1]]} model: a pair is two T5 or two Whisper models",
-                           "e.g. t5-large:t5-small or openai/whisper-large-v3:distil-whisper/distil-large-v3")
+    families = [("T5" if p in shapes.CONFIGS else "Whisper" if canonical(p) else None) for p in parts]
+    example = "e.g. t5-large:t5-small or openai/whisper-large-v3:distil-whisper/distil-large-v3"
     if len(parts) != 2 or None in families:
         whisper = ", ".join(hub_id(n) for n in CONFIGS)
         raise SpecdecError(f"TARGET:DRAFT names two of {', '.join(shapes.CONFIGS)} or two of {whisper} "
-                           f"(got '{text}')",
-                           "e.g. t5-large:t5-small or openai/whisper-large-v3:distil-whisper/distil-large-v3")
-    if families[0] == "t5":
+                           f"(got '{text}')", example)
+    if families[0] != families[1]:
+        raise SpecdecError(f"'{parts[0]}' is a {families[0]} model but '{parts[1]}' is a {families[1]} model: a pair "
+                           f"is two T5 or two Whisper models", example)
+    if families[0] == "T5":
         return "t5", parts[0], parts[1]
     return "whisper", canonical(parts[0]), canonical(parts[1])
 
 
 def shares_encoder(target: str, draft: str) -> bool:
-    """Does the real draft keep the real target's encoder (distil-whisper and its teacher)?"""
     return ENCODER_OF.get(draft) == target
 
 
 def layout(vocab_size: int) -> Specials:
-    """Whisper's special tokens for a vocabulary of `vocab_size` tokens (TEXT_TOKENS text tokens first, TIMESTAMPS
-    timestamps last, the languages in between: transformers' LANGUAGES order)."""
+    """Whisper's special tokens for `vocab_size` tokens, one id after another from TEXT_TOKENS (the languages in
+    transformers' LANGUAGES order)."""
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
     languages = vocab_size - TEXT_TOKENS - 8 - TIMESTAMPS
     if not 1 <= languages <= len(LANGUAGES):
         raise SpecdecError(f"a Whisper vocabulary of {vocab_size} tokens has no room for its languages",
                            f"use {TEXT_TOKENS + 8 + TIMESTAMPS + 99} or {TEXT_TOKENS + 8 + TIMESTAMPS + 100} tokens")
-    eot, sot = TEXT_TOKENS, TEXT_TOKENS + 1
-    langs = {f"<|{code}|>": sot + 1 + i for i, code in enumerate(list(LANGUAGES)[:languages])}
-    after = sot + languages + 1
+    codes = [f"<|{code}|>" for code in list(LANGUAGES)[:languages]]
     named = ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>",
-             "<|nospeech|>" if languages == len(LANGUAGES) else "<|nocaptions|>", "<|notimestamps|>"]
-    rest = {name: after + i for i, name in enumerate(named)}
-    no_ts = rest["<|notimestamps|>"]
-    stamps = {f"<|{0.02 * i:.2f}|>": no_ts + 1 + i for i in range(TIMESTAMPS)}
-    ids = {"<|endoftext|>": eot, "<|startoftranscript|>": sot, **langs, **rest, **stamps}
-    return Specials(ids=ids, unk="<|endoftext|>", start=sot, eos=eot, languages=langs,
-                    tasks={"translate": rest["<|translate|>"], "transcribe": rest["<|transcribe|>"]},
-                    no_timestamps=no_ts,
-                    suppress=[t for t in TEXT_SUPPRESS if t < eot] + [sot] + list(range(after, no_ts)),
+             "<|nospeech|>" if languages == len(LANGUAGES) else "<|nocaptions|>"]
+    order = ["<|endoftext|>", "<|startoftranscript|>", *codes, *named, "<|notimestamps|>",
+             *(f"<|{0.02 * i:.2f}|>" for i in range(TIMESTAMPS))]
+    ids = {name: TEXT_TOKENS + i for i, name in enumerate(order)}
+    eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
+    return Specials(ids=ids, unk="<|endoftext|>", start=sot, eos=eot, languages={c: ids[c] for c in codes},
+                    tasks={"translate": ids["<|translate|>"], "transcribe": ids["<|transcribe|>"]},
+                    no_timestamps=ids["<|notimestamps|>"],
+                    suppress=[t for t in TEXT_SUPPRESS if t < eot] + [sot] + [ids[n] for n in named],
                     begin_suppress=[t for t in (SPACE, eot) if t <= eot])
 
 
 def whisper_config(name: str, vocab_size: int):
-    """The official configuration of `name`, with `vocab_size` tokens (the pair's target's)."""
     from transformers import WhisperConfig
 
     specials = layout(vocab_size)
-    spec = {**CONFIGS[name], "vocab_size": vocab_size}
-    return WhisperConfig(**COMMON, **spec, pad_token_id=specials.eos, bos_token_id=specials.eos,
-                         eos_token_id=specials.eos, decoder_start_token_id=specials.start)
+    return WhisperConfig(**COMMON, **{**CONFIGS[name], "vocab_size": vocab_size}, pad_token_id=specials.eos,
+                         bos_token_id=specials.eos, eos_token_id=specials.eos, decoder_start_token_id=specials.start)
 
 
 def vocabulary_note(target: str, draft: str) -> str | None:
@@ -161,9 +135,8 @@ def vocabulary_note(target: str, draft: str) -> str | None:
 
 
 def build_checkpoint(name: str, path: Path, seed: int, vocab_size: int, encoder_from: Path | None = None) -> Path:
-    """A random-initialised Whisper with the official configuration of `name` and `vocab_size` tokens, saved like a
-    real checkpoint (weights, generation config, feature extractor, tokenizer) and freed; `encoder_from`: a saved
-    checkpoint whose encoder weights it takes, tensor by tensor (no second model in memory)."""
+    """A random-initialised Whisper saved like a real checkpoint; `encoder_from`: a saved checkpoint whose encoder
+    weights it takes, tensor by tensor (no second model in memory)."""
     import torch
     from safetensors import safe_open
     from transformers import WhisperForConditionalGeneration
@@ -191,22 +164,21 @@ def build_checkpoint(name: str, path: Path, seed: int, vocab_size: int, encoder_
 
 
 def build_pair(target: str, draft: str, ckpt: Path, log, bar) -> tuple[Path, Path]:
-    """Both checkpoints under `ckpt`, one after the other (seeds 1 and 2; `bar` counts them): the draft takes the
-    target's vocabulary, and the target's encoder when the real draft keeps it."""
+    """Both checkpoints (seeds 1 and 2): the draft with the target's vocabulary, and its encoder where the real
+    draft keeps it."""
     vocab, shared = CONFIGS[target]["vocab_size"], shares_encoder(target, draft)
     log(f"building random-initialised {hub_id(target)} and {hub_id(draft)} (official configurations, the target's "
         f"{vocab:,}-token vocabulary{'; the draft keeps the target encoder' if shared else ''}) in {ckpt}")
-    out = []
-    for role, name, seed in (("target", target, 1), ("draft", draft, 2)):
-        out.append(build_checkpoint(name, ckpt / f"{role}-{name}", seed=seed, vocab_size=vocab,
-                                    encoder_from=out[0] if role == "draft" and shared else None))
-        bar.update(1)
-    return out[0], out[1]
+    tdir = build_checkpoint(target, ckpt / f"target-{target}", seed=1, vocab_size=vocab)
+    bar.update(1)
+    ddir = build_checkpoint(draft, ckpt / f"draft-{draft}", seed=2, vocab_size=vocab,
+                            encoder_from=tdir if shared else None)
+    bar.update(1)
+    return tdir, ddir
 
 
 def parameters(name: str, vocab_size: int) -> int:
-    """Parameters of the model `name` with `vocab_size` tokens (the tied output projection once), counted on the meta
-    device: nothing is allocated."""
+    """Parameters (the tied output projection once), counted on the meta device: nothing is allocated."""
     import torch
     from transformers import WhisperForConditionalGeneration
 
@@ -215,22 +187,22 @@ def parameters(name: str, vocab_size: int) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def time_encoders(dec, audio, repeats: int, progress=None) -> dict:
-    """Each encoder run per request (Stats.encoder_s), median of `repeats` after one untimed, target and draft
-    interleaved: the target's encoder graph (its run writes a sharing draft's cross K/V too) and the draft's own."""
+def time_encoders(dec, audio, repeats: int, progress) -> dict:
+    """Each encoder run per request, median of `repeats` after one untimed, target and draft interleaved: the
+    target's graph (its run writes a sharing draft's cross K/V too) and the draft's own."""
     from specdec.runtime import Stats
 
     draft = dec.models.get("draft")
     own = draft is not None and draft.encoder is not None
     pcm = np.asarray(audio, dtype=np.float32)
-    times = {"target": [], "draft": []}
+    models = {"target": dec.target} | ({"draft": draft} if own else {})
+    times = {role: [] for role in models}
     for rep in range(1 + repeats):
-        for role, model in (("target", dec.target), ("draft", draft if own else None)):
-            if model is not None:
-                stats = Stats()
-                model.encode(pcm, stats)
-                if rep:
-                    times[role].append(stats.encoder_s)
+        for role, model in models.items():
+            stats = Stats()
+            model.encode(pcm, stats)
+            if rep:
+                times[role].append(stats.encoder_s)
         progress.update(1)
     speech = dec.manifest.speech
     return {"target_encoder_ms": 1000.0 * statistics.median(times["target"]),
@@ -240,8 +212,7 @@ def time_encoders(dec, audio, repeats: int, progress=None) -> dict:
 
 
 def request_predictions(analysis: dict, probe: dict, runs: dict, encoders: dict, tokens: int) -> dict:
-    """The speedup of a whole request of `tokens` tokens, the encoders included (module docstring), for every alpha
-    and gamma of `analysis` (shapes.analyse): Theorem 3.8's and the one with the measured costs."""
+    """A whole request's speedup for every alpha and gamma of `analysis` (shapes.analyse), the encoders included."""
     step = probe["target_step_ms"]
     per_token = {"theorem_3_8": step, "with_costs": step + runs["0"]["host_ms_per_iteration"]}
     e_target, e_draft = encoders["target_encoder_ms"], encoders["draft_encoder_ms"] or 0.0
@@ -252,9 +223,9 @@ def request_predictions(analysis: dict, probe: dict, runs: dict, encoders: dict,
                               for g, point in curve.items()}
         best[alpha] = {}
         for kind in per_token:          # gamma = 0 (target-only, speedup 1) unless a gamma beats it
-            g, s = max(((int(g), v[kind]) for g, v in predictions[alpha].items()), key=lambda gs: (gs[1], -gs[0]),
-                       default=(0, 1.0))
-            best[alpha][f"{kind}_best_gamma"], best[alpha][f"{kind}_best_speedup"] = (g, s) if s > 1.0 else (0, 1.0)
+            g, s = max([(0, 1.0)] + [(int(g), v[kind]) for g, v in predictions[alpha].items()],
+                       key=lambda gs: (gs[1], -gs[0]))
+            best[alpha] |= {f"{kind}_best_gamma": g, f"{kind}_best_speedup": s}
     baseline = e_target + tokens * per_token["theorem_3_8"]
     return {"tokens": tokens, "label": LABEL, "predictions": predictions, "best": best,
             "baseline_request_ms": baseline, "encoder_share_of_baseline": e_target / baseline,

@@ -28,8 +28,7 @@ def add_parser(commands) -> None:
 
 
 def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str, base) -> dict:
-    """Where the host time goes (Stats.host_s: binding, buffer writes and reads, the verdict, the loop): cProfile
-    over one pass of generate calls at T=0, the Python functions by own time, ONNX Runtime's runs left out."""
+    """Where the host time goes (Stats.host_s): cProfile over one pass at T=0, the Python functions by own time."""
     import cProfile
     import io
     import pstats
@@ -40,12 +39,10 @@ def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str, b
 
     generate(prompts[0].ids)                  # warm
     prof = cProfile.Profile()
-    iterations, host_s, ort_runs = 0, 0.0, 0
     prof.enable()
-    for p in prompts:
-        stats = generate(p.ids).stats
-        iterations, host_s, ort_runs = iterations + stats.target_calls, host_s + stats.host_s, ort_runs + stats.ort_runs
+    stats = [generate(p.ids).stats for p in prompts]
     prof.disable()
+    iterations = sum(s.target_calls for s in stats)
     per = max(iterations, 1)
     rows = sorted(({"function": f"{Path(file).name}:{line}({name})" if file != "~" else name,
                     "calls_per_iteration": nc / per, "own_ms_per_iteration": 1000.0 * tt / per}
@@ -55,22 +52,21 @@ def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str, b
     pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(40)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(text.getvalue())
-    return {"gamma": gamma, "iterations": iterations, "host_ms_per_iteration": 1000.0 * host_s / per,
-            "ort_runs": ort_runs, "listing": str(out_path),
+    return {"gamma": gamma, "iterations": iterations,
+            "host_ms_per_iteration": 1000.0 * sum(s.host_s for s in stats) / per,
+            "ort_runs": sum(s.ort_runs for s in stats), "listing": str(out_path),
             "note": "cProfile adds its own overhead to every Python call: read the ranking, not the absolute ms",
             "top": rows[:25]}
 
 
 def begin(args, dec) -> dict:
-    """The machine, described and printed."""
     mach = machine.describe(dec.provider, args.threads)
     print(f"specdec-bench: {args.engine}")
     common.print_machine(mach)
     return mach
 
 
-def settings(args, prompts, origin: str) -> dict:
-    """The settings sweep and drafts share."""
+def settings(args, prompts, origin: str) -> dict:          # shared with drafts
     return {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens, "repeats": args.repeat,
             "prompts": len(prompts), "prompts_origin": origin, "probe_past": args.past, "threads": args.threads,
             **common.filter_settings(args)}
@@ -107,10 +103,11 @@ def run(args) -> int:
         if args.profile else None
     gamma = args.peer_gamma if args.peer_gamma is not None else (best_gamma or min(4, dec.gamma_max))
     out = {"mode": "engine", "machine": mach, "engine": common.engine_info(dec),
-           "settings": {"gammas": args.gamma, **settings(args, prompts, origin)}, "notes": NOTES, "cost_probe": probe, "results": rows, "best": best,
-           "filter_cost": summary.filter_cost(cells), "greedy_agreement": summary.greedy_agreement(outputs),
-           "acceptance": verdicts, "profile": profile,
-           "peers": common.time_peers(args, dec, prompts, gamma, default=False) if args.peers else None, "elapsed_s": time.perf_counter() - started}
+           "settings": {"gammas": args.gamma, **settings(args, prompts, origin)}, "notes": NOTES,
+           "cost_probe": probe, "results": rows, "best": best, "filter_cost": summary.filter_cost(cells),
+           "greedy_agreement": summary.greedy_agreement(outputs), "acceptance": verdicts, "profile": profile,
+           "peers": common.time_peers(args, dec, prompts, gamma, default=False) if args.peers else None,
+           "elapsed_s": time.perf_counter() - started}
     common.report(out, args, sections)
     if args.plot:
         title = (f"{Path(args.engine).name}: {mach['cpu_model']}, {mach['cpu_cores']} cores, {dec.provider}; "

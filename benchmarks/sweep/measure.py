@@ -1,31 +1,21 @@
-"""The measured sweep: every (temperature, filter, gamma) on the same sessions and prompts, interleaved with
-gamma = 0.
-
-Order: per repeat, per prompt, per temperature, per filter, every gamma (0 included) back to back, the list rotated
-by one position per repeat, so a configuration, its baseline (gamma = 0 of the same temperature and filter) and the
-other filters are never more than a few generate calls apart and slow drift hits them alike. A repeat's speedup is
-its baseline's ms/token over the configuration's (a filter's cost: its ms/token over plain sampling's); the report
-gives medians over repeats. A filter is a (top_k, top_p) pair, `none` (PLAIN) or `K:P` on the command line; every
-configuration shares the other request parameters (`base`: lenience). Results are keyed (temperature, filter,
-gamma)."""
+"""The measured sweep: per repeat, prompt, temperature and filter, every gamma (0, the baseline, included) back to
+back, rotated by one position per repeat, so a configuration and its baseline are never more than a few generate calls
+apart and slow drift hits them alike. Results are keyed (temperature, filter, gamma); a filter is (top_k, top_p)."""
 
 from __future__ import annotations
 
 from specdec.runtime import Params
 
-from ..common.runs import Cell, measure_acceptance, seed_for
+from ..common.runs import Cell, measure_acceptance, rotated, seed_for
 
 
 def timed_order(temperatures, filters, gammas, repeat: int):
-    """The configurations of one prompt in one repeat, the gammas rotated by one position per repeat."""
-    shift = repeat % len(gammas)
-    return [(t, f, g) for t in temperatures for f in filters for g in gammas[shift:] + gammas[:shift]]
+    return [(t, f, g) for t in temperatures for f in filters for g in rotated(gammas, repeat)]
 
 
 def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: int, progress=None,
-              warmup: bool = True, base: Params | None = None, filters=None):
-    """Run everything: ({key: Cell}, {key: [token ids per prompt]} (repeat 0's seeds), {key: Acceptance}), in the
-    sweep's order. `filters`: (top_k, top_p) pairs (default `base`'s own)."""
+              base: Params | None = None, filters=None):
+    """({key: Cell}, {key: [repeat 0's token ids per prompt]}, {key: Acceptance}); `filters` default to `base`'s."""
     gammas, base = list(gammas), base or Params()
     filters = [tuple(f) for f in filters] if filters else [(base.top_k, base.top_p)]
     keys = timed_order(temperatures, filters, gammas, 0)
@@ -33,10 +23,9 @@ def run_sweep(dec, prompts, gammas, temperatures, max_new_tokens: int, repeats: 
                                         top_k=k, top_p=p) for t, (k, p), g in keys}
     cells = {key: Cell() for key in keys}
     tick = progress.update if progress else (lambda n: None)
-    if warmup:          # first calls allocate arenas and fill caches: never measured
-        for key in keys:
-            dec.generate(**prompts[0].kwargs(), params=params[key], seed=0)
-            tick(1)
+    for key in keys:    # warm-up: first calls allocate arenas and fill caches
+        dec.generate(**prompts[0].kwargs(), params=params[key], seed=0)
+        tick(1)
     acceptance, outputs = {}, {}
     for key in keys:    # untimed: stream() decodes text every iteration, which the timed runs must not pay
         acceptance[key], outputs[key] = measure_acceptance(dec, prompts, params[key])

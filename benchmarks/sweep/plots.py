@@ -39,8 +39,7 @@ def _finish(ax, xlabel: str, ylabel: str, fontsize: int) -> None:
 
 
 def plot(rows: list[dict], path: str | Path, title: str) -> Path:
-    """Measured speedup (median, min-max bars) and the Theorem 3.8 prediction over gamma, one panel per
-    (T, filter)."""
+    """Measured speedup (median, min-max bars) and Theorem 3.8's over gamma, one panel per (T, filter)."""
     panels = list(dict.fromkeys((r["temperature"], row_filter(r)) for r in rows))
     fig, axes = _axes(len(panels), (5.2 * len(panels), 4.2))
     for ax, (t, f) in zip(axes[0], panels):
@@ -63,8 +62,7 @@ def plot(rows: list[dict], path: str | Path, title: str) -> Path:
 
 
 def plot_shapes(result: dict, path: str | Path, title: str) -> Path:
-    """Real shapes: Theorem 3.8's speedup over gamma for the paper's alpha values, with the measured c (and the
-    prediction with the measured verify cost and overhead)."""
+    """Theorem 3.8's speedup over gamma for the paper's alpha values, with the measured c (and verify cost)."""
     fig, axes = _axes(1, (6.4, 4.4))
     ax = axes[0][0]
     for i, (alpha, curve) in enumerate(result["predictions"].items()):

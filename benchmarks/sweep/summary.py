@@ -1,10 +1,5 @@
-"""The sweep's summary: one row per (temperature, filter, gamma) from its cells (measure.py), and what is read off
-the rows: the best gamma per (filter, temperature), greedy exactness, what a filter costs, and where an iteration's
-time goes against Theorem 3.8's model of it.
-
-An export has no sampler graphs: the sampling heads run inside the draft runs (standardize/draw) and the target runs
-(accept/residual), so their share is not observable from the loop; "samp+host" adds the head's cost as the cost
-probe timed it alone (common/costs.py) to the measured host time, and says that part is an estimate."""
+"""The sweep's summary: one row per (temperature, filter, gamma), and what is read off the rows: the best gamma per
+(filter, temperature), greedy exactness, what a filter costs, and where an iteration's time goes."""
 
 from __future__ import annotations
 
@@ -17,21 +12,17 @@ from ..common.runs import PLAIN, filter_key, per_repeat_ratios, spread
 
 
 def encoder_runs(pooled: dict, gamma: int, draft_encoder: bool = True) -> int:
-    """The target's encoder once per request, the draft's too when gamma > 0 and it has one of its own (a Whisper
-    draft that keeps the target's encoder has none)."""
+    """The target's encoder per request, the draft's too at gamma > 0 if it has one (a Whisper draft may not)."""
     return pooled["requests"] * (2 if gamma > 0 and draft_encoder else 1)
 
 
 def ort_runs_per_iteration(pooled: dict, gamma: int, draft_encoder: bool = True) -> float:
-    """ONNX Runtime runs per target call, encoders left out: 1 at gamma = 0, k + 1 when it drafts k guesses."""
     return (pooled["ort_runs"] - encoder_runs(pooled, gamma, draft_encoder)) / max(pooled["target_calls"], 1)
 
 
 def head_ms_per_token(probe: dict | None, pooled: dict, gamma: int, temperature: float, top_k: int = 0,
                       top_p: float = 1.0, runs_by_guesses: dict | None = None) -> float | None:
-    """The heads' in-graph cost per generated token, ESTIMATED from the probe's head-alone timings: head(G = 0) x
-    draft runs + head(G = k) x target runs that verified k guesses (`runs_by_guesses` {k: runs} gives the mix;
-    without it every run verifies gamma). None when the probe did not time this setting."""
+    """NOTES' head_ms_per_token_estimated (without `runs_by_guesses`, every run verifies gamma), or None."""
     if not pooled["new_tokens"]:
         return None
     mix = {int(k): n for k, n in (runs_by_guesses or {}).items() if n} or {gamma: 1}
@@ -43,25 +34,23 @@ def head_ms_per_token(probe: dict | None, pooled: dict, gamma: int, temperature:
     return (draft * pooled["draft_calls"] + per_run * pooled["target_calls"]) / pooled["new_tokens"]
 
 
-def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe: dict | None = None,
-              base: Params | None = None) -> list[dict]:
-    """One row per (temperature, filter, gamma), in the sweep's order: latency, alpha-hat, costs, ORT runs, measured
-    and predicted speedups against gamma = 0 of the same temperature and filter."""
-    rows, acceptance, lenience = [], acceptance or {}, (base or Params()).lenience
+def summarize(cells: dict, gamma_max: int, acceptance: dict, probe: dict, base: Params) -> list[dict]:
+    """One row per (temperature, filter, gamma); speedups against gamma = 0 of the same T and filter."""
+    rows = []
     for (t, f, g), cell in cells.items():
         p, ms = cell.pooled(), cell.ms_per_token()
         iters, tokens = max(p["target_calls"], 1), max(p["new_tokens"], 1)
-        acc = acceptance.get((t, f, g))
-        mix = acc.runs_by_guesses if acc is not None else None
+        acc = acceptance[(t, f, g)]
+        mix = acc.runs_by_guesses
         head = head_ms_per_token(probe, p, g, t, *f, mix)
         host_per_token = 1000.0 * p["host_s"] / tokens
         rate = p["accepted"] / p["proposed"] if p["proposed"] else None
-        row = {"temperature": t, "gamma": g, "top_k": f[0], "top_p": f[1], "lenience": lenience, "repeats": len(ms),
+        row = {"temperature": t, "gamma": g, "top_k": f[0], "top_p": f[1], "lenience": base.lenience,
+               "repeats": len(ms),
                **{k: p[k] for k in ("new_tokens", "target_calls", "draft_calls", "ort_runs")},
                "encoder_runs": encoder_runs(p, g), "ms_per_token": spread(ms),
                "tokens_per_s": 1000.0 / statistics.median(ms), "acceptance_rate": rate,
-               # alpha-hat; without per-iteration data the (biased for gamma > 1) pooled rate
-               "alpha": acc.alpha if acc is not None and acc.alpha is not None else rate,
+               "alpha": acc.alpha if acc.alpha is not None else rate,     # alpha-hat, or the (biased) pooled rate
                "tokens_per_target_call": p["new_tokens"] / iters,
                "ort_runs_per_iteration": ort_runs_per_iteration(p, g),
                "iteration_ms": 1000.0 * (p["total_s"] - p["encoder_s"]) / iters,
@@ -75,7 +64,7 @@ def summarize(cells: dict, gamma_max: int, acceptance: dict | None = None, probe
                                         for part in ("encoder", "draft", "target", "host")}}
         if mix:
             row["target_runs_by_guesses"] = {str(k): n for k, n in sorted(mix.items())}
-        if acc is not None and acc.alpha is not None:
+        if acc.alpha is not None:
             row.update(alpha_by_position=acc.by_position(), alpha_iterations=acc.iterations)
         baseline = cells.get((t, f, 0))
         if baseline is not None:
@@ -107,9 +96,7 @@ def row_filter(row: dict) -> tuple:
 
 
 def best_by_filter_and_temperature(rows: list[dict], gamma_max: int) -> dict:
-    """Per (filter, temperature), keyed filter_key(temperature, filter) ("0.0", "1.0@50:0.9"): the gamma with the best
-    measured speedup, its prediction, gamma = 0's and its ms/token, samp+host and ORT runs per iteration, and the
-    gamma Theorem 3.8 favours for the typical (median over gamma) alpha-hat and c."""
+    """Per (filter, T): the best measured gamma against gamma = 0, and Theorem 3.8's for the median alpha and c."""
     out = {}
     for t, f in dict.fromkeys((r["temperature"], row_filter(r)) for r in rows):
         same = [r for r in rows if r["temperature"] == t and row_filter(r) == f]
@@ -124,7 +111,8 @@ def best_by_filter_and_temperature(rows: list[dict], gamma_max: int) -> dict:
             "temperature": t, "top_k": f[0], "top_p": f[1], "measured_best_gamma": best["gamma"],
             "measured_speedup": best["speedup"]["median"],
             **{k: best[k] for k in ("predicted_speedup", "measured_over_predicted", "predicted_with_costs")},
-            "baseline_ms_per_token": base["ms_per_token"]["median"], "best_ms_per_token": best["ms_per_token"]["median"],
+            "baseline_ms_per_token": base["ms_per_token"]["median"],
+            "best_ms_per_token": best["ms_per_token"]["median"],
             **{f"{who}_{k}": r[k] for who, r in (("baseline", base), ("best", best))
                for k in ("sampling_host_ms_per_token", "ort_runs_per_iteration")},
             "alpha_median": alpha, "c_median": c, "theorem_best_gamma": g_star, "theorem_best_speedup": s_star,
@@ -133,17 +121,14 @@ def best_by_filter_and_temperature(rows: list[dict], gamma_max: int) -> dict:
 
 
 def greedy_agreement(outputs: dict) -> dict:
-    """At temperature 0 every gamma must give gamma = 0's tokens with the same filter (exactness): per (filter,
-    gamma), keyed filter_key(gamma, filter) ("2", "2@50:0.9"), the prompts that agree."""
+    """At T = 0, per (filter, gamma): the prompts where it gives gamma = 0's tokens with the same filter."""
     return {filter_key(g, f): {"agree": sum(a == b for a, b in zip(seqs, outputs[(t, f, 0)])),
                                "prompts": len(outputs[(t, f, 0)])}
             for (t, f, g), seqs in outputs.items() if t == 0 and (t, f, 0) in outputs}
 
 
 def filter_cost(cells: dict) -> list[dict]:
-    """What a filter costs per generated token: per (temperature, gamma, filter other than PLAIN), its ms/token
-    (median over repeats), plain sampling's at the same temperature and gamma, and ratio_to_plain, filtered / plain
-    per repeat (interleaved), spread over repeats. Empty when the sweep has no plain filter."""
+    """NOTES' filter_cost; empty when the sweep has no plain filter."""
     return [{"temperature": t, "gamma": g, "top_k": f[0], "top_p": f[1],
              "ms_per_token": statistics.median(cell.ms_per_token()),
              "plain_ms_per_token": statistics.median(cells[(t, PLAIN, g)].ms_per_token()),
@@ -152,10 +137,8 @@ def filter_cost(cells: dict) -> list[dict]:
 
 
 def gap(row: dict, base: dict) -> dict:
-    """Where an iteration's time goes against Theorem 3.8's model of it, in ms per iteration: the theorem charges
-    (gamma c + 1) target steps (a step: gamma = 0's target run with its head); the measured iteration also pays the
-    target run's extra over one step, the host work and the encoders (per request, spread over the iterations).
-    `head_ms_estimated`: the heads' share of the runs as the cost probe estimates it."""
+    """Where an iteration's time goes, in ms: Theorem 3.8 charges (gamma c + 1) target steps (gamma = 0's target run);
+    the measured iteration also pays the target run's extra, the host work and the encoders (spread over iterations)."""
     step, iters = row["target_step_ms"], max(row["target_calls"], 1)
     per_iter = {k: v * row["new_tokens"] / iters for k, v in row["ms_per_token_by_part"].items()}
     base_parts = {k: v * base["new_tokens"] / max(base["target_calls"], 1)

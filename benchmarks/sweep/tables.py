@@ -1,5 +1,4 @@
-"""The report of `specdec-bench sweep`, one rendering for stdout and Markdown (`sections`), the notes of its JSON
-keys, and the parts `drafts` shows too (the prompts' line, the cost probe, the peers)."""
+"""The report of `specdec-bench sweep` (`sections`), the notes of its JSON keys, and the lines `drafts` shares."""
 
 from __future__ import annotations
 
@@ -9,13 +8,8 @@ from ..common.tables import Table, fmt
 from .summary import row_filter
 
 
-def spread_cells(s: dict, spec: str = ".3f") -> list[str]:
-    """median, +- (half the min-max range) and min-max of a spread."""
-    return [fmt(s["median"], spec), fmt((s["max"] - s["min"]) / 2, spec), f"{s['min']:{spec}}-{s['max']:{spec}}"]
-
-
 def settings_text(s: dict, swept: str, prompts: str | None = None, tasks: str = "") -> str:
-    """The prompts' line: how many (`prompts`, default the count), from where, the runs, the configurations swept."""
+    """The prompts' line: how many (`prompts`, default the count), from where, the configurations swept."""
     return (f"prompts: {prompts or s['prompts']} from {s['prompts_origin']}{tasks}; max_new_tokens "
             f"{s['max_new_tokens']}, "
             f"repeats {s['repeats']}, {swept}, temperature {','.join(f'{t:g}' for t in s['temperatures'])}; "
@@ -23,8 +17,7 @@ def settings_text(s: dict, swept: str, prompts: str | None = None, tasks: str = 
 
 
 def agreement_text(entries: dict, lenience: float, against: str, every: str) -> str:
-    """The greedy exactness check: `entries` name -> {agree, prompts} against `against`, `every` the sentence when
-    every one agrees."""
+    """Greedy exactness: `entries` name -> {agree, prompts} against `against`; `every`: the line when all agree."""
     counts = {name: f"{name} {a['agree']}/{a['prompts']}" for name, a in entries.items()}
     bad = [counts[name] for name, a in entries.items() if a["agree"] != a["prompts"]]
     if lenience < 1.0:
@@ -46,7 +39,9 @@ def _setting(r: dict) -> list[str]:
 
 
 def _sweep_row(r: dict) -> list[str]:
-    return _setting(r) + spread_cells(r["ms_per_token"]) + [
+    ms = r["ms_per_token"]
+    return _setting(r) + [
+        fmt(ms["median"], ".3f"), fmt((ms["max"] - ms["min"]) / 2, ".3f"), f"{ms['min']:.3f}-{ms['max']:.3f}",
         fmt(r["tokens_per_s"], ".1f"), fmt(r.get("acceptance_rate")), fmt(r["alpha"]), fmt(r["tokens_per_target_call"]),
         fmt(r["ort_runs_per_iteration"]), fmt(r.get("c"), ".3f"), fmt(r.get("verify_ratio")),
         fmt(r["host_ms_per_iteration"], ".3f"), fmt(r.get("sampling_host_ms_per_token"), ".3f"),
@@ -69,12 +64,6 @@ def _summary_row(b: dict) -> list[str]:
             fmt(b["best_ort_runs_per_iteration"])]
 
 
-def _filter_cost_row(e: dict) -> list[str]:
-    ratio = e["ratio_to_plain"]
-    return [fmt(e["temperature"], "g"), filter_label(row_filter(e)), str(e["gamma"]), fmt(e["ms_per_token"], ".3f"),
-            fmt(e["plain_ms_per_token"], ".3f"), fmt(ratio["median"], ".3f"), f"{ratio['min']:.3f}-{ratio['max']:.3f}"]
-
-
 def _best_text(b: dict, several: bool) -> str:
     gp = b["gap"]
     return (f"T={b['temperature']:g}" + (f", filter {filter_label(row_filter(b))}" if several else "")
@@ -93,27 +82,28 @@ def _best_text(b: dict, several: bool) -> str:
 
 
 def sections(report: dict) -> list:
-    """The sweep's report: settings, cost probe, the sweep, where the time goes, the filters' cost, the summary per
-    temperature and filter, greedy exactness, the host profile and the peers."""
     s, rows, best = report["settings"], report["results"], report.get("best") or {}
     several = len(s["filters"]) > 1
     parts = [settings_text(s, f"gamma {','.join(map(str, s['gammas']))}"), *probe_parts(report["cost_probe"]),
              Table("sweep (filter: top_k:top_p, none = plain; ms/tok: median over repeats, +-: half the min-max range; "
                    "acc.rate: accepted/proposed; alpha: accepted/(accepted + rejections), the per-token acceptance "
-                   "probability; ORT/iter: ONNX Runtime runs per iteration, encoders left out; c: draft run / gamma=0's "
-                   "target run, heads included; verify_x: target run / gamma=0's; speedup: median of per-repeat "
-                   "ratios to gamma=0 of the same T and filter; thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: "
+                   "probability; ORT/iter: ONNX Runtime runs per iteration, encoders left out; c: draft run / "
+                   "gamma=0's target run, heads included; verify_x: target run / gamma=0's; speedup: median of "
+                   "per-repeat ratios to gamma=0 of the same T and filter; thm3.8: (1-a^(g+1))/((1-a)(g c+1)); ratio: "
                    "measured/thm3.8; w/costs: the prediction with the measured target-run cost and host time; best_g: "
                    f"gamma maximising thm3.8)\n{SAMP_HOST_NOTE}",
                    SWEEP, [_sweep_row(r) for r in rows]),
              Table("where the time goes (ms per generated token; the sampling heads run inside the draft and target "
                    "runs, their share estimated from the cost probe)", TIME, [_time_row(r) for r in rows])]
     if several:
+        cost = [_setting(e) + [fmt(e["ms_per_token"], ".3f"), fmt(e["plain_ms_per_token"], ".3f"),
+                               fmt(e["ratio_to_plain"]["median"], ".3f"),
+                               f"{e['ratio_to_plain']['min']:.3f}-{e['ratio_to_plain']['max']:.3f}"]
+                for e in report["filter_cost"]]
         parts.append(Table("filters (ms/tok per generated token, median over repeats; x none: this filter's ms/token "
                            "over plain sampling's at the same T and gamma, per repeat (interleaved), median over "
-                           "repeats, and its min-max)", ("T", "filter", "gamma", "ms/tok", "ms/tok none", "x none",
-                                                         "x none min-max"),
-                           [_filter_cost_row(e) for e in report["filter_cost"]]))
+                           "repeats, and its min-max)",
+                           ("T", "filter", "gamma", "ms/tok", "ms/tok none", "x none", "x none min-max"), cost))
     if best:
         parts.append(Table("summary (per temperature and filter: gamma=0 and the best measured gamma)", SUMMARY,
                            [_summary_row({**b, "lenience": s["lenience"]}) for b in best.values()]))

@@ -155,6 +155,13 @@ def test_beam_costs_at_shapes_take_only_their_flags():
         assert f"{flag} does not apply to beams --shapes" in err, (flag, err)
 
 
+def test_beam_costs_at_shapes_need_the_source_within_max_length():
+    """The default --source-length 48 past --max-length 32: one line naming the fix (was a numpy broadcast error)."""
+    code, out, err = run(["beams", "--shapes", "t5-large:t5-small", "--num-beams", "2", "--max-length", "32"])
+    assert code == 2 and err.strip().count("\n") == 0, err
+    assert "--source-length 48 is longer than --max-length 32" in err and "--source-length 32 or less" in err, err
+
+
 def _stats(total_s, new_tokens, target_calls, draft_calls=0, none=0, draft=None, parts=(0.0, 0.0, 0.0)):
     st = Stats(total_s=total_s, new_tokens=new_tokens, target_calls=target_calls, draft_calls=draft_calls)
     st.target_s, st.draft_s, st.encoder_s = parts

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from benchrun import run
-from specdec.bench.common import optimum_client, peer_engines, peers, prompts
+from specdec.bench.common import peers, prompts
+from specdec.bench.common import peers as optimum_client, peers as peer_engines
 from specdec.bench.shapes import measure as shapes
 
 ROW_KEYS = {"temperature", "gamma", "repeats", "ms_per_token", "tokens_per_s", "alpha", "tokens_per_target_call",
