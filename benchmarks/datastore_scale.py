@@ -107,19 +107,16 @@ def run(args) -> int:
             rows.append({**_stage("build", tokens, args, folder), **_stage("probe", tokens, args, folder)})
             for name in (f"scale-{tokens}.sdds", f"contexts-{tokens}.json"):
                 os.unlink(os.path.join(folder, name))
-    from .common.options import write_figures
-    from .common.tables import Table, render
+    from .common.options import show
+    from .common.tables import Table
 
     mib = "{0[RssAnon]:.0f} / {0[RssFile]:.0f} MiB".format
-    print(render([Table("", ("tokens", "file", "build", "build peak RSS", "open (checks)",
-                             "RSS before open, anon / file", "after open", "after lookups", "lookup median", "p99",
-                             "matched"),
-                        [[f"{r['tokens']:,}", f"{r['file_mib']:.0f} MiB", f"{r['build_s']:.1f} s",
-                          f"{r['build_peak_rss_mib']:.0f} MiB", f"{r['open_s']:.2f} s", mib(r["rss_before_open_mib"]),
-                          mib(r["rss_after_open_mib"]), mib(r["rss_after_lookups_mib"]),
-                          f"{r['lookup_us_median']:.0f} us", f"{r['lookup_us_p99']:.0f} us", f"{r['matched']:.0%}"]
-                         for r in rows])]))
-    write_figures(args.json, rows)
+    show([Table("", ("tokens", "file", "build", "build peak RSS", "open (checks)", "RSS before open, anon / file",
+                     "after open", "after lookups", "lookup median", "p99", "matched"),
+                [[f"{r['tokens']:,}", f"{r['file_mib']:.0f} MiB", f"{r['build_s']:.1f} s",
+                  f"{r['build_peak_rss_mib']:.0f} MiB", f"{r['open_s']:.2f} s", mib(r["rss_before_open_mib"]),
+                  mib(r["rss_after_open_mib"]), mib(r["rss_after_lookups_mib"]), f"{r['lookup_us_median']:.0f} us",
+                  f"{r['lookup_us_p99']:.0f} us", f"{r['matched']:.0%}"] for r in rows])], args.json, rows)
     return 0
 
 

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .common.options import PROMPT_FILE, tool_main, write_figures
-from .common.tables import Table, render
+from .common.options import PROMPT_FILE, show, tool_main
+from .common.tables import Table
 
 
 def candidates(lookup, seq: list, gamma: int, width: int) -> list:
@@ -125,8 +125,7 @@ def run(args) -> int:
     if args.wide_engine:
         wide = SpeculativeDecoder.load(args.wide_engine, provider="cpu")
         report["verify_ratio"] = costs.probe(wide, prompts[0].ids, past=32, repeats=args.probe_repeats)["verify_ratio"]
-    print(render(sections(report)))
-    write_figures(args.json, report)
+    show(sections(report), args.json, report)
     return 0
 
 

@@ -35,6 +35,14 @@ def write_figures(path: str | None, figures) -> None:
             json.dump(figures, fh, indent=1)
 
 
+def show(parts, path: str | None, figures) -> None:
+    """A tool's report: its parts (tables.render) printed, and its figures written to --json when a path is given."""
+    from .tables import render
+
+    print(render(parts))
+    write_figures(path, figures)
+
+
 def tool_main(prog: str, doc: str, add_arguments, run, argv=None) -> int:
     """A tool's `python -m specdec.bench.<module>`: its subcommand's flags under the module's name, run the same way
     (args.command_line: the command as typed)."""
