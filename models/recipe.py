@@ -180,7 +180,7 @@ def _speech(args) -> int:
             from .speech_train import train_decoders
 
             train_decoders(work, args.speech_decoder_minutes, args.speech_draft_minutes, seed=args.seed,
-                           threads=args.threads, log=lambda m: print(m, flush=True))
+                           threads=args.threads, resume=args.resume, log=lambda m: print(m, flush=True))
         elif st == "speech-package":
             from .speech_pack import pack
 

@@ -371,13 +371,28 @@ def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=pri
     return out
 
 
+def decoder_from(model, directory: str) -> bool:
+    """Load the decoder (its embeddings and the tied output projection with it) of the checkpoint in `directory`, a
+    phase-2 result, into `model`, keeping `model`'s encoder. False when there is no such checkpoint."""
+    from transformers import WhisperForConditionalGeneration
+
+    if not os.path.exists(os.path.join(directory, "config.json")):
+        return False
+    done = WhisperForConditionalGeneration.from_pretrained(directory)
+    model.model.decoder.load_state_dict(done.model.decoder.state_dict())
+    return True
+
+
 def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch: int = 64, seed: int = 0,
-                   threads: int = 2, lr: float = 1e-3, kl_weight: float = 0.8, log=print) -> tuple:
+                   threads: int = 2, lr: float = 1e-3, kl_weight: float = 0.8, resume: bool = False,
+                   log=print) -> tuple:
     """The second phase: the encoder of the target trained so far (work/ckpt/speech-target.pt) is frozen, its outputs
     computed once for every training clip, and the target's decoder trained on them for `target_minutes`, batches of
     `batch` clips (the encoder is most of a step's cost, so a step without it takes 8x the clips in less time); then
     the draft's decoder (draft_from: the target's first and last layers) is distilled from the target's on the same
-    outputs for `draft_minutes`. Saves work/speech-target and work/speech-draft; returns their paths."""
+    outputs for `draft_minutes`. `resume`: each decoder starts from the last phase 2's (work/speech-target,
+    work/speech-draft) where there is one, so phase 2 goes on across runs. Saves work/speech-target and
+    work/speech-draft; returns their paths."""
     import torch
     import torch.nn.functional as F
     from tokenizers import Tokenizer
@@ -394,6 +409,8 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     target.load_state_dict(state["model"])
     log(f"[decoders] the target's encoder after {state['step']} steps ({state['elapsed'] / 60:.1f} min)")
+    if resume and decoder_from(target, os.path.join(work, "speech-target")):
+        log("[decoders] the target's decoder goes on from the last phase 2")
     feats, clips = load_split(work, "train")
     seqs, cuts = examples(tok, specials, clips, seed)
     vfeats, vclips = load_split(work, "validation", 256)
@@ -468,5 +485,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     for p in target.parameters():
         p.requires_grad_(False)
     draft = draft_from(target)
+    if resume and decoder_from(draft, os.path.join(work, "speech-draft")):
+        log("[decoders] the draft's decoder goes on from the last phase 2")
     phase("speech-draft", draft, target.eval(), draft_minutes, lr / 2)
     return os.path.join(work, "speech-target"), os.path.join(work, "speech-draft")

@@ -55,6 +55,28 @@ def test_the_draft_starts_from_the_targets_first_and_last_decoder_layers(trained
             assert torch.equal(value, t[name]), name
 
 
+def test_phase_two_goes_on_from_the_last_decoders_and_keeps_the_new_encoder(trained, tmp_path):
+    """--resume of speech-decoders: the decoder (embeddings and tied projection too) comes from the saved phase-2
+    checkpoint, the encoder stays the one phase 1 just trained; no checkpoint, nothing loaded."""
+    from transformers import WhisperForConditionalGeneration
+
+    work, target, draft = trained
+    torch.manual_seed(1)
+    fresh = WhisperForConditionalGeneration(target.config).eval()
+    encoder = {k: v.clone() for k, v in fresh.model.encoder.state_dict().items()}
+    assert speech_train.decoder_from(fresh, str(work / "speech-target"))
+    for name, value in target.model.decoder.state_dict().items():
+        assert torch.equal(fresh.model.decoder.state_dict()[name], value), name
+    kept = fresh.model.encoder.state_dict()
+    assert all(torch.equal(value, encoder[name]) for name, value in kept.items())
+    assert not all(torch.equal(value, target.model.encoder.state_dict()[name]) for name, value in kept.items())
+    assert torch.equal(fresh.proj_out.weight, target.model.decoder.embed_tokens.weight)
+    other = speech_train.draft_from(fresh)
+    assert speech_train.decoder_from(other, str(work / "speech-draft"))
+    assert torch.equal(other.model.decoder.layers[1].fc1.weight, draft.model.decoder.layers[1].fc1.weight)
+    assert not speech_train.decoder_from(fresh, str(tmp_path / "nothing"))
+
+
 def test_packed_checkpoints_compute_what_the_trained_ones_did(trained, tmp_path):
     work, target, draft = trained
     packed = speech_pack.pack(str(work), tmp_path / "speech")
