@@ -372,8 +372,8 @@ def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=pri
 
 
 def decoder_from(model, directory: str) -> bool:
-    """Load the decoder (its embeddings and the tied output projection with it) of the checkpoint in `directory`, a
-    phase-2 result, into `model`, keeping `model`'s encoder. False when there is no such checkpoint."""
+    """Load the decoder (its embeddings and the tied output projection with it) of the checkpoint in `directory` into
+    `model`, keeping `model`'s encoder. False when there is no such checkpoint."""
     from transformers import WhisperForConditionalGeneration
 
     if not os.path.exists(os.path.join(directory, "config.json")):
@@ -381,6 +381,23 @@ def decoder_from(model, directory: str) -> bool:
     done = WhisperForConditionalGeneration.from_pretrained(directory)
     model.model.decoder.load_state_dict(done.model.decoder.state_dict())
     return True
+
+
+def previous_decoders(work: str, log=print) -> dict:
+    """{role: checkpoint directory} of the decoders phase 2 goes on from: the work directory's last phase-2 results
+    (their train_info has decoder_steps; phase 1 writes work/speech-target over the target's), else the committed pair
+    (models/speech, unpacked into work/committed): so training adds up over runs and over sittings."""
+    from .speech_pack import checkpoints
+
+    found = {}
+    for role in ("target", "draft"):
+        info = os.path.join(work, f"speech-{role}", "train_info.json")
+        if os.path.exists(info) and "decoder_steps" in json.load(open(info)):
+            found[role] = os.path.join(work, f"speech-{role}")
+    if len(found) < 2:
+        found = {role: str(path) for role, path in checkpoints(os.path.join(work, "committed")).items()}
+        log("[decoders] going on from the committed pair's decoders (models/speech)")
+    return found
 
 
 def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch: int = 64, seed: int = 0,
@@ -409,8 +426,9 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     target.load_state_dict(state["model"])
     log(f"[decoders] the target's encoder after {state['step']} steps ({state['elapsed'] / 60:.1f} min)")
-    if resume and decoder_from(target, os.path.join(work, "speech-target")):
-        log("[decoders] the target's decoder goes on from the last phase 2")
+    previous = previous_decoders(work, log) if resume else {}
+    if previous and decoder_from(target, previous["target"]):
+        log(f"[decoders] the target's decoder goes on from {previous['target']}")
     feats, clips = load_split(work, "train")
     seqs, cuts = examples(tok, specials, clips, seed)
     vfeats, vclips = load_split(work, "validation", 256)
@@ -485,7 +503,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     for p in target.parameters():
         p.requires_grad_(False)
     draft = draft_from(target)
-    if resume and decoder_from(draft, os.path.join(work, "speech-draft")):
-        log("[decoders] the draft's decoder goes on from the last phase 2")
+    if previous and decoder_from(draft, previous["draft"]):
+        log(f"[decoders] the draft's decoder goes on from {previous['draft']}")
     phase("speech-draft", draft, target.eval(), draft_minutes, lr / 2)
     return os.path.join(work, "speech-target"), os.path.join(work, "speech-draft")

@@ -77,6 +77,23 @@ def test_phase_two_goes_on_from_the_last_decoders_and_keeps_the_new_encoder(trai
     assert not speech_train.decoder_from(fresh, str(tmp_path / "nothing"))
 
 
+def test_phase_two_goes_on_from_phase_two_results_else_from_the_committed_pair(trained, tmp_path):
+    """previous_decoders: the work directory's checkpoints when phase 2 wrote them (train_info has decoder_steps),
+    else the committed models/speech unpacked (phase 1 writes work/speech-target over a phase-2 target)."""
+    import shutil
+
+    work, _, _ = trained
+    mine = tmp_path / "work"
+    shutil.copytree(work, mine)
+    committed = speech_train.previous_decoders(str(mine), log=lambda m: None)
+    assert committed == {role: str(mine / "committed" / role) for role in ("target", "draft")}
+    for role in ("target", "draft"):
+        assert json.loads((mine / "committed" / role / "config.json").read_text())["d_model"] == 256
+        (mine / f"speech-{role}" / "train_info.json").write_text(json.dumps({"decoder_steps": 5}))
+    assert speech_train.previous_decoders(str(mine)) == {role: str(mine / f"speech-{role}")
+                                                          for role in ("target", "draft")}
+
+
 def test_packed_checkpoints_compute_what_the_trained_ones_did(trained, tmp_path):
     work, target, draft = trained
     packed = speech_pack.pack(str(work), tmp_path / "speech")
