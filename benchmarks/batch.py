@@ -62,7 +62,7 @@ def _configs(texts) -> list:
 def run(args) -> int:
     from specdec.runtime import Params, SpeculativeDecoder
 
-    from .common import machine, prompts as prompts_mod, running
+    from .common import prompts as prompts_mod, running
 
     try:
         batches = [int(x) for x in args.batch.split(",") if x.strip()]
@@ -74,9 +74,7 @@ def run(args) -> int:
     dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
     ids = [p.ids for p in prompts]
-    mach = machine.describe(dec.provider, args.threads)
-    print(f"specdec-bench batch: {args.engine}")
-    print(f"machine: {machine.one_line(mach)}")
+    mach = running.begin(f"specdec-bench batch: {args.engine}", dec.provider, args.threads)
     # one untimed warm-up pass per B and configuration over every prompt: sessions, buffers, and what each batch's
     # switch learns (its first rounds measure both modes half and half)
     grid = list(itertools.product(temperatures, batches, configs))

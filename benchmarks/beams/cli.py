@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from ..common import machine, options, running as common
+from ..common import options, running as common
 from ..common.runs import tasks_of
 from ..common.tables import Table, fmt, snapshot_lines
 from . import measure as beams
@@ -90,10 +90,9 @@ def _shapes(args) -> int:
     export_dir, _ = shapes.ensure_export(target, draft, Path(args.work_dir), max(args.gamma), args.max_length,
                                          args.keep_checkpoints, log=lambda m: print(m, file=sys.stderr))
     dec = common.load(export_dir, args.provider, args.threads)
-    mach = machine.describe(dec.provider, args.threads)
-    print(f"specdec-bench beams --shapes {target}:{draft} --num-beams {args.num_beams}: per-call costs only (random "
-          f"weights, official configurations; export {export_dir})")
-    common.print_machine(mach)
+    mach = common.begin(f"specdec-bench beams --shapes {target}:{draft} --num-beams {args.num_beams}: per-call costs "
+                        f"only (random weights, official configurations; export {export_dir})", dec.provider,
+                        args.threads)
     rows = args.beam_rows or [args.num_beams * k for k in (1, 2, 3, 4)]
     census = {"target": [(r, g + 1) for g in args.gamma for r in rows]}
     ids = np.random.default_rng(0).integers(3, dec.vocab_size, size=args.source_length)
@@ -128,9 +127,7 @@ def _engine(args) -> int:
         if hf is None:
             print(f"transformers: {hf_status}", file=sys.stderr)
             configs = [c for c in configs if c.specdec]
-    mach = machine.describe(dec.provider, args.threads)
-    print(f"specdec-bench beams --num-beams {args.num_beams}: {args.engine}")
-    common.print_machine(mach)
+    mach = common.begin(f"specdec-bench beams --num-beams {args.num_beams}: {args.engine}", dec.provider, args.threads)
     per_pass = len(prompts) * len([c for c in configs if c.specdec]) + (len(prompts) if hf else 0)
     with common.progress(args, per_pass * (1 + args.repeat) + (args.repeat if hf else 0),
                          "specdec-bench beams") as bar:

@@ -141,13 +141,17 @@ def engine_info(dec) -> dict:
             "draft": {"source": m.models["draft"].source, **m.models["draft"].arch}}
 
 
-def print_machine(mach: dict) -> None:
-    """The machine line, and a warning (recorded in the JSON) when other work competes for the CPU."""
+def begin(title: str, provider: str, threads: int) -> dict:
+    """The machine described; the command's first line and the machine line printed, with a warning (recorded in
+    the JSON as under_load) when other work competes for the CPU."""
+    mach = machine.describe(provider, threads)
+    print(title)
     print(f"machine: {machine.one_line(mach)}")
     warning = machine.busy_warning(mach)
     if warning:
         print(warning)
         mach["under_load"] = True
+    return mach
 
 
 def bar_factory(disabled: bool):

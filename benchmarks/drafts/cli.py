@@ -30,7 +30,7 @@ def add_parser(commands) -> None:
 
 def run(args) -> int:
     from ..common import prompts as prompts_mod
-    from ..sweep.cli import begin, settings
+    from ..sweep.cli import settings
     from . import measure as drafts
 
     common.export_checked(args)
@@ -43,7 +43,7 @@ def run(args) -> int:
                            "Whisper model", "drop --peers")
     drafts.check_configs(dec, configs, base)
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True, audio=True)
-    mach = begin(args, dec)
+    mach = common.begin(f"specdec-bench: {args.engine}", dec.provider, args.threads)
 
     started = time.perf_counter()
     probe = common.probe(dec, prompts, args, args.temperature, dec.gamma_max)

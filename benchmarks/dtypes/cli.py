@@ -30,7 +30,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from ..common import machine, options, running as common
+from ..common import options, running as common
 from ..common.runs import rotated
 from ..common.tables import Table
 from . import variants
@@ -86,11 +86,8 @@ def run(args) -> int:
     eos = prompts_mod.special_id(first, "eos_token_id")
     ct2, ct2_status = peer_engines.ct2_engines(ckpts["target"]["path"], Path(args.work_dir), threads,
                                                first.tokenizer, eos, _log, CT2_TYPES)
-    mach = machine.describe(first.provider, args.threads)
-    print(f"specdec-bench dtypes {target}:{draft} --dtypes {','.join(names)}: exports")
-    for n, d in dirs.items():
-        print(f"  {n}: {d}")
-    common.print_machine(mach)
+    mach = common.begin("\n".join([f"specdec-bench dtypes {target}:{draft} --dtypes {','.join(names)}: exports"]
+                                   + [f"  {n}: {d}" for n, d in dirs.items()]), first.provider, args.threads)
     prompts = prompts_mod.random_prompts(first.vocabulary.tokenizer_size, args.num_prompts if args.num_prompts > 0
                                          else 4, length=args.source_length, eos_id=eos)
     prompts = prompts_mod.tokenize(prompts, first.tokenizer, first.max_length)

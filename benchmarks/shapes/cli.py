@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
-from ..common import machine, options, running as common
+from ..common import options, running as common
 from ..common.report import SAMP_HOST_NOTE
 from ..common.tables import Table, fmt
 from . import measure as shapes, whisper
@@ -64,10 +64,9 @@ def run(args) -> int:
                                             skip_check=whisper.SKIP_CHECK if speech else "")
     dec = common.load(export_dir, args.provider, args.threads)
     common.check_gammas(args, dec)
-    mach = machine.describe(dec.provider, args.threads)
     names = [whisper.hub_id(n) for n in (target, draft)]
-    print(f"specdec-bench shapes {':'.join(names)} (random weights, official configurations; export {export_dir})")
-    common.print_machine(mach)
+    mach = common.begin(f"specdec-bench shapes {':'.join(names)} (random weights, official configurations; export "
+                        f"{export_dir})", dec.provider, args.threads)
     started = time.perf_counter()
     settings = {"gammas": args.gamma, "max_new_tokens": args.max_new_tokens, "repeats": args.repeat}
     if speech:

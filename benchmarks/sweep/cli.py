@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..common import machine, options, running as common
+from ..common import options, running as common
 
 HELP = "gamma sweep on an export: latency, alpha, c and speedup per temperature, filter and gamma"
 
@@ -59,13 +59,6 @@ def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str, b
             "top": rows[:25]}
 
 
-def begin(args, dec) -> dict:
-    mach = machine.describe(dec.provider, args.threads)
-    print(f"specdec-bench: {args.engine}")
-    common.print_machine(mach)
-    return mach
-
-
 def settings(args, prompts, origin: str) -> dict:          # shared with drafts
     return {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens, "repeats": args.repeat,
             "prompts": len(prompts), "prompts_origin": origin, "probe_past": args.past, "threads": args.threads,
@@ -83,7 +76,7 @@ def run(args) -> int:
     dec = common.load(args.engine, args.provider, args.threads)
     common.check_gammas(args, dec)
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
-    mach = begin(args, dec)
+    mach = common.begin(f"specdec-bench: {args.engine}", dec.provider, args.threads)
     base = common.base_params(args)
 
     started = time.perf_counter()
