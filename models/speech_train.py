@@ -32,6 +32,7 @@ import math
 import os
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -392,7 +393,7 @@ def previous_decoders(work: str, log=print) -> dict:
     found = {}
     for role in ("target", "draft"):
         info = os.path.join(work, f"speech-{role}", "train_info.json")
-        if os.path.exists(info) and "decoder_steps" in json.load(open(info)):
+        if os.path.exists(info) and "decoder_steps" in json.loads(Path(info).read_text()):
             found[role] = os.path.join(work, f"speech-{role}")
     if len(found) < 2:
         found = {role: str(path) for role, path in checkpoints(os.path.join(work, "committed")).items()}
@@ -407,8 +408,8 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     computed once for every training clip, and the target's decoder trained on them for `target_minutes`, batches of
     `batch` clips (the encoder is most of a step's cost, so a step without it takes 8x the clips in less time); then
     the draft's decoder (draft_from: the target's first and last layers) is distilled from the target's on the same
-    outputs for `draft_minutes`. `resume`: each decoder starts from the last phase 2's (work/speech-target,
-    work/speech-draft) where there is one, so phase 2 goes on across runs. Saves work/speech-target and
+    outputs for `draft_minutes`. `resume`: each decoder starts from the last phase 2's (previous_decoders: the work
+    directory's, else the committed pair's), so phase 2 goes on across runs. Saves work/speech-target and
     work/speech-draft; returns their paths."""
     import torch
     import torch.nn.functional as F
