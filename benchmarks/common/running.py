@@ -213,12 +213,13 @@ def report(out: dict, args, sections) -> None:
     from .tables import render
 
     out["machine"]["load_average_at_end"] = machine.load_average()
+    parts = sections(out)
     print()
-    print(render(sections(out)))
+    print(render(parts))
     if args.json:
         print(f"\nJSON: {write_json(out, args.json)}")
     if getattr(args, "markdown", None):
         path = Path(args.markdown)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(markdown(out, render(sections(out), markdown=True)))
+        path.write_text(markdown(out, render(parts, markdown=True)))
         print(f"Markdown: {path}")
