@@ -282,10 +282,13 @@ def test_specdec_generate_prints_subtitles_and_json(stamped, tmp_path, capsys):
     assert "for transcripts" in err and "\n" not in err
 
 
-def test_stitching_keeps_every_sentence_once_across_windows():
+@pytest.mark.parametrize("closes_cut", [False, True])
+def test_stitching_keeps_every_sentence_once_across_windows(closes_cut):
     """windows() with a decode that transcribes perfectly (each sentence a word id, its times exact; a sentence
     the window's end cuts written as Whisper writes it: its start timestamp and no end): every sentence comes out
-    once, in order, at its times, whatever window boundary it straddles."""
+    once, in order, at its times, whatever window boundary it straddles. `closes_cut`: the model closes the cut
+    sentence at the window's end instead, with only its first words (id + 500): that segment is decoded again from its
+    start in the next window, so the whole sentence still comes out once."""
     from specdec.runtime.core.stats import Result, Stats
     from specdec.runtime.decoding.transcript import windows
 
@@ -308,6 +311,9 @@ def test_stitching_keeps_every_sentence_once_across_windows():
                 continue
             ids += [1000 + max(0, round((a - seek) / step)), word]
             if b - seek > window.size / rate:
+                if closes_cut and window.size / rate - (a - seek) > 0.5:
+                    ids[-1] += 500                                   # its first words, closed at the window's end
+                    ids.append(1000 + round(window.size / rate / step))
                 break                                                # cut: no end timestamp
             ids.append(1000 + round((b - seek) / step))
         return Result("", ids + [0], Stats(), "eos")
