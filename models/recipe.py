@@ -85,6 +85,9 @@ def build_parser():
                     help="speech-decoders: the target decoder's time on the frozen encoder (default 20)")
     ap.add_argument("--speech-draft-minutes", type=float, default=10.0,
                     help="speech-decoders: the draft's distillation on the frozen encoder (default 10)")
+    ap.add_argument("--speech-target-layers", type=int, default=None,
+                    help="speech-decoders: grow the target's decoder to this many layers first, each added layer "
+                         "starting as the identity (default: keep its depth)")
     ap.add_argument("--speech-batch", type=int, default=8, help="speech-target: clips a step (default 8)")
     for k, (v, text) in HYPERPARAMETERS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
@@ -180,7 +183,8 @@ def _speech(args) -> int:
             from .speech_train import train_decoders
 
             train_decoders(work, args.speech_decoder_minutes, args.speech_draft_minutes, seed=args.seed,
-                           threads=args.threads, resume=args.resume, log=lambda m: print(m, flush=True))
+                           threads=args.threads, resume=args.resume, target_layers=args.speech_target_layers,
+                           log=lambda m: print(m, flush=True))
         elif st == "speech-package":
             from .speech_pack import pack
 

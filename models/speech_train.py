@@ -372,16 +372,54 @@ def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=pri
     return out
 
 
-def decoder_from(model, directory: str) -> bool:
-    """Load the decoder (its embeddings and the tied output projection with it) of the checkpoint in `directory` into
-    `model`, keeping `model`'s encoder. False when there is no such checkpoint."""
+def decoder_from(model, directory: str):
+    """`model`'s encoder with the decoder (its embeddings and the tied output projection with it, and its depth) of
+    the checkpoint in `directory`; None when there is no such checkpoint."""
     from transformers import WhisperForConditionalGeneration
 
     if not os.path.exists(os.path.join(directory, "config.json")):
-        return False
+        return None
     done = WhisperForConditionalGeneration.from_pretrained(directory)
-    model.model.decoder.load_state_dict(done.model.decoder.state_dict())
-    return True
+    done.model.encoder.load_state_dict(model.model.encoder.state_dict())
+    return done
+
+
+def deepen(model, layers: int):
+    """`model` with `layers` decoder layers and the same function: its own layers spread evenly over the new stack,
+    each added layer a copy of the one before it with the outputs of its attentions and of its feed-forward block
+    zeroed, so that it adds nothing to the residual stream until training gives it something to add (a target grown
+    deeper than its draft costs more a step, as Whisper's large decoders do against distil-whisper's two layers)."""
+    import copy
+
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    have = model.config.decoder_layers
+    if layers < have:
+        raise SpecdecError(f"--speech-target-layers {layers} is fewer than the trained decoder's {have} layers",
+                           f"pass {have} or more (layers are added, never removed)")
+    if layers == have:
+        return model
+    cfg = copy.deepcopy(model.config)
+    cfg.decoder_layers = layers
+    grown = WhisperForConditionalGeneration(cfg)
+    slots = [i * layers // have for i in range(have)]
+    state, mapped = model.state_dict(), {}
+    for k, v in state.items():
+        if not k.startswith("model.decoder.layers."):
+            mapped[k] = v
+            continue
+        i, rest = int(k.split(".")[3]), k.split(".", 4)[4]
+        end = slots[i + 1] if i + 1 < have else layers
+        for slot in range(slots[i], end):
+            added = slot != slots[i] and rest.rsplit(".", 1)[0] in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2")
+            mapped[f"model.decoder.layers.{slot}.{rest}"] = torch.zeros_like(v) if added else v
+    missing, unexpected = grown.load_state_dict(mapped, strict=False)
+    if [m for m in missing if m != "proj_out.weight"] or unexpected:
+        raise RuntimeError(f"deepen: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        grown.proj_out.weight = grown.model.decoder.embed_tokens.weight
+    return grown
 
 
 def previous_decoders(work: str, log=print) -> dict:
@@ -403,13 +441,14 @@ def previous_decoders(work: str, log=print) -> dict:
 
 def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch: int = 64, seed: int = 0,
                    threads: int = 2, lr: float = 1e-3, kl_weight: float = 0.8, resume: bool = False,
-                   log=print) -> tuple:
+                   target_layers: int | None = None, log=print) -> tuple:
     """The second phase: the encoder of the target trained so far (work/ckpt/speech-target.pt) is frozen, its outputs
     computed once for every training clip, and the target's decoder trained on them for `target_minutes`, batches of
     `batch` clips (the encoder is most of a step's cost, so a step without it takes 8x the clips in less time); then
     the draft's decoder (draft_from: the target's first and last layers) is distilled from the target's on the same
     outputs for `draft_minutes`. `resume`: each decoder starts from the last phase 2's (previous_decoders: the work
-    directory's, else the committed pair's), so phase 2 goes on across runs. Saves work/speech-target and
+    directory's, else the committed pair's), so phase 2 goes on across runs. `target_layers`: the target's decoder
+    grown to that many layers first (deepen). Saves work/speech-target and
     work/speech-draft; returns their paths."""
     import torch
     import torch.nn.functional as F
@@ -428,8 +467,14 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     target.load_state_dict(state["model"])
     log(f"[decoders] the target's encoder after {state['step']} steps ({state['elapsed'] / 60:.1f} min)")
     previous = previous_decoders(work, log) if resume else {}
-    if previous and decoder_from(target, previous["target"]):
-        log(f"[decoders] the target's decoder goes on from {previous['target']}")
+    went_on = decoder_from(target, previous["target"]) if previous else None
+    if went_on is not None:
+        target = went_on
+        log(f"[decoders] the target's decoder ({target.config.decoder_layers} layers) goes on from "
+            f"{previous['target']}")
+    if target_layers and target_layers != target.config.decoder_layers:
+        log(f"[decoders] the target's decoder grown from {target.config.decoder_layers} to {target_layers} layers")
+        target = deepen(target, target_layers)
     feats, clips = load_split(work, "train")
     seqs, cuts = examples(tok, specials, clips, seed)
     vfeats, vclips = load_split(work, "validation", 256)
@@ -504,7 +549,9 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     for p in target.parameters():
         p.requires_grad_(False)
     draft = draft_from(target)
-    if previous and decoder_from(draft, previous["draft"]):
+    went_on = decoder_from(draft, previous["draft"]) if previous else None
+    if went_on is not None:
+        draft = went_on
         log(f"[decoders] the draft's decoder goes on from {previous['draft']}")
     phase("speech-draft", draft, target.eval(), draft_minutes, lr / 2)
     return os.path.join(work, "speech-target"), os.path.join(work, "speech-draft")

@@ -64,17 +64,48 @@ def test_phase_two_goes_on_from_the_last_decoders_and_keeps_the_new_encoder(trai
     torch.manual_seed(1)
     fresh = WhisperForConditionalGeneration(target.config).eval()
     encoder = {k: v.clone() for k, v in fresh.model.encoder.state_dict().items()}
-    assert speech_train.decoder_from(fresh, str(work / "speech-target"))
+    fresh = speech_train.decoder_from(fresh, str(work / "speech-target"))
     for name, value in target.model.decoder.state_dict().items():
         assert torch.equal(fresh.model.decoder.state_dict()[name], value), name
     kept = fresh.model.encoder.state_dict()
     assert all(torch.equal(value, encoder[name]) for name, value in kept.items())
     assert not all(torch.equal(value, target.model.encoder.state_dict()[name]) for name, value in kept.items())
     assert torch.equal(fresh.proj_out.weight, target.model.decoder.embed_tokens.weight)
-    other = speech_train.draft_from(fresh)
-    assert speech_train.decoder_from(other, str(work / "speech-draft"))
+    other = speech_train.decoder_from(speech_train.draft_from(fresh), str(work / "speech-draft"))
     assert torch.equal(other.model.decoder.layers[1].fc1.weight, draft.model.decoder.layers[1].fc1.weight)
-    assert not speech_train.decoder_from(fresh, str(tmp_path / "nothing"))
+    assert speech_train.decoder_from(fresh, str(tmp_path / "nothing")) is None
+    deeper = speech_train.deepen(target, 5)
+    deeper.save_pretrained(str(tmp_path / "deeper"))
+    back = speech_train.decoder_from(fresh, str(tmp_path / "deeper"))
+    assert back.config.decoder_layers == 5 and torch.equal(back.model.encoder.layers[0].fc1.weight,
+                                                            fresh.model.encoder.layers[0].fc1.weight)
+
+
+def test_a_deepened_target_computes_what_it_did_and_its_added_layers_can_learn(trained):
+    """deepen: 3 decoder layers grown to 8 give the same logits (each added layer adds nothing to the residual stream),
+    the trained layers keep their weights in order, and every added layer gets a gradient (its zeroed outputs); fewer
+    layers than the trained ones is a one-line error."""
+    _, target, _ = trained
+    deeper = speech_train.deepen(target, 8).eval()
+    assert deeper.config.decoder_layers == 8 and target.config.decoder_layers == 3
+    torch.manual_seed(2)
+    feats = torch.randn(2, target.config.num_mel_bins, 2 * target.config.max_source_positions)
+    tokens = torch.randint(0, target.config.vocab_size, (2, 7))
+    with torch.no_grad():
+        want = target(input_features=feats, decoder_input_ids=tokens).logits
+        got = deeper(input_features=feats, decoder_input_ids=tokens).logits
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    kept = [i for i, layer in enumerate(deeper.model.decoder.layers) if layer.fc2.weight.abs().sum() > 0]
+    assert kept == [0, 2, 5]
+    for new, old in zip(kept, target.model.decoder.layers):
+        assert torch.equal(deeper.model.decoder.layers[new].fc1.weight, old.fc1.weight)
+    assert torch.equal(deeper.proj_out.weight, deeper.model.decoder.embed_tokens.weight)
+    deeper.train()
+    deeper(input_features=feats, decoder_input_ids=tokens).logits.square().mean().backward()
+    for i, layer in enumerate(deeper.model.decoder.layers):
+        assert layer.fc2.weight.grad.abs().sum() > 0, i
+    with pytest.raises(SpecdecError, match="fewer than the trained decoder's 3 layers"):
+        speech_train.deepen(target, 2)
 
 
 def test_phase_two_goes_on_from_phase_two_results_else_from_the_committed_pair(trained, tmp_path):
