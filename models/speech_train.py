@@ -1,7 +1,8 @@
 """Stages `speech-target` and `speech-decoders`: the speech pair trained on the clips of `speech-data`.
 
 * Target: a Whisper (WhisperForConditionalGeneration) with d_model 256, 4 encoder + 4 decoder layers, 4 heads, FFN
-  1024, 80 mel bins and a 10 s window (500 encoder positions), on the speech vocabulary (models/speech_vocab.py).
+  1024, 80 mel bins and a 10 s window (500 encoder positions), on the speech vocabulary (models/speech_vocab.py);
+  phase 2 can grow its decoder deeper (`--speech-target-layers`, deepen), as the committed pair's 12 layers were.
 * Draft: distil-whisper's layout: the target's encoder and a decoder of DRAFT_LAYERS layers initialised from the
   target's first and last, trained on the target's next-token distributions (KL) mixed with the reference
   cross-entropy.
