@@ -413,7 +413,8 @@ def deepen(model, layers: int):
         i, rest = int(k.split(".")[3]), k.split(".", 4)[4]
         end = slots[i + 1] if i + 1 < have else layers
         for slot in range(slots[i], end):
-            added = slot != slots[i] and rest.rsplit(".", 1)[0] in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2")
+            outputs = rest.rsplit(".", 1)[0] in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2")
+            added = slot != slots[i] and outputs
             mapped[f"model.decoder.layers.{slot}.{rest}"] = torch.zeros_like(v) if added else v
     missing, unexpected = grown.load_state_dict(mapped, strict=False)
     if [m for m in missing if m != "proj_out.weight"] or unexpected:
