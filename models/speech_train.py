@@ -185,30 +185,35 @@ def target_config(specials):
 def draft_from(target):
     """The draft: the target's encoder and embeddings, DRAFT_LAYERS decoder layers copied from the target's first and
     last (distil-whisper's initialisation)."""
-    import copy
-
-    import torch
-    from transformers import WhisperForConditionalGeneration
-
-    cfg = copy.deepcopy(target.config)
-    cfg.decoder_layers = DRAFT_LAYERS
-    draft = WhisperForConditionalGeneration(cfg)
-    state = target.state_dict()
     picks = [0, target.config.decoder_layers - 1] if DRAFT_LAYERS == 2 else [target.config.decoder_layers - 1]
     mapped = {}
-    for k, v in state.items():
+    for k, v in target.state_dict().items():
         if k.startswith("model.decoder.layers."):
             layer = int(k.split(".")[3])
             if layer in picks:
                 mapped[k.replace(f"layers.{layer}.", f"layers.{picks.index(layer)}.", 1)] = v
         else:
             mapped[k] = v
-    missing, unexpected = draft.load_state_dict(mapped, strict=False)
+    return _with_decoder_layers(target.config, DRAFT_LAYERS, mapped, "draft init")
+
+
+def _with_decoder_layers(config, layers: int, state: dict, what: str):
+    """A Whisper of `config` with `layers` decoder layers holding `state` (every tensor but the output projection,
+    which is tied to the decoder's embedding)."""
+    import copy
+
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    cfg = copy.deepcopy(config)
+    cfg.decoder_layers = layers
+    model = WhisperForConditionalGeneration(cfg)
+    missing, unexpected = model.load_state_dict(state, strict=False)
     if [m for m in missing if m != "proj_out.weight"] or unexpected:
-        raise RuntimeError(f"draft init: missing {missing}, unexpected {unexpected}")
+        raise RuntimeError(f"{what}: missing {missing}, unexpected {unexpected}")
     with torch.no_grad():
-        draft.proj_out.weight = draft.model.decoder.embed_tokens.weight
-    return draft
+        model.proj_out.weight = model.model.decoder.embed_tokens.weight
+    return model
 
 
 # --------------------------------------------------------------------------- training
@@ -390,10 +395,7 @@ def deepen(model, layers: int):
     each added layer a copy of the one before it with the outputs of its attentions and of its feed-forward block
     zeroed, so that it adds nothing to the residual stream until training gives it something to add (a target grown
     deeper than its draft costs more a step, as Whisper's large decoders do against distil-whisper's two layers)."""
-    import copy
-
     import torch
-    from transformers import WhisperForConditionalGeneration
 
     have = model.config.decoder_layers
     if layers < have:
@@ -401,12 +403,9 @@ def deepen(model, layers: int):
                            f"pass {have} or more (layers are added, never removed)")
     if layers == have:
         return model
-    cfg = copy.deepcopy(model.config)
-    cfg.decoder_layers = layers
-    grown = WhisperForConditionalGeneration(cfg)
     slots = [i * layers // have for i in range(have)]
-    state, mapped = model.state_dict(), {}
-    for k, v in state.items():
+    mapped = {}
+    for k, v in model.state_dict().items():
         if not k.startswith("model.decoder.layers."):
             mapped[k] = v
             continue
@@ -416,12 +415,7 @@ def deepen(model, layers: int):
             outputs = rest.rsplit(".", 1)[0] in ("self_attn.out_proj", "encoder_attn.out_proj", "fc2")
             added = slot != slots[i] and outputs
             mapped[f"model.decoder.layers.{slot}.{rest}"] = torch.zeros_like(v) if added else v
-    missing, unexpected = grown.load_state_dict(mapped, strict=False)
-    if [m for m in missing if m != "proj_out.weight"] or unexpected:
-        raise RuntimeError(f"deepen: missing {missing}, unexpected {unexpected}")
-    with torch.no_grad():
-        grown.proj_out.weight = grown.model.decoder.embed_tokens.weight
-    return grown
+    return _with_decoder_layers(model.config, layers, mapped, "deepen")
 
 
 def previous_decoders(work: str, log=print) -> dict:
