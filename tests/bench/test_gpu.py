@@ -41,6 +41,7 @@ def test_every_step_runs_on_the_cpu_provider(broad_pair, monkeypatch, tmp_path):
     sampling = report["sampling"]
     assert sampling["passed"] and sampling["dof"] >= 8 and 0 < sampling["accepted"] < sampling["proposed"]
     copies = report["copies"]
+    assert (copies["draft"], copies["gamma"]) == ("draft", 4)     # a fixed loop, not auto's load-dependent choice
     reads = [c for c in copies["copies"] if c["direction"] == "device->host"]
     # what comes back to the host: the token slots (the accepted count and next token), once a round
     assert len(reads) == 1 and reads[0]["buffer"].endswith("int64") and reads[0]["per_round"] == 1.0, reads
