@@ -138,3 +138,27 @@ def test_benchmark_uses_only_the_public_api():
             if isinstance(node, ast.Constant) and node.value in RETIRED:
                 problems.append(f"{path.relative_to(root)}:{node.lineno}: retired key {node.value!r}")
     assert not problems, "\n".join(problems)
+
+
+def test_interleaved_runs_every_job_each_repeat_in_rotated_order_and_drops_the_warmup():
+    calls = []
+    jobs = {name: (lambda name=name: calls.append(name) or float(len(calls))) for name in "abc"}
+    times = costs.interleaved(jobs, warmup=2, repeats=3)
+    assert calls == list("abc" "bca" "cab" "abc" "bca")
+    assert {n: len(t) for n, t in times.items()} == {"a": 3, "b": 3, "c": 3}
+    assert times["a"] == [8.0, 10.0, 15.0]         # its calls in repeats 2, 3 and 4 (the 8th, 10th, 15th call)
+
+
+def test_the_probe_times_the_head_alone_in_a_pass_of_its_own(tiny_export, monkeypatch):
+    """The head's sessions spin their threads after each run: interleaved with the model runs they slowed the run
+    after them (verify costs up to 1.3x too high and not monotone in the tokens, measured on the speech pair)."""
+    from specdec.runtime import SpeculativeDecoder
+
+    passes = []
+    real = costs.interleaved
+    monkeypatch.setattr(costs, "interleaved", lambda jobs, *a: passes.append({k[0] for k in jobs}) or real(jobs, *a))
+    dec = SpeculativeDecoder.load(tiny_export, provider="cpu")
+    out = costs.probe(dec, [5, 9, 13, 1], past=8, repeats=2, warmup=1, counts=[1, 2, 3], head_guesses=[0, 1])
+    assert passes[0] == {"verify", "draft"} and all(p == {"head"} for p in passes[1:]), passes
+    assert sorted(out["verify_ms"]) == ["1", "2", "3"] and out["draft_step_ms"] > 0
+    assert {(h["role"], h["guesses"]) for h in out["head_ms"]} >= {("target", 0), ("target", 1), ("draft", 0)}
