@@ -9,12 +9,18 @@ espeak-ng starts each word (its word events), to measure timestamps against.
 
 Several voices and speeds keep a model from learning one timing (VOICES, SPEEDS; HELD_OUT is evaluated apart). One process holds one espeak-ng engine
 (the library keeps global state), so `synthesize` takes a lock; call it from one thread per process.
+
+Reproducible: espeak-ng's random numbers (some voice variants, such as en-us+f3, draw them; the library seeds them
+from the clock) are seeded from the sentence and the voice before each sentence, so a process that synthesizes the
+same sentences in the same order gets the same samples. The samples still depend on what the process synthesized
+before (the library's waveform state carries over), so the same sentence twice in one process differs slightly.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,6 +87,9 @@ class _Engine:
         if self.rate <= 0:
             raise SpecdecError(f"espeak-ng did not start with its data at {data.decode()}",
                                "reinstall espeakng-loader")
+        self.seed = getattr(self.lib, "espeak_ng_SetRandSeed", None)       # espeak-ng 1.51 and later
+        if self.seed is not None:
+            self.seed.argtypes, self.seed.restype = [ctypes.c_long], None
         self.chunks: list = []
         self.events: list = []
         self._keep = _CALLBACK(self._take)       # referenced for as long as the library may call it
@@ -102,6 +111,8 @@ class _Engine:
             raise SpecdecError(f"espeak-ng has no voice {voice.name!r}", f"use one of {', '.join(VOICES)}")
         self.lib.espeak_SetParameter(_RATE, int(voice.rate), 0)
         self.lib.espeak_SetParameter(_PITCH, int(voice.pitch), 0)
+        if self.seed is not None:             # the same random draws for the same sentence and voice
+            self.seed(zlib.crc32(f"{voice.name}|{voice.rate}|{voice.pitch}|{text}".encode("utf-8")))
         self.chunks, self.events = [], []
         raw = text.encode("utf-8") + b"\0"
         if self.lib.espeak_Synth(raw, len(raw), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None) != 0:
