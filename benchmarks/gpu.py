@@ -356,8 +356,8 @@ def sections(r: dict) -> list:
     if "copies" in r:
         c = r["copies"]
         parts += ["## Host <-> device copies", Table(
-            f"One request ({c['draft']}, gamma {c['gamma']}): {c['rounds']} rounds, {c['tokens']} tokens; {c['copies_per_round']:.2f} "
-            f"copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.",
+            f"One request ({c['draft']}, gamma {c['gamma']}): {c['rounds']} rounds, {c['tokens']} tokens; "
+            f"{c['copies_per_round']:.2f} copies and {c['bytes_per_round'] / 1024:.1f} KiB a round.",
             ("direction", "buffer", "per round", "KiB per round"),
             [[x["direction"], x["buffer"], f"{x['per_round']:.2f}", f"{x['bytes_per_round'] / 1024:.1f}"]
              for x in c["copies"]])]
