@@ -547,10 +547,12 @@ SPECDEC_API specdec_status specdec_get_audio_info(specdec_session *session, size
                       16000 (checked before the samples are read); every sample finite. The caller keeps
                       ownership; read only during the call. Audio shorter than the window (specdec_get_audio_info)
                       is padded with silence, as Whisper pads it. Longer audio (API version 7; before, it was
-                      SPECDEC_E_INVALID_ARGUMENT) is transcribed window by window, as Whisper's own long-form
-                      transcription does it: a model with timestamp tokens decodes each window with them and the
-                      next window starts where the last segment the window cut began; a model without them gets
-                      consecutive windows, each cut at its quietest 20 ms near its end. Each window is an ordinary
+                      SPECDEC_E_INVALID_ARGUMENT) is transcribed window by window: a window ends in a pause
+                      where its audio has one (padded with silence after it), and the next starts before the speech
+                      after it; a window without a pause goes on as Whisper's own long-form transcription does (a
+                      model with timestamp tokens: the next window starts where the last segment the window cut
+                      began; without them: the window cut at its quietest 20 ms near its end; the Whisper guide has
+                      the details). Each window is an ordinary
                       request (exact speculative decoding; the k-th window seeded with params.seed + k), and the
                       text is the windows' segments joined by spaces.
      wav_path:        path of a RIFF/WAVE file (NUL-terminated UTF-8), read and checked by the library during the

@@ -89,6 +89,9 @@ def build_parser():
                     help="speech-decoders: grow the target's decoder to this many layers first, each added layer "
                          "starting as the identity (default: keep its depth)")
     ap.add_argument("--speech-batch", type=int, default=8, help="speech-target: clips a step (default 8)")
+    ap.add_argument("--speech-long-syntheses", type=int, default=1,
+                    help="speech-evaluate: syntheses of the long recording to transcribe (seed xor 0, 1, ...; its "
+                         "WER moves a few points between them; default 1)")
     for k, (v, text) in HYPERPARAMETERS.items():
         ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
     return ap
@@ -196,7 +199,11 @@ def _speech(args) -> int:
         elif st == "speech-evaluate":
             from .speech_eval import evaluate
 
-            evaluate(os.path.abspath(args.out_dir), work, threads=args.threads, seed=args.seed)
+            if args.speech_long_syntheses < 1:
+                raise SpecdecError(f"--speech-long-syntheses must be at least 1 (got {args.speech_long_syntheses})",
+                                   "pass 1 for one synthesis of the long recording, or more")
+            evaluate(os.path.abspath(args.out_dir), work, threads=args.threads, seed=args.seed,
+                     syntheses=args.speech_long_syntheses)
         print(f"=== {st} done in {(time.time() - t0) / 60:.1f} min ===", flush=True)
     return 0
 

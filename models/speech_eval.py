@@ -12,7 +12,10 @@ the work directory; then, on this machine, one decoder:
   boundaries.
 * A long recording: test sentences read one after another with 0.2 to 0.8 s pauses (voices by turns) to LONG_S
   seconds, transcribed window by window; its WER and real-time factor; the peak resident memory of a process that
-  transcribes the first minute against one that transcribes all of it.
+  transcribes the first minute against one that transcribes all of it. The same WAV file is also transcribed with
+  Whisper's timestamp rule alone (windows not cut at pauses: runtime/decoding/transcript.py), to compare the rules on
+  the same audio; `syntheses` > 1 does both again for other syntheses of the recording (seed xor 1, 2, ...), since
+  this weak model's WER moves a few points with the synthesis.
 
 Writes <work>/speech-eval/evaluation.json and prints a summary.
 """
@@ -69,7 +72,7 @@ def test_clips(count: int, seed: int) -> list:
 
 
 def evaluate(out_dir: str, work: str, threads: int = 2, seed: int = 0, clips: int = 500,
-             long_s: float = LONG_S, pack_dir=None) -> dict:
+             long_s: float = LONG_S, pack_dir=None, syntheses: int = 1) -> dict:
     from specdec.runtime import SpeculativeDecoder
 
     work = Path(work)
@@ -101,6 +104,7 @@ def evaluate(out_dir: str, work: str, threads: int = 2, seed: int = 0, clips: in
                   flush=True)
     report = summary(rows)
     report["long"] = long_form(export, threads, seed, long_s)
+    report["long_syntheses"] = [long_rules(export, threads, seed ^ k, long_s) for k in range(syntheses)]
     report["clips"] = len(rows)
     path = work / "speech-eval" / "evaluation.json"
     path.write_text(json.dumps({"summary": report, "rows": rows}, indent=1))
@@ -156,33 +160,58 @@ def summary(rows) -> dict:
 def long_form(export: Path, threads: int, seed: int, seconds: float) -> dict:
     """The long recording (written as a 16-bit WAV file) transcribed by a process of its own, as a user would pass
     it; its WER, real-time factor and peak resident memory, and the same for its first minute."""
-    from scipy.io import wavfile
-
     pcm, spans = long_recording(seconds, seed)
-    out, folder = {}, export.parent
+    out = {}
     for label, length in (("1 min", 60.0), ("full", pcm.size / RATE)):
-        cut = int(length * RATE)
-        kept = [s for s in spans if s[1] * RATE <= cut]
-        path = folder / f"long-{int(length)}s.wav"
-        wavfile.write(str(path), RATE, (np.clip(pcm[:cut], -1, 1) * 32767).astype(np.int16))
-        cmd = [sys.executable, "-m", "specdec.models.speech_eval", str(export), str(path), str(threads)]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        got = json.loads(res.stdout.strip().splitlines()[-1])
-        reference = " ".join(s for _, _, s in kept)
-        starts = [a for a, _, _ in got.pop("segments")]
-        out[label] = {"seconds": round(length, 1), "sentences": len(kept), "wer": round(wer([(reference,
-                      got["text"])]), 4), "monotone": starts == sorted(starts), **{k: v for k, v in got.items()
-                                                                                   if k != "text"}}
+        out[label] = _transcribed(export, threads, pcm, spans, length)
     out["rss_ratio_full_over_1_min"] = round(out["full"]["peak_rss_mb"] / out["1 min"]["peak_rss_mb"], 3)
     return out
 
 
-def _long_child(export: str, wav: str, threads: int) -> None:
-    """One process: transcribe a WAV file with timestamps, print one JSON line (text, segments, time, memory)."""
+def long_rules(export: Path, threads: int, seed: int, seconds: float) -> dict:
+    """One synthesis of the long recording transcribed whole with the runtime's windows, and with Whisper's
+    timestamp rule alone: WER, real-time factor and windows of each."""
+    pcm, spans = long_recording(seconds, seed)
+    return {"seed": seed, **{rule: {k: v for k, v in _transcribed(export, threads, pcm, spans, pcm.size / RATE,
+                                                                   rule).items()
+                                    if k in ("wer", "rtf", "windows", "seconds", "sentences")}
+                             for rule in ("pauses", "timestamps")}}
+
+
+def _transcribed(export: Path, threads: int, pcm: np.ndarray, spans: list, length: float, rule: str = "pauses"):
+    cut = int(length * RATE)
+    kept = [s for s in spans if s[1] * RATE <= cut]
+    path = export.parent / f"long-{int(length)}s.wav"
+    write_wav(path, pcm[:cut])
+    cmd = [sys.executable, "-m", "specdec.models.speech_eval", str(export), str(path), str(threads), rule]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    reference = " ".join(s for _, _, s in kept)
+    starts = [a for a, _, _ in got.pop("segments")]
+    return {"seconds": round(length, 1), "sentences": len(kept), "wer": round(wer([(reference, got["text"])]), 4),
+            "monotone": starts == sorted(starts), **{k: v for k, v in got.items() if k != "text"}}
+
+
+def _long_child(export: str, wav: str, threads: int, rule: str) -> None:
+    """One process: transcribe a WAV file with timestamps, print one JSON line (text, segments, time, memory,
+    windows). `rule` "timestamps": windows not cut at pauses (Whisper's timestamp rule alone), to compare with."""
     import resource
 
     from specdec.runtime import SpeculativeDecoder
+    from specdec.runtime.decoding import transcript
 
+    if rule == "timestamps":
+        transcript.PAUSE_S = 1e6                    # no quiet run is that long: every window by the timestamp rule
+    windows, counted = [0], transcript.windows
+
+    def counting(*args, **kwargs):
+        for item in counted(*args, **kwargs):
+            windows[0] += 1
+            yield item
+
+    import specdec.runtime.decoder as decoder_module
+
+    decoder_module.windows = counting
     dec = SpeculativeDecoder.load(export, provider="cpu", threads=threads)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     t0 = time.perf_counter()
@@ -192,8 +221,9 @@ def _long_child(export: str, wav: str, threads: int) -> None:
     print(json.dumps({"text": res.text, "segments": [(s.start, s.end, s.text) for s in res.segments],
                       "rtf": round(took / seconds, 4), "peak_rss_mb": round(
                           resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-                      "rss_after_load_mb": round(base, 1), "windows_tokens": res.stats.new_tokens}), flush=True)
+                      "rss_after_load_mb": round(base, 1), "windows_tokens": res.stats.new_tokens,
+                      "windows": windows[0]}), flush=True)
 
 
 if __name__ == "__main__":
-    _long_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    _long_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "pauses")

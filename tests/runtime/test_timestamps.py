@@ -8,6 +8,7 @@ each window exactly as target-only decoding decodes it."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from tinymodels import (BEGIN, EN, EOT, NO_TIMESTAMPS, SOT, STAMPS, TRANSCRIBE,
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.core.errors import SpecdecError
 from specdec.runtime.decoding.processors import Processors
-from specdec.runtime.decoding.transcript import Segment, quietest_cut, segments
+from specdec.runtime.decoding.transcript import MAX_FILL, MIN_FILL, Segment, pause_cut, quietest_cut, segments
 from specdec.runtime.tools.subtitles import lines, srt, vtt
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
@@ -223,10 +224,13 @@ def test_long_audio_is_decoded_window_by_window_exactly(stamped):
     assert plain.segments and starts == sorted(starts) and starts[-1] >= 1.0, "more than one window"
     assert all(0 <= s.start <= s.end <= long.size / 16_000 for s in plain.segments)
     assert plain.stats.new_tokens >= sum(len(s.token_ids) for s in plain.segments)
-    # each window is the request it would be alone: the first window's own transcript opens the recording
-    first = dec.generate(audio=long[:16_000], language="en", max_new_tokens=10, timestamps=True)
-    kept = [s for s in first.segments if s.end is not None and s.end < 1.0] or first.segments[:1]
-    assert plain.segments[0].text == kept[0].text
+    # each window is the request it would be alone: the first window ends in the first clip's silent stretch, and
+    # its own transcript opens the recording
+    pause = pause_cut(long[:16_000 + 4_000], 16_000, 16_000)
+    assert pause is not None and 0.3 <= pause[0] / 16_000 <= 0.6, "the first window ends in the first clip's pause"
+    first = dec.generate(audio=long[:pause[0]], language="en", max_new_tokens=10, timestamps=True)
+    closed = [s if s.end is not None else replace(s, end=round(pause[0] / 16_000, 2)) for s in first.segments]
+    assert first.segments and plain.segments[:len(closed)] == closed
     pieces = list(dec.stream(audio=long, language="en", max_new_tokens=10, timestamps=True))
     assert [t for p in pieces for t in p.token_ids] == plain.token_ids
     assert [s for p in pieces for s in p.segments] == plain.segments and pieces[-1].stop_reason
@@ -280,6 +284,85 @@ def test_specdec_generate_prints_subtitles_and_json(stamped, tmp_path, capsys):
     assert main(["--export", str(export), "--timestamps", "hello"]) == 2
     err = capsys.readouterr().err.strip()
     assert "for transcripts" in err and "\n" not in err
+
+
+def test_a_window_ends_in_its_latest_pause_and_the_next_starts_before_the_speech():
+    """pause_cut on noise bursts with silences between them (NumPy: the silences are where they were put)."""
+    rate = 16_000
+    rng = np.random.default_rng(0)
+    loud = lambda s: (0.3 * rng.standard_normal(int(s * rate))).astype(np.float32)    # noqa: E731
+    quiet = lambda s: np.zeros(int(s * rate), np.float32)                              # noqa: E731
+    # speech 0-2 s, a 0.5 s pause, speech 2.5-4 s, a 0.4 s pause, speech 4.4-6 s: a 5 s window ends in the 1st pause
+    # (the latest that begins before MAX_FILL of the window), and in the 2nd when the 1st is too short
+    audio = np.concatenate([loud(2.0), quiet(0.5), loud(1.5), quiet(0.4), loud(2.0)])
+    assert MIN_FILL * 5 < 2.0 < MAX_FILL * 5 < 4.0
+    cut, resume = pause_cut(audio[:int(5.25 * rate)], 5 * rate, rate)
+    assert 2.0 < cut / rate < 2.5 and resume / rate == pytest.approx(2.5, abs=0.02)
+    audio = np.concatenate([loud(2.0), quiet(0.2), loud(1.8), quiet(0.4), loud(2.0)])
+    cut, resume = pause_cut(audio[:int(5.25 * rate)], 5 * rate, rate)
+    assert 4.0 < cut / rate < 4.4 and resume / rate == pytest.approx(4.4, abs=0.02)
+    # a pause shorter than PAUSE_S, or in the window's first part, is not one: continuous speech has none
+    assert pause_cut(np.concatenate([loud(2.0), quiet(0.2), loud(3.25)]), 5 * rate, rate) is None
+    assert pause_cut(np.concatenate([loud(0.5), quiet(0.6), loud(4.15)]), 5 * rate, rate) is None
+    assert pause_cut(loud(5.25), 5 * rate, rate) is None
+    # a pause running past the window's end counts: the cut is inside the window, the speech resumes after it
+    cut, resume = pause_cut(np.concatenate([loud(4.9), quiet(0.35)]), 5 * rate, rate)
+    assert 4.9 <= cut / rate <= 5.0 and resume == int(5.25 * rate)
+    # a noise floor 30 dB below the speech is quiet too
+    noisy = audio + (0.01 * rng.standard_normal(audio.size)).astype(np.float32)
+    cut, resume = pause_cut(noisy[:int(5.25 * rate)], 5 * rate, rate)
+    assert 4.0 < cut / rate < 4.4 and resume / rate == pytest.approx(4.4, abs=0.02)
+
+
+def test_stitching_at_pauses_keeps_every_sentence_once_at_its_times():
+    """windows() on sentences with pauses between them (0.3 to 0.8 s) and a decode that transcribes perfectly: each
+    window ends in a pause, so every sentence is decoded whole in one window, once, in order, at its times; a
+    stretch of continuous speech longer than a window (no pause) goes on by the timestamp rule."""
+    from specdec.runtime.core.stats import Result, Stats
+    from specdec.runtime.decoding.transcript import windows
+
+    rate, window_s, step = 100, 10.0, 0.02
+    speech = {"sampling_rate": rate, "n_samples": int(window_s * rate), "frames": int(window_s / step),
+              "timestamps": {"begin": 1000, "count": 501}}
+    rng = np.random.default_rng(1)
+    sentences, at = [], 0.3
+    for word in range(1, 40):
+        length = 14.0 if word == 20 else round(float(rng.uniform(0.5, 6.0)), 2)   # sentence 20: no pause in 10 s
+        sentences.append((round(at, 2), round(at + length, 2), word))
+        at += length + round(float(rng.uniform(0.3, 0.8)), 2)
+    total = int((at + 0.5) * rate)
+    # speech samples are 1e6 + their index (loud), silent ones their index * 1e-6 (quiet): decode reads its seek
+    index = np.arange(total, dtype=np.float64)
+    pcm = index * 1e-6
+    for a, b, _ in sentences:
+        pcm[int(round(a * rate)):int(round(b * rate))] = 1e6 + index[int(round(a * rate)):int(round(b * rate))]
+    pcm = pcm.astype(np.float32)
+    seen = []
+
+    def decode(window, stamps, seed):
+        v = float(window[0])
+        seek = (v - 1e6 if v >= 1e5 else round(v * 1e6)) / rate
+        seen.append((seek, window.size / rate))
+        ids = []
+        for a, b, word in sentences:
+            if b <= seek + step or a - seek >= window.size / rate:
+                continue
+            ids += [1000 + max(0, round((a - seek) / step)), word]
+            if b - seek > window.size / rate:
+                break                                                # cut: no end timestamp
+            ids.append(1000 + round((b - seek) / step))
+        return Result("", ids + [0], Stats(), "eos")
+
+    found = [s for _, _, segs in windows(pcm, speech, decode, 0, 0, lambda ids: " ".join(map(str, ids)))
+             for s in segs]
+    texts = [int(s.text) for s in found]
+    assert texts[:19] == list(range(1, 20)) and texts[-19:] == list(range(21, 40))
+    assert set(texts[19:-19]) == {20}, "the long sentence comes out in pieces, by the timestamp rule"
+    for s, (a, b, _) in zip(found[:19] + found[-19:], sentences[:19] + sentences[-19:]):
+        assert abs(s.start - a) <= step and abs(s.end - b) <= step
+    ends_in_pause = [seek + size for seek, size in seen[:-1]
+                     if not any(a < seek + size - 0.05 < b for a, b, _ in sentences)]
+    assert len(ends_in_pause) >= len(seen) - 4, "windows end in pauses, but those by the long sentence"
 
 
 @pytest.mark.parametrize("closes_cut", [False, True])
