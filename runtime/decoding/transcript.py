@@ -45,7 +45,7 @@ MIN_ADVANCE_S = 1.0           # a window moves on at least this far (a cut segme
 AGAIN_S = 2.0                 # a last segment closed this close to the window's end is decoded again in the next
 PAUSE_S = 0.25                # the shortest quiet a window ends in (espeak-ng's pauses inside a sentence are shorter)
 MIN_FILL = 0.3                # ... and it begins after this part of the window
-MAX_FILL = 0.7               # ... and, when one does, before this part
+MAX_FILL = 0.7                # ... and, when one does, before this part
 QUIET_DB = -35.0              # quiet: this far below the window's loud frames (its 95th percentile of 20 ms RMS) ...
 FLOOR_DB = 6.0                # ... or within this of its quietest tenth (a noise floor), but at least
 LOUD_GAP_DB = 20.0            # ... this far below its loud frames
@@ -103,33 +103,23 @@ def windows(pcm: np.ndarray, speech: dict, decode, seed: int, eos_id: int, detok
         pause = None if last else pause_cut(pcm[seek:seek + size + int(PAUSE_S * rate)], size, rate)
         if pause is not None:                  # the window ends in a pause: all of it is kept
             cut = seek + pause[0]
-            result = decode(pcm[seek:cut], stamps is not None, seed + k)
-            if stamps is None:
-                found = [Segment(round(seek / rate, 2), round(cut / rate, 2), result.text.strip(),
-                                 tuple(result.token_ids))]
-            else:
-                found = segments(result.token_ids, int(stamps["begin"]), int(stamps["count"]), step,
-                                 eos_id, detokenize, seek / rate)
-                found = [s if s.end is not None else Segment(s.start, round(cut / rate, 2), s.text, s.token_ids)
-                         for s in found]
-            advance = max(pause[0], pause[1] - int(LEAD_S * rate))
-        elif stamps is None:
+        elif stamps is None:                   # the chunked fallback
             cut = pcm.size if last else seek + quietest_cut(pcm[seek:seek + size], rate)
-            result = decode(pcm[seek:cut], False, seed + k)
-            found = [Segment(round(seek / rate, 2), round(cut / rate, 2), result.text.strip(),
-                             tuple(result.token_ids))]
-            advance = cut - seek
+        else:                                  # the timestamp rule: the whole window, advance read from its segments
+            cut = min(seek + size, pcm.size)
+        result = decode(pcm[seek:cut], stamps is not None, seed + k)
+        end = round(cut / rate, 2)
+        advance = cut - seek if pause is None else max(pause[0], pause[1] - int(LEAD_S * rate))
+        if stamps is None:
+            found = [Segment(round(seek / rate, 2), end, result.text.strip(), tuple(result.token_ids))]
         else:
-            result = decode(pcm[seek:seek + size], True, seed + k)
             found = segments(result.token_ids, int(stamps["begin"]), int(stamps["count"]), step,
                              eos_id, detokenize, seek / rate)
-            advance = size
-            window_end = round(min(seek + size, pcm.size) / rate, 2)
-            if found and not last and (found[-1].end is None or found[-1].end >= window_end - AGAIN_S):
+            if pause is None and found and not last and (found[-1].end is None or found[-1].end >= end - AGAIN_S):
                 start = int(round((found[-1].start - seek / rate) * rate))
                 if start >= MIN_ADVANCE_S * rate:     # the window cut this segment: the next window starts at it
                     found, advance = found[:-1], start
-            found = [s if s.end is not None else Segment(s.start, window_end, s.text, s.token_ids) for s in found]
+            found = [s if s.end is not None else Segment(s.start, end, s.text, s.token_ids) for s in found]
         yield seek / rate, result, found
         seek += advance
         k += 1
