@@ -112,13 +112,62 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_ou
     return outputs
 
 
+def capture_logits(encoder_path, capture: tuple, source, decoder_ids, steps) -> list:
+    """Run a capturable decoder graph (export/capture.py) as the runtime does: the encoder's K/V padded by the
+    cross_pad graph, the cache a fixed buffer bound whole as input and output (written in place), `steps` = token
+    counts per call. `capture`: (capture_decoder path, cross_pad path, capacity)."""
+    import onnxruntime as ort
+
+    from specdec.runtime.core.graph_io import capture_cache_names
+
+    path, pad_path, capacity = capture
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    cpu = ["CPUExecutionProvider"]
+    enc = ort.InferenceSession(str(encoder_path), opts, providers=cpu)
+    pad = ort.InferenceSession(str(pad_path), opts, providers=cpu)
+    dec = ort.InferenceSession(str(path), opts, providers=cpu)
+    cross = pad.run(None, {"cross_kv": enc.run(None, {enc.get_inputs()[0].name: source})[0]})[0]
+    layers, _, _, heads, _, d_kv = cross.shape
+    vocab = dec.get_outputs()[0].shape[-1]
+    slots = dec.get_inputs()[0].shape[0]
+    tokens = np.zeros(slots, np.int64)
+    tokens[:decoder_ids.shape[1]] = decoder_ids[0]
+    cache = np.zeros((layers, 2, 1, heads, capacity, d_kv), cross.dtype)
+    past, present, cross_names = capture_cache_names(layers)
+    binding = dec.io_binding()
+
+    def bind(kind, name, array):
+        getattr(binding, "bind_" + kind)(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+
+    for i in range(layers):
+        for k in range(2):
+            bind("input", past[2 * i + k], cache[i, k])
+            bind("output", present[2 * i + k], cache[i, k])
+            bind("input", cross_names[2 * i + k], cross[i, k])
+    bind("input", "tokens", tokens)
+    outputs, pos = [], 0
+    for n in steps:
+        position, offsets = np.array([pos], np.int64), np.arange(n, dtype=np.int64)
+        length = np.array([source.shape[1]], np.int64)
+        logits = np.zeros((1, n, vocab), np.float32)
+        for name, array in (("position", position), ("offsets", offsets), ("source_length", length)):
+            bind("input", name, array)
+        bind("output", "logits", logits)
+        dec.run_with_iobinding(binding)
+        outputs.append(logits)
+        pos += n
+    return outputs
+
+
 def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, extractor=None,
-                 cross_output: str | None = None, tokens: int | None = None) -> dict:
+                 cross_output: str | None = None, tokens: int | None = None, capture: tuple | None = None) -> dict:
     """Max |logit difference| from PyTorch's float64 forward for a 1-token step at past length `past` and a
     gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision). Whisper
     (`extractor` given): the encoder graph reads a probe's PCM, PyTorch the extractor's features of it. `tokens`: the
     ids the tokenizer makes (runtime/loading/vocabulary.py): the probe's ids are drawn below it and the logits
-    compared on those rows (a padded row no text reaches may score far below the others)."""
+    compared on those rows (a padded row no text reaches may score far below the others). `capture`: also the
+    model's capturable decoder (capture_logits), held to the same tolerance."""
     source, decoder_ids = probe_sequences(model.config, past, gamma + 1, tokens=tokens)
     inputs = {"input_ids": source}
     if extractor is not None:
@@ -143,11 +192,21 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
     got = np.concatenate([step, verify], axis=1)[0]
     want = ref[0, checked]
     agree = int((got.argmax(-1) == want.argmax(-1)).sum())
+    captured = {}
+    if capture is not None:
+        _, c_step, c_verify = capture_logits(encoder_path, capture, source, decoder_ids, [past, 1, gamma + 1])
+        c_step, c_verify = c_step[..., rows], c_verify[..., rows]
+        captured = {"capture_step_max_abs_diff": float(np.abs(c_step - ref[:, past:past + 1]).max()),
+                    "capture_verify_max_abs_diff": float(np.abs(c_verify - ref[:, past + 1:past + gamma + 2]).max()),
+                    "capture_vs_eager_max_abs_diff": float(max(np.abs(c_step - step).max(),
+                                                               np.abs(c_verify - verify).max()))}
+    passed = step_diff <= tol and verify_diff <= tol and all(
+        captured.get(k, 0.0) <= tol for k in ("capture_step_max_abs_diff", "capture_verify_max_abs_diff"))
     return {"reference": "pytorch float64", "past_length": past, "step_max_abs_diff": step_diff,
             "verify_tokens": gamma + 1, "verify_max_abs_diff": verify_diff, "tolerance": tol, "weights": dtype,
             "logit_scale": scale, "torch_fp32_max_abs_diff": torch32,
             **({"torch_fp16_max_abs_diff": torch16} if dtype == "fp16" else {}),
             "argmax_agree": agree, "argmax_positions": int(want.shape[0]), "rows_compared": int(want.shape[-1]),
             # past half the logit scale no structural mistake is distinguishable from the precision's own error
-            "conclusive": bool(tol < 0.5 * scale),
-            "passed": bool(step_diff <= tol and verify_diff <= tol)}
+            "conclusive": bool(tol < 0.5 * scale), **captured,
+            "passed": bool(passed)}

@@ -97,8 +97,11 @@ def speech_entry(sources: dict, digest: dict) -> dict:
 
 def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str, special_ids: dict,
                    vocab_size: int, gamma_max: int, max_length: int, dtype: str, checks: dict,
-                   datastore: str | None = None, speech: dict | None = None) -> Path:
-    """`models`: role -> {"source", "revision", "config", "graphs": {"encoder": rel, "decoder": rel}}."""
+                   datastore: str | None = None, speech: dict | None = None,
+                   graph_capture: dict | None = None) -> Path:
+    """`models`: role -> {"source", "revision", "config", "graphs": {"encoder": rel, "decoder": rel, and with
+    `graph_capture` "capture_decoder" and "capture_head"}}; `graph_capture`: {"cross_pad": rel, "cache_capacity",
+    "source_capacity", "token_slots"} (export/capture.py)."""
     entry = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -112,6 +115,8 @@ def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str,
         "tokenizer": tokenizer_file,
         **({"datastore": datastore} if datastore else {}),
         **({"speech": speech} if speech else {}),
+        **({"graph_capture": {**graph_capture, "cross_pad": graph_entry(root, graph_capture["cross_pad"])}}
+           if graph_capture else {}),
         "models": {
             role: {"source": m["source"], "revision": m["revision"], "architecture": architecture(m["config"]),
                    "weights": m.get("weights", dtype),

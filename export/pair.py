@@ -36,6 +36,7 @@ class ExportOptions:
     datastore_field: str | None = None    # the field of .jsonl datastore files that holds the text
     skip_check: str = ""          # a reason to skip the parity check, kept in the manifest (the bench's random
     #                               models at sizes whose float64 reference does not fit in memory); never for users
+    graph_capture: bool = False   # also the graphs CUDA can capture (export/capture.py), beside the eager ones
 
     def roles(self) -> dict:
         return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
@@ -98,6 +99,11 @@ def validate_options(opts: ExportOptions) -> None:
 
     for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
         check_text(text, opts.datastore_field, "--datastore-text file", "--datastore-text-field")
+    if opts.graph_capture:
+        odd = sorted({opts.weights(role) for role in opts.roles()} - {"fp32", "fp16"})
+        if odd:
+            raise SpecdecError(f"--graph-capture with {odd[0]} weights: the capturable graphs are for the GPU, in "
+                               "fp32 or fp16", "use --dtype fp16 (or fp32) for every model with --graph-capture")
     draft = opts.weights("draft")
     if ("fp16" in (opts.dtype, draft)) and opts.dtype != draft:
         raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "
@@ -259,6 +265,34 @@ def graph_writer(source, stage: str, dtype, opset: int, tree: bool, sharing: dic
     return lambda p: decoder.export_decoder(model, p, dtype, opset, tree=tree)
 
 
+CROSS_PAD_FILE = "target/cross_pad.onnx"
+
+
+def write_capture_graphs(opts: ExportOptions, model, role: str, dtype, out: Path) -> dict:
+    """A model's capturable decoder and its head alone (export/capture.py), and the export's cross_pad graph with
+    the target's; returns the model's graphs entries."""
+    from .attention import cast_for_export
+    from .capture import export_capture_decoder, export_capture_head, export_cross_pad, slots_for
+
+    rel = {"capture_decoder": f"{role}/capture_decoder.onnx", "capture_head": f"{role}/capture_head.onnx"}
+    cast = cast_for_export(model, dtype)
+    write_graph(lambda p: export_capture_decoder(cast, p, dtype, opts.max_length, opts.max_length,
+                                                 slots_for(opts.max_length, opts.gamma_max), opts.opset),
+                out / rel["capture_decoder"])
+    export_capture_head(out / rel["capture_head"], opset=opts.opset)
+    if role == "target":
+        export_cross_pad(out / CROSS_PAD_FILE, dtype, opts.max_length, opts.opset)
+    return rel
+
+
+def capture_entry(opts: ExportOptions) -> dict:
+    """The manifest's graph_capture entry: the capacities the capturable graphs were made for."""
+    from .capture import slots_for
+
+    return {"cross_pad": CROSS_PAD_FILE, "cache_capacity": opts.max_length, "source_capacity": opts.max_length,
+            "token_slots": slots_for(opts.max_length, opts.gamma_max)}
+
+
 def export_pair(opts: ExportOptions, log=print) -> dict:
     """Run every stage with a progress bar; returns {role: parity report}. Raises SpecdecError on bad input."""
     import time
@@ -281,6 +315,9 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     if opts.max_length > most:
         raise SpecdecError(f"--max-length {opts.max_length} is more than the {most} decoder positions the models "
                            "have", f"use --max-length {most} or less")
+    if configs["target"].model_type == "whisper" and opts.graph_capture:
+        raise SpecdecError("--graph-capture is for T5 pairs for now: a Whisper pair has no capturable graphs",
+                           "leave out --graph-capture for a Whisper pair")
     if configs["target"].model_type == "whisper" and {opts.weights(role) for role in names} != {"fp32"}:
         raise SpecdecError("Whisper exports are fp32 for now (--dtype and --draft-dtype)",
                            "leave out --dtype and --draft-dtype for a Whisper pair")
@@ -292,6 +329,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     torch_dtype = {role: torch.float16 if opts.weights(role) == "fp16" else torch.float32 for role in names}
     stages = [(role, "load") for role in names] + \
         [(role, kind) for role in names for kind in ("encoder", "decoder")] + \
+        [(role, "capture") for role in names if opts.graph_capture] + \
         [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
         [(role, "check") for role in names if not opts.skip_check] + [("pair", "manifest"), ("pair", "open")]
     sources, graphs, reports, quantization, shared, digests = {}, {}, {}, {}, [], {}
@@ -329,6 +367,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 if stage == "decoder" and role != "target":
                     loop.add_proposal_loop_file(out / rel)      # a draft's proposal in one run
                 graphs.setdefault(role, {})[stage] = rel
+            elif stage == "capture":
+                graphs[role].update(write_capture_graphs(opts, sources[role].model, role, torch_dtype[role], out))
             elif stage == "tokenizer":
                 sources["target"].tokenizer.backend_tokenizer.save(str(out / "tokenizer.json"))
             elif stage == "datastore":
@@ -340,11 +380,13 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                           f"{store.file_bytes / 2**20:.1f} MiB")
             elif stage == "check":
                 keeps = role in shared
+                capture = (out / graphs[role]["capture_decoder"], out / CROSS_PAD_FILE, opts.max_length) \
+                    if opts.graph_capture else None
                 rep = check.check_parity(sources[role].model, out / graphs["target" if keeps else role]["encoder"],
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
                                          extractor=sources[role].extractor,
                                          cross_output=shared_cross(role) if keeps else None,
-                                         tokens=tokens)
+                                         tokens=tokens, capture=capture)
                 reports[role] = rep
                 precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
                 own = rep[f"torch_{precision}_max_abs_diff"]
@@ -355,6 +397,10 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                           f"{own if own is None else format(own, '.1e')}; "
                           f"tolerance {rep['tolerance']:.1e}; argmax agrees on {rep['argmax_agree']}/"
                           f"{rep['argmax_positions']} positions -> {verdict(role, rep)}")
+                if "capture_step_max_abs_diff" in rep:
+                    bar.write(f"  {role} capturable graph: step max|dlogit| = {rep['capture_step_max_abs_diff']:.2e}, "
+                              f"verify {rep['capture_verify_max_abs_diff']:.2e}; against the eager graph "
+                              f"{rep['capture_vs_eager_max_abs_diff']:.2e}")
                 if rep["passed"] and not rep["conclusive"]:
                     fix = "prefer --dtype fp32 for it" if precision == "fp16" else \
                         "its outputs depend on rounding in any engine"
@@ -382,6 +428,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     speech=speech_entry(sources, digests) if digests else None,
                     vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
                     dtype=opts.activations,
+                    graph_capture=capture_entry(opts) if opts.graph_capture else None,
                     checks={"skipped": opts.skip_check} if opts.skip_check else reports)
                 sources.clear()         # the PyTorch models: their memory goes before the export is opened
             elif stage == "open":

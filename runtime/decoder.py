@@ -23,6 +23,7 @@ from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
 from .engine.device import checked_provider_options, device_of, release_freed_memory, resolve_provider
 from .engine.gate import Gate
+from .engine.capture import CapturedSeq2Seq
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
 from .loading.manifest import load_manifest
@@ -78,6 +79,7 @@ class SpeculativeDecoder:
         self._beam_models = {}          # name -> BeamModel, opened on the first beam search request
         self._batch_model = None        # the BatchModel every batch runs on, grown for the most rows asked
         self.workspace = Workspace(self.gamma_max, self.vocab_size, self.device, self.max_length)
+        self.workspace.trees = target.trees
         self._gate = Gate(stream_idle_s)
         self._batcher = None            # the Batcher submit() hands requests to, made on its first call
         self._batcher_lock = threading.Lock()
@@ -134,7 +136,7 @@ class SpeculativeDecoder:
     def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
              draft: str | Path | None = None, stream_idle_s: float = 30.0,
              datastore: str | Path | bool | None = None,
-             provider_options: dict | None = None) -> "SpeculativeDecoder":
+             provider_options: dict | None = None, graph_capture: bool = False) -> "SpeculativeDecoder":
         """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
         named "draft" from another export directory made for the same target (same tokenizer). `datastore`: the
         datastore the lookup searches (runtime/loading/datastore.py): None, the export's own if it has one; a path, that
@@ -144,7 +146,10 @@ class SpeculativeDecoder:
         small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
         class's note on threads. `provider_options`: options of the provider's first onnxruntime provider for every
         session (e.g. {"enable_cuda_graph": "1"} with provider="cuda"; name the provider: with "auto" they go to
-        whichever it picks); onnxruntime refusing one is a one-line error."""
+        whichever it picks); onnxruntime refusing one is a one-line error. `graph_capture`: run every model through
+        the export's capturable graphs (specdec-export --graph-capture; engine/capture.py): on provider="cuda" each
+        width's step is captured as a CUDA graph and replayed; on the CPU the same graphs run uncaptured. Beam search
+        and batched requests then refuse with a one-line error (they run the eager graphs)."""
         manifest = load_manifest(export_dir)
         draft_manifest = manifest
         if draft is not None:
@@ -158,8 +163,14 @@ class SpeculativeDecoder:
                                "pass the path of a datastore file, or False for none")
         provider, options = resolve_provider(provider), checked_provider_options(provider_options)
         device = device_of(provider)
-        target = CachedSeq2Seq(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=options)
-        models = {name: CachedSeq2Seq(draft_manifest if name == "draft" else manifest, name, provider, device,
+        if not isinstance(graph_capture, bool):
+            raise SpecdecError(f"graph_capture must be True or False (got {graph_capture!r:.40})")
+        if graph_capture and draft is not None:
+            raise SpecdecError("graph_capture with draft= from another export is not supported",
+                               "export the pair together with --graph-capture and load that one directory")
+        model = CapturedSeq2Seq if graph_capture else CachedSeq2Seq
+        target = model(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=options)
+        models = {name: model(draft_manifest if name == "draft" else manifest, name, provider, device,
                                       manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length,
                                       options=options)
                   for name in manifest.drafts}

@@ -37,3 +37,20 @@ def shared_cross(role: str) -> str:
     """A Whisper target encoder's output with the cross K/V of draft `role`, which keeps the target's encoder (no
     encoder graph of its own): its own decoder layers' projections of the same encoder output."""
     return f"{ENCODER_OUTPUTS[0]}_{role}"
+
+# the graphs CUDA can capture (specdec-export --graph-capture, export/capture.py): per model a decoder step over
+# fixed-size buffers, bound whole run after run. tokens int64 [T] (the whole token buffer), position int64 [1] (the
+# cache length: the run's tokens are tokens[position + offsets]), offsets int64 [N] (0 .. N-1), source_length int64
+# [1]; then each layer's cache (past_key_i, past_value_i [1, H, C, d], written in place as present_key_i,
+# present_value_i) and cross K/V (cross_key_i, cross_value_i [1, H, S, d]) -> logits fp32 [1, N, V]
+CAPTURE_INPUTS = ("tokens", "position", "offsets", "source_length")
+CAPTURE_OUTPUTS = ("logits",)
+CAPTURE_GRAPHS = ("capture_decoder", "capture_head")     # a model's graphs entries; the head: HEAD_* over logits
+CROSS_PAD = "cross_pad"                                  # the manifest's graph_capture entry: cross_kv padded to S
+
+
+def capture_cache_names(layers: int) -> tuple:
+    """(past, present, cross) input and output names of a capture_decoder graph, key then value per layer."""
+    def names(kind):
+        return [f"{kind}_{part}_{i}" for i in range(layers) for part in ("key", "value")]
+    return names("past"), names("present"), names("cross")

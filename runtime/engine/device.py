@@ -185,6 +185,14 @@ class Buffer:
         flat[dest:dest + count] = flat[source:source + count]
         self.value.update_inplace(self.host)
 
+    def put(self, values, offset: int = 0) -> None:
+        """write() for a buffer that no graph writes (a run's position, a request's source length): the staging copy
+        is current, so a GPU buffer takes one host-to-device copy and no read back."""
+        values = np.asarray(values, dtype=self.dtype).reshape(-1)
+        self.host.reshape(-1)[offset:offset + values.size] = values
+        if self.value is not None:
+            self.value.update_inplace(self.host)
+
     def scatter(self, indices, values) -> None:
         """Set single elements (flat indices; a later index wins over an earlier equal one)."""
         self._patch(np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=self.dtype))
@@ -236,10 +244,10 @@ class Binder:
         try:
             self._raw = self.binding._iobinding
             self._dev = ort.OrtDevice.make(self.device, 0)._get_c_device()
-            self._run = lambda: session._sess.run_with_iobinding(self._raw, None)
+            self._run = lambda options=None: session._sess.run_with_iobinding(self._raw, options)
         except AttributeError:
             self._raw = None
-            self._run = lambda: session.run_with_iobinding(self.binding)
+            self._run = lambda options=None: session.run_with_iobinding(self.binding, options)
 
     def _view(self, name: str, buf: Buffer, shape, offset: int):
         """(pointer, shape) of a view, refused unless it lies inside its buffer: a view past the end would let the
@@ -273,10 +281,11 @@ class Binder:
         else:
             getattr(self.binding, "bind_" + kind)(name, self.device, 0, dtype, list(shape), ptr)
 
-    def run(self) -> None:
-        """One run of the session on what is bound now, counted in the charged stats once it succeeded."""
+    def run(self, options=None) -> None:
+        """One run of the session on what is bound now, counted in the charged stats once it succeeded. `options`:
+        onnxruntime RunOptions (a captured graph's gpu_graph_id), or None."""
         try:
-            self._run()
+            self._run(options)
         except Exception as err:  # onnxruntime's own exception types: a graph that loads but cannot run
             raise RunFailed(f"onnxruntime failed running a graph of this export: {first_line(err, 200)}",
                             "the export may be corrupt: re-export it, or compare its files with a trusted "

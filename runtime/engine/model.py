@@ -45,10 +45,8 @@ class CachedSeq2Seq:
             self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False,
                                                  options=options), device)
         self._sharers = []       # drafts whose cross K/V our encoder run also writes
-        self.decoder = Binder(create_session(manifest.path(info.decoder.file), provider, threads, options=options),
-                              device)
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
-        self.cache = Buffer((self.max_length, self.layers, 2, 1, self.heads, self.d_kv), dtype, device)
+        self._open_decoder(manifest, info, dtype)
         # Whisper (manifest.speech): the encoder reads PCM and gives a fixed number of frames
         speech = manifest.speech
         self.frames = int(speech["frames"]) if speech else None
@@ -70,6 +68,12 @@ class CachedSeq2Seq:
         self.chain = ChainPositions(device, rows)     # the tree inputs of a target's plain (chain) runs
         self.trees = TREE_DEPTH in self.decoder.names
         self._free = None        # free_session()
+
+    def _open_decoder(self, manifest: Manifest, info, dtype) -> None:
+        """The decoder's session (`self.decoder`, a Binder) and its KV cache buffer (`self.cache`)."""
+        self.decoder = Binder(create_session(manifest.path(info.decoder.file), self.provider, self.threads,
+                                             options=self.options), self.device)
+        self.cache = Buffer((self.max_length, self.layers, 2, 1, self.heads, self.d_kv), dtype, self.device)
 
     def free_session(self):
         """The decoder graph in a session without the batch-1 shape override, opened on the first beam search or

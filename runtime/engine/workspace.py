@@ -68,6 +68,7 @@ class Workspace:
         self.depth = Buffer((gamma_max + 1,), np.int64, device)       # a tree round's (runtime/decoding/tree.py)
         self.tree_mask = Buffer(((gamma_max + 1) ** 2,), np.bool_, device)
         self.draws = Buffer((gamma_max + 1,), np.int64, device)
+        self.trees = True     # the target verifies token trees (not through the capturable graphs)
         self._rng = np.random.default_rng(0)
         self._used = 0        # uniforms of the current block taken
         self.seq: list = []
@@ -169,7 +170,9 @@ class Workspace:
 
     def tree_room(self) -> int:
         """The most nodes a tree round may verify now: the rows the buffers hold, and the target's cache room (the
-        run appends the current token and every node)."""
+        run appends the current token and every node); 0 when the target verifies no trees."""
+        if not self.trees:
+            return 0
         return max(0, min(self.gamma_max, self.slots - self.gamma_max - 1 - self.start - 1))
 
     def write_tree(self, tree) -> None:

@@ -26,6 +26,10 @@ def check_graph_files(manifest) -> None:
         for kind, graph in (("encoder", info.encoder), ("decoder", info.decoder)):
             if graph is not None:          # no encoder: a draft that keeps the target's (limits.py checked that)
                 check_graph_file(manifest, f"the {role} {kind} graph {shown(graph.file)}", graph)
+        for kind, graph in (info.capture or {}).items():
+            check_graph_file(manifest, f"the {role} {kind} graph {shown(graph.file)}", graph)
+    if manifest.cross_pad is not None:
+        check_graph_file(manifest, f"the cross_pad graph {shown(manifest.cross_pad.file)}", manifest.cross_pad)
 
 
 def check_graph_file(manifest, what: str, graph) -> None:

@@ -28,7 +28,7 @@ import re
 from ..core.errors import SpecdecError
 from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGIT_MASK, LOGITS, NEW_KV,
                              NEXT_TOKEN, PAST_KV, PROBS, ROW_INPUTS, SAMPLING, STEPS, TREE_INPUTS, TREE_OUTPUTS,
-                             UNIFORMS, shared_cross)
+                             UNIFORMS, CAPTURE_INPUTS, CROSS_PAD, capture_cache_names, shared_cross)
 from .confine import FIX as PATH_FIX, lexical_problem, shown
 
 ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
@@ -38,7 +38,7 @@ TREE_DEPTH, TREE_MASK, TREE_UNIFORMS = TREE_INPUTS
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_FILES = 256
 MAX_MODELS = 16
-MAX_TENSORS = 64            # inputs, or outputs, of one graph
+MAX_TENSORS = 4 * 256 + 16  # inputs, or outputs, of one graph (a capturable decoder has 4 per decoder layer)
 MAX_RANK = 8
 MAX_NAME_CHARS = 128        # tensor names, symbolic axis names
 MAX_BUFFER_BYTES = 1 << 36  # the buffers the runtime allocates from these numbers (64 GiB), before the weights
@@ -71,6 +71,14 @@ EXPECTED = {
                             PROBS: ("float32", None), ACCEPTED: ("int64", None),
                             NEXT_TOKEN: ("int64", None), DRAWS: ("int64", (None,))}},
 }
+# the speculative head alone over a capturable decoder's logits (export/capture.py), and the cross_pad graph
+EXPECTED["capture_head"] = {"inputs": {"!" + INPUT_IDS: ("int64", (None, None)),
+                                       "!" + LOGITS: ("float32", (None, None, None)),
+                                       **{k: v for k, v in EXPECTED["decoder"]["inputs"].items()
+                                          if k.lstrip("!") not in (INPUT_IDS, PAST_KV, CROSS_KV, STEPS)}},
+                            "outputs": {"!" + PROBS: ("float32", None), "!" + ACCEPTED: ("int64", None),
+                                        "!" + NEXT_TOKEN: ("int64", None)}}
+CAPTURE_NUMBERS = ("cache_capacity", "source_capacity", "token_slots")
 VOCAB_LAST = (DRAFT_PROBS, PROBS, LOGIT_MASK)     # their last axis, when fixed, is the vocabulary
 
 FIX = "the export is corrupt or was edited by hand; re-run specdec-export, or copy the export again"
@@ -191,6 +199,7 @@ def check_manifest(raw, where: str) -> None:
                         f"the {MAX_BUFFER_BYTES >> 30} GiB any export may ask for"))
     # Whisper drafts that keep the target's encoder have no encoder graph: the target's gives their K/V too
     shared = raw["speech"]["shares_target_encoder"] if speech else []
+    capture = _capture(where, raw, numbers)
     for role, model in models.items():
         graphs = _obj(where, _key(where, model, "graphs", f"model {role}"), f"model {role} graphs")
         dims = {"L": sizes[role]["decoder_layers"], "H": sizes[role]["heads"], "D": sizes[role]["d_kv"], "V": vocab,
@@ -209,6 +218,50 @@ def check_manifest(raw, where: str) -> None:
                         "kv", (s["decoder_layers"], 2, None, s["heads"], None, s["d_kv"]))
             _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
                          expected, dims, files)
+        if capture is not None:
+            for kind in ("capture_decoder", "capture_head"):
+                expected = EXPECTED[kind] if kind == "capture_head" else \
+                    _capture_expected(sizes[role]["decoder_layers"], capture)
+                _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
+                             expected, dims, files)
+        elif any(kind in graphs for kind in ("capture_decoder", "capture_head")):
+            _fail(where, f"model {role} lists capturable graphs but the manifest has no graph_capture entry")
+    if capture is not None:
+        dims = {"kv": KV_DTYPES[dtype]}
+        _check_graph(where, "the cross_pad graph", capture[CROSS_PAD],
+                     {"inputs": {"!0": ("kv", (None, 2, None, None, None, None))},
+                      "outputs": {"!0": ("kv", (None, 2, None, None, capture["source_capacity"], None))}},
+                     dims, files)
+
+
+def _capture(where, raw, numbers: dict) -> dict | None:
+    """The graph_capture entry (export/capture.py) or None: capacities the runtime's buffers have (the cache and the
+    cross K/V hold max_length positions, the token buffer max_length + gamma_max + 4 slots)."""
+    entry = raw.get("graph_capture")
+    if entry is None:
+        return None
+    entry = _obj(where, entry, "graph_capture")
+    want = {"cache_capacity": numbers["max_length"], "source_capacity": numbers["max_length"],
+            "token_slots": numbers["max_length"] + numbers["gamma_max"] + 4}
+    for name in CAPTURE_NUMBERS:
+        value = _int(where, _key(where, entry, name, "graph_capture"), f"graph_capture {name}", 1, 1 << 20)
+        if value != want[name]:
+            _fail(where, f"graph_capture {name} is {value}, but this export's runtime buffers have {want[name]}")
+    _key(where, entry, CROSS_PAD, "graph_capture")
+    return entry
+
+
+def _capture_expected(layers: int, capture: dict) -> dict:
+    """A capturable decoder's tensors: fixed shapes but for N (offsets, logits)."""
+    past, present, cross = capture_cache_names(layers)
+    tokens, position, offsets, source_length = CAPTURE_INPUTS
+    cache = ("kv", (1, "H", capture["cache_capacity"], "D"))
+    inputs = {"!" + tokens: ("int64", (capture["token_slots"],)), "!" + position: ("int64", (1,)),
+              "!" + offsets: ("int64", (None,)), "!" + source_length: ("int64", (1,)),
+              **{"!" + name: cache for name in past},
+              **{"!" + name: ("kv", (1, "H", capture["source_capacity"], "D")) for name in cross}}
+    outputs = {"!" + LOGITS: ("float32", (1, None, "V")), **{"!" + name: cache for name in present}}
+    return {"inputs": inputs, "outputs": outputs}
 
 
 def _architecture(where, role, model, vocab: int) -> dict:

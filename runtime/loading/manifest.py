@@ -29,7 +29,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, ROW_INPUTS, STEPS, TREE_INPUTS, TREE_OUTPUTS
+from ..core.graph_io import CAPTURE_GRAPHS, GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, ROW_INPUTS, STEPS, TREE_INPUTS, TREE_OUTPUTS
 from .confine import inside
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
@@ -77,6 +77,7 @@ class ModelInfo:
     encoder: Graph | None     # None: a Whisper draft that keeps the target's encoder (its graph gives our K/V)
     decoder: Graph
     weights: str = "fp32"  # fp32, fp16, int8 or int8-wo
+    capture: dict | None = None   # "capture_decoder", "capture_head" -> Graph (specdec-export --graph-capture)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,14 @@ class Manifest:
     drafts = property(lambda self: [role for role in self.models if role != "target"])
     # a Whisper export's audio, prompt and suppressed tokens (export/manifest.py speech_entry); None for T5
     speech = property(lambda self: self.raw.get("speech"))
+    # the capturable graphs' entry (export/capture.py): capacities and the cross_pad graph; None without them
+    graph_capture = property(lambda self: self.raw.get("graph_capture"))
+
+    @cached_property
+    def cross_pad(self) -> Graph | None:
+        """The cross_pad graph of an export with capturable graphs, else None."""
+        entry = self.graph_capture
+        return None if entry is None else Graph.from_json(entry["cross_pad"])
 
     def path(self, relative: str) -> Path:
         """The resolved path of a file the manifest names: a SpecdecError unless it stays inside the export
@@ -172,7 +181,9 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
         models = {role: ModelInfo(m["source"], m.get("revision"), m["architecture"],
                                   Graph.from_json(m["graphs"]["encoder"]) if "encoder" in m["graphs"] else None,
                                   Graph.from_json(m["graphs"]["decoder"]),
-                                  str(m.get("weights", "fp32")))
+                                  str(m.get("weights", "fp32")),
+                                  {kind: Graph.from_json(m["graphs"][kind]) for kind in CAPTURE_GRAPHS}
+                                  if "capture_decoder" in m["graphs"] else None)
                   for role, m in ((r, raw["models"][r]) for r in (*ROLES, *sorted(set(raw["models"]) - set(ROLES))))}
         files = raw["files"]
         int(raw["gamma_max"]), int(raw["max_length"]), int(raw["vocab_size"])

@@ -1,0 +1,224 @@
+"""The graphs CUDA can capture: a T5 decoder step whose shapes and buffer addresses do not change from run to run.
+
+ONNX Runtime's CUDA provider records a run as a CUDA graph (`enable_cuda_graph`, one graph per `gpu_graph_id`) and
+replays it with one launch instead of ~1,700 kernel launches a t5-large step, but only for a graph with no control
+flow (If, Loop, Scan), with every node on the GPU (no host copies: no shape computed from device data), and run
+after run on the same bound addresses and shapes. The eager decoder graph (decoder.py) is none of these: its cache
+view grows, its new K/V land at a moving offset, its head branches. So `specdec-export --graph-capture` writes, per
+model, beside the eager graphs:
+
+capture_decoder.onnx (no If, Loop or Scan; no Shape: every reshape has constant sizes, -1 standing for N)
+    tokens        int64 [T]            the runtime's whole token buffer (T = max_length + gamma_max + 4 slots)
+    position      int64 [1]            P: the model's cache length; the run's tokens are tokens[P + offsets]
+    offsets       int64 [N]            0 .. N-1: one constant buffer per width N = 1 .. gamma_max + 2 (the only
+                                       axis that varies, and only from one captured graph to another)
+    source_length int64 [1]            the request's encoder positions (the rest of cross_* is padding)
+    past_key_i, past_value_i    kv [1, H, C, d]   layer i's self-attention cache, C = max_length slots, bound
+                                       whole; slots P .. are masked
+    cross_key_i, cross_value_i  kv [1, H, S, d]   layer i's cross-attention K/V, S = max_length positions
+ -> logits        fp32 [1, N, V]
+    present_key_i, present_value_i  kv [1, H, C, d]   the same memory as past_*_i: a ScatterND writes the N new
+                                       tokens' K/V at slots P .. P+N-1 in place (ONNX Runtime's ScatterND copies
+                                       nothing when its output is its input's buffer)
+
+  Token i (position P + i) attends to cache slots 0 .. P-1 and to new tokens 0 .. i with T5's relative-position
+  bias, as the eager graph's; scores against the cache and against the new tokens are computed apart and meet in
+  one softmax, so no cache is copied or concatenated.
+
+capture_head.onnx: the speculative head (head.py) as a graph of its own over the logits above (head.head_only_model):
+    the same nodes as the eager graph's fused head, run eagerly after the captured step (its If nodes cannot be
+    captured); at batch 1 its work is small next to the step's.
+
+cross_pad.onnx (one for the export, no weights): an encoder's cross_kv [L, 2, 1, H, src_len, d] padded with zeros to
+    [L, 2, 1, H, S, d], the layout the per-layer cross_* views read; run once per request.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec.runtime.core.graph_io import CAPTURE_INPUTS, CAPTURE_OUTPUTS, capture_cache_names
+
+from .attention import feed_forward, linear, rms_norm
+from .decoder import bias_table
+
+TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
+(LOGITS,) = CAPTURE_OUTPUTS
+
+
+class CapturableDecoder(nn.Module):
+    """forward(tokens, position, offsets, source_length, *past (K, V per layer), *cross (K, V per layer)) ->
+    (logits, *new K/V per layer, write index): the new K/V and the index are wired into ScatterND nodes after
+    tracing (`export_capture_decoder`)."""
+
+    def __init__(self, model, capacity: int, source_capacity: int):
+        super().__init__()
+        cfg = model.config
+        self.heads, self.d_kv, self.layers = cfg.num_heads, cfg.d_kv, cfg.num_decoder_layers
+        self.capacity, self.source_capacity = capacity, source_capacity
+        self.embed = model.decoder.embed_tokens
+        self.blocks = model.decoder.block
+        self.final_norm = model.decoder.final_layer_norm
+        self.lm_head = model.lm_head
+        self.output_scale = cfg.d_model ** -0.5 if getattr(cfg, "scale_decoder_outputs", True) else 1.0
+        self.register_buffer("bias_table", bias_table(self.blocks[0].layer[0].SelfAttention))
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[1, N, H*d] -> [1, H, N, d], sizes as constants (N as -1): no Shape node."""
+        return x.reshape(1, -1, self.heads, self.d_kv).transpose(1, 2)
+
+    def _merge(self, ctx: torch.Tensor, out: nn.Linear) -> torch.Tensor:
+        return linear(ctx.transpose(1, 2).reshape(1, -1, self.heads * self.d_kv), out)
+
+    def forward(self, tokens, position, offsets, source_length, *kv):
+        layers, cap, src_cap = self.layers, self.capacity, self.source_capacity
+        past, cross = kv[:2 * layers], kv[2 * layers:]
+        dtype = past[0].dtype
+        far = self.bias_table.shape[0] - 2
+        at = position + offsets                                                    # [N] absolute positions
+        input_ids = torch.gather(tokens, 0, at).reshape(1, -1)                    # [1, N]
+        # relative-position bias and mask in one table lookup (row 0 masks; decoder.bias_table)
+        slots = torch.arange(cap, dtype=torch.long)
+        to_past = (at[:, None] - slots[None, :]).clamp(-1, far) + 1                 # [N, C]
+        to_past = torch.where(slots[None, :] < position, to_past, torch.tensor(0, dtype=torch.long))
+        to_new = (offsets[:, None] - offsets[None, :]).clamp(-1, far) + 1          # [N, N], 0 after the query
+        bias_past = nn.functional.embedding(to_past, self.bias_table).permute(2, 0, 1)[None]   # [1, H, N, C]
+        bias_new = nn.functional.embedding(to_new, self.bias_table).permute(2, 0, 1)[None]     # [1, H, N, N]
+        src = torch.arange(src_cap, dtype=torch.long)
+        cross_bias = torch.where(src < source_length, 0.0, torch.finfo(torch.float32).min)[None, None, None]
+
+        h = self.embed(input_ids).float()
+        new = []
+        for i, block in enumerate(self.blocks):
+            sa = block.layer[0].SelfAttention
+            x = rms_norm(h, block.layer[0].layer_norm)
+            q = self._heads(linear(x, sa.q))
+            k = self._heads(linear(x, sa.k)).to(dtype)                                 # [1, H, N, d]
+            v = self._heads(linear(x, sa.v)).to(dtype)
+            new += [k, v]
+            cache_k, cache_v = past[2 * i].float(), past[2 * i + 1].float()
+            qf = q.float()
+            scores = torch.cat([torch.matmul(qf, cache_k.transpose(-1, -2)) + bias_past,
+                                torch.matmul(qf, k.float().transpose(-1, -2)) + bias_new], dim=-1)
+            weights = torch.softmax(scores, dim=-1)
+            ctx = torch.matmul(weights[..., :cap], cache_v) + torch.matmul(weights[..., cap:], v.float())
+            h = h + self._merge(ctx, sa.o)
+
+            ca = block.layer[1].EncDecAttention
+            x = rms_norm(h, block.layer[1].layer_norm)
+            q = self._heads(linear(x, ca.q)).float()
+            scores = torch.matmul(q, cross[2 * i].float().transpose(-1, -2)) + cross_bias
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), cross[2 * i + 1].float())
+            h = h + self._merge(ctx, ca.o)
+            h = feed_forward(h, block.layer[2])
+        h = rms_norm(h, self.final_norm) * self.output_scale
+        logits = linear(h, self.lm_head)
+        # ScatterND index of the new K/V: (0, head, P + i) for every head and new token -> [1, H, N, 3]
+        heads = torch.arange(self.heads, dtype=torch.long)[None, :, None, None]
+        spot = at[None, None, :, None]
+        zero = heads * 0 + spot * 0
+        index = torch.cat([zero, heads + zero, spot + zero], dim=-1)
+        return (logits, *new, index)
+
+
+def export_capture_decoder(model, path, dtype: torch.dtype, capacity: int, source_capacity: int, slots: int,
+                           opset: int = 17) -> None:
+    """Trace CapturableDecoder to `path`, then write each layer's new K/V into its cache input in place (ScatterND
+    outputs present_key_i / present_value_i)."""
+    import onnx
+    from onnx import helper
+
+    cfg = model.config
+    module = CapturableDecoder(model, capacity, source_capacity).eval()
+    layers, heads, d_kv = cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv
+    past_names, present_names, cross_names = capture_cache_names(layers)
+    tokens = torch.zeros(slots, dtype=torch.long)
+    position = torch.tensor([2], dtype=torch.long)
+    offsets = torch.arange(2, dtype=torch.long)
+    source_length = torch.tensor([3], dtype=torch.long)
+    past = [torch.zeros(1, heads, capacity, d_kv, dtype=dtype) for _ in past_names]
+    cross = [torch.zeros(1, heads, source_capacity, d_kv, dtype=dtype) for _ in cross_names]
+    new_names = [f"new_{name}" for name in past_names]
+    names = [*CAPTURE_INPUTS, *past_names, *cross_names]
+    with torch.no_grad():
+        torch.onnx.export(module, (tokens, position, offsets, source_length, *past, *cross), str(path),
+                          input_names=names, output_names=[LOGITS, *new_names, "write_index"],
+                          dynamic_axes={OFFSETS: {0: "new"}, LOGITS: {1: "new"}},
+                          opset_version=opset, dynamo=False, do_constant_folding=True)
+    graph_model = onnx.load(str(path), load_external_data=False)
+    graph = graph_model.graph
+    outputs = {o.name: o for o in graph.output}
+    kv_type = outputs[new_names[0]].type.tensor_type.elem_type
+    keep = [helper.make_tensor_value_info(LOGITS, onnx.TensorProto.FLOAT, [1, "new", cfg.vocab_size])]
+    for past_name, new_name, present in zip(past_names, new_names, present_names):
+        graph.node.append(helper.make_node("ScatterND", [past_name, "write_index", new_name], [present],
+                                           name=f"{present}_in_place"))
+        keep.append(helper.make_tensor_value_info(present, kv_type, [1, heads, capacity, d_kv]))
+    del graph.output[:]
+    graph.output.extend(keep)
+    onnx.save(graph_model, str(path))
+
+
+def export_cross_pad(path, dtype: torch.dtype, source_capacity: int, opset: int = 17) -> None:
+    """cross_pad.onnx: cross_kv [L, 2, B, H, src_len, d] -> [L, 2, B, H, S, d], zeros after src_len."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    kind = TensorProto.FLOAT16 if dtype == torch.float16 else TensorProto.FLOAT
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(
+            name + "_v", TensorProto.INT64, [len(values)], values))
+
+    nodes = [
+        const("capacity", [source_capacity]), const("axis4", [4]), const("zeros4", [0, 0, 0, 0]),
+        const("zero1", [0]),
+        helper.make_node("Shape", ["cross_kv"], ["shape"]),
+        helper.make_node("Gather", ["shape", "axis4"], ["length"], axis=0),
+        helper.make_node("Sub", ["capacity", "length"], ["missing"]),
+        helper.make_node("Concat", ["zeros4", "zero1", "zero1", "zeros4", "missing", "zero1"], ["pads"], axis=0),
+        helper.make_node("Pad", ["cross_kv", "pads"], ["cross_kv_padded"], mode="constant"),
+    ]
+    dims = ["layers", 2, "batch", "heads"]
+    graph = helper.make_graph(nodes, "cross_pad",
+                              [helper.make_tensor_value_info("cross_kv", kind, [*dims, "src_len", "d_kv"])],
+                              [helper.make_tensor_value_info("cross_kv_padded", kind, [*dims, source_capacity,
+                                                                                      "d_kv"])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+
+
+def export_capture_head(path, residual: bool = True, opset: int = 17) -> None:
+    """capture_head.onnx: the speculative head alone (head.head_only_model), over the captured step's logits.
+    `residual=False` only for the distribution tests' deliberately broken control."""
+    import onnx
+
+    from .head import head_only_model
+
+    onnx.save(head_only_model(opset, residual), str(path))
+
+
+FORBIDDEN = ("If", "Loop", "Scan", "Shape", "Size", "NonZero", "Unique", "Compress")
+
+
+def capture_problems(model) -> list:
+    """What keeps a capture_decoder graph (an onnx ModelProto) from being captured: control flow or shape
+    computation nodes, and inputs whose shape is not fixed but for `offsets`' N. Empty when there is nothing."""
+    problems = [f"node {n.name or n.op_type} is {n.op_type}" for n in model.graph.node if n.op_type in FORBIDDEN]
+    initializers = {i.name for i in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+        if value.name == OFFSETS:
+            dims = dims[1:]
+        if any(d is None for d in dims):
+            problems.append(f"input {value.name} has a dynamic axis")
+    return problems
+
+
+def slots_for(max_length: int, gamma_max: int) -> int:
+    """The token buffer's length (runtime/engine/workspace.py): max_length + gamma_max + 1 slots and three more."""
+    return max_length + gamma_max + 4
+
+

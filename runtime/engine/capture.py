@@ -1,0 +1,154 @@
+"""One model of an export run through its capturable graphs (specdec-export --graph-capture, export/capture.py):
+every decoder run binds the same buffers at the same addresses, so the CUDA provider records each width's run once
+as a CUDA graph and replays it after (SpeculativeDecoder.load(..., graph_capture=True)).
+
+What a run binds, and where:
+    tokens         the workspace's whole token buffer; the run's tokens are those at position + 0 .. N-1
+    position       [1] the cache length, written before each run (the only per-run write)
+    offsets        [N] a view of one buffer holding 0 .. rows-1: N, the run's width, is its shape
+    past_*/present_*   each layer's K and V in one cache buffer [layers, 2, 1, heads, C, d_kv], bound whole as input
+                   and output: the graph writes the new tokens' K/V in place at slots position ..
+    cross_*        each layer's cross K/V in the cross buffer [layers, 2, 1, heads, S, d_kv], written once per request
+                   by the encoder and the cross_pad graph
+    logits         rows 0 .. N-1 of the logits buffer
+On the CUDA provider a run of width N passes gpu_graph_id N: onnxruntime runs a width's first run uncaptured
+(its allocations), captures the next and replays it from then on. The speculative head then runs eagerly over the
+logits (capture_head: its own session, the same nodes as the eager graph's fused head), bound to the workspace's
+views as the fused head is. On the CPU provider the same graphs run without capture.
+
+Not here: the proposal loop (a draft proposes one run per guess), token trees (a lookup verifies one candidate a
+round), and beam search and batches, which run the eager graphs (load without graph_capture for them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+from ..core.errors import SpecdecError
+from ..core.graph_io import CAPTURE_INPUTS, INPUT_IDS, LOGITS, capture_cache_names
+from ..core.stats import Stats
+from ..loading.manifest import Manifest
+from .device import Binder, Buffer, create_session
+from .model import CachedSeq2Seq
+
+TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
+PADDED = "cross_kv_padded"          # the cross_pad graph's output (export/capture.py)
+NO_EAGER = ("beam search and batched requests run the export's eager graphs, which a decoder loaded with "
+            "graph_capture=True does not open")
+NO_EAGER_FIX = "load the export without graph_capture for beams and batches"
+
+
+class CapturedSeq2Seq(CachedSeq2Seq):
+    """CachedSeq2Seq (model.py) over the capturable graphs: the same interface to the decoding loop (encode, run,
+    rollback), a run being the captured step and then the head."""
+
+    def _open_decoder(self, manifest: Manifest, info, dtype) -> None:
+        capture = manifest.graph_capture
+        if info.capture is None or capture is None:
+            raise SpecdecError(f"export '{manifest.root}' has no capturable graphs",
+                               "re-export it with specdec-export ... --graph-capture, or load it without graph_capture")
+        self.capacity, self.source_capacity = int(capture["cache_capacity"]), int(capture["source_capacity"])
+        captured = dict(self.options or {})
+        if self.provider == "cuda":
+            captured["enable_cuda_graph"] = "1"
+        elif self.provider != "cpu":
+            raise SpecdecError(f"graph_capture runs on provider cuda (or cpu, uncaptured), not {self.provider}",
+                               "load with provider='cuda', or without graph_capture")
+        self.decoder = Binder(create_session(manifest.path(info.capture["capture_decoder"].file), self.provider,
+                                             self.threads, batch=None, options=captured), self.device)
+        self.head = Binder(create_session(manifest.path(info.capture["capture_head"].file), self.provider,
+                                          self.threads, options=self.options), self.device)
+        self.pad = Binder(create_session(manifest.path(manifest.cross_pad.file), self.provider, self.threads,
+                                         spin=False, batch=None, options=self.options), self.device)
+        shape = (self.layers, 2, 1, self.heads, self.capacity, self.d_kv)
+        self.cache = Buffer(shape, dtype, self.device)
+        self.raw_cross = Buffer((self.layers * 2 * self.heads * self.source_capacity * self.d_kv,), dtype,
+                                self.device)
+        self.position = Buffer((1,), np.int64, self.device)
+        self.source_length = Buffer((1,), np.int64, self.device)
+        self._options = {}           # width -> RunOptions (gpu_graph_id), made on first use
+        past, present, cross = capture_cache_names(self.layers)
+        block, src_block = self.heads * self.capacity * self.d_kv, self.heads * self.source_capacity * self.d_kv
+        for j, (p, q) in enumerate(zip(past, present)):
+            self.decoder.input(p, self.cache, (1, self.heads, self.capacity, self.d_kv), j * block)
+            self.decoder.output(q, self.cache, (1, self.heads, self.capacity, self.d_kv), j * block)
+        self._cross_views = [(name, j * src_block) for j, name in enumerate(cross)]
+        self.decoder.input(POSITION, self.position, (1,))
+        self.decoder.input(SOURCE_LENGTH, self.source_length, (1,))
+
+    def _bind_cross(self) -> None:
+        """The cross_* views, once `self.cross` exists (the base class makes it after the decoder)."""
+        for name, offset in self._cross_views:
+            self.decoder.input(name, self.cross, (1, self.heads, self.source_capacity, self.d_kv), offset)
+        if not hasattr(self, "offsets"):
+            self.offsets = Buffer((self.logits.shape[0],), np.int64, self.device)
+            self.offsets.put(np.arange(self.logits.shape[0]))
+
+    def free_session(self):
+        raise SpecdecError(NO_EAGER, NO_EAGER_FIX)
+
+    def charge(self, stats: Stats) -> None:
+        super().charge(stats)
+        self.head.charged = self.pad.charged = (stats,)
+
+    def encode(self, ids: np.ndarray, stats: Stats) -> None:
+        """The encoder's K/V for `ids`, padded to the graphs' S positions; the request's length in source_length."""
+        if len(ids) > self.source_capacity:
+            raise SpecdecError(f"internal error: a source of {len(ids)} tokens does not fit the capturable graphs' "
+                               f"{self.source_capacity} positions", "this is a specdec bug, please report it")
+        self._bind_cross()
+        self.src_len = len(ids)
+        self.charge(stats)
+        self.source.write(ids)
+        inp, out = self.enc_names
+        self.encoder.input(inp, self.source, (1, len(ids)))
+        self.encoder.output(out, self.raw_cross, self.cross_shape())
+        self.pad.input(self.pad_names[0], self.raw_cross, self.cross_shape())
+        self.pad.output(PADDED, self.cross, self.cross_shape(self.source_capacity))
+        t = time.perf_counter()
+        self.encoder.run()
+        self.pad.run()
+        stats.encoder_s += time.perf_counter() - t
+        self.source_length.put([len(ids)])
+        self.length = 0
+
+    @property
+    def pad_names(self) -> tuple:
+        return tuple(i.name for i in self.pad.session.get_inputs())
+
+    def _run_options(self, width: int):
+        """The CUDA provider's graph for runs of `width` tokens (None on the CPU: nothing is captured)."""
+        if self.provider != "cuda":
+            return None
+        if width not in self._options:
+            options = ort.RunOptions()
+            options.add_run_config_entry("gpu_graph_id", str(width))
+            self._options[width] = options
+        return self._options[width]
+
+    def run(self, inputs: dict, outputs: dict, steps: int = 1) -> float:
+        """One captured step over the `input_ids` view's N tokens (which start at the cache length), then the head
+        over its logits with the views given, as CachedSeq2Seq.run. Seconds."""
+        ids = inputs[INPUT_IDS]
+        count = int(ids.shape[1])
+        if steps != 1 or ids.offset != self.length or self.length + count > self.capacity \
+                or count > self.logits.shape[0]:
+            raise SpecdecError(f"internal error: a captured {self.role} run of {count} tokens from slot {ids.offset} "
+                               f"at length {self.length} ({steps} steps) does not fit (capacity {self.capacity}); "
+                               "nothing was run", "this is a specdec bug, please report it; the decoder stays usable")
+        d = self.decoder
+        d.input(TOKENS, ids.buffer, (ids.buffer.size,))
+        d.input(OFFSETS, self.offsets, (count,))
+        d.output(LOGITS, self.logits, (1, count, self.vocab))
+        self.position.put([self.length])
+        self.head.views(inputs, outputs)
+        self.head.input(LOGITS, self.logits, (1, count, self.vocab))
+        t = time.perf_counter()
+        d.run(self._run_options(count))
+        self.head.run()
+        elapsed = time.perf_counter() - t
+        self.length += count
+        return elapsed
