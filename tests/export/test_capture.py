@@ -1,0 +1,78 @@
+"""The capturable graphs' export side (export/capture.py): the parity check holds them to PyTorch's float64 forward
+and catches a wrong one; cross_pad keeps the encoder's K/V and pads with zeros; capture_problems finds what keeps a
+graph from being captured."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from specdec.export.capture import capture_problems, export_capture_decoder, export_cross_pad, slots_for
+from specdec.export.check import check_parity
+from specdec.export.decoder import export_decoder
+from specdec.export.encoder import export_encoder
+from tinymodels import tiny_t5_model
+
+GAMMA, CAPACITY = 4, 24
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    """A tiny v1.1 model's eager graphs, its capturable decoder, a capturable decoder made from another model (a
+    wrong graph the check must refuse), and cross_pad."""
+    root = tmp_path_factory.mktemp("capture")
+    model = tiny_t5_model(seed=1, v11=True, bias_scale=3.0)
+    other = tiny_t5_model(seed=2, v11=True, bias_scale=3.0)
+    export_encoder(model, root / "encoder.onnx")
+    export_decoder(model, root / "decoder.onnx", tree=True)
+    for name, m in (("capture.onnx", model), ("wrong.onnx", other)):
+        export_capture_decoder(m, root / name, torch.float32, CAPACITY, CAPACITY, slots_for(CAPACITY, GAMMA))
+    export_cross_pad(root / "pad.onnx", torch.float32, CAPACITY)
+    return model, root
+
+
+def test_the_parity_check_covers_the_capturable_graph_and_refuses_a_wrong_one(graphs):
+    model, root = graphs
+    rep = check_parity(model, root / "encoder.onnx", root / "decoder.onnx", GAMMA, "fp32",
+                       capture=(root / "capture.onnx", root / "pad.onnx", CAPACITY))
+    assert rep["passed"], rep
+    assert max(rep["capture_step_max_abs_diff"], rep["capture_verify_max_abs_diff"]) <= rep["tolerance"]
+    assert rep["capture_vs_eager_max_abs_diff"] < 1e-4
+    wrong = check_parity(model, root / "encoder.onnx", root / "decoder.onnx", GAMMA, "fp32",
+                         capture=(root / "wrong.onnx", root / "pad.onnx", CAPACITY))
+    assert not wrong["passed"] and wrong["capture_step_max_abs_diff"] > wrong["tolerance"], wrong
+
+
+def test_cross_pad_keeps_the_encoders_values_and_pads_with_zeros(graphs):
+    _, root = graphs
+    session = ort.InferenceSession(str(root / "pad.onnx"), providers=["CPUExecutionProvider"])
+    cross = np.random.default_rng(0).standard_normal((2, 2, 1, 3, 7, 8)).astype(np.float32)
+    padded = session.run(None, {"cross_kv": cross})[0]
+    assert padded.shape == (2, 2, 1, 3, CAPACITY, 8)
+    assert np.array_equal(padded[..., :7, :], cross) and not padded[..., 7:, :].any()
+
+
+def test_capture_problems_names_control_flow_shape_nodes_and_dynamic_inputs():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    offsets = helper.make_tensor_value_info("offsets", TensorProto.INT64, ["new"])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [2])
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["y"], name="s")], "g", [x, offsets], [y])
+    problems = capture_problems(helper.make_model(graph))
+    assert problems == ["node s is Shape", "input x has a dynamic axis"]       # offsets' N is allowed
+    fixed = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [fixed, offsets], [y])
+    assert capture_problems(helper.make_model(graph)) == []
+
+
+def test_the_capturable_decoder_declares_fixed_shapes_but_for_n(graphs):
+    _, root = graphs
+    model = onnx.load(str(root / "capture.onnx"))
+    shapes = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
+              for v in (*model.graph.input, *model.graph.output)}
+    assert shapes["offsets"] == ["new"] and shapes["logits"] == [1, "new", 48]
+    assert shapes["tokens"] == [slots_for(CAPACITY, GAMMA)] and shapes["past_key_0"] == [1, 3, CAPACITY, 8]
+    assert shapes["present_value_1"] == shapes["past_value_1"] and shapes["cross_key_1"] == [1, 3, CAPACITY, 8]
