@@ -17,9 +17,11 @@ capture_decoder.onnx (no If, Loop or Scan; no Shape: every reshape has constant 
                                        whole; slots P .. are masked
     cross_key_i, cross_value_i  kv [1, H, S, d]   layer i's cross-attention K/V, S = max_length positions
  -> logits        fp32 [1, N, V]
-    present_key_i, present_value_i  kv [1, H, C, d]   the same memory as past_*_i: a ScatterND writes the N new
-                                       tokens' K/V at slots P .. P+N-1 in place (ONNX Runtime's ScatterND copies
-                                       nothing when its output is its input's buffer)
+    present_key_i, present_value_i  kv [1, H, C, d]   the same memory as past_*_i: a ScatterElements writes the N
+                                       new tokens' K/V at slots P .. P+N-1 in place (onnxruntime's copies nothing
+                                       when its output is its input's buffer, and takes its sizes as kernel
+                                       arguments: ScatterND would copy them from host memory inside the kernel,
+                                       which a captured graph would replay from a freed host buffer)
 
   Token i (position P + i) attends to cache slots 0 .. P-1 and to new tokens 0 .. i with T5's relative-position
   bias, as the eager graph's; scores against the cache and against the new tokens are computed apart and meet in
@@ -49,7 +51,7 @@ TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
 
 class CapturableDecoder(nn.Module):
     """forward(tokens, position, offsets, source_length, *past (K, V per layer), *cross (K, V per layer)) ->
-    (logits, *new K/V per layer, write index): the new K/V and the index are wired into ScatterND nodes after
+    (logits, *new K/V per layer, write index): the new K/V and the index are wired into ScatterElements nodes after
     tracing (`export_capture_decoder`)."""
 
     def __init__(self, model, capacity: int, source_capacity: int):
@@ -114,18 +116,15 @@ class CapturableDecoder(nn.Module):
             h = feed_forward(h, block.layer[2])
         h = rms_norm(h, self.final_norm) * self.output_scale
         logits = linear(h, self.lm_head)
-        # ScatterND index of the new K/V: (0, head, P + i) for every head and new token -> [1, H, N, 3]
-        heads = torch.arange(self.heads, dtype=torch.long)[None, :, None, None]
-        spot = at[None, None, :, None]
-        zero = heads * 0 + spot * 0
-        index = torch.cat([zero, heads + zero, spot + zero], dim=-1)
+        # where the new K/V go along the cache's slot axis: P + i for every head and element -> [1, H, N, d]
+        index = at[None, None, :, None] + torch.zeros(1, self.heads, 1, self.d_kv, dtype=torch.long)
         return (logits, *new, index)
 
 
 def export_capture_decoder(model, path, dtype: torch.dtype, capacity: int, source_capacity: int, slots: int,
                            opset: int = 17) -> None:
-    """Trace CapturableDecoder to `path`, then write each layer's new K/V into its cache input in place (ScatterND
-    outputs present_key_i / present_value_i)."""
+    """Trace CapturableDecoder to `path`, then write each layer's new K/V into its cache input in place
+    (ScatterElements along the slot axis, outputs present_key_i / present_value_i)."""
     import onnx
     from onnx import helper
 
@@ -152,8 +151,8 @@ def export_capture_decoder(model, path, dtype: torch.dtype, capacity: int, sourc
     kv_type = outputs[new_names[0]].type.tensor_type.elem_type
     keep = [helper.make_tensor_value_info(LOGITS, onnx.TensorProto.FLOAT, [1, "new", cfg.vocab_size])]
     for past_name, new_name, present in zip(past_names, new_names, present_names):
-        graph.node.append(helper.make_node("ScatterND", [past_name, "write_index", new_name], [present],
-                                           name=f"{present}_in_place"))
+        graph.node.append(helper.make_node("ScatterElements", [past_name, "write_index", new_name], [present],
+                                           name=f"{present}_in_place", axis=2))
         keep.append(helper.make_tensor_value_info(present, kv_type, [1, heads, capacity, d_kv]))
     del graph.output[:]
     graph.output.extend(keep)

@@ -29,7 +29,8 @@ from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import CAPTURE_GRAPHS, GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, ROW_INPUTS, STEPS, TREE_INPUTS, TREE_OUTPUTS
+from ..core.graph_io import (CAPTURE_GRAPHS, GUESS_COUNTS, HEAD_INPUTS, HEAD_OUTPUTS, ROW_INPUTS, STEPS, TREE_INPUTS,
+                             TREE_OUTPUTS)
 from .confine import inside
 from .graphcheck import check_graph_files
 from .limits import MAX_MANIFEST_BYTES, check_manifest
