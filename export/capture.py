@@ -23,9 +23,9 @@ capture_decoder.onnx (no If, Loop or Scan; no Shape: every reshape has constant 
                                        arguments: ScatterND would copy them from host memory inside the kernel,
                                        which a captured graph would replay from a freed host buffer)
 
-  Token i (position P + i) attends to cache slots 0 .. P-1 and to new tokens 0 .. i with T5's relative-position
-  bias, as the eager graph's; scores against the cache and against the new tokens are computed apart and meet in
-  one softmax, so no cache is copied or concatenated.
+  Each layer writes its new K/V into the cache first, then token i (position P + i) attends to the whole cache with
+  T5's relative-position bias for distance P + i - slot, the slots after P + i masked: the same function as the
+  eager graph's, with no cache copied or concatenated (one softmax over C slots a query).
 
 capture_head.onnx: the speculative head (head.py) as a graph of its own over the logits above (head.head_only_model):
     the same nodes as the eager graph's fused head, run eagerly after the captured step (its If nodes cannot be
@@ -51,8 +51,10 @@ TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
 
 class CapturableDecoder(nn.Module):
     """forward(tokens, position, offsets, source_length, *past (K, V per layer), *cross (K, V per layer)) ->
-    (logits, *new K/V per layer, write index): the new K/V and the index are wired into ScatterElements nodes after
-    tracing (`export_capture_decoder`)."""
+    (logits, *present (K, V per layer)). Per layer the new K/V are written into the cache first (ScatterElements,
+    in place when present_* is bound to past_*'s memory), then the N queries attend to the whole cache: the slots
+    after each query's position are masked by the relative-position table's row 0, whatever they hold. The query,
+    key and value projections are one MatMul."""
 
     def __init__(self, model, capacity: int, source_capacity: int):
         super().__init__()
@@ -61,6 +63,10 @@ class CapturableDecoder(nn.Module):
         self.capacity, self.source_capacity = capacity, source_capacity
         self.embed = model.decoder.embed_tokens
         self.blocks = model.decoder.block
+        self.qkv = nn.ParameterList(nn.Parameter(torch.cat([b.layer[0].SelfAttention.q.weight,
+                                                             b.layer[0].SelfAttention.k.weight,
+                                                             b.layer[0].SelfAttention.v.weight]).T.contiguous(),
+                                                 requires_grad=False) for b in self.blocks)
         self.final_norm = model.decoder.final_layer_norm
         self.lm_head = model.lm_head
         self.output_scale = cfg.d_model ** -0.5 if getattr(cfg, "scale_decoder_outputs", True) else 1.0
@@ -80,31 +86,29 @@ class CapturableDecoder(nn.Module):
         far = self.bias_table.shape[0] - 2
         at = position + offsets                                                    # [N] absolute positions
         input_ids = torch.gather(tokens, 0, at).reshape(1, -1)                    # [1, N]
-        # relative-position bias and mask in one table lookup (row 0 masks; decoder.bias_table)
+        # relative-position bias and mask in one table lookup (decoder.bias_table): row 0 masks a slot after the
+        # query (a later new token's, or a stale one's), row 1 + d is the bias at distance d
         slots = torch.arange(cap, dtype=torch.long)
-        to_past = (at[:, None] - slots[None, :]).clamp(-1, far) + 1                 # [N, C]
-        to_past = torch.where(slots[None, :] < position, to_past, torch.tensor(0, dtype=torch.long))
-        to_new = (offsets[:, None] - offsets[None, :]).clamp(-1, far) + 1          # [N, N], 0 after the query
-        bias_past = nn.functional.embedding(to_past, self.bias_table).permute(2, 0, 1)[None]   # [1, H, N, C]
-        bias_new = nn.functional.embedding(to_new, self.bias_table).permute(2, 0, 1)[None]     # [1, H, N, N]
+        distance = (at[:, None] - slots[None, :]).clamp(-1, far) + 1                # [N, C]
+        bias = nn.functional.embedding(distance, self.bias_table).permute(2, 0, 1)[None]   # [1, H, N, C]
         src = torch.arange(src_cap, dtype=torch.long)
         cross_bias = torch.where(src < source_length, 0.0, torch.finfo(torch.float32).min)[None, None, None]
+        # where the new K/V go along the cache's slot axis: P + i for every head and element -> [1, H, N, d]
+        index = at[None, None, :, None] + torch.zeros(1, self.heads, 1, self.d_kv, dtype=torch.long)
 
         h = self.embed(input_ids).float()
-        new = []
+        present = []
         for i, block in enumerate(self.blocks):
             sa = block.layer[0].SelfAttention
             x = rms_norm(h, block.layer[0].layer_norm)
-            q = self._heads(linear(x, sa.q))
-            k = self._heads(linear(x, sa.k)).to(dtype)                                 # [1, H, N, d]
-            v = self._heads(linear(x, sa.v)).to(dtype)
-            new += [k, v]
-            cache_k, cache_v = past[2 * i].float(), past[2 * i + 1].float()
-            qf = q.float()
-            scores = torch.cat([torch.matmul(qf, cache_k.transpose(-1, -2)) + bias_past,
-                                torch.matmul(qf, k.float().transpose(-1, -2)) + bias_new], dim=-1)
-            weights = torch.softmax(scores, dim=-1)
-            ctx = torch.matmul(weights[..., :cap], cache_v) + torch.matmul(weights[..., cap:], v.float())
+            w = self.qkv[i]
+            qkv = torch.matmul(x.to(w.dtype), w).reshape(1, -1, 3, self.heads, self.d_kv).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.unbind(0)                                                     # [1, H, N, d] each
+            cache_k = past[2 * i].scatter(2, index, k.to(dtype))
+            cache_v = past[2 * i + 1].scatter(2, index, v.to(dtype))
+            present += [cache_k, cache_v]
+            scores = torch.matmul(q.float(), cache_k.float().transpose(-1, -2)) + bias    # unscaled, as T5
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), cache_v.float())
             h = h + self._merge(ctx, sa.o)
 
             ca = block.layer[1].EncDecAttention
@@ -116,46 +120,33 @@ class CapturableDecoder(nn.Module):
             h = feed_forward(h, block.layer[2])
         h = rms_norm(h, self.final_norm) * self.output_scale
         logits = linear(h, self.lm_head)
-        # where the new K/V go along the cache's slot axis: P + i for every head and element -> [1, H, N, d]
-        index = at[None, None, :, None] + torch.zeros(1, self.heads, 1, self.d_kv, dtype=torch.long)
-        return (logits, *new, index)
+        return (logits, *present)
 
 
 def export_capture_decoder(model, path, dtype: torch.dtype, capacity: int, source_capacity: int, slots: int,
                            opset: int = 17) -> None:
-    """Trace CapturableDecoder to `path`, then write each layer's new K/V into its cache input in place
-    (ScatterElements along the slot axis, outputs present_key_i / present_value_i)."""
+    """Trace CapturableDecoder to `path` (every axis fixed but N)."""
     import onnx
     from onnx import helper
 
     cfg = model.config
     module = CapturableDecoder(model, capacity, source_capacity).eval()
-    layers, heads, d_kv = cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv
-    past_names, present_names, cross_names = capture_cache_names(layers)
+    heads, d_kv = cfg.num_heads, cfg.d_kv
+    past_names, present_names, cross_names = capture_cache_names(cfg.num_decoder_layers)
     tokens = torch.zeros(slots, dtype=torch.long)
     position = torch.tensor([2], dtype=torch.long)
     offsets = torch.arange(2, dtype=torch.long)
     source_length = torch.tensor([3], dtype=torch.long)
     past = [torch.zeros(1, heads, capacity, d_kv, dtype=dtype) for _ in past_names]
     cross = [torch.zeros(1, heads, source_capacity, d_kv, dtype=dtype) for _ in cross_names]
-    new_names = [f"new_{name}" for name in past_names]
-    names = [*CAPTURE_INPUTS, *past_names, *cross_names]
     with torch.no_grad():
         torch.onnx.export(module, (tokens, position, offsets, source_length, *past, *cross), str(path),
-                          input_names=names, output_names=[LOGITS, *new_names, "write_index"],
-                          dynamic_axes={OFFSETS: {0: "new"}, LOGITS: {1: "new"}},
+                          input_names=[*CAPTURE_INPUTS, *past_names, *cross_names],
+                          output_names=[LOGITS, *present_names], dynamic_axes={OFFSETS: {0: "new"}, LOGITS: {1: "new"}},
                           opset_version=opset, dynamo=False, do_constant_folding=True)
-    graph_model = onnx.load(str(path), load_external_data=False)
-    graph = graph_model.graph
-    outputs = {o.name: o for o in graph.output}
-    kv_type = outputs[new_names[0]].type.tensor_type.elem_type
-    keep = [helper.make_tensor_value_info(LOGITS, onnx.TensorProto.FLOAT, [1, "new", cfg.vocab_size])]
-    for past_name, new_name, present in zip(past_names, new_names, present_names):
-        graph.node.append(helper.make_node("ScatterElements", [past_name, "write_index", new_name], [present],
-                                           name=f"{present}_in_place", axis=2))
-        keep.append(helper.make_tensor_value_info(present, kv_type, [1, heads, capacity, d_kv]))
-    del graph.output[:]
-    graph.output.extend(keep)
+    graph_model = onnx.load(str(path), load_external_data=False)       # weights stay where torch wrote them
+    logits = next(o for o in graph_model.graph.output if o.name == LOGITS)
+    logits.CopyFrom(helper.make_tensor_value_info(LOGITS, onnx.TensorProto.FLOAT, [1, "new", cfg.vocab_size]))
     onnx.save(graph_model, str(path))
 
 
