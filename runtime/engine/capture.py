@@ -12,7 +12,8 @@ What a run binds, and where:
                    by the encoder and the cross_pad graph
     logits         rows 0 .. N-1 of the logits buffer
 On the CUDA provider a run of width N passes gpu_graph_id N: onnxruntime runs a width's first run uncaptured
-(its allocations), captures the next and replays it from then on. The speculative head then runs eagerly over the
+(its allocations), captures the next and replays it from then on, on one thread (OneThread: onnxruntime keeps a
+thread's graphs apart from another's). The speculative head then runs eagerly over the
 logits (capture_head: its own session, the same nodes as the eager graph's fused head), bound to the workspace's
 views as the fused head is. On the CPU provider the same graphs run without capture.
 
@@ -22,6 +23,8 @@ round), and beam search and batches, which run the eager graphs (load without gr
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 
 import numpy as np
@@ -39,6 +42,41 @@ PADDED = "cross_kv_padded"          # the cross_pad graph's output (export/captu
 NO_EAGER = ("beam search and batched requests run the export's eager graphs, which a decoder loaded with "
             "graph_capture=True does not open")
 NO_EAGER_FIX = "load the export without graph_capture for beams and batches"
+
+
+class OneThread:
+    """Runs calls on one thread of its own, for whichever thread asks. onnxruntime's CUDA provider keeps captured
+    graphs per thread: a run from another thread would capture every width again (and hold its memory twice), so
+    every captured run of a model goes through the thread it was captured on. A daemon thread, started on first use;
+    an exception in the call is raised in the caller."""
+
+    def __init__(self):
+        self._jobs = None
+        self.ident = None
+
+    def call(self, fn, *args):
+        if threading.get_ident() == self.ident:
+            return fn(*args)
+        if self._jobs is None:
+            self._jobs = queue.SimpleQueue()
+            worker = threading.Thread(target=self._serve, name="specdec-device", daemon=True)
+            worker.start()
+            self.ident = worker.ident
+        done, box = threading.Event(), []
+        self._jobs.put((fn, args, done, box))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, done, box = self._jobs.get()
+            try:
+                box.append(fn(*args))
+            except BaseException as err:       # handed to the caller, which raises it
+                box.append(err)
+            done.set()
 
 
 class CapturedSeq2Seq(CachedSeq2Seq):
@@ -70,6 +108,8 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         self.position = Buffer((1,), np.int64, self.device)
         self.source_length = Buffer((1,), np.int64, self.device)
         self._options = {}           # width -> RunOptions (gpu_graph_id), made on first use
+        # captured graphs live per thread (OneThread): on CUDA every captured run goes through one thread
+        self.device_thread = OneThread() if self.provider == "cuda" else None
         past, present, cross = capture_cache_names(self.layers)
         block, src_block = self.heads * self.capacity * self.d_kv, self.heads * self.source_capacity * self.d_kv
         for j, (p, q) in enumerate(zip(past, present)):
@@ -147,7 +187,10 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         self.head.views(inputs, outputs)
         self.head.input(LOGITS, self.logits, (1, count, self.vocab))
         t = time.perf_counter()
-        d.run(self._run_options(count))
+        if self.device_thread is None:
+            d.run(self._run_options(count))
+        else:
+            self.device_thread.call(d.run, self._run_options(count))
         self.head.run()
         elapsed = time.perf_counter() - t
         self.length += count

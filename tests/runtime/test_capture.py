@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 
 import numpy as np
 import onnx
@@ -142,6 +143,43 @@ def ws_stats():
     from specdec.runtime.core.stats import Stats
 
     return Stats()
+
+
+def test_one_thread_runs_every_call_on_its_own_thread_and_raises_in_the_caller():
+    from specdec.runtime.engine.capture import OneThread
+
+    one = OneThread()
+    seen = [one.call(threading.get_ident) for _ in range(3)]
+    seen += [None]
+    other = threading.Thread(target=lambda: seen.__setitem__(3, one.call(threading.get_ident)))
+    other.start()
+    other.join()
+    assert len(set(seen)) == 1 and seen[0] == one.ident != threading.get_ident()
+    assert one.call(lambda: one.call(threading.get_ident)) == one.ident       # from its own thread: inline
+    with pytest.raises(ZeroDivisionError):
+        one.call(lambda: 1 / 0)
+    assert one.call(lambda: 7) == 7
+
+
+def test_captured_runs_through_one_device_thread_from_any_callers_thread(related_capture):
+    """As on CUDA (where onnxruntime keeps captured graphs per thread): every captured run of the decoder goes
+    through its models' device threads, whichever thread generates."""
+    from specdec.runtime.engine.capture import OneThread
+
+    out, eager, _ = related_capture
+    dec = SpeculativeDecoder.load(out, provider="cpu", threads=1, graph_capture=True)
+    models = [dec.target, *dec.models.values()]
+    for model in models:
+        model.device_thread = OneThread()
+    ids = [7, 12, 30, 9, 1]
+    want = eager.generate(input_ids=ids, max_new_tokens=MAX_NEW, draft="none").token_ids
+    results = [dec.generate(input_ids=ids, max_new_tokens=MAX_NEW, draft="lookup,draft", gamma=3).token_ids]
+    worker = threading.Thread(target=lambda: results.append(
+        dec.generate(input_ids=ids, max_new_tokens=MAX_NEW, draft="draft", gamma=2).token_ids))
+    worker.start()
+    worker.join()
+    assert results == [want, want]
+    assert all(m.device_thread.ident is not None for m in (dec.target, dec.models["draft"]))
 
 
 # -- greedy --------------------------------------------------------------------------------------------------------
