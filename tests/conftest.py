@@ -132,6 +132,20 @@ def tiny_export_log(_tiny_export_run) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="session")
+def tiny_capture_export(tmp_path_factory, tiny_pair) -> Path:
+    """Export directory of `tiny_pair` as `tiny_export`, with the capturable graphs (--graph-capture) too, for
+    SpeculativeDecoder.load(..., graph_capture=True) and the surfaces that pass it. Treat it as read-only."""
+    target, draft = tiny_pair
+
+    def build(root):
+        code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", root / "export",
+                                               "--gamma-max", "8", "--max-length", "64", "--graph-capture"])
+        assert code == 0, f"specdec-export --graph-capture failed ({code}):\n{stdout}\n{stderr}"
+
+    return shared_dir(tmp_path_factory, "tiny_capture_export", build) / "export"
+
+
+@pytest.fixture(scope="session")
 def whisper_pair(tmp_path_factory):
     """(target model, root): tinymodels.exported_whisper_pair with its defaults (the pair the runtime, C API and
     serving tests share), root/target, root/draft and root/export built once per run. The target model is rebuilt
