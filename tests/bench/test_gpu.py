@@ -1,5 +1,7 @@
 """`specdec-bench gpu` on the CPU provider: every step of the GPU check runs here, so that on a GPU machine only the
-provider changes. Its distribution test is shown to catch a broken residual draw."""
+provider changes: the widened pair's steps (a tiny pair widened to tiny shapes, exported fp16 and fp32 with
+--graph-capture, eager and captured), the eager checks on an export and the random-weight shapes. Its distribution
+test is shown to catch a broken residual draw."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ import pytest
 from benchrun import run
 from tinymodels import broken_export, export_pair, make_tiny_t5
 
-from specdec.bench import gpu
+from specdec.bench import gpu, gpu_widened
 from specdec.bench.shapes import measure as shapes
+from specdec.models import shapes as model_shapes
 from specdec.runtime import SpeculativeDecoder
 
 
@@ -30,7 +33,8 @@ def test_every_step_runs_on_the_cpu_provider(broad_pair, monkeypatch, tmp_path):
     monkeypatch.setitem(shapes.CONFIGS, "tiny-d", dict(d_model=16, d_ff=32, d_kv=8, num_heads=2, num_layers=1))
     monkeypatch.setitem(shapes.COMMON, "vocab_size", 64)
     out, js = tmp_path / "gpu.md", tmp_path / "gpu.json"
-    code, stdout, err = run(["gpu", "--provider", "cpu", "--export", broad_pair[1], "--shapes", "tiny-t:tiny-d",
+    code, stdout, err = run(["gpu", "--provider", "cpu", "--widen", "none", "--export", broad_pair[1],
+                             "--shapes", "tiny-t:tiny-d",
                              "--work-dir", tmp_path / "work", "--num-prompts", "2", "--max-new-tokens", "8",
                              "--samples", "1500", "--bandwidth-gbs", "10", "--out", out, "--json", js])
     assert code == 0, err
@@ -56,6 +60,126 @@ def test_every_step_runs_on_the_cpu_provider(broad_pair, monkeypatch, tmp_path):
                     "## Host <-> device copies", "## Real size: tiny-t:tiny-d"):
         assert heading in text, heading
     assert "specdec-bench gpu" in text and "# specdec on cpu" in stdout
+
+
+# the broad pair's models widened: every dimension at least theirs, d_model 2 more (widen's reserved dimensions)
+WIDE = {"gw-t": dict(d_model=40, d_ff=64, d_kv=8, num_heads=4, num_layers=2),
+        "gw-d": dict(d_model=24, d_ff=32, d_kv=8, num_heads=2, num_layers=2)}
+
+
+@pytest.fixture
+def tiny_shapes(monkeypatch):
+    for name, spec in WIDE.items():
+        monkeypatch.setitem(model_shapes.CONFIGS, name, spec)
+    monkeypatch.setitem(model_shapes.COMMON, "vocab_size", 64)
+
+
+def test_the_widened_pair_runs_every_step_on_the_cpu_provider(broad_pair, tiny_shapes, tmp_path):
+    """The GPU run's main subject at tiny size: widened, exported fp16 (here) and fp32 (in a process of its own, as
+    on a GPU machine), each eager and captured (uncaptured on the CPU), every figure and check in the report."""
+    out, work = tmp_path / "gpu.md", tmp_path / "work"
+    code, stdout, err = run(["gpu", "--provider", "cpu", "--widen", "gw-t:gw-d", "--widen-from",
+                             broad_pair[0].parent, "--work-dir", work, "--num-prompts", "2", "--max-new-tokens", "8",
+                             "--repeats", "1", "--gamma-max", "3", "--max-length", "32", "--samples", "1000",
+                             "--background-export", "on", "--bandwidth-gbs", "10", "--out", out])
+    assert code == 0, err
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    w = report["widened"]
+    assert w["pair"] == "gw-t:gw-d" and not w["checkpoints"]["reused"] and w["prompts"]["count"] == 2
+    assert [w["exports"][d]["background"] for d in ("fp16", "fp32")] == [False, True]
+    assert report["errors"] == {} and report["skipped"] == {}, (report["errors"], report["skipped"])
+    for dtype in ("fp16", "fp32"):
+        d = w["dtypes"][dtype]
+        for key in ("captured_t0", "eager_t0", "captured_t1", "eager_t1"):
+            assert d[key]["target_only"]["ms_per_token"] > 0 and d[key]["default"]["ms_per_token"] > 0, key
+            assert d[key]["target_only"]["tokens_per_target_call"] == 1.0, key
+        assert d["greedy"]["passed"] and all(r["identical"] == r["prompts"] == 2 for r in d["greedy"]["rows"])
+        runs = [r["run"] for r in d["greedy"]["rows"]]
+        for source in ("draft", "lookup,draft", "auto"):
+            assert [f"captured {source}, gamma {g}" in runs for g in (1, 2, 3)] == [True] * 3, runs
+        assert d["capture_session"]["captured"] is False                 # the CPU provider captures nothing
+        assert d["capture_session"]["target"]["providers"] == ["CPUExecutionProvider"]
+        target = d["widths"]["target"]
+        assert target["widths"] == 4 and target["short"] == [], target          # 1 .. gamma_max + 1, each >= 2
+        assert d["widths"]["draft"]["widths"] == 5
+    fp32 = [r for r in w["dtypes"]["fp32"]["greedy"]["rows"] if r["against"].startswith("the CPU provider")]
+    assert {r["run"] for r in fp32} == {"captured target-only", "captured default", "eager target-only"}
+    s = w["sampling"]
+    assert s["passed"] and s["dof"] >= 4 and s["dtype"] == "fp16" and 0 < s["accepted"] < s["proposed"], s
+    for name in ("greedy", "assisted"):
+        t = w["transformers"][name]
+        assert t["device"] == "cpu" and t["dtype"] == "float32" and t["ms_per_token"] > 0, t
+    assert w["transformers"]["assisted"]["assisted"] is True
+    assert set(w["bound"]["dtypes"]) == {"fp16", "fp32"} and w["bound"]["bandwidth_gbs"] == 10
+    assert w["bound"]["dtypes"]["fp32"]["decoder_bytes"] > w["bound"]["dtypes"]["fp16"]["decoder_bytes"]
+    k = w["kernels"]["cpu"]
+    assert k["nodes"] > 0 and k["placed"] == {"CPUExecutionProvider": k["nodes"]} and k["memcpy_nodes"] == 0, k
+    assert sum(k["top_ops"].values()) <= k["nodes"] and "If" not in k["top_ops"]
+    assert (tmp_path / "gpu-ort-cpu.log").read_text().count("placed on [CPUExecutionProvider]") == 1
+    assert w["copies"]["gamma"] == 3 and w["copies"]["dtype"] == "fp16"
+    assert all(m["note"] == "not measured on the CPU" for m in report["memory"]) and len(report["memory"]) == 7
+    text = out.read_text()
+    for heading in ("## The widened pair: gw-t:gw-d", "### ms per generated token", "### Greedy output, fp32",
+                    "### Runs of each width, captured fp16", "### Distribution at T = 1, captured fp16",
+                    "### Kernels per step", "### Device memory", "### Against transformers"):
+        assert heading in text, heading
+    # a second run reuses the checkpoints and both exports
+    assert gpu_widened.ensure_widened(work, ("gw-t", "gw-d"), broad_pair[0].parent)["reused"]
+    root = gpu_widened.widened_dir(work, ("gw-t", "gw-d"), broad_pair[0].parent)
+    assert all(gpu_widened.Export(root, d, 3, 32, []).record["reused"] for d in ("fp16", "fp32"))
+    assert not gpu_widened.export_ready(gpu_widened.export_dir(root, "fp16", 4, 32), "fp16")
+
+
+def test_a_short_budget_leaves_steps_out_and_says_so(tmp_path):
+    code, stdout, err = run(["gpu", "--provider", "cpu", "--budget-s", "5", "--work-dir", tmp_path / "work",
+                             "--out", tmp_path / "gpu.md"])
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    assert code == 0 and "budget left" in report["skipped"]["widen"] and "widened" in report, err
+    assert "Left out: widen" in (tmp_path / "gpu.md").read_text()
+
+
+def test_a_step_that_misses_one_it_needs_is_left_out(tmp_path):
+    class Args:
+        budget_s, out, json = 100.0, str(tmp_path / "r.md"), None
+        command_line = "specdec-bench gpu"
+    report = {"command": "x", "date_utc": "d", "providers": [], "onnxruntime": "1", "provider": "cpu",
+              "device": "cpu", "skipped": {}, "errors": {}, "steps": [], "memory": []}
+    runner = gpu.Runner(Args, report, lambda m: None)
+    assert runner.step("a", "a", lambda: 1 / 0) is None and report["errors"]["a"].startswith("ZeroDivisionError")
+    assert runner.step("b", "b", lambda: 2, needs=("a",)) is None and report["skipped"]["b"] == "needs a"
+    assert runner.step("c", "c", lambda: 3) == 3 and json.loads((tmp_path / "r.json").read_text())["errors"]
+
+
+def test_the_verbose_session_log_is_read_per_provider():
+    """onnxruntime's node placements (VERBOSE) and warnings, as it writes them (colour codes included)."""
+    log = "\n".join([
+        "2026-11-28 20:00:00.1 [I:onnxruntime:, inference_session.cc:1 X] Session Options { }",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp] Node placements",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed "
+        "on [CUDAExecutionProvider]. Number of nodes: 3",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp]   MatMul (m1)",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp]   MatMul (m2)",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp]   Add (a)",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed "
+        "on [CPUExecutionProvider]. Number of nodes: 1",
+        "2026-11-28 20:00:00.2 [V:onnxruntime:, session_state.cc:1601 VerifyEachNodeIsAssignedToAnEp]   Gather (g)",
+        "\x1b[0;93m2026-11-28 20:00:00.3 [W:onnxruntime:, transformer_memcpy.cc:74 ApplyImpl] 2 Memcpy nodes are "
+        "added to the graph main_graph for CUDAExecutionProvider.\x1b[m",
+        "\x1b[0;93m2026-11-28 20:00:00.3 [W:onnxruntime:, session_state.cc:1280 VerifyEachNodeIsAssignedToAnEp] Some "
+        "nodes were not assigned to the preferred execution providers.\x1b[m"])
+    got = gpu_widened.read_session_log(log)
+    assert got["placed"] == {"CUDAExecutionProvider": 3, "CPUExecutionProvider": 1}
+    assert got["ops_by_provider"] == {"CUDAExecutionProvider": {"MatMul": 2, "Add": 1},
+                                      "CPUExecutionProvider": {"Gather": 1}}
+    assert got["warnings"] == ["2 Memcpy nodes are added to the graph main_graph for CUDAExecutionProvider.",
+                               "Some nodes were not assigned to the preferred execution providers."]
+
+
+def test_bad_widen_input_is_one_line(tmp_path):
+    for argv, words in ((["--widen", "t5-huge:t5-small"], "not TARGET:DRAFT"), (["--dtypes", "int8"], "--dtypes")):
+        code, _, err = run(["gpu", "--provider", "cpu", "--out", tmp_path / "x.md", *argv])
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "x.md").exists()
 
 
 def test_the_distribution_test_catches_a_broken_residual(broad_pair, tmp_path):
