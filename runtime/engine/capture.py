@@ -4,7 +4,7 @@ as a CUDA graph and replays it after (SpeculativeDecoder.load(..., graph_capture
 
 What a run binds, and where:
     tokens         the workspace's whole token buffer; the run's tokens are those at position + 0 .. N-1
-    position       [1] the cache length, written before each run (the only per-run write)
+    position       [1] the cache length, written before each run (the only per-run write: one host-to-device copy)
     offsets        [N] a view of one buffer holding 0 .. rows-1: N, the run's width, is its shape
     past_*/present_*   each layer's K and V in one cache buffer [layers, 2, 1, heads, C, d_kv], bound whole as input
                    and output: the graph writes the new tokens' K/V in place at slots position ..
@@ -105,8 +105,8 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         self.cache = Buffer(shape, dtype, self.device)
         self.raw_cross = Buffer((self.layers * 2 * self.heads * self.source_capacity * self.d_kv,), dtype,
                                 self.device)
-        self.position = Buffer((1,), np.int64, self.device)
-        self.source_length = Buffer((1,), np.int64, self.device)
+        self.position = Buffer((1,), np.int64, self.device, host_only=True)
+        self.source_length = Buffer((1,), np.int64, self.device, host_only=True)
         self._options = {}           # width -> RunOptions (gpu_graph_id), made on first use
         # captured graphs live per thread (OneThread): on CUDA every captured run goes through one thread
         self.device_thread = OneThread() if self.provider == "cuda" else None
@@ -124,8 +124,8 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         for name, offset in self._cross_views:
             self.decoder.input(name, self.cross, (1, self.heads, self.source_capacity, self.d_kv), offset)
         if not hasattr(self, "offsets"):
-            self.offsets = Buffer((self.logits.shape[0],), np.int64, self.device)
-            self.offsets.put(np.arange(self.logits.shape[0]))
+            self.offsets = Buffer((self.logits.shape[0],), np.int64, self.device, host_only=True)
+            self.offsets.write(np.arange(self.logits.shape[0]))
 
     def free_session(self):
         raise SpecdecError(NO_EAGER, NO_EAGER_FIX)
@@ -152,7 +152,7 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         self.encoder.run()
         self.pad.run()
         stats.encoder_s += time.perf_counter() - t
-        self.source_length.put([len(ids)])
+        self.source_length.write([len(ids)])
         self.length = 0
 
     @property
@@ -183,7 +183,7 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         d.input(TOKENS, ids.buffer, (ids.buffer.size,))
         d.input(OFFSETS, self.offsets, (count,))
         d.output(LOGITS, self.logits, (1, count, self.vocab))
-        self.position.put([self.length])
+        self.position.write([self.length])
         self.head.views(inputs, outputs)
         self.head.input(LOGITS, self.logits, (1, count, self.vocab))
         t = time.perf_counter()

@@ -146,10 +146,13 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
 
 
 class Buffer:
-    """A fixed-size tensor on the device, addressed by element offset. On the CPU it is a NumPy array."""
+    """A fixed-size tensor on the device, addressed by element offset. On the CPU it is a NumPy array.
+    `host_only`: no graph ever writes it (the host's guesses, uniforms, masks, parameters): a write on a GPU then
+    copies the staging copy to the device without reading the device first."""
 
-    def __init__(self, shape, dtype, device: str):
+    def __init__(self, shape, dtype, device: str, host_only: bool = False):
         self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
+        self.host_only = host_only
         if device == "cpu":
             self.host = np.zeros(self.shape, self.dtype)
             self.value = None
@@ -180,25 +183,18 @@ class Buffer:
             flat = self.host.reshape(-1)
             flat[dest:dest + count] = flat[source:source + count]
             return
-        self.host[...] = self.value.numpy()          # unrun: device memory goes through the staging copy
+        if not self.host_only:
+            self.host[...] = self.value.numpy()      # unrun: device memory goes through the staging copy
         flat = self.host.reshape(-1)
         flat[dest:dest + count] = flat[source:source + count]
         self.value.update_inplace(self.host)
-
-    def put(self, values, offset: int = 0) -> None:
-        """write() for a buffer that no graph writes (a run's position, a request's source length): the staging copy
-        is current, so a GPU buffer takes one host-to-device copy and no read back."""
-        values = np.asarray(values, dtype=self.dtype).reshape(-1)
-        self.host.reshape(-1)[offset:offset + values.size] = values
-        if self.value is not None:
-            self.value.update_inplace(self.host)
 
     def scatter(self, indices, values) -> None:
         """Set single elements (flat indices; a later index wins over an earlier equal one)."""
         self._patch(np.asarray(indices, dtype=np.int64), np.asarray(values, dtype=self.dtype))
 
     def _patch(self, index, values: np.ndarray) -> None:
-        if self.value is not None:      # graphs write device memory: refresh the staging copy before patching it
+        if self.value is not None and not self.host_only:   # graphs write device memory: refresh the staging copy
             self.host[...] = self.value.numpy()
         self.host.reshape(-1)[index] = values
         if self.value is not None:

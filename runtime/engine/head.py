@@ -44,8 +44,9 @@ class Head:
 
     def __init__(self, rows: int, vocab: int, device: str):
         self.rows, self.vocab = rows, vocab
-        self.sampling = {name: Buffer((rows,), dtype, device) for name, dtype in SAMPLING.items()}
-        self.none = Buffer((1, vocab), np.float32, device)     # zeros: zero-row q and mask views, a greedy uniform
+        self.sampling = {name: Buffer((rows,), dtype, device, host_only=True) for name, dtype in SAMPLING.items()}
+        # zeros: zero-row q and mask views, a greedy uniform
+        self.none = Buffer((1, vocab), np.float32, device, host_only=True)
         for name, buf in self.sampling.items():
             buf.write(np.full(rows, IDLE[name]))
 

@@ -53,8 +53,8 @@ class CachedSeq2Seq:
         positions = max(self.max_length, self.frames or 0)
         self.cross = Buffer((self.layers * 2 * self.heads * positions * self.d_kv,), dtype, device)
         self.logits = Buffer((rows, self.vocab), np.float32, device)   # rows = most tokens per decoder call
-        self.source = Buffer((int(speech["n_samples"]),), np.float32, device) if speech else \
-            Buffer((self.max_length,), np.int64, device)
+        self.source = Buffer((int(speech["n_samples"]),), np.float32, device, host_only=True) if speech else \
+            Buffer((self.max_length,), np.int64, device, host_only=True)
         self.length = 0          # decoder positions whose K/V are in the cache
         self.src_len = 0
         # a draft with its proposal loop: `steps` > 1 runs a whole proposal in one run (export/loop.py). Not with weight-only int8
@@ -63,7 +63,7 @@ class CachedSeq2Seq:
         # single steps), so such a draft proposes one run per guess
         self.steps_input = STEPS in self.decoder.names
         self.loops = self.steps_input and info.weights != "int8-wo"
-        self.steps = Buffer((1,), np.int64, device)
+        self.steps = Buffer((1,), np.int64, device, host_only=True)
         self._steps = 0
         self.chain = ChainPositions(device, rows)     # the tree inputs of a target's plain (chain) runs
         self.trees = TREE_DEPTH in self.decoder.names

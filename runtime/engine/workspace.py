@@ -57,16 +57,17 @@ class Workspace:
         self.tokens = Buffer((self.slots + 3,), np.int64, device)
         self._rows = [Buffer((gamma_max + 1, vocab), np.float32, device)]
         self.p = Buffer((gamma_max + 1, vocab), np.float32, device)
-        self.point = Buffer((gamma_max + 1, vocab), np.float32, device)
+        self.point = Buffer((gamma_max + 1, vocab), np.float32, device, host_only=True)
         self.sink = Buffer((1, vocab), np.float32, device)
         self._ones = []       # flat indices of `point` set to 1 by the last host-made proposal
-        self.mask = Buffer((gamma_max + 2, vocab), np.float32, device)
+        self.mask = Buffer((gamma_max + 2, vocab), np.float32, device, host_only=True)
         self._banned = []     # flat indices of `mask` set to -inf for the last run
         self.processors = None
-        self.uniforms = Buffer((UNIFORM_BLOCK,), np.float32, device)
+        self.uniforms = Buffer((UNIFORM_BLOCK,), np.float32, device, host_only=True)
         self.head = Head(1, vocab, device)          # the request's sampling parameters, the head's names
-        self.depth = Buffer((gamma_max + 1,), np.int64, device)       # a tree round's (runtime/decoding/tree.py)
-        self.tree_mask = Buffer(((gamma_max + 1) ** 2,), np.bool_, device)
+        # a tree round's depths and mask (runtime/decoding/tree.py)
+        self.depth = Buffer((gamma_max + 1,), np.int64, device, host_only=True)
+        self.tree_mask = Buffer(((gamma_max + 1) ** 2,), np.bool_, device, host_only=True)
         self.draws = Buffer((gamma_max + 1,), np.int64, device)
         self.trees = True     # the target verifies token trees (not through the capturable graphs)
         self._rng = np.random.default_rng(0)
