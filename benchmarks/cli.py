@@ -12,7 +12,7 @@
     specdec-bench width   --export DIR [--wide-export DIR] [--num-prompts 128] [--gamma 8]
     specdec-bench datastore-scale [--tokens 1000000,100000000]
     specdec-bench batch   --export DIR [--batch 1,4,16] [--draft none auto] [--temperature 0,1]
-    specdec-bench gpu     [--provider cuda] [--export DIR] [--shapes t5-large:t5-small] [--out gpu-check.md]
+    specdec-bench gpu     [--provider cuda] [--widen t5-large:t5-small] [--dtypes fp16,fp32] [--out gpu-check.md]
 
 The measuring commands take --num-prompts N, --prompts FILE (on an export), --max-new-tokens N, --repeat R,
 --provider, --threads, --json OUT.json, --markdown OUT.md, --no-progress; `specdec-bench COMMAND --help` lists a
@@ -41,7 +41,7 @@ TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p
          "width": (width, "would several candidates per round pay: an exact T = 0 replay and wide runs' costs"),
          "datastore-scale": (datastore_scale, "a datastore's lookup cost and memory by its size (synthetic)"),
          "batch": (batch, "batched requests: tokens/s and per-token latency by batch size, speculative vs none"),
-         "gpu": (gpu, "the runtime on a GPU provider: exactness against the CPU provider, copies, real-size ms/token")}
+         "gpu": (gpu, "the runtime on a GPU provider: the widened pair eager and captured, exactness, ms/token")}
 
 # why a flag of other commands is not one of this command's, where there is more to say than that
 HINTS = {("drafts", "--gamma"): "give a fixed gamma per draft as NAME:G, e.g. --draft none draft:3 lookup auto",

@@ -124,8 +124,9 @@ def counted_copies():
 
 def copies_per_round(dec, prompt_ids, max_new_tokens: int) -> dict:
     """One warm request of Algorithm 1's loop (the draft model at gamma 4, or gamma_max when smaller; target-only
-    without a draft), its copies counted per round (target run) and in all. Not the default: `auto` picks its sources by measured time, so which
-    kinds of rounds it runs (and what they read) would depend on the machine's load."""
+    without a draft), its copies counted per round (target run) and in all. Not the default: `auto` picks its
+    sources by measured time, so which kinds of rounds it runs (and what they read) would depend on the machine's
+    load."""
     draft, gamma = ("draft", min(4, dec.manifest.gamma_max)) if dec.draft is not None else ("none", 0)
     kw = dict(input_ids=prompt_ids, max_new_tokens=max_new_tokens, draft=draft, gamma=gamma)
     dec.generate(**kw)
@@ -518,7 +519,7 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
             try:
                 t = transformers_ms_per_token(widened / "target", state["prompts"], a.max_new_tokens, state["eos"],
                                               on_gpu, "fp16", assistant, a.repeats, models)
-                ref = state["dec"][dtypes[0]].get("eager_t0_outputs")
+                ref = state["dec"].get(dtypes[0], {}).get("eager_t0_outputs")
                 t["identical_to_specdec"] = None if ref is None else gw.identical(t["outputs"], ref)
                 t["prompts"] = len(t["outputs"])
                 out[name] = {k: v for k, v in t.items() if k != "outputs"}
