@@ -28,6 +28,11 @@ from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
 from .loading.manifest import load_manifest
 
+# what every command line's --graph-capture says of load(graph_capture=True) (docs/guides/runtime.md says the rest)
+GRAPH_CAPTURE_HELP = ("run the export's capturable graphs (an export made with specdec-export --graph-capture): with "
+                      "--provider cuda each width's step is captured as a CUDA graph, on cpu the same graphs run "
+                      "uncaptured; beam search and batches then refuse (they need the eager graphs)")
+
 
 def _belongs_together(target, draft) -> None:
     for what, a, b in (("tokenizer", target.files.get("tokenizer.json"), draft.files.get("tokenizer.json")),
@@ -452,7 +457,8 @@ class SpeculativeDecoder:
               audio=None, language: str | None = None, task: str | None = None, timestamps: bool = False) -> tuple:
         """Check a request as generate() checks it, without running it: (its checked Params, the Request a batch
         runs it as or None when it runs alone, and its checked input as generate() keywords: the token ids, or the
-        audio samples with language and task). A bad request raises its one-line SpecdecError."""
+        audio samples with language and task). A bad request raises its one-line SpecdecError. On a decoder loaded
+        with graph_capture every request runs alone (batches run the eager graphs, which it does not open)."""
         checked = Params.of(params, **(overrides or {})).checked(self.gamma_max)
         audio = self._samples(audio)
         if self._long(audio):       # checked window by window when it runs; its prompt's choices now
@@ -460,7 +466,7 @@ class SpeculativeDecoder:
             self._plan(checked)
             return checked, None, {"audio": audio, "language": language, "task": task, "timestamps": timestamps}
         source, speech = self._input(prompt, input_ids, audio, language, task, timestamps)
-        if speech is None:
+        if speech is None and not self.captured:
             try:
                 return checked, Request(source, checked, self._plan(checked, batch=True)), {"input_ids": source}
             except SpecdecError:        # a batch cannot run it: it runs alone, if its own plan holds
@@ -481,12 +487,20 @@ class SpeculativeDecoder:
 
     def batchable(self, params: Params) -> bool:
         """Whether generate_batch and the batcher run this checked request as a row of a batch (False: generate()
-        runs it alone: beam search, logits processors, lenience < 1, a draft model)."""
+        runs it alone: beam search, logits processors, lenience < 1, a draft model, a decoder loaded with
+        graph_capture)."""
+        if self.captured:
+            return False
         try:
             self._plan(params, batch=True)
         except SpecdecError:
             return False
         return self.manifest.speech is None
+
+    @property
+    def captured(self) -> bool:
+        """Loaded with graph_capture=True: its models run the export's capturable graphs (no batches, no beams)."""
+        return isinstance(self.target, CapturedSeq2Seq)
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
         """A Batcher: requests submitted from any thread (`submit()`, which returns a Ticket) are decoded together,

@@ -12,7 +12,7 @@ import threading
 import pytest
 from tinymodels import random_prompts
 
-from specdec.runtime import SpecdecError
+from specdec.runtime import Params, SpecdecError
 
 
 def alone(dec, prompts, n):
@@ -193,3 +193,21 @@ def test_an_alone_ticket_frees_the_decoder_when_left_cancelled_or_failed(related
     with pytest.raises(SpecdecError, match="cannot stream"):
         beams.result()
     assert dec.generate(input_ids=prompt, max_new_tokens=4).token_ids == other[0].token_ids
+
+
+def test_a_decoder_loaded_with_graph_capture_runs_every_request_alone(tiny_capture_export):
+    """Batches run the eager graphs, which a decoder loaded with graph_capture does not open: its batcher (the one
+    specdec-serve and submit() use) runs every request alone, batchable ones included, and gives what generate()
+    gives; nothing waits for a batch that cannot start."""
+    from specdec.runtime import SpeculativeDecoder
+
+    dec = SpeculativeDecoder.load(tiny_capture_export, provider="cpu", threads=1, graph_capture=True)
+    prompts = random_prompts(dec.vocab_size, 3, seed=27)
+    asks = (dict(draft="none"), dict(draft="lookup", gamma=2), dict(draft="draft", gamma=3))
+    ref = [dec.generate(input_ids=p, max_new_tokens=10, **ask).token_ids for p, ask in zip(prompts, asks)]
+    assert not dec.batchable(Params(draft="none"))      # first: a batch that cannot start would hold close()
+    assert dec.admit(input_ids=prompts[0], params=Params(draft="none"))[1] is None
+    with dec.batcher(max_batch=4) as server:
+        tickets = [server.submit(input_ids=p, max_new_tokens=10, **ask) for p, ask in zip(prompts, asks)]
+        assert [type(t).__name__ for t in tickets] == ["Alone"] * 3
+        assert [t.result().token_ids for t in tickets] == ref
