@@ -9,6 +9,7 @@ import sys
 
 from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..core.params import add_flags, from_flags
+from ..decoder import GRAPH_CAPTURE_HELP
 from ..engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 from .subtitles import lines, srt, vtt
 
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     p.add_argument("--threads", type=int, default=0,
                    help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
+    p.add_argument("--graph-capture", action="store_true", help=GRAPH_CAPTURE_HELP)
     p.add_argument("--datastore", metavar="PATH",
                    help="the datastore the lookup searches (default: the export's own, if any; 'none': no datastore)")
     add_flags(p)     # one flag per request parameter, from its declaration (runtime/core/params.py)
@@ -70,7 +72,7 @@ def _main(argv) -> int:
     from ..decoder import SpeculativeDecoder
 
     dec = SpeculativeDecoder.load(args.export, provider=args.provider, threads=args.threads,
-                                  datastore=load_option(args.datastore))
+                                  datastore=load_option(args.datastore), graph_capture=args.graph_capture)
     params = from_flags(args)
     args.json = args.json or args.format == "json"
     timestamps = args.timestamps or args.format in ("srt", "vtt")
