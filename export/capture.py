@@ -49,6 +49,12 @@ TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
 (LOGITS,) = CAPTURE_OUTPUTS
 
 
+def cast(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """x in `dtype`, with no node when it already is: the tracer records a Cast even for a no-op `.float()`, and one
+    on a cache output would copy the whole cache every run (onnxruntime keeps a Cast that makes a graph output)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 class CapturableDecoder(nn.Module):
     """forward(tokens, position, offsets, source_length, *past (K, V per layer), *cross (K, V per layer)) ->
     (logits, *present (K, V per layer)). Per layer the new K/V are written into the cache first (ScatterElements,
@@ -102,20 +108,20 @@ class CapturableDecoder(nn.Module):
             sa = block.layer[0].SelfAttention
             x = rms_norm(h, block.layer[0].layer_norm)
             w = self.qkv[i]
-            qkv = torch.matmul(x.to(w.dtype), w).reshape(1, -1, 3, self.heads, self.d_kv).permute(2, 0, 3, 1, 4)
+            qkv = torch.matmul(cast(x, w.dtype), w).reshape(1, -1, 3, self.heads, self.d_kv).permute(2, 0, 3, 1, 4)
             q, k, v = qkv.unbind(0)                                                     # [1, H, N, d] each
-            cache_k = past[2 * i].scatter(2, index, k.to(dtype))
-            cache_v = past[2 * i + 1].scatter(2, index, v.to(dtype))
+            cache_k = past[2 * i].scatter(2, index, cast(k, dtype))
+            cache_v = past[2 * i + 1].scatter(2, index, cast(v, dtype))
             present += [cache_k, cache_v]
-            scores = torch.matmul(q.float(), cache_k.float().transpose(-1, -2)) + bias    # unscaled, as T5
-            ctx = torch.matmul(torch.softmax(scores, dim=-1), cache_v.float())
+            scores = torch.matmul(cast(q), cast(cache_k).transpose(-1, -2)) + bias      # unscaled, as T5
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), cast(cache_v))
             h = h + self._merge(ctx, sa.o)
 
             ca = block.layer[1].EncDecAttention
             x = rms_norm(h, block.layer[1].layer_norm)
-            q = self._heads(linear(x, ca.q)).float()
-            scores = torch.matmul(q, cross[2 * i].float().transpose(-1, -2)) + cross_bias
-            ctx = torch.matmul(torch.softmax(scores, dim=-1), cross[2 * i + 1].float())
+            q = self._heads(linear(x, ca.q))
+            scores = torch.matmul(q, cast(cross[2 * i]).transpose(-1, -2)) + cross_bias
+            ctx = torch.matmul(torch.softmax(scores, dim=-1), cast(cross[2 * i + 1]))
             h = h + self._merge(ctx, ca.o)
             h = feed_forward(h, block.layer[2])
         h = rms_norm(h, self.final_norm) * self.output_scale
@@ -195,6 +201,13 @@ def capture_problems(model) -> list:
     """What keeps a capture_decoder graph (an onnx ModelProto) from being captured: control flow or shape
     computation nodes, and inputs whose shape is not fixed but for `offsets`' N. Empty when there is nothing."""
     problems = [f"node {n.name or n.op_type} is {n.op_type}" for n in model.graph.node if n.op_type in FORBIDDEN]
+    makers = {out: node for node in model.graph.node for out in node.output}
+    for value in model.graph.output:            # each present_* must be its past_* with the new K/V scattered in
+        if value.name.startswith("present_"):
+            node = makers.get(value.name)
+            if node is None or node.op_type != "ScatterElements" or \
+                    node.input[0] != "past_" + value.name[len("present_"):]:
+                problems.append(f"output {value.name} is not its cache input written in place")
     initializers = {i.name for i in model.graph.initializer}
     for value in model.graph.input:
         if value.name in initializers:

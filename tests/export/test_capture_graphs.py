@@ -68,6 +68,32 @@ def test_capture_problems_names_control_flow_shape_nodes_and_dynamic_inputs():
     assert capture_problems(helper.make_model(graph)) == []
 
 
+def test_capture_problems_names_a_cache_output_not_written_in_place():
+    cache = helper.make_tensor_value_info("past_key_0", TensorProto.FLOAT, [1, 2, 4, 3])
+    index = helper.make_tensor_value_info("index", TensorProto.INT64, [1, 2, 1, 3])
+    new = helper.make_tensor_value_info("new", TensorProto.FLOAT, [1, 2, 1, 3])
+    out = helper.make_tensor_value_info("present_key_0", TensorProto.FLOAT, [1, 2, 4, 3])
+    scatter = helper.make_node("ScatterElements", ["past_key_0", "index", "new"], ["s"], axis=2)
+    copied = helper.make_graph([scatter, helper.make_node("Cast", ["s"], ["present_key_0"], to=TensorProto.FLOAT)],
+                               "g", [cache, index, new], [out])       # a no-op Cast: a copy of the whole cache
+    assert capture_problems(helper.make_model(copied)) == \
+        ["output present_key_0 is not its cache input written in place"]
+    scatter.output[0] = "present_key_0"
+    assert capture_problems(helper.make_model(helper.make_graph([scatter], "g", [cache, index, new], [out]))) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_capturable_decoder_writes_every_cache_in_place_in_fp32_and_fp16(graphs, tmp_path, dtype):
+    from specdec.export.attention import cast_for_export
+
+    model, _ = graphs
+    export_capture_decoder(cast_for_export(model, dtype), tmp_path / "c.onnx", dtype, CAPACITY, CAPACITY,
+                           slots_for(CAPACITY, GAMMA))
+    graph = onnx.load(str(tmp_path / "c.onnx"))
+    assert capture_problems(graph) == []
+    assert sum(n.op_type == "ScatterElements" for n in graph.graph.node) == 2 * model.config.num_decoder_layers
+
+
 def test_the_capturable_decoder_declares_fixed_shapes_but_for_n(graphs):
     _, root = graphs
     model = onnx.load(str(root / "capture.onnx"))
