@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
+from specdec.runtime import GRAPH_CAPTURE_HELP, PROVIDER_CHOICES, PROVIDER_HELP
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 
@@ -34,6 +34,8 @@ def parser() -> argparse.ArgumentParser:
                                   "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
     p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
     p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
+    p.add_argument("--graph-capture", action="store_true",
+                   help=GRAPH_CAPTURE_HELP + "; every request then runs alone, none in a batch")
     p.add_argument("--http-port", type=int, default=8000, help="Triton's HTTP/REST port (default 8000)")
     p.add_argument("--grpc-port", type=int, default=8001, help="Triton's gRPC port (default 8001)")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
@@ -62,7 +64,7 @@ def _serve(args) -> int:
     server = Server(args.export, instances=args.instances, threads=args.threads, max_batch=args.max_batch,
                     max_queue=args.max_queue, queue_delay_us=args.queue_delay_us, http_port=args.http_port,
                     grpc_port=args.grpc_port, metrics_port=args.metrics_port, address=args.address,
-                    exit_timeout_s=args.exit_timeout, provider=args.provider)
+                    exit_timeout_s=args.exit_timeout, provider=args.provider, graph_capture=args.graph_capture)
     try:
         server.start()
         serving.set()
@@ -93,7 +95,8 @@ def _main(argv) -> int:
 
         out = write_model_repository(args.write_model_repository, args.export, instances=args.instances,
                                      threads=args.threads, max_batch=args.max_batch, max_queue=args.max_queue,
-                                     queue_delay_us=args.queue_delay_us, provider=args.provider)
+                                     queue_delay_us=args.queue_delay_us, provider=args.provider,
+                                     graph_capture=args.graph_capture)
         print(f"wrote a Triton model repository for {args.export} to {out} (models specdec, specdec_stream); run "
               f"it with: tritonserver --model-repository {out}")
         return 0

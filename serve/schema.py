@@ -347,8 +347,10 @@ def batch_answers(handler: Handler, requests: list) -> list:
     return answers
 
 
-def load_decoder(engine, threads: int = 0, provider: str = "auto"):
-    """A SpeculativeDecoder on `provider` ("auto": the best this onnxruntime has) with `threads` intra-op threads."""
+def load_decoder(engine, threads: int = 0, provider: str = "auto", graph_capture: bool = False):
+    """A SpeculativeDecoder on `provider` ("auto": the best this onnxruntime has) with `threads` intra-op threads;
+    `graph_capture`: through the export's capturable graphs (SpeculativeDecoder.load; every request then runs alone,
+    none in a batch)."""
     from specdec.runtime import SpeculativeDecoder
 
-    return SpeculativeDecoder.load(engine, provider=provider, threads=threads)
+    return SpeculativeDecoder.load(engine, provider=provider, threads=threads, graph_capture=graph_capture)

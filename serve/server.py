@@ -127,14 +127,16 @@ class Server:
     onnxruntime's default, the physical cores). max_batch: rows decoded at once and Triton's max_batch_size.
     max_queue: requests that may wait (in Triton's queue for `specdec`, in the batcher for streams).
     queue_delay_us: how long Triton holds a request for others to batch with. provider: the decoder's execution
-    provider ("auto": the best this onnxruntime has). address: where it listens (127.0.0.1: this machine only).
+    provider ("auto": the best this onnxruntime has). graph_capture: load the export's capturable graphs
+    (SpeculativeDecoder.load; every request then runs alone, one at a time, none in a batch). address: where it
+    listens (127.0.0.1: this machine only).
     exit_timeout_s: how long a stopping server waits for requests in flight; its models then have UNLOAD_S more to
     unload, so that every process of the server ends cleanly."""
 
     def __init__(self, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
                  max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, address: str = "127.0.0.1", exit_timeout_s: int = 5,
-                 log_verbose: int = 0, provider: str = "auto"):
+                 log_verbose: int = 0, provider: str = "auto", graph_capture: bool = False):
         for name, value, least in (("instances", instances, 1), ("threads", threads, 0), ("max_queue", max_queue, 1),
                                    ("queue_delay_us", queue_delay_us, 0)):
             if type(value) is not int or value < least:
@@ -144,7 +146,7 @@ class Server:
         self.max_batch, self.max_queue, self.queue_delay_us = max_batch, max_queue, queue_delay_us
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.address, self.exit_timeout_s, self.log_verbose = address, exit_timeout_s, log_verbose
-        self.provider = provider
+        self.provider, self.graph_capture = provider, graph_capture
         self.triton = None
         self.handler: schema.Handler | None = None
 
@@ -155,8 +157,8 @@ class Server:
                            ("--metrics-port", self.metrics_port)):
             _port_free(self.address, port, what)
         # load first: a bad export fails before Triton starts
-        self.handler = schema.Handler(schema.load_decoder(self.engine, self.threads, self.provider), self.max_batch,
-                                      self.max_queue)
+        self.handler = schema.Handler(schema.load_decoder(self.engine, self.threads, self.provider,
+                                                          self.graph_capture), self.max_batch, self.max_queue)
         try:
             for attempt in range(3):
                 try:

@@ -11,6 +11,7 @@ import threading
 import json
 import urllib.request
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pytriton")
@@ -21,7 +22,7 @@ from specdec.runtime import SpecdecError, SpeculativeDecoder  # noqa: E402
 from specdec.serve import schema  # noqa: E402
 from specdec.serve.server import Server, free_ports  # noqa: E402
 
-from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
+from triton_clients import DTYPES, INT_OUTPUTS, NUMPY, as_dict, grpc_stream, inputs  # noqa: E402
 
 MAX_NEW = 12
 # (prompt, parameters): greedy with the auto choice, the draft model greedy and sampled (these run alone), target
@@ -70,6 +71,39 @@ def test_http_and_grpc_equal_the_python_api(server, http, grpc, reference, case)
     for client, module in ((http, tritonclient_http), (grpc, tritonclient_grpc)):
         got = served(client, module, prompt, params)
         assert _only(got, want) == want, module.__name__
+
+
+def _row(prompt, params):
+    """A getter of one request of one row, as Triton's dynamic batching hands it to the handler ([1, 1] tensors)."""
+    arrays = {name: np.array([[value.encode() if isinstance(value, str) else value]], dtype=NUMPY[DTYPES[name]])
+              for name, value in {"prompt": prompt, **params}.items()}
+    return arrays.get
+
+
+def test_graph_capture_runs_every_request_alone_and_answers_as_the_eager_graphs(tiny_capture_export):
+    """specdec-serve --graph-capture's decoder (schema.load_decoder(..., graph_capture=True)) behind the handler both
+    models use, on an export with the capturable graphs (uncaptured on the CPU): every row of a Triton batch runs
+    alone (batches need the eager graphs) and equals the eager decoder's answer, counts included but the draft's runs
+    (the eager graphs propose gamma guesses in one run of the proposal loop, the capturable ones one run per guess);
+    a stream's pieces join to the same tokens. (specdec-serve's flag reaching it: tests/serve/test_serve_cli.py.)"""
+    eager = schema.load_decoder(tiny_capture_export, 1, "cpu")
+    handler = schema.Handler(schema.load_decoder(tiny_capture_export, 1, "cpu", graph_capture=True), max_batch=4)
+    try:
+        answers = schema.batch_answers(handler, [_row(prompt, params) for prompt, params in CASES])
+        for (prompt, params), (out, error) in zip(CASES, answers):
+            assert error is None, error
+            want = expected(eager, prompt, params, counts="gamma" in params)
+            want.pop("draft_calls", None)
+            got = {"text": out["text"][0, 0].decode(), "token_ids": [int(t) for t in out["token_ids"][0] if t >= 0],
+                   "stop_reason": out["stop_reason"][0, 0].decode(),
+                   **{name: int(out[name][0, 0]) for name in want if name in INT_OUTPUTS}}
+            assert got == want, (prompt, params)
+        prompt, params = CASES[1]
+        pieces = list(handler.stream(_row(prompt, params)))
+        streamed = sum(([int(t) for t in p["token_ids"]] for p in pieces), [])
+        assert streamed == expected(eager, prompt, params)["token_ids"]
+    finally:
+        handler.close()
 
 
 def test_stats_outputs(http, reference):

@@ -192,3 +192,26 @@ def test_the_provider_is_a_flag_and_a_written_repository_keeps_it(tiny_export, t
         config = (tmp_path / "repo" / model / "config.pbtxt").read_text()
         assert 'key: "provider"\n  value: { string_value: "cpu" }' in config, config
         assert 'key: "threads"\n  value: { string_value: "1" }' in config, config
+
+
+def test_graph_capture_is_a_flag_and_a_written_repository_keeps_it(tiny_export, tiny_capture_export, tmp_path):
+    """--graph-capture reaches SpeculativeDecoder.load: an export without the capturable graphs is refused in one line
+    before Triton starts (a written repository's export is checked too); a written repository passes it to the
+    decoder its model.py loads (config.pbtxt's parameters). What a decoder loaded so serves: tests/serve/
+    test_serve.py."""
+    for extra in ([], ["--write-model-repository", str(tmp_path / "refused")]):
+        res = subprocess.run([*SERVE, "--export", str(tiny_export), "--provider", "cpu", "--graph-capture",
+                              "--http-port", str(free_port()), *extra], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, res.stderr
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"error: export '{tiny_export}") and \
+            "has no capturable graphs; re-export it with specdec-export ... --graph-capture" in lines[0], res.stderr
+    assert not (tmp_path / "refused").exists()
+    for flag, value in (([], "false"), (["--graph-capture"], "true")):
+        repo = tmp_path / f"repo-{value}"
+        res = subprocess.run([*SERVE, "--export", str(tiny_capture_export), "--provider", "cpu", *flag,
+                              "--write-model-repository", str(repo)], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        for model in ("specdec", "specdec_stream"):
+            config = (repo / model / "config.pbtxt").read_text()
+            assert f'key: "graph_capture"\n  value: {{ string_value: "{value}" }}' in config, config
