@@ -318,6 +318,10 @@ def gpu_name() -> str | None:
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else None
 
 
+class LeftOut(Exception):
+    """A step that finds it cannot fit the budget left: recorded with the steps left out, not as a failure."""
+
+
 class Runner:
     """The report, the budget and the results files: `step` runs one piece of work into the report while the budget
     lasts (a failure is one line of the report and the next step still runs: a GPU lease is short) and rewrites the
@@ -352,6 +356,10 @@ class Runner:
         t = time.perf_counter()
         try:
             result = work()
+        except LeftOut as why:
+            self.report["skipped"][name] = str(why)
+            self.log(f"{name}: left out ({why})")
+            result = None
         except Exception as err:            # noqa: BLE001 - the report says what broke, on which step
             self.report["errors"][name] = failure(err, 300)
             self.log(f"{name}: failed: {self.report['errors'][name]}")
@@ -475,9 +483,11 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
                       "identical": gw.identical(decs["cap_t0_default"]["outputs"], cpu), "prompts": n},
                      {"run": "eager target-only", "against": where, "identical": gw.identical(want, cpu),
                       "prompts": n}]
-        sweep = gw.gamma_sweep(decs["cap"], want, prompts, a.max_new_tokens, a.gamma_max)
+        sweep = gw.gamma_sweep(decs["cap"], want, prompts, a.max_new_tokens, a.gamma_max,
+                               decs["cap_t0_target_only"]["outputs"])
         rows += [{"run": f"captured {r['draft']}, gamma {r['gamma']}", "against": "eager target-only",
-                  "identical": r["identical"], "prompts": r["prompts"]} for r in sweep]
+                  "identical": r["identical"], "prompts": r["prompts"],
+                  "identical_to_captured": r["identical_to_captured"]} for r in sweep]
         d["greedy"] = {"rows": rows, "passed": all(r["identical"] == r["prompts"] for r in rows)}
         d["widths"] = gw.widths_report(decs["cap"], decs["widths"])
         return d["greedy"]
@@ -505,7 +515,7 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
         fits = int(0.5 * max(runner.left() - 60, 0) / max(each, 1e-6))
         samples = min(a.samples, fits)
         if samples < min(a.samples, 500):
-            raise SpecdecError(f"only {samples} requests fit the budget left ({each * 1e3:.0f} ms a request)")
+            raise LeftOut(f"only {samples} requests fit the budget left ({each * 1e3:.0f} ms a request)")
         out = sampling_test(ref, cap, candidates, samples)
         out["dtype"], out["reference"], out["asked"] = dtype, f"eager {dtype} on {provider}", a.samples
         w["dtypes"][dtype]["widths"] = gw.widths_report(cap, decs["widths"])
@@ -754,8 +764,10 @@ def widened_sections(w: dict, memory: list) -> list:
         if "greedy" in d:
             g = d["greedy"]
             parts.append(Table(f"### Greedy output, {dtype} ({'all identical' if g['passed'] else 'NOT IDENTICAL'})",
-                               ("run", "against", "identical"),
-                               [[r["run"], r["against"], f"{r['identical']}/{r['prompts']}"] for r in g["rows"]]))
+                               ("run", "against", "identical", "identical to captured target-only"),
+                               [[r["run"], r["against"], f"{r['identical']}/{r['prompts']}",
+                                 "" if "identical_to_captured" not in r else
+                                 f"{r['identical_to_captured']}/{r['prompts']}"] for r in g["rows"]]))
     for dtype, d in w["dtypes"].items():
         cs = d.get("capture_session")
         if cs:
@@ -786,7 +798,9 @@ def widened_sections(w: dict, memory: list) -> list:
             text = [f"- {where} provider: {x.get('nodes', '?')} nodes of {x.get('op_types', '?')} op types, "
                     f"{x.get('memcpy_nodes', 0)} memcpy; placed: {placed}; session made in {x['session_s']:.1f} s"
                     + (f"; enable_cuda_graph={x['enable_cuda_graph']}" if "enable_cuda_graph" in x else "")
-                    + (f"; ERROR {x['error']}" if "error" in x else ""),
+                    + (f"; ERROR {x['error']}" if "error" in x else "")
+                    + (f"; refused with enable_cuda_graph ({x['error_with_cuda_graph']}), counted without it"
+                       if "error_with_cuda_graph" in x else ""),
                     f"  - top op types: {top}"]
             if where != "cpu":
                 text += [f"  - on {p}: " + ", ".join(f"{op} {n}" for op, n in ops.items()) for p, ops in minor.items()]

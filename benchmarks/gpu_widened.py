@@ -159,11 +159,12 @@ def identical(a: list, b: list) -> int:
     return sum(x == y for x, y in zip(a, b))
 
 
-def gamma_sweep(dec, want: list, prompts, max_new_tokens: int, gamma_max: int) -> list:
+def gamma_sweep(dec, want: list, prompts, max_new_tokens: int, gamma_max: int, own: list | None = None) -> list:
     """Greedy output of fixed-gamma runs (the draft model, the lookup chained before it, and auto's choice of
     source, at gamma 1 .. gamma_max) against `want` (target-only's outputs): every width of the captured target runs,
     and the draft's widths up to gamma + 1; its widest runs (catching up gamma_max + 1 tokens) come only when auto's
-    choices leave it behind, which the width counts show."""
+    choices leave it behind, which the width counts show. `own`: the same decoder's target-only outputs, a second
+    reference (the eager and captured graphs may round differently; speculation must not change either's output)."""
     rows = []
     for draft in ("draft", "lookup,draft", "auto"):
         if "draft" not in dec.models:
@@ -171,7 +172,8 @@ def gamma_sweep(dec, want: list, prompts, max_new_tokens: int, gamma_max: int) -
         for gamma in range(1, gamma_max + 1):
             got = [dec.generate(input_ids=p, max_new_tokens=max_new_tokens, draft=draft, gamma=gamma).token_ids
                    for p in prompts]
-            rows.append({"draft": draft, "gamma": gamma, "identical": identical(got, want), "prompts": len(prompts)})
+            rows.append({"draft": draft, "gamma": gamma, "identical": identical(got, want), "prompts": len(prompts),
+                         "identical_to_captured": identical(got, own if own is not None else want)})
     return rows
 
 
@@ -299,17 +301,20 @@ def kernel_census(graph: Path, provider: str, scratch: Path, top: int = 12) -> d
     options = {"enable_cuda_graph": "1"} if provider == "cuda" else None
     out = {"graph": str(graph), "provider": provider}
     started = time.perf_counter()
-    try:
-        with stderr_to(log_path):
-            session = ort.InferenceSession(str(graph), opts, providers=session_providers(provider, graph, options))
-        out["session_providers"] = session.get_providers()
-        if provider == "cuda":
-            out["enable_cuda_graph"] = session.get_provider_options().get("CUDAExecutionProvider", {}) \
-                .get("enable_cuda_graph")
-        del session
-    except Exception as err:         # noqa: BLE001 - onnxruntime refusing the session is the finding
-        from .gpu import failure
-        out["error"] = failure(err, 300)
+    for attempt in (options, None) if options else (None,):
+        try:
+            with stderr_to(log_path):
+                session = ort.InferenceSession(str(graph), opts, providers=session_providers(provider, graph, attempt))
+            out["session_providers"] = session.get_providers()
+            if provider == "cuda":
+                out["enable_cuda_graph"] = session.get_provider_options().get("CUDAExecutionProvider", {}) \
+                    .get("enable_cuda_graph")
+            del session
+            break
+        except Exception as err:     # noqa: BLE001 - onnxruntime refusing the session is the finding
+            from .gpu import failure
+            # refused with enable_cuda_graph: the same session without it still shows the nodes and placements
+            out["error" if attempt is None else "error_with_cuda_graph"] = failure(err, 300)
     out["session_s"] = time.perf_counter() - started
     text = log_path.read_text(errors="replace") if log_path.is_file() else ""
     out.update(read_session_log(text))

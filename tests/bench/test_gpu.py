@@ -239,3 +239,41 @@ def test_a_failure_is_one_line_of_the_report():
     assert gpu.failure(RuntimeError("cannot run\n  at node 7")) == "RuntimeError: cannot run"
     assert gpu.failure(ValueError()) == "ValueError: "
     assert gpu.failure(OSError("x" * 500), 300) == "OSError: " + "x" * 300
+
+
+def _fatbin_elf(containers) -> bytearray:
+    """A minimal ELF64 file whose .nv_fatbin holds `containers`: lists of (kind, arch, payload byte)."""
+    import struct
+
+    body = b""
+    for entries in containers:
+        inner = b"".join(struct.pack("<HHIQ", kind, 0, 64, 16) + bytes(12) + struct.pack("<I", arch) + bytes(32)
+                         + bytes([fill]) * 16 for kind, arch, fill in entries)
+        body += struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(inner)) + inner
+    names = b"\0.shstrtab\0.nv_fatbin\0"
+    fat_at, names_at = 64, 64 + len(body)
+    shoff = names_at + len(names)
+    head = bytearray(64)
+    head[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<Q", head, 0x28, shoff)
+    struct.pack_into("<HHH", head, 0x3A, 64, 3, 1)
+    sections = [bytes(64), struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, names_at, len(names), 0, 0, 1, 0),
+                struct.pack("<IIQQQQIIQQ", 11, 1, 0, 0, fat_at, len(body), 0, 0, 8, 0)]
+    return bytearray(bytes(head) + body + names + b"".join(sections))
+
+
+def test_thinning_zeroes_the_other_architectures_cubins_only_where_one_is_kept():
+    """gpu_ort.py's fatbin thinning: in a container with an sm_90 cubin the others are zeroed (sizes and headers
+    unchanged, PTX kept); a container without one stays whole; the rest of the file is untouched."""
+    from specdec.bench import gpu_ort
+
+    data = _fatbin_elf([[(2, 80, 0xA1), (2, 90, 0xB2), (1, 80, 0xC3)], [(2, 75, 0xD4), (2, 86, 0xE5)]])
+    before = bytes(data)
+    stats = gpu_ort.thin_fatbin(data, 90)
+    assert stats == {"containers": 2, "whole": 1, "zeroed_bytes": 16, "kept_bytes": 32}
+    assert len(data) == len(before) and bytes(data).count(b"\xa1" * 16) == 0
+    for kept in (0xB2, 0xC3, 0xD4, 0xE5):
+        assert bytes(data).count(bytes([kept]) * 16) == 1, hex(kept)
+    assert sum(a != b for a, b in zip(before, data)) == 16
+    with pytest.raises(ValueError):
+        gpu_ort.section(b"\x7fELF\x01\x01" + bytes(58), ".nv_fatbin")
