@@ -56,7 +56,8 @@ C_REFUSALS = {
                        "early_stopping must be SPECDEC_EARLY_STOPPING_FALSE (0), _TRUE (1) or _NEVER (2) (got {})",
                        "use a specdec_early_stopping value"),
 }
-OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str}
+OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str, "graph_capture": bool}
+JSON_TYPE = {str: "string", int: "integer", bool: "boolean"}
 
 class _Session:
     __slots__ = ("decoder", "lock", "owner")
@@ -262,7 +263,8 @@ class CApi(AudioCalls):
         try:
             decoder = SpeculativeDecoder.load(path, provider=provider, threads=options.get("threads", 0),
                                               draft=options.get("draft"),
-                                              datastore=load_option(options.get("datastore")))
+                                              datastore=load_option(options.get("datastore")),
+                                              graph_capture=options.get("graph_capture", False))
         except SpecdecError as err:
             raise Failure(lib.SPECDEC_E_EXPORT, str(err)) from None
         except OSError as err:     # e.g. ENAMETOOLONG, EACCES while reading the directory
@@ -291,10 +293,9 @@ class CApi(AudioCalls):
             if kind is None:
                 raise Failure(bad, f"options_json has an unknown key {json.dumps(key)}",
                               f"use only {', '.join(map(json.dumps, OPTION_TYPES))}")
-            if not isinstance(value, kind) or isinstance(value, bool):
-                wanted = "integer" if kind is int else "string"
-                raise Failure(bad, f"options_json {json.dumps(key)} must be a JSON {wanted} (got {json.dumps(value)})",
-                              example)
+            if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+                raise Failure(bad, f"options_json {json.dumps(key)} must be a JSON {JSON_TYPE[kind]} (got "
+                              f"{json.dumps(value)})", example)
         if options.get("threads", 0) < 0:
             raise Failure(bad, f"options_json \"threads\" must be >= 0 (got {options['threads']})",
                           "use 0 for onnxruntime's default")

@@ -371,6 +371,12 @@ SPECDEC_API const char *specdec_stop_reason_name(specdec_stop_reason reason);
                                  tokenizer); default: the draft exported together with the target
                      "datastore": path of a datastore for the lookup (specdec-datastore build --export DIR),
                                  or "none"; default: the export's own, if it has one
+                     "graph_capture": true to run the export's capturable graphs (default false): an export
+                                 made with specdec-export --graph-capture (else SPECDEC_E_EXPORT) and provider
+                                 "cuda" (each width's step captured as a CUDA graph) or "cpu" (the same graphs,
+                                 uncaptured); beam search and batches then fail (they need the eager graphs), and
+                                 "draft" does not combine with it. See docs/guides/runtime.md, "Graph capture on
+                                 a GPU".
                    An unknown key or a wrongly typed value is SPECDEC_E_INVALID_ARGUMENT.
      out_session:  required; receives the new session on success, NULL on failure.
    Returns SPECDEC_OK, SPECDEC_E_INVALID_ARGUMENT, SPECDEC_E_EXPORT, SPECDEC_E_PROVIDER, SPECDEC_E_PYTHON or

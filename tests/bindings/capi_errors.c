@@ -1,7 +1,9 @@
 /* Bad arguments from C: every case must return a status and a one-line message, never crash, and leave the
  * session working (checked after each failure by regenerating reference outputs).
  *
- *   capi_errors EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR
+ *   capi_errors EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR [CAPTURE_DIR]
+ *
+ * CAPTURE_DIR: the same pair exported with --graph-capture (its greedy and sampled outputs are EXPORT_DIR's).
  *
  * Prints "ok NAME" or "not ok NAME: detail" per case (tests/bindings/test_capi_errors.py runs each as a test), plus
  * "version: ...", "defaults: ...", "info: ..." and "sources ...: ..." lines that the test compares with the Python
@@ -18,7 +20,7 @@
 
 #include "specdec.h"
 
-static const char *export_dir, *missing_dir, *corrupt_dir, *tampered_dir;
+static const char *export_dir, *missing_dir, *corrupt_dir, *tampered_dir, *capture_dir;
 static specdec_session *session;                  /* the shared session every case checks afterwards */
 static const int32_t prompt[] = {20, 30, 1};      /* "w20 w30" */
 #define N_PROMPT 3
@@ -47,19 +49,34 @@ static int expect_failure(const char *what, specdec_status got, specdec_status w
     return one_line_refusal(what, got, want, function, needle, "CAPI_ERRORS_VERBOSE");
 }
 
+/* a session on `dir` opened with options_json gives the reference greedy output (and, if `sampled`, the
+   reference sampled one), then is closed */
+static int opens_dir_with_reference(const char *dir, const char *options, const char *what, int sampled)
+{
+    specdec_session *s = NULL;
+    int32_t out[MAX_NEW], out_sampled[MAX_NEW];
+    size_t len = 0, len_sampled = n_sampled;
+    specdec_params p = greedy_params();
+    specdec_status st;
+    char error[1024];
+    CHECK(specdec_open(dir, options, &s) == SPECDEC_OK, "open with %s: %s", what, specdec_last_error());
+    st = specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL);
+    p = sampled_params();
+    if (st == SPECDEC_OK && sampled)
+        st = specdec_generate_ids(s, prompt, N_PROMPT, &p, out_sampled, MAX_NEW, &len_sampled, NULL);
+    snprintf(error, sizeof error, "%s", specdec_last_error());
+    specdec_close(s);
+    CHECK(st == SPECDEC_OK, "generate with %s: %s", what, error);
+    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with %s", what);
+    CHECK(!sampled || (len_sampled == n_sampled && !memcmp(out_sampled, ref_sampled, len_sampled * sizeof *out)),
+          "sampled output differs with %s", what);
+    return 1;
+}
+
 /* a session opened with options_json gives the reference greedy output, then is closed */
 static int opens_with_reference(const char *options, const char *what)
 {
-    specdec_session *s = NULL;
-    int32_t out[MAX_NEW];
-    size_t len = 0;
-    specdec_params p = greedy_params();
-    CHECK(specdec_open(export_dir, options, &s) == SPECDEC_OK, "open with %s: %s", what, specdec_last_error());
-    CHECK(specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW, &len, NULL) == SPECDEC_OK, "generate: %s",
-          specdec_last_error());
-    specdec_close(s);
-    CHECK(len == n_greedy && !memcmp(out, ref_greedy, len * sizeof *out), "output differs with %s", what);
-    return 1;
+    return opens_dir_with_reference(export_dir, options, what, 0);
 }
 
 /* the shared session still gives the reference outputs */
@@ -133,7 +150,8 @@ static int case_open_bad_options(void)
     static const char *bad[][2] = {
         {"{", "not valid JSON"}, {"[1, 2]", "not a JSON object"}, {"{\"bogus\": 1}", "unknown key"},
         {"{\"threads\": \"two\"}", "integer"}, {"{\"threads\": -1}", ">= 0"}, {"{\"provider\": 3}", "string"},
-        {"{\"threads\": true}", "integer"},
+        {"{\"threads\": true}", "integer"}, {"{\"graph_capture\": 1}", "boolean"},
+        {"{\"graph_capture\": \"true\"}", "boolean"},
     };
     size_t i;
     specdec_session *s = NULL;
@@ -188,6 +206,38 @@ static int case_open_datastore_option(void)
                         "not a specdec datastore"));
     CHECK(s == NULL, "out_session set on failure");
     return healthy("the datastore option");
+}
+
+static int case_open_graph_capture_option(void)
+{
+    /* "graph_capture": false opens the eager graphs; true on an export without the capturable graphs is
+       SPECDEC_E_EXPORT with one line saying how to re-export; on CAPTURE_DIR (the pair exported with them) the
+       greedy and sampled outputs are the reference, and beam search is refused in one line */
+    char options[4096];
+    specdec_session *s = NULL;
+    specdec_params p = greedy_params();
+    int32_t out[MAX_NEW];
+    size_t len = 0;
+    CALL(opens_with_reference("{\"provider\": \"cpu\", \"graph_capture\": false}", "graph_capture false"));
+    CALL(expect_failure("no capturable graphs", specdec_open(export_dir, "{\"provider\": \"cpu\", "
+                        "\"graph_capture\": true}", &s), SPECDEC_E_EXPORT, "specdec_open",
+                        "has no capturable graphs; re-export it with specdec-export ... --graph-capture"));
+    CHECK(s == NULL, "out_session set on failure");
+    if (capture_dir != NULL) {
+        snprintf(options, sizeof options, "{\"provider\": \"cpu\", \"threads\": 1, \"graph_capture\": true}");
+        CALL(opens_dir_with_reference(capture_dir, options, "graph_capture true", 1));
+        CHECK(specdec_open(capture_dir, options, &s) == SPECDEC_OK, "open: %s", specdec_last_error());
+        p.num_beams = 2;
+        p.draft = "none";
+        if (!expect_failure("beams under graph capture", specdec_generate_ids(s, prompt, N_PROMPT, &p, out, MAX_NEW,
+                                                                              &len, NULL),
+                            SPECDEC_E_INVALID_ARGUMENT, "specdec_generate_ids", "graph_capture")) {
+            specdec_close(s);
+            return 0;
+        }
+        specdec_close(s);
+    }
+    return healthy("the graph_capture option");
 }
 
 static int case_long_message_truncated(void)
@@ -890,6 +940,7 @@ int main(int argc, char **argv)
         {"open_bad_provider", case_open_bad_provider},
         {"open_draft_option", case_open_draft_option},
         {"open_datastore_option", case_open_datastore_option},
+        {"open_graph_capture_option", case_open_graph_capture_option},
         {"long_message_truncated", case_long_message_truncated},
         {"open_unreadable_path", case_open_unreadable_path},
         {"null_session", case_null_session},
@@ -926,11 +977,12 @@ int main(int argc, char **argv)
     specdec_session_info info;
     specdec_status st;
 
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s EXPORT_DIR MISSING_DIR CORRUPT_DIR TAMPERED_DIR [CAPTURE_DIR]\n", argv[0]);
         return 2;
     }
     export_dir = argv[1], missing_dir = argv[2], corrupt_dir = argv[3], tampered_dir = argv[4];
+    capture_dir = argc == 6 ? argv[5] : NULL;
 
     p = specdec_params_default();
     printf("version: %s\n", specdec_version());

@@ -14,6 +14,7 @@ from _capi_helpers import HERE, run_program, tap_results
 CASES = [
     "open_null_out_session", "open_null_export_dir", "open_missing_export", "open_corrupt_manifest",
     "open_tampered_file", "open_bad_options", "open_bad_provider", "open_draft_option", "open_datastore_option",
+    "open_graph_capture_option",
     "long_message_truncated",
     "open_unreadable_path",
     "null_session", "null_input_ids", "bad_token_ids", "null_outputs", "buffer_too_small_ids",
@@ -28,10 +29,10 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def errors_run(compile_c, tiny_export, broken_exports):
+def errors_run(compile_c, tiny_export, broken_exports, tiny_capture_export):
     exe = compile_c(HERE / "capi_errors.c", "capi_errors")
     result = run_program([exe, tiny_export, broken_exports["missing"], broken_exports["corrupt"],
-                          broken_exports["tampered"]], timeout=300)
+                          broken_exports["tampered"], tiny_capture_export], timeout=300)
     return result.stdout
 
 
