@@ -11,20 +11,21 @@ the steps run, the most valuable first (benchmarks/gpu_widened.py holds the piec
   1. fp16, captured   ms/token target-only and with the default (draft and gamma auto) at T = 0, on the bundled
                       test prompts; the capture session onnxruntime made (enable_cuda_graph) and device memory;
   2. fp16, greedy     eager at T = 0 (timed): captured output identical to eager target-only for target-only, the
-                      default, and fixed gamma 1 .. gamma_max of the draft and of lookup,draft (so every width of
-                      each captured model runs at least twice: captured, then replayed); the widths' run counts;
-  3. fp16, T = 1      ms/token captured and eager, target-only and the default (seeded requests);
-  4. fp32             exported in the background during 2-3 on a GPU machine; captured greedy output identical to
-                      the CPU provider's fp32 output and to eager, every width; ms/token as in 1-3;
-  5. sampling         the distribution test at T = 1 (below) on the captured fp16 decoder, the exact distribution
-                      from the eager fp16 decoder's logits;
-  6. transformers     greedy generate and assisted generation (assistant_model = the widened draft) in fp16 on the
+                      default, and fixed gamma 1 .. gamma_max of the draft, lookup,draft and auto (every width of the
+                      captured target runs at least twice: captured, then replayed); the widths' run counts;
+  3. fp16, T = 1      ms/token captured and eager, target-only and the default (seeded requests). From here on a
+                      GPU machine exports fp32 in the background (the steps it ran beside are marked);
+  4. transformers     greedy generate and assisted generation (assistant_model = the widened draft) in fp16 on the
                       same weights and device;
-  7. bound            the capturable target step's weight bytes / the measured copy bandwidth, per dtype;
-  8. kernels          the capturable target step after onnxruntime's optimizations (optimized_model_filepath): its
+  5. kernels          the capturable target step after onnxruntime's optimizations (optimized_model_filepath): its
                       nodes and top op types, where onnxruntime placed them (its verbose session log) and what it
                       warned about (memcpy, shape nodes on the CPU), on the provider and on the CPU;
-  9. copies           host <-> device copies a round of the captured fp16 decoder (the draft at gamma 4).
+  6. sampling         the distribution test at T = 1 (below) on the captured fp16 decoder, the exact distribution
+                      from the eager fp16 decoder's logits, as many requests as fit a quarter of the time left;
+  7. copies           host <-> device copies a round of the captured fp16 decoder (the draft at gamma 4);
+  8. bound            the capturable target step's weight bytes / the measured copy bandwidth, per dtype;
+  9. fp32             captured greedy output identical to the CPU provider's fp32 output and to eager, every width;
+                      ms/token as in 1-3.
 
 With --export DIR (or `bundled`): the earlier eager checks on that export: greedy output identical to the CPU
 provider's, the distribution test (the first token of N speculative requests, the draft at gamma 3, seeds 0..N-1,
@@ -331,6 +332,7 @@ class Runner:
         self.args, self.report, self.log = args, report, log
         self.started = time.perf_counter()
         self.json = Path(args.json) if args.json else Path(args.out).with_suffix(".json")
+        self.beside = lambda: None          # what else runs now (a background export), noted on each step
 
     def left(self) -> float:
         return self.args.budget_s - (time.perf_counter() - self.started)
@@ -353,7 +355,7 @@ class Runner:
             self.written()
             return None
         self.log(f"[{time.perf_counter() - self.started:5.0f} s] {what}")
-        t = time.perf_counter()
+        t, beside = time.perf_counter(), self.beside()
         try:
             result = work()
         except LeftOut as why:
@@ -364,7 +366,8 @@ class Runner:
             self.report["errors"][name] = failure(err, 300)
             self.log(f"{name}: failed: {self.report['errors'][name]}")
             result = None
-        self.report["steps"].append({"step": name, "seconds": time.perf_counter() - t})
+        self.report["steps"].append({"step": name, "seconds": time.perf_counter() - t,
+                                     **({"beside": beside} if beside else {})})
         self.written()
         return result
 
@@ -405,7 +408,7 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
         state["widened"] = Path(out["dir"])
         return out
 
-    w["checkpoints"] = runner.step("widen", f"widen the {w['source']} to {a.widen}", widen, need_s=30)
+    w["checkpoints"] = runner.step("widen", f"widen {w['source']} to {a.widen}", widen, need_s=30)
     if w["checkpoints"] is None:
         return
     datastore = bundled_datastore() if a.widen_from is None else []
@@ -512,7 +515,7 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
         for seed in range(8):
             cap.generate(input_ids=candidates[0], max_new_tokens=4, temperature=1.0, seed=seed, draft="draft", gamma=3)
         each = (time.perf_counter() - t) / 8
-        fits = int(0.5 * max(runner.left() - 60, 0) / max(each, 1e-6))
+        fits = int(0.25 * max(runner.left() - 60, 0) / max(each, 1e-6))     # the second dtype's steps follow
         samples = min(a.samples, fits)
         if samples < min(a.samples, 500):
             raise LeftOut(f"only {samples} requests fit the budget left ({each * 1e3:.0f} ms a request)")
@@ -581,10 +584,26 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
         if background and runner.left() > 60:
             runner.step(f"export_{second}_start", f"export {second} in the background",
                         lambda: make_export(second, in_background=True))
+            e = exports.get(second)
+            runner.beside = lambda: (f"the {second} export" if e is not None and e.proc is not None
+                                     and e.proc.poll() is None else None)
+    # while a background export runs, the first dtype's other figures; then the second dtype's
     runner.step(f"{first}_t1", f"{first}: T = 1, captured and eager", lambda: t1(first),
                 needs=(f"{first}_load",))
+    w["transformers"] = runner.step("transformers", "transformers: greedy and assisted generate, fp16",
+                                    transformers, need_s=30, needs=(f"{first}_load",))
+    w["kernels"] = runner.step("kernels", "kernels per step: the optimized capturable graph, placements, warnings",
+                               kernels, need_s=20, needs=(f"export_{first}",))
+    w["sampling"] = runner.step("sampling_captured", f"sampling: the distribution test on the captured {first} decoder",
+                                lambda: sampling(first), need_s=30, needs=(f"{first}_load",))
+    w["copies"] = runner.step("copies_captured", f"copies: a round of the captured {first} decoder",
+                              lambda: copies(first), needs=(f"{first}_load",))
     for second in dtypes[1:2]:
         runner.step(f"export_{second}", f"export {second} (or wait for it)", lambda: wait_export(second), need_s=20)
+        runner.beside = lambda: None
+    w["bound"] = runner.step("bound", "the bandwidth bound", bound, need_s=2)
+    for second in dtypes[1:2]:
+        state["dec"].pop(first, None)           # the first dtype's decoders are done with: free the device for these
         runner.step(f"{second}_load", f"{second}: load captured and eager on {provider}", lambda: load(second),
                     needs=(f"export_{second}",))
         runner.step(f"{second}_captured_t0", f"{second}: captured, T = 0", lambda: captured_t0(second),
@@ -593,16 +612,6 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
                     lambda: greedy(second), needs=(f"{second}_captured_t0",))
         runner.step(f"{second}_t1", f"{second}: T = 1, captured and eager", lambda: t1(second),
                     needs=(f"{second}_load",))
-    w["sampling"] = runner.step("sampling_captured", f"sampling: the distribution test on the captured {first} decoder",
-                                lambda: sampling(first), need_s=40, needs=(f"{first}_load",))
-    w["transformers"] = runner.step("transformers", "transformers: greedy and assisted generate, fp16",
-                                    transformers, need_s=30, needs=("widen",))
-    w["bound"] = runner.step("bound", "the bandwidth bound", bound)
-    w["kernels"] = runner.step("kernels", "kernels per step: the optimized capturable graph, placements, warnings",
-                               kernels, need_s=20, needs=(f"export_{first}",))
-    w["copies"] = runner.step("copies_captured", f"copies: a round of the captured {first} decoder",
-                              lambda: copies(first),
-                              needs=(f"{first}_load",))
     state.clear()
 
 
@@ -712,7 +721,7 @@ def _sampling_text(s: dict) -> str:
             f"({'passes' if s['passed'] else 'FAILS'}: p >= {P_PASS} with 4 or more degrees of freedom).")
 
 
-def widened_sections(w: dict, memory: list) -> list:
+def widened_sections(w: dict, memory: list, steps: list = ()) -> list:
     parts = [f"## The widened pair: {w['pair']} ({w['source']})"]
     c = w.get("checkpoints")
     lines = []
@@ -738,8 +747,11 @@ def widened_sections(w: dict, memory: list) -> list:
                 ratio = f"{y['ms_per_token'] / x['ms_per_token']:.2f}x" if x and y else "-"
                 rows.append([dtype, t, label, _ms(x), _ms(y), ratio,
                              "-" if not x else f"{x['tokens_per_target_call']:.2f}"])
+    beside = [f"{x['step']} (beside {x['beside']})" for x in steps if "beside" in x]
     if rows:
-        parts.append(Table("### ms per generated token (median of the timed passes over the prompts)",
+        parts.append(Table("### ms per generated token (median of the timed passes over the prompts)" + (
+            "; these steps ran while a background export took most CPU cores, which can slow the host side of a "
+            "run: " + ", ".join(beside) if beside else ""),
                            ("dtype", "T", "run", "captured", "eager", "eager / captured", "tokens a target call"),
                            rows))
     peers = []
@@ -831,7 +843,7 @@ def sections(r: dict) -> list:
              + (f"\n- eager checks on: `{r['engine']}`" if "engine" in r else "")]
     parts += [f"- FAILED: {what}: {why}" for what, why in r["errors"].items()]
     if "widened" in r:
-        parts += widened_sections(r["widened"], r["memory"])
+        parts += widened_sections(r["widened"], r["memory"], r.get("steps", []))
     if r.get("greedy"):
         parts.append(Table("## Greedy output against the CPU provider", ("draft", "gamma", "identical"),
                            [[x["draft"], str(x["gamma"]), f"{x['identical']}/{x['prompts']}"]
@@ -857,5 +869,6 @@ def sections(r: dict) -> list:
                      g.get("error") or f"identical: {g['identical']}"])
         parts.append(Table(f"## Real size: {z['pair']} (random weights)", ("run", "ms/token", "note"), rows))
     parts += [f"Left out: {what} ({why})." for what, why in r["skipped"].items()]
-    steps = ", ".join(f"{x['step']} {x['seconds']:.0f} s" for x in r.get("steps", []))
+    steps = ", ".join(f"{x['step']} {x['seconds']:.0f} s" + (f" (beside {x['beside']})" if "beside" in x else "")
+                      for x in r.get("steps", []))
     return parts + [f"Elapsed: {r.get('elapsed_s', 0):.0f} s" + (f" (steps: {steps})." if steps else ".")]
