@@ -9,7 +9,7 @@ import json
 import sys
 
 from specdec.runtime.core.errors import OneLineParser, run_cli
-from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP
+from specdec.runtime import GRAPH_CAPTURE_HELP, PROVIDER_CHOICES, PROVIDER_HELP
 
 
 PROMPT_FILE = ("JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled test prompts "
@@ -149,8 +149,10 @@ def speech_shapes() -> argparse.ArgumentParser:
     return parent
 
 
-def run(*, max_new_tokens: int, repeat: int, repeat_help: str, past: str) -> argparse.ArgumentParser:
-    """How long and how often every configuration runs, and on what."""
+def run(*, max_new_tokens: int, repeat: int, repeat_help: str, past: str,
+        graph_capture: bool = False) -> argparse.ArgumentParser:
+    """How long and how often every configuration runs, and on what (`graph_capture`: the command times one loaded
+    export, which --graph-capture may load through its capturable graphs)."""
     parent, g = group("runs")
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
                    help=f"{declared('max_new_tokens')} (default {max_new_tokens})")
@@ -158,6 +160,9 @@ def run(*, max_new_tokens: int, repeat: int, repeat_help: str, past: str) -> arg
     g.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
     g.add_argument("--threads", type=int, default=0, metavar="N",
                    help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
+    if graph_capture:
+        g.add_argument("--graph-capture", action="store_true",
+                       help=GRAPH_CAPTURE_HELP + "; every configuration is then timed on those graphs")
     g.add_argument("--probe-repeats", type=int, default=30, metavar="N",
                    help="repeats of each per-call cost measurement")
     g.add_argument("--past", type=int, default=None, metavar="N",
@@ -228,7 +233,8 @@ def on_export(sweep: bool, repeat_help: str, peer_texts: tuple[str, str]) -> lis
     prompt task at least once otherwise, as `drafts` needs) and the peers' texts (peers())."""
     return [engine(), prompts(every_task=not sweep, audio=not sweep),
             sampling(temperatures=True, several_filters=sweep),
-            run(max_new_tokens=64, repeat=5, repeat_help=repeat_help, past="max_new_tokens/2"), output(plot=sweep),
+            run(max_new_tokens=64, repeat=5, repeat_help=repeat_help, past="max_new_tokens/2", graph_capture=True),
+            output(plot=sweep),
             peers(*peer_texts)]
 
 

@@ -120,10 +120,10 @@ def needs_torch(command: str) -> None:
 
 # -- running -------------------------------------------------------------------------------------------------------
 
-def load(engine, provider, threads):
+def load(engine, provider, threads, graph_capture: bool = False):
     from specdec.runtime import SpeculativeDecoder
 
-    return SpeculativeDecoder.load(engine, provider=provider, threads=threads)
+    return SpeculativeDecoder.load(engine, provider=provider, threads=threads, graph_capture=graph_capture)
 
 
 def check_gammas(args, dec) -> None:

@@ -37,13 +37,14 @@ def run(args) -> int:
     common.one_filter(args, "drafts")
     configs = drafts.parse_configs(args.draft)
     base = common.base_params(args)
-    dec = common.load(args.engine, args.provider, args.threads)
+    dec = common.load(args.engine, args.provider, args.threads, args.graph_capture)
     if args.peers and dec.manifest.speech is not None:
         raise SpecdecError("--peers times T5 engines (transformers, CTranslate2, Optimum), and this export is a "
                            "Whisper model", "drop --peers")
     drafts.check_configs(dec, configs, base)
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec, every_task=True, audio=True)
-    mach = common.begin(f"specdec-bench: {args.engine}", dec.provider, args.threads)
+    mach = common.begin(f"specdec-bench: {args.engine}" + (" (graph capture)" if args.graph_capture else ""),
+                        dec.provider, args.threads)
 
     started = time.perf_counter()
     probe = common.probe(dec, prompts, args, args.temperature, dec.gamma_max)

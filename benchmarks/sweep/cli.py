@@ -62,6 +62,7 @@ def profile_host(dec, prompts, gamma: int, max_new_tokens: int, out_path: str, b
 def settings(args, prompts, origin: str) -> dict:          # shared with drafts
     return {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens, "repeats": args.repeat,
             "prompts": len(prompts), "prompts_origin": origin, "probe_past": args.past, "threads": args.threads,
+            "graph_capture": args.graph_capture,
             **common.filter_settings(args)}
 
 
@@ -73,10 +74,11 @@ def run(args) -> int:
 
     common.export_checked(args)
     args.gamma = common.with_baseline(args.gamma)
-    dec = common.load(args.engine, args.provider, args.threads)
+    dec = common.load(args.engine, args.provider, args.threads, args.graph_capture)
     common.check_gammas(args, dec)
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
-    mach = common.begin(f"specdec-bench: {args.engine}", dec.provider, args.threads)
+    mach = common.begin(f"specdec-bench: {args.engine}" + (" (graph capture)" if args.graph_capture else ""),
+                        dec.provider, args.threads)
     base = common.base_params(args)
 
     started = time.perf_counter()

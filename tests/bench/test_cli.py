@@ -101,6 +101,26 @@ def test_cost_probe_times_the_head(tiny_export, tmp_path):
     assert probe["settings"] == {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "lenience": 1.0}
 
 
+def test_graph_capture_times_the_capturable_graphs(tiny_capture_export, tiny_export, tmp_path):
+    """sweep --graph-capture loads the export's capturable graphs (uncaptured on the CPU): the sweep runs, says so
+    (title and settings), and its greedy rows give gamma 0's tokens; drafts takes the flag too. On an export without
+    those graphs either command refuses in one line."""
+    code, out, err = run(["sweep", "--export", tiny_capture_export, "--graph-capture", "--provider", "cpu", "--gamma",
+                          "0,2", "--temperature", "0", "--repeat", "1", "--num-prompts", "1", "--max-new-tokens", "6",
+                          "--probe-repeats", "1", "--json", tmp_path / "g.json", "--no-progress"])
+    assert code == 0, err
+    assert out.startswith(f"specdec-bench: {tiny_capture_export} (graph capture)\n"), out
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert report["settings"]["graph_capture"] is True
+    assert report["greedy_agreement"] == {"0": {"agree": 1, "prompts": 1}, "2": {"agree": 1, "prompts": 1}}
+    assert {(r["gamma"], r["new_tokens"] > 0) for r in report["results"]} == {(0, True), (2, True)}
+    for command in ("sweep", "drafts"):
+        code, out, err = run([command, "--export", tiny_export, "--graph-capture", "--provider", "cpu",
+                              *(["--draft", "draft"] if command == "drafts" else []), "--no-progress"])
+        assert code == 2 and err.strip().count("\n") == 0, (command, err)
+        assert err.startswith(f"error: export '{tiny_export}' has no capturable graphs"), (command, err)
+
+
 def test_filters_and_lenience_apply_to_every_configuration(tiny_export, tmp_path):
     code, out, err = run(["sweep", "--export", tiny_export, "--gamma", "0,1", "--temperature", "0,1", "--repeat", "1",
                           "--num-prompts", "1", "--max-new-tokens", "4", "--probe-repeats", "1",
