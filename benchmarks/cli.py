@@ -2,8 +2,9 @@
 
     specdec-bench sweep   --export DIR [--gamma 0,1,2,3,4,6,8] [--temperature 0,1] [--top-k K]
                           [--top-p P | --filters none,K:P,...] [--lenience L] [--plot OUT.png] [--profile OUT.txt]
-                          [--peers [--peer-python PYTHON]]
+                          [--peers [--peer-python PYTHON]] [--graph-capture]
     specdec-bench drafts  --export DIR --draft none draft lookup lookup,draft auto [--temperature 0,1] [--peers]
+                          [--graph-capture]
     specdec-bench beams   (--export DIR | --shapes TARGET:DRAFT) --num-beams W [--gamma 1,2,4]
                           [--early-stopping true|false|never] [--length-penalty L] [--beam-rows 4,8,12,16 (--shapes)]
     specdec-bench shapes  TARGET:DRAFT [--gamma 0,4] [--work-dir bench-results] [--plot OUT.png]
