@@ -272,7 +272,8 @@ class Handler:
     """Every request of a server on one SpeculativeDecoder. The requests a batch can run join its batcher
     (runtime/decoding/batcher.py: continuous batching, at most `max_batch` rows, `max_queue` waiting, past which a
     request is refused at once with "the batcher is busy"); the others (a draft model, beam search, logits
-    processors, lenience < 1, every request of a Whisper export) run alone on the same decoder between batches."""
+    processors, lenience < 1, every request of a Whisper export, every request of a decoder loaded with
+    graph_capture) run alone on the same decoder between batches."""
 
     def __init__(self, decoder, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE):
         self.decoder = decoder

@@ -215,3 +215,31 @@ def test_graph_capture_is_a_flag_and_a_written_repository_keeps_it(tiny_export, 
         for model in ("specdec", "specdec_stream"):
             config = (repo / model / "config.pbtxt").read_text()
             assert f'key: "graph_capture"\n  value: {{ string_value: "{value}" }}' in config, config
+
+
+def test_a_written_repository_s_model_loads_the_capturable_graphs(tiny_capture_export, tmp_path, monkeypatch):
+    """The model.py a repository written with --graph-capture holds reads config.pbtxt's parameters (as Triton's
+    Python backend hands them over, its utilities stubbed) and loads the decoder with graph_capture=True."""
+    import json
+    import re
+    import types
+
+    from specdec.serve.repository import write_model_repository
+
+    stub = types.ModuleType("triton_python_backend_utils")
+    stub.using_decoupled_model_transaction_policy = lambda config: False
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", stub)
+    repo = write_model_repository(tmp_path / "repo", tiny_capture_export, threads=1, provider="cpu",
+                                  graph_capture=True)
+    config = (repo / "specdec" / "config.pbtxt").read_text()
+    parameters = {key: {"string_value": value} for key, value in
+                  re.findall(r'key: "(\w+)"\n  value: \{ string_value: "([^"]*)" \}', config)}
+    assert parameters["graph_capture"] == {"string_value": "true"}
+    namespace: dict = {}
+    exec(compile((repo / "specdec" / "1" / "model.py").read_text(), "model.py", "exec"), namespace)
+    model = namespace["TritonPythonModel"]()
+    model.initialize({"model_config": json.dumps({"parameters": parameters})})
+    try:
+        assert model.handler.decoder.captured and model.handler.decoder.provider == "cpu"
+    finally:
+        model.finalize()
