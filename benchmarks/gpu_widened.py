@@ -22,6 +22,8 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+from specdec.runtime.core.errors import first_line
+
 TARGET_ONLY = {"draft": "none"}
 DEFAULT = {"draft": "auto", "gamma": "auto"}
 
@@ -312,9 +314,9 @@ def kernel_census(graph: Path, provider: str, scratch: Path, top: int = 12) -> d
             del session
             break
         except Exception as err:     # noqa: BLE001 - onnxruntime refusing the session is the finding
-            from .gpu import failure
             # refused with enable_cuda_graph: the same session without it still shows the nodes and placements
-            out["error" if attempt is None else "error_with_cuda_graph"] = failure(err, 300)
+            out["error" if attempt is None else "error_with_cuda_graph"] = \
+                f"{type(err).__name__}: {first_line(err, 300, '')}"
     out["session_s"] = time.perf_counter() - started
     text = log_path.read_text(errors="replace") if log_path.is_file() else ""
     out.update(read_session_log(text))
