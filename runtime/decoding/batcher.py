@@ -229,8 +229,14 @@ class Batcher:
 
     def _fail_taken(self, error: SpecdecError) -> None:
         """End with `error` every ticket the failed batch had taken (running, or joining when it failed); the ones
-        still waiting go into the next batch."""
+        still waiting go into the next batch. A batch that failed before taking any request (opening its model, say)
+        would fail the same way for the next: the oldest waiting request then ends with the error, so each failure
+        ends at least one request and the loop never spins on the same queue."""
         with self._wake:
             waiting = {id(request) for request in self.waiting.requests()}
-            for ticket in [t for t in self._open if id(t.request) not in waiting]:
+            taken = [t for t in self._open if id(t.request) not in waiting]
+            if not taken:
+                oldest = self.waiting.take()
+                taken = [oldest[0]] if oldest is not None else []
+            for ticket in taken:
                 ticket._fail(error)

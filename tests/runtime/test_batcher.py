@@ -134,6 +134,40 @@ def test_a_failing_batch_ends_its_tickets_and_the_batcher_goes_on(related_decode
             alone(dec, prompts[1:2], 8)[0]
 
 
+def test_a_batch_failing_before_it_takes_a_request_ends_the_requests_and_close_returns(related_decoder,
+                                                                                          monkeypatch):
+    """A batch that fails before taking anything (here: opening its model) would fail again for the same queue: each
+    failure ends the oldest waiting request with the one-line error, so no ticket waits forever and close() returns
+    (the batcher spun on the same queue before)."""
+    from specdec.runtime.engine.batch_model import BatchModel
+
+    dec = related_decoder
+    prompts = random_prompts(dec.vocab_size, 3, seed=26)
+    real = BatchModel.__init__
+
+    def broken(self, *args, **kwargs):
+        raise SpecdecError("cannot open the batch model on purpose")
+
+    monkeypatch.setattr(BatchModel, "__init__", broken)
+    monkeypatch.setattr(dec, "_batch_model", None)
+    server = dec.batcher(max_batch=2)
+    tickets = [server.submit(input_ids=ids, max_new_tokens=8) for ids in prompts]
+    outcome = []
+    waiter = threading.Thread(target=lambda: outcome.extend(pytest.raises(SpecdecError, t.result) for t in tickets))
+    waiter.start()
+    waiter.join(timeout=60)
+    assert not waiter.is_alive(), "a request of a batch that never started was never ended"
+    assert all("on purpose" in str(e.value) and "\n" not in str(e.value) for e in outcome), outcome
+    closer = threading.Thread(target=server.close)
+    closer.start()
+    closer.join(timeout=60)
+    assert not closer.is_alive(), "close() hung"
+    monkeypatch.setattr(BatchModel, "__init__", real)
+    with dec.batcher(max_batch=2) as again:
+        got = again.submit(input_ids=prompts[0], max_new_tokens=8).result().token_ids
+        assert got == alone(dec, prompts[:1], 8)[0]
+
+
 def test_requests_a_batch_cannot_run_are_submitted_the_same_way_and_run_alone(related_decoder):
     """SpeculativeDecoder.submit (its own batcher) takes every request: a draft model's, beam search's and a stream
     of a draft model's run alone on the decoder and give what generate() gives; a stream cancelled after its first
