@@ -21,9 +21,10 @@ PEERS = {"--peers", "--peer-gamma", "--peer-repeat", "--peer-python", "--peer-ti
 FILTERS = {"--top-k", "--top-p", "--filters", "--lenience"}
 BUILD = {"--work-dir", "--max-length"}
 FLAGS = {
-    "sweep": {"--export", "--prompts", "--num-prompts", "--gamma", "--temperature", "--plot", "--profile"}
-    | FILTERS | RUNS | OUTPUT | PEERS,
-    "drafts": {"--export", "--prompts", "--num-prompts", "--draft", "--temperature"} | FILTERS | RUNS | OUTPUT | PEERS,
+    "sweep": {"--export", "--prompts", "--num-prompts", "--gamma", "--temperature", "--plot", "--profile",
+              "--graph-capture"} | FILTERS | RUNS | OUTPUT | PEERS,
+    "drafts": {"--export", "--prompts", "--num-prompts", "--draft", "--temperature", "--graph-capture"} | FILTERS
+    | RUNS | OUTPUT | PEERS,
     "beams": {"--export", "--shapes", "--num-beams", "--gamma", "--prompts", "--num-prompts", "--early-stopping",
               "--length-penalty", "--no-repeat-ngram-size", "--min-new-tokens", "--no-transformers",
               "--target-checkpoint", "--beam-rows", "--source-length", "--keep-checkpoints"} | RUNS | OUTPUT | BUILD,
@@ -38,7 +39,8 @@ FLAGS = {
     "batch": {"--export", "--batch", "--draft", "--temperature", "--prompts", "--num-prompts", "--repeat",
               "--max-new-tokens", "--provider", "--threads", "--json", "--markdown"},
     "gpu": {"--provider", "--export", "--shapes", "--work-dir", "--num-prompts", "--max-new-tokens", "--samples",
-            "--bandwidth-gbs", "--budget-s", "--out", "--json"},
+            "--bandwidth-gbs", "--budget-s", "--out", "--json", "--widen", "--widen-from", "--dtypes", "--gamma-max",
+            "--max-length", "--prompts", "--background-export", "--repeats"},
 }
 
 
@@ -75,7 +77,7 @@ def test_each_command_help_lists_its_flags(command):
     (["drafts", "--export", "x", "--draft", "auto", "--profile", "p.txt"], "--profile does not apply to drafts"),
     (["shapes", "t5-large:t5-small", "--temperature", "1"], "--temperature does not apply to shapes"),
     (["shapes", "t5-large:t5-small", "--export", "x"], "--export does not apply to shapes"),
-    (["sweep", "--export", "x", "--dtypes", "int8"], "--dtypes does not apply to sweep (a flag of dtypes)"),
+    (["sweep", "--export", "x", "--dtypes", "int8"], "--dtypes does not apply to sweep (a flag of dtypes, gpu)"),
     (["sweep", "--export", "x", "--num-beams", "4"], "--num-beams does not apply to sweep (a flag of beams)"),
     (["sweep", "--export", "x", "--draft", "auto"], "--draft does not apply to sweep (a flag of drafts, batch)"),
     (["sweep", "--export", "x", "--shapes", "t5-large:t5-small"], "--shapes does not apply to sweep"),
