@@ -55,6 +55,24 @@ def cast(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return x if x.dtype == dtype else x.to(dtype)
 
 
+class _Attention(torch.autograd.Function):
+    """softmax(q k^T + bias) v, T5's unscaled attention, heads merged: q [1, N, H*d], k and v [1, H, L, d], bias
+    [1, H or 1, N, L], all in one dtype. Traced as one node (specdec::Attention, made onnxruntime's
+    com.microsoft MultiHeadAttention after tracing: `fused_attention`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, bias, heads: int):
+        d = k.shape[-1]
+        qh = q.reshape(1, -1, heads, d).transpose(1, 2).float()
+        scores = torch.matmul(qh, k.float().transpose(-1, -2)) + bias.float()
+        out = torch.matmul(torch.softmax(scores, dim=-1), v.float())
+        return out.transpose(1, 2).reshape(1, -1, heads * d).to(q.dtype)
+
+    @staticmethod
+    def symbolic(g, q, k, v, bias, heads: int):
+        return g.op("specdec::Attention", q, k, v, bias, num_heads_i=heads).setType(q.type())
+
+
 class CapturableDecoder(nn.Module):
     """forward(tokens, position, offsets, source_length, *past (K, V per layer), *cross (K, V per layer)) ->
     (logits, *present (K, V per layer)). Per layer the new K/V are written into the cache first (ScatterElements,
@@ -62,9 +80,10 @@ class CapturableDecoder(nn.Module):
     after each query's position are masked by the relative-position table's row 0, whatever they hold. The query,
     key and value projections are one MatMul."""
 
-    def __init__(self, model, capacity: int, source_capacity: int):
+    def __init__(self, model, capacity: int, source_capacity: int, fused: bool = False):
         super().__init__()
         cfg = model.config
+        self.fused = fused
         self.heads, self.d_kv, self.layers = cfg.num_heads, cfg.d_kv, cfg.num_decoder_layers
         self.capacity, self.source_capacity = capacity, source_capacity
         self.embed = model.decoder.embed_tokens
@@ -102,27 +121,45 @@ class CapturableDecoder(nn.Module):
         # where the new K/V go along the cache's slot axis: P + i for every head and element -> [1, H, N, d]
         index = at[None, None, :, None] + torch.zeros(1, self.heads, 1, self.d_kv, dtype=torch.long)
 
+        if self.fused:          # the attention's dtype: the mask row at that dtype's lowest, the cross mask per query
+            low = torch.finfo(dtype).min
+            bias = cast(bias.clamp(min=low), dtype)
+            cross_bias = cast(cross_bias.clamp(min=low) + cast(offsets)[None, None, :, None] * 0, dtype)
+
         h = self.embed(input_ids).float()
         present = []
         for i, block in enumerate(self.blocks):
             sa = block.layer[0].SelfAttention
             x = rms_norm(h, block.layer[0].layer_norm)
             w = self.qkv[i]
-            qkv = torch.matmul(cast(x, w.dtype), w).reshape(1, -1, 3, self.heads, self.d_kv).permute(2, 0, 3, 1, 4)
-            q, k, v = qkv.unbind(0)                                                     # [1, H, N, d] each
+            qkv = torch.matmul(cast(x, w.dtype), w).reshape(1, -1, 3, self.heads, self.d_kv)
+            if self.fused:
+                q = qkv[:, :, 0].reshape(1, -1, self.heads * self.d_kv)
+                k, v = qkv[:, :, 1:].permute(2, 0, 3, 1, 4).unbind(0)
+            else:
+                q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)                          # [1, H, N, d] each
             cache_k = past[2 * i].scatter(2, index, cast(k, dtype))
             cache_v = past[2 * i + 1].scatter(2, index, cast(v, dtype))
             present += [cache_k, cache_v]
-            scores = torch.matmul(cast(q), cast(cache_k).transpose(-1, -2)) + bias      # unscaled, as T5
-            ctx = torch.matmul(torch.softmax(scores, dim=-1), cast(cache_v))
-            h = h + self._merge(ctx, sa.o)
+            if self.fused:
+                ctx = _Attention.apply(cast(q, dtype), cache_k, cache_v, bias, self.heads)
+                h = h + linear(ctx, sa.o)
+            else:
+                scores = torch.matmul(cast(q), cast(cache_k).transpose(-1, -2)) + bias      # unscaled, as T5
+                ctx = torch.matmul(torch.softmax(scores, dim=-1), cast(cache_v))
+                h = h + self._merge(ctx, sa.o)
 
             ca = block.layer[1].EncDecAttention
             x = rms_norm(h, block.layer[1].layer_norm)
-            q = self._heads(linear(x, ca.q))
-            scores = torch.matmul(q, cast(cross[2 * i]).transpose(-1, -2)) + cross_bias
-            ctx = torch.matmul(torch.softmax(scores, dim=-1), cast(cross[2 * i + 1]))
-            h = h + self._merge(ctx, ca.o)
+            if self.fused:
+                q = cast(linear(x, ca.q), dtype)
+                ctx = _Attention.apply(q, cross[2 * i], cross[2 * i + 1], cross_bias, self.heads)
+                h = h + linear(ctx, ca.o)
+            else:
+                q = self._heads(linear(x, ca.q))
+                scores = torch.matmul(q, cast(cross[2 * i]).transpose(-1, -2)) + cross_bias
+                ctx = torch.matmul(torch.softmax(scores, dim=-1), cast(cross[2 * i + 1]))
+                h = h + self._merge(ctx, ca.o)
             h = feed_forward(h, block.layer[2])
         h = rms_norm(h, self.final_norm) * self.output_scale
         logits = linear(h, self.lm_head)
@@ -130,13 +167,15 @@ class CapturableDecoder(nn.Module):
 
 
 def export_capture_decoder(model, path, dtype: torch.dtype, capacity: int, source_capacity: int, slots: int,
-                           opset: int = 17) -> None:
-    """Trace CapturableDecoder to `path` (every axis fixed but N)."""
+                           opset: int = 17, fused_attention: bool = False) -> None:
+    """Trace CapturableDecoder to `path` (every axis fixed but N). `fused_attention`: each attention (scores, bias,
+    softmax, values, heads merged) is one com.microsoft MultiHeadAttention node (onnxruntime's contrib op, on the CPU
+    and CUDA providers) instead of its MatMuls, Softmax and Transposes."""
     import onnx
     from onnx import helper
 
     cfg = model.config
-    module = CapturableDecoder(model, capacity, source_capacity).eval()
+    module = CapturableDecoder(model, capacity, source_capacity, fused_attention).eval()
     heads, d_kv = cfg.num_heads, cfg.d_kv
     past_names, present_names, cross_names = capture_cache_names(cfg.num_decoder_layers)
     tokens = torch.zeros(slots, dtype=torch.long)
@@ -149,11 +188,57 @@ def export_capture_decoder(model, path, dtype: torch.dtype, capacity: int, sourc
         torch.onnx.export(module, (tokens, position, offsets, source_length, *past, *cross), str(path),
                           input_names=[*CAPTURE_INPUTS, *past_names, *cross_names],
                           output_names=[LOGITS, *present_names], dynamic_axes={OFFSETS: {0: "new"}, LOGITS: {1: "new"}},
-                          opset_version=opset, dynamo=False, do_constant_folding=True)
+                          opset_version=opset, dynamo=False, do_constant_folding=True,
+                          custom_opsets={"specdec": 1} if fused_attention else None)
     graph_model = onnx.load(str(path), load_external_data=False)       # weights stay where torch wrote them
+    if fused_attention:
+        _multi_head_attention(graph_model)
+    _written_in_place(graph_model)
     logits = next(o for o in graph_model.graph.output if o.name == LOGITS)
     logits.CopyFrom(helper.make_tensor_value_info(LOGITS, onnx.TensorProto.FLOAT, [1, "new", cfg.vocab_size]))
     onnx.save(graph_model, str(path))
+
+
+def _written_in_place(graph_model) -> None:
+    """Make each present_* the ScatterElements output itself where the tracer put a no-op Cast after it (a Cast to
+    the cache's own dtype: onnxruntime keeps a Cast that makes a graph output, a copy of the whole cache a run)."""
+    graph = graph_model.graph
+    makers = {out: node for node in graph.node for out in node.output}
+    kv = {v.name: v.type.tensor_type.elem_type for v in graph.input}
+    for value in graph.output:
+        cast = makers.get(value.name)
+        if not value.name.startswith("present_") or cast is None or cast.op_type != "Cast":
+            continue
+        scatter = makers.get(cast.input[0])
+        past = "past_" + value.name[len("present_"):]
+        if scatter is None or scatter.op_type != "ScatterElements" or scatter.input[0] != past or \
+                next(a.i for a in cast.attribute if a.name == "to") != kv[past]:
+            continue
+        old = cast.input[0]
+        graph.node.remove(cast)
+        for node in graph.node:
+            node.input[:] = [value.name if name == old else name for name in node.input]
+        scatter.output[0] = value.name
+    inputs = {v.name: v for v in graph.input}
+    for value in graph.output:          # declared as their cache inputs: [1, H, C, d] in the cache's dtype
+        if value.name.startswith("present_"):
+            value.type.CopyFrom(inputs["past_" + value.name[len("present_"):]].type)
+
+
+def _multi_head_attention(graph_model) -> None:
+    """specdec::Attention(q, k, v, bias) -> com.microsoft MultiHeadAttention(q, k, v, , , bias) with scale 1 (T5
+    scales no scores): query [1, N, H*d], key and value [1, H, L, d] (BNSH), attention_bias [1, H or 1, N, L]."""
+    from onnx import helper
+
+    for node in graph_model.graph.node:
+        if node.domain == "specdec" and node.op_type == "Attention":
+            q, k, v, bias = node.input
+            heads = next(a.i for a in node.attribute if a.name == "num_heads")
+            node.CopyFrom(helper.make_node("MultiHeadAttention", [q, k, v, "", "", bias], list(node.output),
+                                           name=node.name, domain="com.microsoft", num_heads=heads, scale=1.0))
+    imports = [o for o in graph_model.opset_import if o.domain != "specdec"]
+    del graph_model.opset_import[:]
+    graph_model.opset_import.extend([*imports, helper.make_opsetid("com.microsoft", 1)])
 
 
 def export_cross_pad(path, dtype: torch.dtype, source_capacity: int, opset: int = 17) -> None:

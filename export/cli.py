@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--graph-capture", action="store_true",
                    help="also write the graphs CUDA can capture (fixed-size cache bound whole, no control flow), "
                         "loaded with graph_capture=True / --graph-capture; fp32 or fp16 T5 pairs")
+    p.add_argument("--capture-attention", default="plain", choices=("plain", "fused"),
+                   help="the capturable graphs' attention: plain MatMuls and Softmax (default), or fused: one "
+                        "onnxruntime MultiHeadAttention node per attention (fewer kernels a step)")
     p.add_argument("--force", action="store_true", help="replace an existing export directory")
     p.add_argument("--opset", type=int, default=17, help=argparse.SUPPRESS)
     return p
@@ -69,7 +72,8 @@ def _main(argv) -> int:
     warnings.filterwarnings("ignore")          # the ONNX tracer's warnings say nothing actionable to users
     reports = export_pair(ExportOptions(target, draft, args.export, args.gamma_max, args.max_length, args.dtype,
                                         args.force, args.opset, more, args.draft_dtype, store,
-                                        args.datastore_text_field, graph_capture=args.graph_capture))
+                                        args.datastore_text_field, graph_capture=args.graph_capture,
+                                        capture_attention=args.capture_attention))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
     int8 = {role for role in failed if int8_drift(reports[role])}
     for role in sorted(int8 - {"target"}):

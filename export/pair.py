@@ -37,6 +37,7 @@ class ExportOptions:
     skip_check: str = ""          # a reason to skip the parity check, kept in the manifest (the bench's random
     #                               models at sizes whose float64 reference does not fit in memory); never for users
     graph_capture: bool = False   # also the graphs CUDA can capture (export/capture.py), beside the eager ones
+    capture_attention: str = "plain"   # their attention: "plain" MatMuls and Softmax, or "fused" MultiHeadAttention
 
     def roles(self) -> dict:
         return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
@@ -99,6 +100,11 @@ def validate_options(opts: ExportOptions) -> None:
 
     for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
         check_text(text, opts.datastore_field, "--datastore-text file", "--datastore-text-field")
+    if opts.capture_attention not in CAPTURE_ATTENTION:
+        raise SpecdecError(f"--capture-attention must be one of {', '.join(CAPTURE_ATTENTION)} (got "
+                           f"{opts.capture_attention})")
+    if opts.capture_attention != "plain" and not opts.graph_capture:
+        raise SpecdecError("--capture-attention is for the capturable graphs", "add --graph-capture")
     if opts.graph_capture:
         odd = sorted({opts.weights(role) for role in opts.roles()} - {"fp32", "fp16"})
         if odd:
@@ -266,6 +272,7 @@ def graph_writer(source, stage: str, dtype, opset: int, tree: bool, sharing: dic
 
 
 CROSS_PAD_FILE = "target/cross_pad.onnx"
+CAPTURE_ATTENTION = ("plain", "fused")
 
 
 def write_capture_graphs(opts: ExportOptions, model, role: str, dtype, out: Path) -> dict:
@@ -277,7 +284,8 @@ def write_capture_graphs(opts: ExportOptions, model, role: str, dtype, out: Path
     rel = {"capture_decoder": f"{role}/capture_decoder.onnx", "capture_head": f"{role}/capture_head.onnx"}
     cast = cast_for_export(model, dtype)
     write_graph(lambda p: export_capture_decoder(cast, p, dtype, opts.max_length, opts.max_length,
-                                                 slots_for(opts.max_length, opts.gamma_max), opts.opset),
+                                                 slots_for(opts.max_length, opts.gamma_max), opts.opset,
+                                                 fused_attention=opts.capture_attention == "fused"),
                 out / rel["capture_decoder"])
     export_capture_head(out / rel["capture_head"], opset=opts.opset)
     if role == "target":
@@ -290,7 +298,7 @@ def capture_entry(opts: ExportOptions) -> dict:
     from .capture import slots_for
 
     return {"cross_pad": CROSS_PAD_FILE, "cache_capacity": opts.max_length, "source_capacity": opts.max_length,
-            "token_slots": slots_for(opts.max_length, opts.gamma_max)}
+            "token_slots": slots_for(opts.max_length, opts.gamma_max), "attention": opts.capture_attention}
 
 
 def export_pair(opts: ExportOptions, log=print) -> dict:

@@ -248,6 +248,8 @@ def _capture(where, raw, numbers: dict) -> dict | None:
         if value != want[name]:
             _fail(where, f"graph_capture {name} is {value}, but this export's runtime buffers have {want[name]}")
     _key(where, entry, CROSS_PAD, "graph_capture")
+    if entry.get("attention", "plain") not in ("plain", "fused"):
+        _fail(where, f"graph_capture attention is {shown(entry.get('attention'))}, not plain or fused")
     return entry
 
 

@@ -82,16 +82,31 @@ def test_capture_problems_names_a_cache_output_not_written_in_place():
     assert capture_problems(helper.make_model(helper.make_graph([scatter], "g", [cache, index, new], [out]))) == []
 
 
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_the_capturable_decoder_writes_every_cache_in_place_in_fp32_and_fp16(graphs, tmp_path, dtype):
+def test_the_capturable_decoder_writes_every_cache_in_place_and_passes_the_parity_check(graphs, tmp_path, dtype,
+                                                                                      fused):
+    """fp32 and fp16, plain and fused attention (one MultiHeadAttention node per attention)."""
     from specdec.export.attention import cast_for_export
 
-    model, _ = graphs
-    export_capture_decoder(cast_for_export(model, dtype), tmp_path / "c.onnx", dtype, CAPACITY, CAPACITY,
-                           slots_for(CAPACITY, GAMMA))
+    model, root = graphs
+    cast = cast_for_export(model, dtype)
+    export_capture_decoder(cast, tmp_path / "c.onnx", dtype, CAPACITY, CAPACITY, slots_for(CAPACITY, GAMMA),
+                           fused_attention=fused)
     graph = onnx.load(str(tmp_path / "c.onnx"))
+    layers = model.config.num_decoder_layers
     assert capture_problems(graph) == []
-    assert sum(n.op_type == "ScatterElements" for n in graph.graph.node) == 2 * model.config.num_decoder_layers
+    assert sum(n.op_type == "ScatterElements" for n in graph.graph.node) == 2 * layers
+    assert sum(n.op_type == "MultiHeadAttention" for n in graph.graph.node) == (2 * layers if fused else 0)
+    if fused:           # the attention's Softmax and MatMuls are inside the fused nodes
+        assert not any(n.op_type == "Softmax" for n in graph.graph.node)
+    name = "fp16" if dtype == torch.float16 else "fp32"
+    export_encoder(cast, tmp_path / "encoder.onnx")
+    export_decoder(cast, tmp_path / "decoder.onnx", dtype, tree=True)
+    export_cross_pad(tmp_path / "pad.onnx", dtype, CAPACITY)
+    rep = check_parity(model, tmp_path / "encoder.onnx", tmp_path / "decoder.onnx", GAMMA, name,
+                       capture=(tmp_path / "c.onnx", tmp_path / "pad.onnx", CAPACITY))
+    assert rep["passed"] and rep["capture_vs_eager_max_abs_diff"] <= rep["tolerance"], rep
 
 
 def test_the_capturable_decoder_declares_fixed_shapes_but_for_n(graphs):

@@ -11,6 +11,8 @@ same graphs uncaptured (capture itself needs CUDA: the GPU check, benchmarks/gpu
   p >= 1e-3; the lookup, N = 5,000), and its broken control (the capturable head drawing from p after a rejection)
   caught (p < 1e-6);
 - fp16: an fp16 export's capturable graphs (parity-checked at fp16's tolerance by the exporter) decode exactly;
+- fused attention (--capture-attention fused: MultiHeadAttention nodes): greedy equality, and the distribution tests
+  and their broken control run on it too;
 - bad input: one-line errors.
 """
 
@@ -53,14 +55,15 @@ def related_capture(related_pair, tmp_path_factory) -> tuple:
             SpeculativeDecoder.load(out, provider="cpu", threads=1, graph_capture=True))
 
 
-@pytest.fixture(scope="module")
-def small_capture(small_vocab_pair, tmp_path_factory) -> tuple:
-    """small_vocab_pair's target and draft exported with --graph-capture, and a copy whose target's capturable
-    head draws from p instead of norm(max(0, p - q)) after a rejection (the broken control)."""
+@pytest.fixture(scope="module", params=["plain", "fused"])
+def small_capture(small_vocab_pair, tmp_path_factory, request) -> tuple:
+    """small_vocab_pair's target and draft exported with --graph-capture (plain or fused attention), and a copy
+    whose target's capturable head draws from p instead of norm(max(0, p - q)) after a rejection (the broken
+    control)."""
     root = small_vocab_pair[0].parent
     out = tmp_path_factory.mktemp("small_capture")
     good = export_pair(root / "target", root / "draft", out / "export", "--gamma-max", "4", "--max-length", "16",
-                       "--graph-capture")
+                       "--graph-capture", "--capture-attention", request.param)
     broken = out / "broken"
     shutil.copytree(good, broken)
     export_capture_head(broken / "target/capture_head.onnx", residual=False)
@@ -199,6 +202,25 @@ def test_greedy_through_the_capturable_graphs_equals_target_only_for_every_sourc
             accepted += res.stats.accepted
     # it says something only if outputs vary and guesses were both kept and rejected (rollbacks happened)
     assert len(outputs) >= 5 and 0 < accepted < proposed, (len(outputs), accepted, proposed)
+
+
+def test_greedy_through_fused_attention_equals_target_only(related_pair, related_capture, tmp_path_factory):
+    """--capture-attention fused: each attention one MultiHeadAttention node; the same tokens as target-only."""
+    target, draft, _ = related_pair
+    out = export_pair(target, draft, tmp_path_factory.mktemp("fused") / "export", "--gamma-max", "8",
+                      "--max-length", "64", "--graph-capture", "--capture-attention", "fused")
+    fused = SpeculativeDecoder.load(out, provider="cpu", threads=1, graph_capture=True)
+    assert fused.manifest.graph_capture["attention"] == "fused"
+    eager = related_capture[1]
+    proposed = accepted = 0
+    for ids in random_prompts(48, 8, seed=13):
+        want = eager.generate(input_ids=ids, max_new_tokens=MAX_NEW, draft="none").token_ids
+        for draft_name in ("none", "draft", "lookup,draft", "auto"):
+            for gamma in (3, "auto"):
+                res = fused.generate(input_ids=ids, max_new_tokens=MAX_NEW, draft=draft_name, gamma=gamma)
+                assert res.token_ids == want, (draft_name, gamma, ids)
+                proposed, accepted = proposed + res.stats.proposed, accepted + res.stats.accepted
+    assert 0 < accepted < proposed
 
 
 def test_candidates_run_as_one_chain_a_round_under_graph_capture(related_capture):
