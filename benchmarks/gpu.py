@@ -68,7 +68,8 @@ def add_arguments(p) -> None:
                    help="widen the pair in DIR/target and DIR/draft instead of the bundled pair (its prompts are "
                         "then random ids unless --prompts)")
     p.add_argument("--dtypes", default="fp16,fp32", metavar="LIST",
-                   help="the widened exports, measured in this order (default fp16,fp32)")
+                   help="the widened exports, measured in this order: one or two of fp16, fp32, fp16-fused, fp32-fused "
+                        "(-fused: --capture-attention fused) (default fp16,fp32)")
     p.add_argument("--gamma-max", type=int, default=8, help="the widened exports' gamma_max (default 8)")
     p.add_argument("--max-length", type=int, default=256,
                    help="the widened exports' longest prompt and decoder sequence (default 256)")
@@ -162,7 +163,7 @@ def sampling_test(ref, dec, candidates, samples: int) -> dict:
         p = np.exp(logits - logits.max())
         dists.append((np.asarray(prompt), p / p.sum()))
     dists.sort(key=lambda item: -int((item[1] * each >= 5).sum()))
-    draft, gamma = ("draft", 3) if dec.draft is not None else ("auto", "auto")
+    draft, gamma = ("draft", min(3, dec.gamma_max)) if dec.draft is not None else ("auto", "auto")
     stat, dof, bins, seed, proposed, accepted = 0.0, 0, 0, 0, 0, 0
     for prompt, p in dists[:4]:
         counts = np.zeros(len(p))
@@ -437,7 +438,7 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
         eager = SpeculativeDecoder.load(path, provider=provider)
         report["memory"].append({"when": f"{dtype} eager loaded too", **gw.device_memory(on_gpu)})
         decs = state["dec"][dtype] = {"cap": cap, "eager": eager, "widths": gw.count_widths(cap)}
-        if dtype == "fp32":
+        if gw.split_variant(dtype)[0] == "fp32":
             decs["cpu"] = eager if not on_gpu else SpeculativeDecoder.load(path, provider="cpu")
         if "prompts" not in state:
             file = a.prompts or (str(prompts_mod.bundled_prompts_file()) if a.widen_from is None else None)
@@ -513,7 +514,8 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
             cap.vocabulary.tokenizer_size, 16, seed=1, eos_id=state["eos"])]
         t = time.perf_counter()             # what a request costs here, so that the test fits the budget
         for seed in range(8):
-            cap.generate(input_ids=candidates[0], max_new_tokens=4, temperature=1.0, seed=seed, draft="draft", gamma=3)
+            cap.generate(input_ids=candidates[0], max_new_tokens=4, temperature=1.0, seed=seed, draft="draft",
+                         gamma=min(3, cap.gamma_max))
         each = (time.perf_counter() - t) / 8
         fits = int(0.25 * max(runner.left() - 60, 0) / max(each, 1e-6))     # the second dtype's steps follow
         samples = min(a.samples, fits)
@@ -632,10 +634,11 @@ def run(args) -> int:
                            "e.g. --num-prompts 4 --max-new-tokens 32 --samples 2000")
     if args.widen != "none":
         gpu_widened.parse_pair(args.widen)
-        bad = [d for d in args.dtypes.split(",") if d not in ("fp16", "fp32")]
+        bad = [d for d in args.dtypes.split(",") if d not in gpu_widened.VARIANTS]
         if bad or not args.dtypes.strip(","):
-            raise SpecdecError(f"--dtypes {args.dtypes!r}: fp16 and/or fp32, comma-separated",
-                               "e.g. --dtypes fp16,fp32")
+            raise SpecdecError(f"--dtypes {args.dtypes!r}: one or two of {', '.join(gpu_widened.VARIANTS)}, "
+                               "comma-separated (-fused: the capturable graphs with fused attention)",
+                               "e.g. --dtypes fp16,fp32 or --dtypes fp16,fp16-fused")
     if args.shapes != "none":
         from .shapes import measure as shapes
 

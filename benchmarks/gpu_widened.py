@@ -64,6 +64,15 @@ def ensure_widened(work: Path, pair: tuple, source=None, log=print) -> dict:
     return {"dir": str(root), "reused": False, "seconds": time.perf_counter() - started}
 
 
+VARIANTS = ("fp16", "fp32", "fp16-fused", "fp32-fused")     # --dtypes: the weights, and -fused for fused attention
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+    """'fp16-fused' -> ('fp16', 'fused'); 'fp32' -> ('fp32', 'plain'): the export's --dtype and --capture-attention."""
+    dtype, _, attention = variant.partition("-")
+    return dtype, attention or "plain"
+
+
 def export_dir(widened: Path, dtype: str, gamma_max: int, max_length: int) -> Path:
     return Path(f"{widened}-{dtype}-g{gamma_max}-l{max_length}")
 
@@ -77,13 +86,17 @@ def export_ready(path: Path, dtype: str) -> bool:
         manifest = load_manifest(path)
     except (SpecdecError, OSError, ValueError):
         return False
-    return manifest.graph_capture is not None and manifest.dtype == dtype
+    base, attention = split_variant(dtype)
+    return manifest.graph_capture is not None and manifest.dtype == base and \
+        manifest.graph_capture.get("attention", "plain") == attention
 
 
 def export_command(widened: Path, out: Path, dtype: str, gamma_max: int, max_length: int, datastore: list) -> list:
-    """specdec-export of the widened pair with --graph-capture, as a command line (python -m specdec.export.cli)."""
+    """specdec-export of the widened pair with --graph-capture, as a command line (python -m specdec.export.cli);
+    `dtype` one of VARIANTS."""
     return [sys.executable, "-m", "specdec.export.cli", "--target", str(Path(widened) / "target"),
-            "--draft", str(Path(widened) / "draft"), "--dtype", dtype, "--graph-capture",
+            "--draft", str(Path(widened) / "draft"), "--dtype", split_variant(dtype)[0], "--graph-capture",
+            "--capture-attention", split_variant(dtype)[1],
             "--gamma-max", str(gamma_max), "--max-length", str(max_length), "--export", str(out), "--force",
             "--datastore-text", *(datastore or ["none"])]
 

@@ -6,6 +6,7 @@ test is shown to catch a broken residual draw."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -175,8 +176,27 @@ def test_the_verbose_session_log_is_read_per_provider():
                                "Some nodes were not assigned to the preferred execution providers."]
 
 
+def test_the_fused_attention_variant_runs_on_the_cpu_provider(broad_pair, tiny_shapes, tmp_path):
+    """--dtypes fp16-fused: the widened pair exported with --capture-attention fused, measured and checked alone."""
+    out, work = tmp_path / "gpu.md", tmp_path / "work"
+    code, _, err = run(["gpu", "--provider", "cpu", "--widen", "gw-t:gw-d", "--widen-from", broad_pair[0].parent,
+                        "--work-dir", work, "--dtypes", "fp16-fused", "--num-prompts", "2", "--max-new-tokens", "6",
+                        "--repeats", "1", "--gamma-max", "2", "--max-length", "32", "--samples", "100",
+                        "--bandwidth-gbs", "10", "--out", out])
+    assert code == 0, err
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    d = report["widened"]["dtypes"]["fp16-fused"]
+    assert d["greedy"]["passed"] and d["captured_t0"]["target_only"]["ms_per_token"] > 0
+    manifest = json.loads((Path(d["export"]) / "manifest.json").read_text())
+    assert manifest["dtype"] == "fp16" and manifest["graph_capture"]["attention"] == "fused"
+    assert report["widened"]["kernels"]["cpu"]["top_ops"].get("MultiHeadAttention", 0) > 0
+    assert gpu_widened.split_variant("fp16-fused") == ("fp16", "fused")
+    assert gpu_widened.split_variant("fp32") == ("fp32", "plain")
+
+
 def test_bad_widen_input_is_one_line(tmp_path):
-    for argv, words in ((["--widen", "t5-huge:t5-small"], "not TARGET:DRAFT"), (["--dtypes", "int8"], "--dtypes")):
+    for argv, words in ((["--widen", "t5-huge:t5-small"], "not TARGET:DRAFT"), (["--dtypes", "int8"], "--dtypes"),
+                        (["--dtypes", "fp16-odd"], "--dtypes")):
         code, _, err = run(["gpu", "--provider", "cpu", "--out", tmp_path / "x.md", *argv])
         assert code == 2 and words in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "x.md").exists()
