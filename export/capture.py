@@ -10,8 +10,8 @@ model, beside the eager graphs:
 capture_decoder.onnx (no If, Loop or Scan; no Shape: every reshape has constant sizes, -1 standing for N)
     tokens        int64 [T]            the runtime's whole token buffer (T = max_length + gamma_max + 4 slots)
     position      int64 [1]            P: the model's cache length; the run's tokens are tokens[P + offsets]
-    offsets       int64 [N]            0 .. N-1: one constant buffer per width N = 1 .. gamma_max + 2 (the only
-                                       axis that varies, and only from one captured graph to another)
+    offsets       int64 [N]            0 .. N-1, N = 1 .. gamma_max + 2 (a prefix of one constant buffer): the only
+                                       axis that varies, and only from one captured graph to another
     source_length int64 [1]            the request's encoder positions (the rest of cross_* is padding)
     past_key_i, past_value_i    kv [1, H, C, d]   layer i's self-attention cache, C = max_length slots, bound
                                        whole; slots P .. are masked
@@ -25,7 +25,8 @@ capture_decoder.onnx (no If, Loop or Scan; no Shape: every reshape has constant 
 
   Each layer writes its new K/V into the cache first, then token i (position P + i) attends to the whole cache with
   T5's relative-position bias for distance P + i - slot, the slots after P + i masked: the same function as the
-  eager graph's, with no cache copied or concatenated (one softmax over C slots a query).
+  eager graph's, with no cache copied or concatenated (one softmax over C slots a query). Query, key and value are
+  one MatMul; with `fused_attention` each attention is one com.microsoft MultiHeadAttention node.
 
 capture_head.onnx: the speculative head (head.py) as a graph of its own over the logits above (head.head_only_model):
     the same nodes as the eager graph's fused head, run eagerly after the captured step (its If nodes cannot be
