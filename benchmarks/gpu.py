@@ -457,8 +457,14 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
         decs, d = state["dec"][dtype], w["dtypes"][dtype]
         out = {}
         for name, kw in (("target_only", gw.TARGET_ONLY), ("default", gw.DEFAULT)):
+            before = dict(decs["cap"].target.split)
             decs[f"cap_t0_{name}"] = t = gw.timed(decs["cap"], state["prompts"], a.max_new_tokens, a.repeats, **kw)
             out[name] = strip(t)
+            if name == "target_only":       # a target run's time: the captured step, then the eager head
+                runs = decs["cap"].target.split["runs"] - before["runs"]
+                d["captured_t0_split"] = {"runs": runs, **{
+                    f"{part}_ms": 1e3 * (decs["cap"].target.split[f"{part}_s"] - before[f"{part}_s"]) / max(runs, 1)
+                    for part in ("step", "head")}}
         d["captured_t0"] = out
         d["widths"] = gw.widths_report(decs["cap"], decs["widths"])
         return out
@@ -790,6 +796,11 @@ def widened_sections(w: dict, memory: list, steps: list = ()) -> list:
                      for role, v in cs.items() if role != "captured"]
             parts.append(f"Capture sessions, {dtype}: " + "; ".join(roles) + (
                 " (sessions made with CUDA graphs on)" if cs["captured"] else " (not captured on this provider)"))
+        sp = d.get("captured_t0_split")
+        if sp:
+            parts.append(f"A captured target run, {dtype}, target-only at T = 0 ({sp['runs']} runs, their untimed "
+                         f"first pass included): the step {sp['step_ms']:.3f} ms, then the speculative head as its own "
+                         f"eager session {sp['head_ms']:.3f} ms.")
         if "widths" in d:
             rows = [[role, ", ".join(f"{n}: {c}" for n, c in v["runs"].items()),
                      ", ".join(map(str, v["short"])) or "none"] for role, v in d["widths"].items()]

@@ -187,6 +187,9 @@ def test_the_fused_attention_variant_runs_on_the_cpu_provider(broad_pair, tiny_s
     report = json.loads((tmp_path / "gpu.json").read_text())
     d = report["widened"]["dtypes"]["fp16-fused"]
     assert d["greedy"]["passed"] and d["captured_t0"]["target_only"]["ms_per_token"] > 0
+    split = d["captured_t0_split"]
+    assert split["runs"] > 0 and split["step_ms"] > 0 and split["head_ms"] > 0, split
+    assert "then the speculative head as its own eager session" in out.read_text()
     manifest = json.loads((Path(d["export"]) / "manifest.json").read_text())
     assert manifest["dtype"] == "fp16" and manifest["graph_capture"]["attention"] == "fused"
     assert report["widened"]["kernels"]["cpu"]["top_ops"].get("MultiHeadAttention", 0) > 0
