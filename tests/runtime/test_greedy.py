@@ -27,14 +27,18 @@ def test_greedy_speculative_equals_target_only_and_pytorch(related_pair, decoder
         baseline = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=0)
         assert baseline.token_ids == ref
         for gamma in (1, 3, 8):
+            # the default (draft="auto") picks its source by measured timings, so its kept share depends on the
+            # machine's load: the draft model's rounds are the ones counted below
             res = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=gamma)
             assert res.token_ids == ref, f"gamma={gamma} prompt={ids}"
+            res = decoder.generate(input_ids=ids, max_new_tokens=MAX_NEW, gamma=gamma, draft="draft")
+            assert res.token_ids == ref, f"draft, gamma={gamma} prompt={ids}"
             proposed += res.stats.proposed
             accepted += res.stats.accepted
         distinct.add(tuple(ref))
     # the test means something only if outputs vary and guesses were both kept and rejected
     assert len(distinct) >= 10
-    assert 0.2 < accepted / proposed < 0.95
+    assert 0.2 < accepted / proposed < 0.95, (accepted, proposed)
 
 
 def test_text_prompt_round_trip(decoder):
