@@ -41,13 +41,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.runtime.core.graph_io import CAPTURE_INPUTS, CAPTURE_OUTPUTS, capture_cache_names
+from specdec.runtime.core.graph_io import (CAPTURE_INPUTS, CAPTURE_OUTPUTS, CROSS_PAD_INPUTS, CROSS_PAD_OUTPUTS,
+                                          capture_cache_names)
 
 from .attention import feed_forward, linear, rms_norm
 from .decoder import bias_table
 
 TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
 (LOGITS,) = CAPTURE_OUTPUTS
+(PAD_IN,), (PAD_OUT,) = CROSS_PAD_INPUTS, CROSS_PAD_OUTPUTS
 
 
 def cast(x: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -256,16 +258,16 @@ def export_cross_pad(path, dtype: torch.dtype, source_capacity: int, opset: int 
     nodes = [
         const("capacity", [source_capacity]), const("axis4", [4]), const("zeros4", [0, 0, 0, 0]),
         const("zero1", [0]),
-        helper.make_node("Shape", ["cross_kv"], ["shape"]),
+        helper.make_node("Shape", [PAD_IN], ["shape"]),
         helper.make_node("Gather", ["shape", "axis4"], ["length"], axis=0),
         helper.make_node("Sub", ["capacity", "length"], ["missing"]),
         helper.make_node("Concat", ["zeros4", "zero1", "zero1", "zeros4", "missing", "zero1"], ["pads"], axis=0),
-        helper.make_node("Pad", ["cross_kv", "pads"], ["cross_kv_padded"], mode="constant"),
+        helper.make_node("Pad", [PAD_IN, "pads"], [PAD_OUT], mode="constant"),
     ]
     dims = ["layers", 2, "batch", "heads"]
     graph = helper.make_graph(nodes, "cross_pad",
-                              [helper.make_tensor_value_info("cross_kv", kind, [*dims, "src_len", "d_kv"])],
-                              [helper.make_tensor_value_info("cross_kv_padded", kind, [*dims, source_capacity,
+                              [helper.make_tensor_value_info(PAD_IN, kind, [*dims, "src_len", "d_kv"])],
+                              [helper.make_tensor_value_info(PAD_OUT, kind, [*dims, source_capacity,
                                                                                       "d_kv"])])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
 

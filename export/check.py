@@ -85,17 +85,21 @@ def probe_audio(extractor, seconds: float = 2.0, seed: int = 0):
     return wave[None], features.astype(np.float32)
 
 
-def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_output: str | None = None):
-    """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache.
-    `cross_output`: the encoder graph's output to read (a draft that keeps the target's encoder), else its first."""
+def cpu_session(path):
+    """An onnxruntime session of the graph at `path` on the CPU provider, errors only in its log."""
     import onnxruntime as ort
-
-    from .head import plain_step_feed
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    enc = ort.InferenceSession(str(encoder_path), opts, providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(str(decoder_path), opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_output: str | None = None):
+    """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache.
+    `cross_output`: the encoder graph's output to read (a draft that keeps the target's encoder), else its first."""
+    from .head import plain_step_feed
+
+    enc, dec = cpu_session(encoder_path), cpu_session(decoder_path)
     cross = enc.run([cross_output or enc.get_outputs()[0].name],
                     {enc.get_inputs()[0].name: source})[0]                  # input_ids, or Whisper's audio
     layers, _, batch, heads, _, d_kv = cross.shape
@@ -116,18 +120,11 @@ def capture_logits(encoder_path, capture: tuple, source, decoder_ids, steps) -> 
     """Run a capturable decoder graph (export/capture.py) as the runtime does: the encoder's K/V padded by the
     cross_pad graph, the cache a fixed buffer bound whole as input and output (written in place), `steps` = token
     counts per call. `capture`: (capture_decoder path, cross_pad path, capacity)."""
-    import onnxruntime as ort
-
-    from specdec.runtime.core.graph_io import capture_cache_names
+    from specdec.runtime.core.graph_io import CROSS_PAD_INPUTS, capture_cache_names
 
     path, pad_path, capacity = capture
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    cpu = ["CPUExecutionProvider"]
-    enc = ort.InferenceSession(str(encoder_path), opts, providers=cpu)
-    pad = ort.InferenceSession(str(pad_path), opts, providers=cpu)
-    dec = ort.InferenceSession(str(path), opts, providers=cpu)
-    cross = pad.run(None, {"cross_kv": enc.run(None, {enc.get_inputs()[0].name: source})[0]})[0]
+    enc, pad, dec = cpu_session(encoder_path), cpu_session(pad_path), cpu_session(path)
+    cross = pad.run(None, {CROSS_PAD_INPUTS[0]: enc.run(None, {enc.get_inputs()[0].name: source})[0]})[0]
     layers, _, _, heads, _, d_kv = cross.shape
     vocab = dec.get_outputs()[0].shape[-1]
     slots = dec.get_inputs()[0].shape[0]

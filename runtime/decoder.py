@@ -23,7 +23,7 @@ from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
 from .engine.device import checked_provider_options, device_of, release_freed_memory, resolve_provider
 from .engine.gate import Gate
-from .engine.capture import CapturedSeq2Seq
+from .engine.capture import NO_EAGER, NO_EAGER_FIX, CapturedSeq2Seq
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
 from .loading.manifest import load_manifest
@@ -134,7 +134,10 @@ class SpeculativeDecoder:
         return self._learned(learned).for_sampling(self._plan(params))
 
     def _plan(self, params: Params, batch: bool = False) -> Plan:
-        """What a checked request runs (decoding/plan.py): where, with which source, at which gamma."""
+        """What a checked request runs (decoding/plan.py): where, with which source, at which gamma. `batch`: as a
+        row of a batch, which a decoder loaded with graph_capture never runs (batches run the eager graphs)."""
+        if batch and self.captured:
+            raise SpecdecError(NO_EAGER, NO_EAGER_FIX)
         return plan(params, self.models, self.gamma_max, batch)
 
     @classmethod
@@ -466,7 +469,7 @@ class SpeculativeDecoder:
             self._plan(checked)
             return checked, None, {"audio": audio, "language": language, "task": task, "timestamps": timestamps}
         source, speech = self._input(prompt, input_ids, audio, language, task, timestamps)
-        if speech is None and not self.captured:
+        if speech is None:
             try:
                 return checked, Request(source, checked, self._plan(checked, batch=True)), {"input_ids": source}
             except SpecdecError:        # a batch cannot run it: it runs alone, if its own plan holds
@@ -489,8 +492,6 @@ class SpeculativeDecoder:
         """Whether generate_batch and the batcher run this checked request as a row of a batch (False: generate()
         runs it alone: beam search, logits processors, lenience < 1, a draft model, a decoder loaded with
         graph_capture)."""
-        if self.captured:
-            return False
         try:
             self._plan(params, batch=True)
         except SpecdecError:

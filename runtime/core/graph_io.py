@@ -47,6 +47,7 @@ CAPTURE_INPUTS = ("tokens", "position", "offsets", "source_length")
 CAPTURE_OUTPUTS = ("logits",)
 CAPTURE_GRAPHS = ("capture_decoder", "capture_head")     # a model's graphs entries; the head: HEAD_* over logits
 CROSS_PAD = "cross_pad"                                  # the manifest's graph_capture entry: cross_kv padded to S
+CROSS_PAD_INPUTS, CROSS_PAD_OUTPUTS = ("cross_kv",), ("cross_kv_padded",)     # the cross_pad graph's
 
 
 def capture_cache_names(layers: int) -> tuple:

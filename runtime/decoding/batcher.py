@@ -11,11 +11,11 @@ requests join it between rounds as they arrive (continuous batching), each with 
 
 `submit` is the one entry for every request (SpeculativeDecoder.submit hands requests to a batcher of its own;
 the Triton handler to its): one that a batch cannot run (beam search, a draft model, logits processors,
-lenience < 1, a Whisper export's audio; any request on a decoder loaded with graph_capture) gets an `Alone` ticket, read the same way, which runs it on the decoder by
-itself when it is first read. A request's input is checked in `submit` (one-line SpecdecError there, nothing
-queued). Past `max_queue` waiting requests, `submit` raises at once ("the batcher is busy") instead of queueing
-without bound. The batch holds the decoder (its gate) while it runs and gives it back when no request is left, so
-generate() from other threads waits for it as for any request.
+lenience < 1, a Whisper export's audio; any request on a decoder loaded with graph_capture) gets an `Alone` ticket,
+read the same way, which runs it on the decoder by itself when it is first read. A request's input is checked in
+`submit` (one-line SpecdecError there, nothing queued). Past `max_queue` waiting requests, `submit` raises at once
+("the batcher is busy") instead of queueing without bound. The batch holds the decoder (its gate) while it runs and
+gives it back when no request is left, so generate() from other threads waits for it as for any request.
 """
 
 from __future__ import annotations

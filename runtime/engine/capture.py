@@ -31,14 +31,15 @@ import numpy as np
 import onnxruntime as ort
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import CAPTURE_INPUTS, INPUT_IDS, LOGITS, capture_cache_names
+from ..core.graph_io import (CAPTURE_INPUTS, CROSS_PAD_INPUTS, CROSS_PAD_OUTPUTS, INPUT_IDS, LOGITS,
+                             capture_cache_names)
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session
 from .model import CachedSeq2Seq
 
 TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
-PADDED = "cross_kv_padded"          # the cross_pad graph's output (export/capture.py)
+(PAD_IN,), (PAD_OUT,) = CROSS_PAD_INPUTS, CROSS_PAD_OUTPUTS
 NO_EAGER = ("beam search and batched requests run the export's eager graphs, which a decoder loaded with "
             "graph_capture=True does not open")
 NO_EAGER_FIX = "load the export without graph_capture for beams and batches"
@@ -83,6 +84,15 @@ class CapturedSeq2Seq(CachedSeq2Seq):
     """CachedSeq2Seq (model.py) over the capturable graphs: the same interface to the decoding loop (encode, run,
     rollback), a run being the captured step and then the head."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # bound once, now that the base class made the cross and logits buffers: the cross_* views, and offsets,
+        # whose first N elements (0 .. N-1) a run of width N binds
+        for name, offset in self._cross_views:
+            self.decoder.input(name, self.cross, (1, self.heads, self.source_capacity, self.d_kv), offset)
+        self.offsets = Buffer((self.logits.shape[0],), np.int64, self.device, host_only=True)
+        self.offsets.write(np.arange(self.logits.shape[0]))
+
     def _open_decoder(self, manifest: Manifest, info, dtype) -> None:
         capture = manifest.graph_capture
         if info.capture is None or capture is None:
@@ -121,14 +131,6 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         self.decoder.input(POSITION, self.position, (1,))
         self.decoder.input(SOURCE_LENGTH, self.source_length, (1,))
 
-    def _bind_cross(self) -> None:
-        """The cross_* views, once `self.cross` exists (the base class makes it after the decoder)."""
-        for name, offset in self._cross_views:
-            self.decoder.input(name, self.cross, (1, self.heads, self.source_capacity, self.d_kv), offset)
-        if not hasattr(self, "offsets"):
-            self.offsets = Buffer((self.logits.shape[0],), np.int64, self.device, host_only=True)
-            self.offsets.write(np.arange(self.logits.shape[0]))
-
     def free_session(self):
         raise SpecdecError(NO_EAGER, NO_EAGER_FIX)
 
@@ -141,25 +143,20 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         if len(ids) > self.source_capacity:
             raise SpecdecError(f"internal error: a source of {len(ids)} tokens does not fit the capturable graphs' "
                                f"{self.source_capacity} positions", "this is a specdec bug, please report it")
-        self._bind_cross()
         self.src_len = len(ids)
         self.charge(stats)
         self.source.write(ids)
         inp, out = self.enc_names
         self.encoder.input(inp, self.source, (1, len(ids)))
         self.encoder.output(out, self.raw_cross, self.cross_shape())
-        self.pad.input(self.pad_names[0], self.raw_cross, self.cross_shape())
-        self.pad.output(PADDED, self.cross, self.cross_shape(self.source_capacity))
+        self.pad.input(PAD_IN, self.raw_cross, self.cross_shape())
+        self.pad.output(PAD_OUT, self.cross, self.cross_shape(self.source_capacity))
         t = time.perf_counter()
         self.encoder.run()
         self.pad.run()
         stats.encoder_s += time.perf_counter() - t
         self.source_length.write([len(ids)])
         self.length = 0
-
-    @property
-    def pad_names(self) -> tuple:
-        return tuple(i.name for i in self.pad.session.get_inputs())
 
     def _run_options(self, width: int):
         """The CUDA provider's graph for runs of `width` tokens (None on the CPU: nothing is captured)."""
@@ -196,8 +193,8 @@ class CapturedSeq2Seq(CachedSeq2Seq):
         stepped = time.perf_counter()
         self.head.run()
         elapsed = time.perf_counter() - t
-        split = self.split
-        split["runs"], split["step_s"], split["head_s"] = \
-            split["runs"] + 1, split["step_s"] + stepped - t, split["head_s"] + elapsed - (stepped - t)
+        self.split["runs"] += 1
+        self.split["step_s"] += stepped - t
+        self.split["head_s"] += t + elapsed - stepped
         self.length += count
         return elapsed
