@@ -133,6 +133,8 @@ def download(version: str, into: Path) -> Path:
 
 
 def sha256(path: Path) -> str:
+    # not runtime.loading.manifest.sha256_file: this module runs on the GPU machine before specdec (and the
+    # onnxruntime its runtime imports) is installed there, so it imports the standard library only
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
