@@ -96,12 +96,30 @@ def _estimate_line(when: str, e: dict) -> str:
             + _switch(e.get("switch_at_end"), " after the timed repeats"))
 
 
+def _explored(e: dict | None) -> str:
+    """`auto explored 3 choice rounds + 40 switch rounds of 320 rounds (target calls), 250 of them chosen by auto`"""
+    if not e:
+        return ""
+    return (f"; auto explored {fmt(e['choice_rounds'], 'd', 'n/a')} choice rounds + "
+            f"{fmt(e['switch_rounds'], 'd', 'n/a')} switch rounds of {e['rounds']} rounds (target calls), "
+            f"{fmt(e['auto_rounds'], 'd', 'n/a')} of them chosen by auto")
+
+
 def _best_line(task: str, t: str, b: dict) -> str:
-    auto = b.get("auto_speedup")
-    return (f"{task}, T={float(t):g}: best {b['best']} {b['best_speedup']:.2f}x, decode-only "
+    """`best ...; auto 1.31x vs best fixed draft:3 1.37x: 0.96, decode-only 1.35x vs 1.40x: 0.96; auto explored ...`"""
+    auto, fixed = b.get("auto_speedup"), b.get("best_fixed")
+    line = (f"{task}, T={float(t):g}: best {b['best']} {b['best_speedup']:.2f}x, decode-only "
             f"{b['best_decode_speedup']:.2f}x ({b['best_ms_per_token']:.3f} vs {b['baseline_ms_per_token']:.3f} "
-            f"ms/token for none)" + (f"; auto {auto:.2f}x, decode-only {b['auto_decode_speedup']:.2f}x"
-                                     if auto is not None else ""))
+            f"ms/token for none)")
+    if auto is None:
+        return line + (f"; best fixed {fixed} {b['best_fixed_speedup']:.2f}x" if fixed is not None else "")
+    if fixed is None:
+        return line + f"; auto {auto:.2f}x, decode-only {b['auto_decode_speedup']:.2f}x" + _explored(
+            b.get("auto_explore"))
+    return (line + f"; auto {auto:.2f}x vs best fixed {fixed} {b['best_fixed_speedup']:.2f}x: "
+            f"{fmt(b['auto_over_best_fixed'])}, decode-only {b['auto_decode_speedup']:.2f}x vs "
+            f"{b['best_fixed_decode_speedup']:.2f}x: {fmt(b['auto_decode_over_best_fixed'])}"
+            + _explored(b.get("auto_explore")))
 
 
 def _config(r: dict) -> list[str]:
@@ -159,7 +177,10 @@ def sections(report: dict) -> list:
                  + "\n".join(f"- {line}" for line in learned))
     best = [_best_line(task, t, b) for task, by_t in (report.get("draft_best") or {}).items() for t, b in by_t.items()]
     if best:
-        parts.append("best per task and temperature:\n" + "\n".join(f"- {line}" for line in best))
+        parts.append("best per task and temperature (best fixed: the best of none and the NAME:G configurations; "
+                     "auto / best fixed: the ratio of their median speedups; auto explored: over auto's timed runs, "
+                     "rounds its choice explored and rounds its switch ran the mode that measured slower):\n"
+                     + "\n".join(f"- {line}" for line in best))
     agreement = {f"{task}/{label}": a for task, by in report["draft_greedy_agreement"].items()
                  for label, a in by.items()}
     if agreement:
@@ -183,5 +204,12 @@ NOTES = {
                   "what expected_tokens predicts",
     "predicted_mixture": "the same expectation over every kind of round of the configuration (target-only rounds: "
                          "1 token for 1 step): sum rounds E / sum rounds (g c + T(g)/T(0))",
+    "draft_best": "per task and str(temperature): best, the configuration with the highest median speedup; "
+                  "best_fixed, the same among the fixed ones (none and NAME:G: not auto, not NAME without :G); "
+                  "auto_over_best_fixed (auto_decode_over_best_fixed): auto's median (decode-only) speedup over the "
+                  "best fixed one's; auto_explore: over auto's timed runs, choice_rounds (AutoDraft.explored: rounds "
+                  "whose source or gamma was chosen to explore), switch_rounds (Switch.explored: rounds in the mode "
+                  "that measured slower), auto_rounds (Estimates.round: rounds auto chose), each null where the "
+                  "runtime keeps no such count, and rounds (target calls)",
     "auto_estimates": "what auto learned (runtime/decoding/auto.py), snapshot after each temperature's warm-up pass",
 }

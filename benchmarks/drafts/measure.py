@@ -35,6 +35,11 @@ class DraftConfig:
     def as_dict(self) -> dict:
         return {"label": self.label, "draft": self.draft, "gamma": self.gamma, "candidates": self.candidates}
 
+    @property
+    def fixed(self) -> bool:
+        """Source and gamma both fixed (`none` too): not auto, and not NAME without :G."""
+        return self.draft != "auto" and self.gamma != "auto"
+
 
 NONE = DraftConfig("none", "none", 0)
 
@@ -96,9 +101,41 @@ def check_configs(dec, configs, base: Params) -> None:
             raise SpecdecError(f"--draft {config.label}: {err.problem}", err.fix) from None
 
 
+EXPLORE_KEYS = ("choice_rounds", "switch_rounds", "auto_rounds")
+
+
+def auto_object(dec, params: Params, learned):
+    """The AutoDraft a request with `params` runs with `learned` (None where the runtime gives none)."""
+    try:
+        return dec.source(params.checked(dec.gamma_max), learned=learned)
+    except (SpecdecError, AttributeError, TypeError):
+        return None
+
+
+def explore_counters(auto) -> dict:
+    """auto's cumulative counters: rounds whose choice explored (AutoDraft.explored), rounds its switch ran the mode
+    that measured slower (Switch.explored), rounds auto chose (Estimates.round); None where the runtime keeps none."""
+    values = {"choice_rounds": getattr(auto, "explored", None),
+              "switch_rounds": getattr(getattr(auto, "switch", None), "explored", None),
+              "auto_rounds": getattr(getattr(auto, "estimates", None), "round", None)}
+    return {k: v if isinstance(v, int) and not isinstance(v, bool) else None for k, v in values.items()}
+
+
+@dataclass
 class DraftCell(Cell):
-    """One (task, temperature, configuration): Stats sums per repeat and Stats.sources summed over every timed run."""
+    """One (task, temperature, configuration): Stats sums per repeat and Stats.sources summed over every timed run;
+    `explore` (configurations whose source or gamma auto chooses): explore_counters' growth over each timed run,
+    summed, and the runs' rounds (target calls)."""
     source_keys = ("rounds", "proposed", "accepted", "rejections", "tokens")
+    explore: dict | None = None
+
+    def add_explore(self, before: dict, after: dict, rounds: int) -> None:
+        if self.explore is None:
+            self.explore = {**dict.fromkeys(EXPLORE_KEYS, 0), "rounds": 0}
+        for k in EXPLORE_KEYS:
+            values = (self.explore[k], before[k], after[k])
+            self.explore[k] = None if None in values else values[0] + values[2] - values[1]
+        self.explore["rounds"] += rounds
 
 
 def estimates_snapshot(est) -> dict:
@@ -147,10 +184,14 @@ def run_drafts(dec, prompts, configs, temperatures, max_new_tokens: int, repeats
         for r in range(repeats):
             for i, p in enumerate(prompts):
                 for c in rotated(configs, r + i):
+                    auto = None if c.fixed else auto_object(dec, params[c.label], uses[c.label])
+                    before = explore_counters(auto)
                     res = dec.generate(**p.kwargs(), params=params[c.label], seed=seed_for(r, i),
                                        learned=uses[c.label])
                     key = (task_of(p), t, c.label)
                     cells[key].add(r, res.stats)
+                    if not c.fixed:
+                        cells[key].add_explore(before, explore_counters(auto), res.stats.target_calls)
                     if r == 0:
                         outputs[key].append(list(res.token_ids))
                     tick(1)
@@ -238,6 +279,8 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
                "sources": sources, "dominant_source": dominant, "prediction": pred,
                "predicted_speedup": pred["predicted_speedup"],
                "predicted_mixture": mixture_prediction(sources, cell.sources, probe)}
+        if getattr(cell, "explore", None) is not None:
+            row["auto_explore"] = dict(cell.explore)
         baseline = cells.get((task, t, NONE.label))
         if baseline is not None:
             row["baseline_ms_per_token"] = statistics.median(baseline.ms_per_token())
@@ -250,22 +293,36 @@ def summarize(cells: dict, configs, probe: dict) -> list[dict]:
     return rows
 
 
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
 def best_by_task(rows: list[dict]) -> dict:
-    """task -> str(T) -> the configuration with the best measured speedup, and auto's where the sweep has it."""
+    """task -> str(T) -> the configuration with the best measured speedup, the best fixed one (source and gamma
+    fixed, `none` included: not auto, not NAME without :G), and auto's where the sweep has it: its speedups over the
+    best fixed one's, and what it explored in the timed runs (row auto_explore)."""
     out: dict = {}
     for task, t in dict.fromkeys((r["task"], r["temperature"]) for r in rows):
         same = [r for r in rows if r["task"] == task and r["temperature"] == t and "speedup" in r]
         if not same:
             continue
         best = max(same, key=lambda r: r["speedup"]["median"])
+        fixed = max((r for r in same if r["draft_name"] != "auto" and r["gamma"] != "auto"),
+                    key=lambda r: r["speedup"]["median"], default=None)
         auto = next((r for r in same if r["draft"] == "auto"), None)
-        out.setdefault(task, {})[str(t)] = {
+        b = out.setdefault(task, {})[str(t)] = {
             "best": best["draft"], "best_speedup": best["speedup"]["median"],
             "best_decode_speedup": best["decode_speedup"]["median"],
             "best_ms_per_token": best["ms_per_token"]["median"],
             "baseline_ms_per_token": best["baseline_ms_per_token"],
+            "best_fixed": fixed and fixed["draft"],
+            "best_fixed_speedup": fixed and fixed["speedup"]["median"],
+            "best_fixed_decode_speedup": fixed and fixed["decode_speedup"]["median"],
             "auto_speedup": auto["speedup"]["median"] if auto else None,
-            "auto_decode_speedup": auto["decode_speedup"]["median"] if auto else None}
+            "auto_decode_speedup": auto["decode_speedup"]["median"] if auto else None,
+            "auto_explore": auto.get("auto_explore") if auto else None}
+        b["auto_over_best_fixed"] = _ratio(b["auto_speedup"], b["best_fixed_speedup"])
+        b["auto_decode_over_best_fixed"] = _ratio(b["auto_decode_speedup"], b["best_fixed_decode_speedup"])
     return out
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from benchrun import finite, prompts_file, run
 from specdec.bench.common import prompts, theory
-from specdec.bench.drafts import measure as drafts
+from specdec.bench.drafts import cli, measure as drafts
 from specdec.runtime import SpecdecError, Stats
 
 DRAFTS = ["none", "draft", "lookup", "lookup,draft", "auto"]
@@ -220,7 +220,91 @@ def test_summary_of_a_chain_by_hand():
     assert best == {"t": {"0.0": {"best": "lookup,draft:4", "best_speedup": pytest.approx(1.75),
                                   "best_decode_speedup": pytest.approx(1.5), "auto_decode_speedup": None,
                                   "best_ms_per_token": pytest.approx(1.5), "baseline_ms_per_token": pytest.approx(2.5),
-                                  "auto_speedup": None}}}
+                                  "auto_speedup": None, "best_fixed": "lookup,draft:4",
+                                  "best_fixed_speedup": pytest.approx(1.75),
+                                  "best_fixed_decode_speedup": pytest.approx(1.5), "auto_over_best_fixed": None,
+                                  "auto_decode_over_best_fixed": None, "auto_explore": None}}}
+
+
+def _row(draft, speedup, decode_speedup, task="t", t=0.0, **extra):
+    config = drafts.parse_item(draft)
+    return {"task": task, "temperature": t, "draft": config.label, "draft_name": config.draft, "gamma": config.gamma,
+            "speedup": {"median": speedup}, "decode_speedup": {"median": decode_speedup},
+            "ms_per_token": {"median": 1.0 / speedup}, "baseline_ms_per_token": 1.0, **extra}
+
+
+def test_best_fixed_leaves_out_what_auto_chooses():
+    """Best fixed: none and NAME:G only; draft (gamma auto), lookup*4 (gamma auto), auto:2 (auto's source) and auto
+    are left out even where faster; the ratios are auto's median speedups over the best fixed one's."""
+    explore = {"choice_rounds": 3, "switch_rounds": 5, "auto_rounds": 40, "rounds": 60}
+    rows = [_row("none", 1.0, 1.0), _row("draft", 1.6, 1.7), _row("draft:3", 1.25, 1.4), _row("lookup:2", 1.3, 1.2),
+            _row("lookup*4", 1.5, 1.5), _row("auto:2", 1.45, 1.5), _row("auto", 1.2, 1.26, auto_explore=explore),
+            _row("none", 1.0, 1.0, t=1.0), _row("draft", 0.9, 0.9, t=1.0), _row("auto", 0.95, 0.97, t=1.0)]
+    best = drafts.best_by_task(rows)
+    b = best["t"]["0.0"]
+    assert (b["best"], b["best_speedup"]) == ("draft", 1.6)
+    assert (b["best_fixed"], b["best_fixed_speedup"], b["best_fixed_decode_speedup"]) == ("lookup:2", 1.3, 1.2)
+    assert b["auto_over_best_fixed"] == pytest.approx(1.2 / 1.3)
+    assert b["auto_decode_over_best_fixed"] == pytest.approx(1.26 / 1.2)
+    assert b["auto_explore"] == explore
+    hot = best["t"]["1.0"]                           # only none is fixed: auto over none, no counters measured
+    assert (hot["best"], hot["best_fixed"]) == ("none", "none")
+    assert hot["auto_over_best_fixed"] == pytest.approx(0.95) and hot["auto_explore"] is None
+    text = cli._best_line("t", "0.0", b)
+    assert ("; auto 1.20x vs best fixed lookup:2 1.30x: 0.92, decode-only 1.26x vs 1.20x: 1.05; auto explored 3 "
+            "choice rounds + 5 switch rounds of 60 rounds (target calls), 40 of them chosen by auto") in text, text
+    unknown = cli._best_line("t", "0.0", {**b, "auto_explore": {**explore, "choice_rounds": None,
+                                                                 "switch_rounds": None}})
+    assert "auto explored n/a choice rounds + n/a switch rounds of 60 rounds" in unknown, unknown
+    assert "auto explored" not in cli._best_line("t", "1.0", hot)
+
+
+def test_drafts_report_auto_against_the_best_fixed(tiny_export, tmp_path):
+    """A tiny run: per task, auto's speedups over the best fixed configuration's (none or draft:2, never draft at
+    gamma auto), computed from the rows, in the JSON, the text and the markdown; auto's exploring counted over its
+    timed runs out of its target calls ("n/a" only where the runtime keeps no such count)."""
+    from specdec.runtime import Params, SpeculativeDecoder
+
+    code, out, err = run(["drafts", "--export", tiny_export, "--prompts", prompts_file(tmp_path / "p.jsonl", 1),
+                          "--draft", "draft:2", "draft", "auto", "--temperature", "0", "--repeat", "1",
+                          "--max-new-tokens", "8", "--probe-repeats", "1", "--json", tmp_path / "d.json",
+                          "--markdown", tmp_path / "d.md", "--no-progress"])
+    assert code == 0, err
+    report = json.loads((tmp_path / "d.json").read_text())
+    rows = {(r["task"], r["draft"]): r for r in report["draft_results"]}
+    assert all(("auto_explore" in r) == (r["gamma"] == "auto") for r in rows.values())
+    auto = SpeculativeDecoder.load(tiny_export, provider="cpu").source(Params(draft="auto"))
+    counted = {"choice_rounds": hasattr(auto, "explored"), "switch_rounds": hasattr(auto.switch, "explored"),
+               "auto_rounds": hasattr(auto.estimates, "round")}
+    md = (tmp_path / "d.md").read_text()
+    chosen = 0
+    for task in ("summarize", "translate"):
+        b = report["draft_best"][task]["0.0"]
+        fixed = {label: rows[(task, label)]["speedup"]["median"] for label in ("none", "draft:2")}
+        assert b["best_fixed"] == max(fixed, key=fixed.get)
+        assert b["best_fixed_speedup"] == fixed[b["best_fixed"]]
+        a, f = rows[(task, "auto")], rows[(task, b["best_fixed"])]
+        assert b["auto_speedup"] == a["speedup"]["median"]
+        assert b["auto_over_best_fixed"] == pytest.approx(a["speedup"]["median"] / f["speedup"]["median"])
+        assert b["auto_decode_over_best_fixed"] == pytest.approx(a["decode_speedup"]["median"]
+                                                                 / f["decode_speedup"]["median"])
+        e = b["auto_explore"]
+        assert e == a["auto_explore"] and e["rounds"] == a["target_calls"] > 0
+        for key, kept in counted.items():
+            assert (e[key] is not None) == kept, (key, e)
+            assert e[key] is None or 0 <= e[key] <= e["rounds"], (key, e)
+        if e["choice_rounds"] is not None and e["auto_rounds"] is not None:
+            assert e["choice_rounds"] <= e["auto_rounds"], e
+        chosen += e["auto_rounds"] or 0
+        line = (f"{task}, T=0: best {b['best']} {b['best_speedup']:.2f}x"), (
+            f"; auto {b['auto_speedup']:.2f}x vs best fixed {b['best_fixed']} {b['best_fixed_speedup']:.2f}x: "
+            f"{b['auto_over_best_fixed']:.2f}, decode-only"), (
+            f"; auto explored {e['choice_rounds'] if counted['choice_rounds'] else 'n/a'} choice rounds + "
+            f"{e['switch_rounds'] if counted['switch_rounds'] else 'n/a'} switch rounds of {e['rounds']} rounds "
+            "(target calls)")
+        for part in line:
+            assert part in out and part in md, (part, out)
+    assert chosen > 0 or not counted["auto_rounds"]       # the counters are read off the object the runs used
 
 
 # -- a Whisper export: audio prompts -------------------------------------------------------------------------------
