@@ -7,25 +7,34 @@ a chain's runs; ~0 for a lookup). gamma = 0 (target only) scores 1 / (T(0) + h).
 score over the sources available this round (a lookup only when it matches, and at most as many guesses as it
 copied) and gamma in 1 .. the cap: Theorem 3.8 with measured costs instead of a constant c.
 
-Estimates are running averages learned from every round (a per-guess alpha_s = accepted / (accepted + rejections),
-decayed so a change of text is followed), kept across the requests of a decoder (`SpeculativeDecoder.reset_estimates()`
-forgets them). They are turned into a plan every REFIT rounds and at each request's start (AutoDraft), so a round's
-choice costs a lookup probe, when a copy can pay, and a comparison. A source not chosen for its wait (EXPLORE rounds,
-doubled after each try that does not make it chosen, up to MAX_WAIT) is tried once, so a source that was unlucky
-early is measured again, and one that never pays costs at most one round in MAX_WAIT.
+Estimates are learned from every round: a per-guess alpha_s from kept guesses and rejections (accepted / (accepted +
+rejections), decayed so a change of text is followed), kept per kind of sampling (temperature, top-k, top-p: a
+draft's alpha at T = 1 is not its alpha at T = 0), and costs, kept across the requests of a decoder
+(`SpeculativeDecoder.reset_estimates()` forgets them). They are turned into a plan every REFIT rounds and at each
+request's start (AutoDraft), so a round's choice costs a lookup probe, when a copy can pay, and a comparison.
+
+Exploration is Thompson sampling: each refit draws every source's alpha from its posterior, Beta(accepted,
+rejections) with the decayed counts, and plans with the draws. A source is so chosen in proportion to the chance
+that it is the best, which falls as its counts grow: a source whose early rounds were unlucky (an estimate of 0.3
+where it keeps 0.5) is drawn above the others often enough to be measured again within tens of rounds, and one that
+is surely worse is almost never tried. A plan holds REFIT rounds, so one exploration costs a few rounds; the
+draws come from the estimates' own generator, never from the sampling's random numbers. As a floor, a source no
+plan chose for its wait (EXPLORE rounds, doubled after each try that does not make it chosen, up to MAX_WAIT) is
+tried once, so one whose counts are old is measured again.
 
 Two guards keep the choice from losing to target-only decoding. A source's expected tokens are calibrated by what
-its chosen rounds delivered (kappa_s = tokens made / tokens expected at the choice, decayed): a source is chosen when
-its alpha estimate is high, so a raw estimate is biased upwards exactly where it decides (a request's first lucky
-guesses, say), and kappa measures that bias. And a source must be expected to beat target-only rounds by MARGIN,
-measured costs and calibrated tokens included, before it is chosen. Over both, a Switch (switch.py) measures the
-wall time per token of auto's rounds against plain target steps, and where auto's rounds are the slower it runs
-plain steps, which cost nothing to choose, with a bounded share of measuring stretches of auto's rounds.
+its chosen rounds delivered (kappa_s = tokens made / tokens expected from the posterior mean at the choice,
+decayed): the geometric model of Theorem 3.1 is an approximation (alpha falls with the guess's depth at T = 1), and
+kappa measures its error. And a source must be expected to beat target-only rounds by MARGIN, measured costs and
+calibrated tokens included, before it is chosen. Over both, a Switch (switch.py) measures the wall time per token
+of auto's rounds against plain target steps, and runs each in proportion to the chance that it is the faster.
 """
 
 from __future__ import annotations
 
 import time
+
+import numpy as np
 
 from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
@@ -34,7 +43,8 @@ from .switch import Switch
 from .tree import matched
 
 PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
-EXPLORE = 100         # rounds after which an unchosen source is tried once more (its first wait)
+EXPLORE = 400         # rounds after which an unchosen source is tried once more (its first wait; Thompson
+#                       sampling explores before that wherever the chance that a source is the best is real)
 MAX_WAIT = 3200       # the longest wait: each try after which a source is still not chosen doubles its wait
 DECAY = 0.97          # weight of the past per observation in the running averages
 PRIOR_ALPHA = (1.0, 1.0)   # pseudo accepted / rejections of a source never seen: alpha = 0.5
@@ -43,10 +53,19 @@ PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as
 PRIOR_SLOPE = 0.1     # T(k) = a (1 + 0.1 k) before the slope is measured
 PRIOR_WEIGHT = 0.5    # pseudo-runs that hold the slope to the prior while runs cover one k only
 FIT_DECAY = 0.995     # the line fits remember ~200 rounds
-REFIT = 16            # rounds between refits of the plan (runtime/decoding/auto.py _Plan) and its lines
+REFIT = 4             # rounds between refits of the plan (_Plan), each with new Thompson draws (0.05 ms a refit)
 SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
 MARGIN = 0.05         # a source is chosen only when expected to beat target-only rounds by this fraction
 CALIBRATION_PRIOR = 8.0     # pseudo-tokens (as predicted) in a source's calibration before it has rounds
+
+
+def sampling_kind(params) -> tuple:
+    """What alphas are kept apart by: greedy, or the temperature (to 0.1) with its top-k / top-p filter; and the
+    lenience (below 1 keeps more guesses)."""
+    t, lenience = float(params.temperature), round(float(params.lenience), 2)
+    if t <= 0:
+        return 0.0, 0, 1.0, lenience
+    return round(t, 1), int(params.top_k), round(float(params.top_p), 2), lenience
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -60,14 +79,23 @@ class Estimates:
     def __init__(self):
         self.target = Line(FIT_DECAY)       # target run seconds over k+1 tokens, by k
         self.host = Mean(DECAY)         # seconds per round outside target runs, target-only rounds
+        self.kinds = {}             # kind of sampling -> (counts, calibration) below
+        self.kind = None
         self.counts = {}            # source -> [accepted, rejections], decayed, from the prior pseudo-counts
         self.round = 0
+        self.rng = np.random.default_rng(0)     # Thompson draws (never the sampling's generator)
         self.cost = {}              # source -> Mean of seconds per guess beyond the host time
         self.rounds = {}            # source -> Line of a round's wall seconds by gamma
         self.encoder = {}           # source -> Mean of the encoder seconds its first use in a request costs
         self.request_tokens = Mean(DECAY)   # tokens per request
-        self.calibration = {}       # source -> [tokens made, tokens expected at the choice], decayed
         self.waits = Waits(EXPLORE, MAX_WAIT)   # source -> rounds it may go unchosen before it is tried once
+        self.use(None)
+
+    def use(self, kind) -> None:
+        """Learn and decide alphas (and their calibration) for this kind of sampling from now on: a key such as
+        (temperature, top_k, top_p); costs are shared by every kind."""
+        self.kind = kind
+        self.counts, self.calibration = self.kinds.setdefault(kind, ({}, {}))
 
     def times(self, cap: int) -> list:
         """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
@@ -94,16 +122,18 @@ class Estimates:
             return prior(1) - b, b
         return line.fit(prior, SOURCE_PRIOR_WEIGHT, (1, cap))
 
-    def alpha(self, source: str, request: dict | None = None) -> float:
+    def alpha(self, source: str, request: dict | None = None, draw: bool = False) -> float:
         """The source's per-guess acceptance: this request's own counts (`request`: source -> [accepted,
-        rejections]) on top of the decayed counts of all requests, which weigh REQUEST_PRIOR observations (the
-        same draft can be good on one kind of text and poor on another: a request decides after a few rounds)."""
+        rejections]) on top of the alpha of all requests, which weighs REQUEST_PRIOR observations (the same draft
+        can be good on one kind of text and poor on another: a request decides after a few rounds). The alpha of all
+        requests is the mean of Beta(accepted, rejections) over their decayed counts, or with `draw` a draw from it
+        (Thompson sampling: the uncertainty is that of what all requests measured)."""
         acc, rej = self.counts.get(source, PRIOR_ALPHA)
+        common = float(self.rng.beta(max(acc, 1e-3), max(rej, 1e-3))) if draw else acc / (acc + rej)
         mine = (request or {}).get(source)
         if not mine:
-            return acc / (acc + rej)
-        weight = REQUEST_PRIOR / (acc + rej)
-        return (acc * weight + mine[0]) / (REQUEST_PRIOR + mine[0] + mine[1])
+            return common
+        return (common * REQUEST_PRIOR + mine[0]) / (REQUEST_PRIOR + mine[0] + mine[1])
 
     def cost_per_guess(self, source: str, free: bool, t0: float) -> float:
         mean = self.cost.get(source)
@@ -112,11 +142,12 @@ class Estimates:
         return 0.0 if free else PRIOR_C * t0
 
     def rates(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
-              remaining: float | None = None) -> list:
+              remaining: float | None = None, alpha: float | None = None) -> list:
         """Expected tokens per second of `source` at each gamma in `gammas` (ascending). `remaining`: the tokens
         this request is expected to have left when the source has not run its encoder in it yet (None when it
-        has): the encoder run is then shared by the rounds the source may serve, E tokens each."""
-        alpha = self.alpha(source, request)
+        has): the encoder run is then shared by the rounds the source may serve, E tokens each. `alpha`: the alpha
+        to plan with (a Thompson draw), else the estimate's."""
+        alpha = self.alpha(source, request) if alpha is None else alpha
         kappa = self.kappa(source)
         a, b = self.round_cost(source, free, times)
         enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
@@ -169,9 +200,12 @@ class _Plan:
     (`copy[origin][c]`: by where the lookup copied from, with the expected rate), ("none", 0) wherever target-only
     decoding is expected to be fastest; whether a copy can pay at all (`copy_pays`: else the lookup is not probed)
     and a datastore copy (`store_pays`: else the datastore is not searched); and at most one source whose wait is
-    over, to be tried once (`stale`: name, gamma, whether it needs a copy)."""
+    over, to be tried once (`stale`: name, gamma, whether it needs a copy). `plain` and `copy` come from a Thompson
+    draw of the alphas; `mean_plain` and `mean_copy` are what the posterior means choose (a round that differs
+    explores), `alpha` the means by name (what a round is expected to make, for the calibration)."""
 
-    __slots__ = ("cap", "until", "encodes", "plain", "copy", "copy_pays", "store_pays", "stale", "alpha")
+    __slots__ = ("cap", "until", "encodes", "plain", "copy", "copy_pays", "store_pays", "stale", "alpha",
+                 "mean_plain", "mean_copy")
 
 
 class AutoDraft(DraftSource):
@@ -194,6 +228,7 @@ class AutoDraft(DraftSource):
         self._tree, self._gamma = None, 0
         self.request = None
         self.produced = 0
+        self.explored = 0               # rounds whose choice explored (not what the estimates' means choose)
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
         self.switch = Switch()          # auto's rounds, or plain target steps where those are faster
@@ -226,68 +261,88 @@ class AutoDraft(DraftSource):
     def _uses_lookup(self, source: DraftSource) -> bool:
         return self.lookup is not None and (source is self.lookup or source.below is self.lookup)
 
-    def _refit(self, cap: int) -> _Plan:
-        est = self.estimates
-        times = est.times(cap)
-        none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
-        plain = none                      # per_copy[origin][c]: the best when c guesses were copied from origin
-        per_copy = {origin: [none] * (cap + 1) for origin in self.origins}
-        alphas = {}
+    def _names(self):
+        """(key, source, name, free) of every name a plan rates: a lookup under each of its origins."""
         for key, source in self.candidates.items():
             free = source is self.lookup
             for name in (self.origins if free else (key,)):
-                alphas[name] = est.alpha(name, self.request)
-                gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
-                remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
-                rates = est.rates(name, gammas, free, times, self.request, remaining)
-                if not self._uses_lookup(source):
-                    g, rate = max(zip(gammas, rates), key=lambda x: x[1])
-                    if rate > plain[2]:
-                        plain = (name, g, rate)
-                    if not PREFER_COPY:
-                        for table in per_copy.values():
-                            table[:] = [max(c, (name, g, rate), key=lambda x: x[2]) for c in table]
+                yield key, source, name, free
+
+    def _tables(self, cap: int, times: list, alphas: dict) -> tuple:
+        """(plain, per_copy) planned with `alphas` (name -> alpha): the best (name, gamma, rate) when the lookup
+        copies nothing, and per origin and copy length c the best after such a copy."""
+        est = self.estimates
+        none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
+        plain = none                      # per_copy[origin][c]: the best when c guesses were copied from origin
+        per_copy = {origin: [none] * (cap + 1) for origin in self.origins}
+        for key, source, name, free in self._names():
+            gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
+            remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
+            rates = est.rates(name, gammas, free, times, self.request, remaining, alphas[name])
+            if not self._uses_lookup(source):
+                g, rate = max(zip(gammas, rates), key=lambda x: x[1])
+                if rate > plain[2]:
+                    plain = (name, g, rate)
+                if not PREFER_COPY:
+                    for table in per_copy.values():
+                        table[:] = [max(c, (name, g, rate), key=lambda x: x[2]) for c in table]
+                continue
+            overall = max(zip(gammas, rates), key=lambda x: x[1])
+            for origin, table in per_copy.items():
+                if free and name != origin:
                     continue
-                overall = max(zip(gammas, rates), key=lambda x: x[1])
-                for origin, table in per_copy.items():
-                    if free and name != origin:
-                        continue
-                    best = (name, gammas[0], rates[0])
-                    for c in range(1, cap + 1):   # a lookup proposes at most what it copied; a chain above it not
-                        if not free:
-                            best = (name, *overall)
-                        elif rates[c - 1] > best[2]:  # the lookup's gammas are 1..cap: the best of gamma <= c
-                            best = (name, c, rates[c - 1])
-                        if best[2] > table[c][2]:
-                            table[c] = best
+                best = (name, gammas[0], rates[0])
+                for c in range(1, cap + 1):   # a lookup proposes at most what it copied; a chain above it not
+                    if not free:
+                        best = (name, *overall)
+                    elif rates[c - 1] > best[2]:  # the lookup's gammas are 1..cap: the best of gamma <= c
+                        best = (name, c, rates[c - 1])
+                    if best[2] > table[c][2]:
+                        table[c] = best
+        return plain, per_copy
+
+    def _refit(self, cap: int) -> _Plan:
+        """The plan of the next REFIT rounds, from one Thompson draw of every alpha (and what the posterior means
+        would choose, to count the rounds that explore)."""
+        est = self.estimates
+        times = est.times(cap)
+        names = list(self._names())
+        means = {name: est.alpha(name, self.request) for _, _, name, _ in names}
+        draws = {name: est.alpha(name, self.request, draw=True) for _, _, name, _ in names}
+        plain, per_copy = self._tables(cap, times, draws)
+        mean_plain, mean_copy = self._tables(cap, times, means)
         plan = _Plan()
-        plan.cap, plan.until, plan.alpha = cap, est.round + REFIT, alphas
+        plan.cap, plan.alpha = cap, means
         plan.encodes = any(s.needs_encoder for s in self._models)     # an encoder run's cost is shared in the rates
-        plan.plain = plain[:2]
+        plan.plain, plan.mean_plain = plain[:2], mean_plain[:2]
         plan.copy = {origin: [c[:3] for c in table] for origin, table in per_copy.items()}    # (name, gamma, rate)
+        plan.mean_copy = {origin: [c[:2] for c in table] for origin, table in mean_copy.items()}
+        plan.until = est.round + REFIT
         plan.copy_pays = any(c[0] != "none" for t in per_copy.values() for c in t[1:])
         plan.store_pays = "datastore" in per_copy and any(c[0] != "none" for c in per_copy["datastore"][1:])
         chosen_somewhere = {plain[0]} | {c[0] for t in per_copy.values() for c in t[1:]}
         plan.stale = None
-        for key, source in self.candidates.items():
-            free = source is self.lookup
-            for name in (self.origins if free else (key,)):
-                if name in chosen_somewhere:
-                    est.waits.reset(name)
-                elif est.waits.due(name, est.round) and plan.stale is None:
-                    g = cap if not self.adaptive and not free else max(1, min(cap, 2))
-                    plan.stale = (name, g, self._uses_lookup(source))
+        for key, source, name, free in names:
+            if name in chosen_somewhere:
+                est.waits.reset(name)
+            elif est.waits.due(name, est.round) and plan.stale is None:
+                g = cap if not self.adaptive and not free else max(1, min(cap, 2))
+                plan.stale = (name, g, self._uses_lookup(source))
         return plan
 
     def choose(self, ws, cap: int) -> tuple[str, int]:
         """(source name or "none", gamma) for this round."""
+        if self._unstarted is not None:           # the request's first round: its kind of sampling's alphas
+            params = getattr(ws, "params", None)
+            self.estimates.use(None if params is None else sampling_kind(params))
+            self._plan = None
         self._start_sources()
         est = self.estimates
         est.round += 1
         plan = self._plan
         if plan is None or est.round >= plan.until or plan.cap != cap:
             plan = self._plan = self._refit(cap)
-        best, stale = plan.plain, plan.stale
+        best, mean, stale = plan.plain, plan.mean_plain, plan.stale
         probe = plan.copy_pays or (stale is not None and stale[2])
         if "datastore" in self.origins:   # the datastore is searched only where its copies may pay (or are tried)
             self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore")
@@ -296,19 +351,21 @@ class AutoDraft(DraftSource):
         if copied:
             origin = getattr(self.lookup, "origin", None)
             origin = origin if origin in plan.copy else self.origins[0]
-            best = plan.copy[origin][len(copied)]
+            best, mean = plan.copy[origin][len(copied)], plan.mean_copy[origin][len(copied)]
             fallback = getattr(self.lookup, "fallback", None)
             if fallback:                  # the datastore matched longer; the output's or the source's shorter copy
                 other = plan.copy[self.origins[0]][len(fallback)]           # is expected to make more per second?
                 if other[2] > best[2]:
                     copied = self._copied = fallback
                     origin = self.lookup.origin = self.origins[0]
-                    best = other
+                    best, mean = other, plan.mean_copy[origin][len(fallback)]
         if stale is not None and stale[0] != best[0] and (copied or not stale[2]) and \
                 (stale[0] not in self.origins or stale[0] == origin):       # a copy origin is tried on its copies
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
             est.waits.double(stale[0])
+        if tuple(best[:2]) != tuple(mean[:2]):
+            self.explored += 1
         est.waits.ran(best[0], est.round)
         return best[:2]
 

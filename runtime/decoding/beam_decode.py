@@ -28,7 +28,8 @@ import numpy as np
 from ..core.stats import Stats
 from ..engine.beam_model import BeamModel
 from .beam import BeamSearch, candidates, log_softmax
-from .estimators import Ratio, Waits
+from .auto import expected_tokens
+from .estimators import Beta, Mean
 from .processors import Processors
 from .speech import most_likely
 
@@ -180,49 +181,65 @@ class BeamRun:
 
 
 class BeamEstimates:
-    """What gamma="auto" learned for beam search: per gamma (0 = a target-only step) the beam steps a round makes
-    and the seconds it takes, decayed so that old rounds weigh less. Each round takes the gamma with the most steps
-    per second. Each is tried WARMUP times first; after that a gamma that is not the best is tried again once its
-    wait (EXPLORE rounds at first) is over, and each try that leaves it behind doubles its wait (up to MAX_WAIT),
-    so where speculation does not pay, target-only beam search runs almost every round, and a change in costs is
-    still seen."""
+    """What gamma="auto" learned for beam search, per beam width: per gamma (0 = a target-only step) the seconds a
+    round takes, and, shared by every gamma, the chance that a draft step is replayed by the target's search (the
+    next beam step is one of the rows scored: `kept`, Beta counts). A round of gamma makes E(beta, gamma) = 1 + beta
+    + ... + beta^gamma beam steps on the geometric model of Theorem 3.1 and costs its measured seconds; target-only
+    makes one step. Each gamma is tried once first (its cost measured); then every round draws beta from its
+    posterior and takes the gamma with the most beam steps per second under the draw (Thompson sampling): a
+    speculative round runs in proportion to the chance that it is the fastest, so where even beta = 1 cannot pay
+    for a round's measured cost ((gamma + 1) / seconds below a target step's 1 / seconds) it never runs again, and
+    where the chance is real the counts it adds settle it within tens of rounds. As a floor, after FLOOR rounds
+    without a speculative one, the speculative gamma that ran longest ago is tried once (at most one round in
+    FLOOR: a change of the draft's agreement or of a cost is still seen)."""
 
-    WARMUP, EXPLORE, MAX_WAIT, DECAY = 2, 32, 2048, 0.98
+    WARMUP, DECAY, FLOOR = 1, 0.98, 512
+    KEPT_DECAY = 0.9        # the replay counts remember ~10 speculative rounds: they run rarely where they lose
     GAMMAS = (1, 2, 3, 4)
 
     def __init__(self):
-        self.rate = {}              # gamma -> decayed beam steps over seconds
+        self.cost = {}              # (width, gamma) -> Mean of a round's seconds (a draft encoder run left out)
+        self.kept = {}              # width -> Beta of a draft step replayed by the target's search
         self.seen = {}              # gamma -> rounds run
-        self.waits = Waits(self.EXPLORE, self.MAX_WAIT)
-        self.rounds = 0
+        self.rng = np.random.default_rng(0)
+        self.rounds = self.explored = 0
+        self.speculated = 0         # the round of the last speculative round
+        self.last = {}              # gamma -> the round it last ran
+        self.width = 0              # the width of the last round (rates() reports it)
 
-    def best(self) -> int:
-        return max(self.rate, key=lambda g: self.rate[g].get(0.0))
+    def _rate(self, width: int, gamma: int, beta: float) -> float:
+        return expected_tokens(beta, gamma) / max(self.cost[width, gamma].get(), 1e-9)
 
-    def choose(self, gamma_max: int) -> int:
+    def choose(self, gamma_max: int, width: int = 0) -> int:
+        """The gamma of the next round of a search of `width` beams."""
+        self.width = width
         options = [0] + [g for g in self.GAMMAS if g <= gamma_max]
         self.rounds += 1
         for g in options:
-            if self.seen.get(g, 0) < self.WARMUP:
+            if (width, g) not in self.cost:
                 return g
-        best = self.best()
-        for g in options:
-            if g != best and self.waits.due(g, self.rounds - 1):     # waited more than its wait
-                return g
-        return best
+        kept = self.kept.get(width) or Beta()
+        draw, mean = kept.draw(self.rng), kept.mean()
+        pick = max(options, key=lambda g: self._rate(width, g, draw))
+        best = max(options, key=lambda g: self._rate(width, g, mean))
+        if pick == 0 and best == 0 and len(options) > 1 and self.rounds - self.speculated >= self.FLOOR:
+            pick = min(options[1:], key=lambda g: self.last.get(g, 0))
+        if pick != best:
+            self.explored += 1
+        if pick:
+            self.speculated = self.rounds
+        self.last[pick] = self.rounds
+        return pick
 
-    def learn(self, gamma: int, steps: int, seconds: float) -> None:
-        for rate in self.rate.values():
-            rate.fade(self.DECAY)
-        self.rate.setdefault(gamma, Ratio()).add(steps, seconds)
+    def learn(self, gamma: int, steps: int, seconds: float, width: int = 0) -> None:
+        """A round of `gamma` made `steps` beam steps in `seconds` (a draft encoder run not included)."""
+        self.cost.setdefault((width, gamma), Mean(self.DECAY)).add(seconds)
         self.seen[gamma] = self.seen.get(gamma, 0) + 1
-        self.waits.ran(gamma, self.rounds)
-        if self.seen[gamma] > self.WARMUP:
-            if self.best() == gamma:
-                self.waits.reset(gamma)
-            else:
-                self.waits.double(gamma)
+        if gamma:
+            replayed = steps - 1
+            self.kept.setdefault(width, Beta(decay=self.KEPT_DECAY)).add(replayed, float(replayed < gamma))
 
     def rates(self) -> dict:
-        """gamma -> beam steps per second, as estimated now."""
-        return {g: self.rate[g].get() for g in sorted(self.rate) if self.rate[g].den > 0}
+        """gamma -> beam steps per second expected now (the posterior mean), for the last width searched."""
+        kept = self.kept.get(self.width) or Beta()
+        return {g: self._rate(self.width, g, kept.mean()) for w, g in sorted(self.cost) if w == self.width}

@@ -2,11 +2,20 @@
 least-squares line held to a prior where the data cannot decide, and exploration with a doubling wait. Each user
 passes its decay (the weight of the past per observation) and its waits.
 
-Who uses what: auto's choice of source and gamma (auto.py: Mean, Line, Waits), the lookup's width (width.py: Mean,
-Line), the switch between auto's rounds and plain steps (switch.py: Ratio), beam search's gamma (beam_decode.py:
-Ratio, Waits) and a batch's copies (batch.py: Ratio)."""
+Exploration follows one rule wherever a choice is learned: an option is tried in proportion to the chance that it
+is the better one (Thompson sampling, or its expectation, probability matching), so a wrong early estimate is
+corrected while the chance is real, and an option that is surely worse costs next to nothing. `Beta` is that chance
+for a rate of kept guesses, `Ratio.variance` for a measured time per token (`faster_chance`).
+
+Who uses what: auto's choice of source and gamma (auto.py: Mean, Line, Beta, Waits), the lookup's width (width.py:
+Mean, Line), the switch between auto's rounds and plain steps (switch.py: Ratio, faster_chance), beam search's gamma
+(beam_decode.py: Mean, Beta) and a batch's copies (batch.py: Ratio)."""
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 
 class Mean:
@@ -26,21 +35,67 @@ class Mean:
 
 class Ratio:
     """A decayed ratio of two sums (seconds per token, guesses kept per guess judged): `fade` weighs the past down,
-    `add` adds one observation's numerator and denominator."""
+    `add` adds one observation's numerator and denominator. `variance` is the ratio's sampling variance (the delta
+    method over the observations, each weighed by its decay squared)."""
 
     def __init__(self):
         self.num = self.den = 0.0
+        self.sq = [0.0, 0.0, 0.0]       # decayed-squared sums of num^2, num den, den^2
 
     def fade(self, factor: float) -> None:
         self.num *= factor
         self.den *= factor
+        f2 = factor * factor
+        self.sq = [v * f2 for v in self.sq]
 
     def add(self, num: float, den: float) -> None:
         self.num += num
         self.den += den
+        nn, nd, dd = self.sq
+        self.sq = [nn + num * num, nd + num * den, dd + den * den]
 
     def get(self, default=None):
         return self.num / self.den if self.den > 0 else default
+
+    def variance(self) -> float | None:
+        """Var(num / den) ~ sum w_i^2 (num_i - r den_i)^2 / (sum w_i den_i)^2 (None before any observation)."""
+        if self.den <= 0:
+            return None
+        r = self.num / self.den
+        nn, nd, dd = self.sq
+        return max(nn - 2 * r * nd + r * r * dd, 0.0) / (self.den * self.den)
+
+
+def faster_chance(a: Ratio, b: Ratio) -> float | None:
+    """The chance that `a`'s true ratio (seconds per token) is below `b`'s, from both estimates and their variances
+    (normal approximation; None while one has no observation). Equal estimates without spread: 0.5."""
+    ra, rb, va, vb = a.get(), b.get(), a.variance(), b.variance()
+    if ra is None or rb is None:
+        return None
+    spread = math.sqrt(va + vb)
+    if spread <= 0:
+        return 0.5 if ra == rb else float(ra < rb)
+    return 0.5 * math.erfc((ra - rb) / (spread * math.sqrt(2)))
+
+
+class Beta:
+    """The uncertain rate of a yes/no outcome (a guess kept), from decayed counts on top of pseudo-counts `prior`
+    (yes, no): its mean, and a draw from Beta(yes, no) for Thompson sampling. `rng` is the chooser's own generator:
+    a draw never touches the sampling's random numbers, so no choice can change an output's distribution."""
+
+    def __init__(self, prior=(1.0, 1.0), decay: float = 1.0):
+        self.yes, self.no = prior
+        self.decay = decay
+
+    def add(self, yes: float, no: float) -> None:
+        self.yes = self.yes * self.decay + yes
+        self.no = self.no * self.decay + no
+
+    def mean(self) -> float:
+        return self.yes / (self.yes + self.no)
+
+    def draw(self, rng: np.random.Generator) -> float:
+        return float(rng.beta(max(self.yes, 1e-3), max(self.no, 1e-3)))
 
 
 class Waits:

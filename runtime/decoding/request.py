@@ -125,10 +125,11 @@ class BeamSearching:
             if draft is None:
                 run.target_step()
             elif plan.adaptive:
-                gamma = self.estimates.choose(min(plan.gamma, self.max_length))
-                t = time.perf_counter()
+                gamma = self.estimates.choose(min(plan.gamma, self.max_length), search.width)
+                t, encoder = time.perf_counter(), request.stats.encoder_s
                 steps = run.speculative_step(gamma) if gamma else run.target_step()
-                self.estimates.learn(gamma, steps, time.perf_counter() - t)
+                seconds = time.perf_counter() - t - (request.stats.encoder_s - encoder)    # a draft's encoder run
+                self.estimates.learn(gamma, steps, seconds, search.width)                   # is no round's cost
             else:
                 run.speculative_step(plan.gamma)
         found = search.results(params.num_return_sequences)

@@ -8,16 +8,15 @@ wall seconds per token of auto's rounds and of plain target steps, and runs the 
 
 The comparison is made on the same work. Which mode a round runs is decided round by round, interleaved (a
 golden-ratio sequence: no random state is used), so both modes see the same prompts, tasks and positions; a
-comparison of stretches of rounds would compare whatever the prompts of each stretch cost. While the modes are
-measured (the first FIRST rounds) each runs half the rounds; then the slower one's share falls as
-FIRST / (2 (FIRST + n)) after n rounds with the same leader, down to MIN_SHARE, which it keeps so that a change
-(other prompts, another temperature) is seen. A clear difference is acted on at once: when one mode's seconds per
-token are CLEAR lower after EARLY rounds of each, it leads before FIRST, and while a lead is that clear the slower
-mode keeps only MIN_SHARE (at t5-large size auto's rounds measured 1.5x faster per token than plain steps, and the
-half-and-half measuring of FIRST rounds spent a quarter of a short run's tokens on plain steps).
-Measurements are decayed means with a half-life of HALF_LIFE rounds.
-Auto's rounds take the lead only when they are MARGIN faster, and keep it while they are KEEP_MARGIN faster: a
-small difference is within the noise of a share of 1/32 of the rounds, and plain steps are what cannot lose.
+comparison of stretches of rounds would compare whatever the prompts of each stretch cost. The first `first` rounds
+(FIRST) are run half and half. From then on the rule is auto's own (auto.py): each mode runs in proportion to the
+chance that it is the faster (probability matching, the expectation of Thompson sampling), from both modes'
+seconds per token and their sampling variances (estimators.faster_chance), recomputed every DECIDE rounds. The mode
+with the lower seconds per token leads; the other runs that chance of the rounds, at least MIN_SHARE (so that a
+change, other prompts or another temperature, is seen) and at most half. A clear difference (at t5-large size
+auto's rounds measured 1.5x faster per token than plain steps) leaves the slower mode MIN_SHARE within a few dozen
+rounds; modes within the noise of each other share the rounds, which costs nothing since neither is the slower.
+Measurements are decayed sums with a half-life of HALF_LIFE rounds.
 
 A plain step costs the switch a clock reading and a few additions. The output's distribution does not depend on
 the mode: every round is exact either way; only the speed does. A round's clock runs from its `plain()` call to the
@@ -29,16 +28,12 @@ from __future__ import annotations
 
 import time
 
-from .estimators import Ratio
+from .estimators import Ratio, faster_chance
 
-FIRST = 256           # rounds measured half and half before a mode leads
+FIRST = 32            # rounds measured half and half before the shares follow the chance
 MIN_SHARE = 1 / 32    # the slower mode's least share of the rounds
 HALF_LIFE = 4096      # rounds after which a measurement weighs half
-DECIDE = 32           # rounds between two comparisons
-MARGIN = 0.03         # auto's rounds take the lead only when their seconds per token are this much lower,
-KEEP_MARGIN = 0.01    # and keep it while they are this much lower (a lead that flips on noise costs a new measuring)
-EARLY = 16            # rounds of each mode after which a clear difference leads before FIRST
-CLEAR = 0.25          # a difference is clear when one mode's seconds per token are this much lower
+DECIDE = 8            # rounds between two updates of the shares
 SWITCH_FIRST = 64     # a batch's switch measures 64 rounds half and half (each round carries up to B rows' tokens)
 _DECAY = 0.5 ** (1 / HALF_LIFE)
 _STEP = 0.6180339887498949      # the golden ratio's fraction: an evenly spread sequence of phases
@@ -46,15 +41,16 @@ _STEP = 0.6180339887498949      # the golden ratio's fraction: an evenly spread 
 
 class Switch:
     """`first`: rounds measured half and half (FIRST; a batch's rounds each carry many requests' tokens, so a batch
-    measures fewer)."""
+    measures more). `explored`: rounds run in the mode that measured slower at the time."""
 
     def __init__(self, clock=time.perf_counter, first: int = FIRST):
         self.clock, self.first = clock, first
         self.rounds = 0                   # rounds asked about
         self.lead = None                  # the faster mode (True: auto's rounds), None while measuring
-        self.led = 0                      # rounds since the lead last changed
+        self.explored = 0
         self.spent = {True: Ratio(), False: Ratio()}        # mode -> decayed seconds over tokens
         self.measured = {True: 0, False: 0}                 # mode -> rounds measured
+        self._share = 0.5                 # the slower mode's share of the rounds now
         self._phase = 0.0
         self._last = None                 # (clock, tokens produced, mode) at the start of the round at hand
 
@@ -74,37 +70,30 @@ class Switch:
             self.spent[mode].add(now - began - idle, produced - before)
             self.measured[mode] += 1
         self.rounds += 1
-        self.led += 1
-        if self.rounds % DECIDE == 0 and (self.rounds >= self.first or self._clear()):
+        if self.rounds % DECIDE == 0 and self.rounds >= self.first:
             self._decide()
         self._phase = (self._phase + _STEP) % 1.0
         lead = True if self.lead is None else self.lead
-        auto = (not lead) if self._phase < self.share() else lead
+        auto = (not lead) if self._phase < self._share else lead
+        if self.lead is not None and auto != self.lead:
+            self.explored += 1
         self._last = (now, produced, auto)
         return not auto
 
     def share(self) -> float:
         """The slower mode's share of the rounds now."""
-        if self.lead is None:
-            return 0.5
-        if self._clear():
-            return MIN_SHARE
-        return max(MIN_SHARE, 0.5 * self.first / (self.first + self.led))
-
-    def _clear(self) -> bool:
-        """Both modes measured EARLY rounds or more, and one is CLEAR faster per token."""
-        if min(self.measured.values()) < EARLY:
-            return False
-        on, off = self.seconds_per_token(True), self.seconds_per_token(False)
-        return on is not None and off is not None and min(on, off) < (1 - CLEAR) * max(on, off)
+        return self._share
 
     def seconds_per_token(self, auto: bool) -> float | None:
         return self.spent[auto].get()
 
+    def auto_faster_chance(self) -> float | None:
+        """The chance that auto's rounds take fewer seconds per token than plain steps (None before both ran)."""
+        return faster_chance(self.spent[True], self.spent[False])
+
     def _decide(self) -> None:
-        on, off = self.seconds_per_token(True), self.seconds_per_token(False)
-        if on is None or off is None:
+        chance = self.auto_faster_chance()
+        if chance is None or min(self.measured.values()) < 2:
             return
-        lead = on < off * (1 - (KEEP_MARGIN if self.lead else MARGIN))
-        if lead != self.lead:
-            self.lead, self.led = lead, 0
+        self.lead = chance >= 0.5
+        self._share = min(0.5, max(MIN_SHARE, min(chance, 1 - chance)))

@@ -71,6 +71,7 @@ class Workspace:
         self.draws = Buffer((gamma_max + 1,), np.int64, device)
         self.trees = True     # the target verifies token trees (not through the capturable graphs)
         self._rng = np.random.default_rng(0)
+        self.params = None    # the request's Params, set by reset
         self._used = 0        # uniforms of the current block taken
         self.seq: list = []
         self.end = 0
@@ -87,6 +88,7 @@ class Workspace:
         self.processors = processors if processors is not None and processors.active else None
         self.seq, self.end, self.known = prompt, len(prompt) - 1, []
         self._rng = np.random.default_rng(params.seed)
+        self.params = params        # the request's (what an auto choice keeps its estimates by)
         self._refill()
         self.head.set(params)
 

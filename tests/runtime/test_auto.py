@@ -2,7 +2,10 @@
 target-only rounds where nothing pays (without probing the lookup), and its exploration of a source that never pays
 is bounded. The decoding itself is checked end to end in test_chains.py, test_greedy.py and test_distribution.py."""
 
-from specdec.runtime.decoding.auto import EXPLORE, MARGIN, MAX_WAIT, AutoDraft, Estimates
+import numpy as np
+
+from specdec.runtime.decoding.auto import EXPLORE, MARGIN, MAX_WAIT, AutoDraft, Estimates, expected_tokens
+from specdec.runtime.decoding.estimators import Waits
 from specdec.runtime.decoding.lookup import LookupDraft
 from specdec.runtime.decoding.round import DraftSource
 
@@ -100,7 +103,7 @@ def test_a_source_whose_rounds_make_fewer_tokens_than_expected_is_dropped():
         est.learn("draft", 4, 4, 1.2e-3, 1e-4 + 4 * 2e-4, expected=12.0)
     auto.start([5, 6, 7, 8], stats=None)
     assert est.kappa("draft") < 0.5
-    assert sum(c == ("none", 0) for c in run(auto, Workspace([0, 1, 2]), 100)) > 90
+    assert sum(c == ("none", 0) for c in run(auto, Workspace([0, 1, 2]), 100)) > 80    # (a few draws still try it)
 
 
 def test_a_source_must_beat_target_only_rounds_by_the_margin():
@@ -123,7 +126,8 @@ def test_the_datastore_s_copies_have_their_own_estimates_and_fall_back_to_the_so
     """A lookup with a datastore proposes under two names: "lookup" (copies of the output and the source) and
     "datastore". With the datastore's guesses learned to be useless and the source's good, a round where the
     datastore has the longer match copies the source's shorter match instead (the datastore is not even searched);
-    with both paying but the source's more, the source's; with both as good, the datastore's longer one.
+    with both paying but the source's more, the source's; with the datastore's paying more, the datastore's longer
+    match. (Equal estimates are not a case here: the chooser then follows its Thompson draws, either way.)
     """
     from specdec.runtime.loading.datastore import Datastore
     from specdec.runtime.tools.datastore_build import write
@@ -151,7 +155,78 @@ def test_the_datastore_s_copies_have_their_own_estimates_and_fall_back_to_the_so
     name, gamma = auto.choose(ws, 4)
     assert lookup.search_store and name == "lookup" and auto._copied == [10, 4], (name, auto._copied)
 
-    auto, lookup = auto_with(alpha_store=0.9, alpha_lookup=0.9)
+    auto, lookup = auto_with(alpha_store=1.0, alpha_lookup=0.5)
     auto.choose(ws, 4)
     name, gamma = auto.choose(ws, 4)
     assert (name, auto._copied) == ("datastore", [11, 12]) and gamma == 2
+
+
+def simulate(auto, alpha: float, rounds: int, seed: int, cap: int = 4) -> list:
+    """`rounds` rounds of auto's choice against a simulated draft that keeps each guess with probability `alpha`
+    (its first rejection ends the round): target runs of 1 ms + 0.1 ms a token, 0.1 ms host, 0.05 ms a guess. Each
+    round's outcome is learned as AutoDraft.commit does. Returns the choices."""
+    import random
+
+    rng, est, chosen = random.Random(seed), auto.estimates, []
+    auto.start([5, 6, 7, 8], stats=None)
+    ws = Workspace([0, 1, 2])
+    for _ in range(rounds):
+        name, g = auto.choose(ws, cap)
+        chosen.append((name, g))
+        if g == 0:
+            est.learn("none", 0, 0, 1e-3, 1e-4)
+            continue
+        kept = 0
+        while kept < g and rng.random() < alpha:
+            kept += 1
+        expected = expected_tokens(auto._plan.alpha[name], g)
+        est.learn(name, g, kept, 1e-3 + 1e-4 * g, 1e-4 + 5e-5 * g, expected=expected)
+        mine = auto.request.setdefault(name, [0, 0])
+        mine[0], mine[1] = mine[0] + kept, mine[1] + int(kept < g)
+    return chosen
+
+
+def wrong_start() -> Estimates:
+    """Estimates that saw the draft (which keeps 0.6 of its guesses) keep 2 guesses in 12 unlucky rounds of 2, with
+    12 rejections: alpha 0.18."""
+    est = Estimates()
+    for i in range(40):
+        est.learn("none", 0, 0, 1e-3, 1e-4)
+    for kept in (0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0):
+        est.learn("draft", 2, kept, 1.2e-3, 2e-4, expected=expected_tokens(est.alpha("draft"), 2))
+    return est
+
+
+def test_a_wrong_start_is_corrected_within_tens_of_rounds():
+    """The draft keeps 0.6 of its guesses (at gamma 4 a round makes 2.3 tokens for 1.7 ms against target-only's 1.1
+    ms a token: 1.3x), but the estimates start from 12 unlucky rounds (alpha 0.18, below the 0.3 at which it
+    starts to pay here). Thompson draws try it again, and from round 60 on it is the choice in 9 rounds of 10, for
+    5 seeds (in those seeds it became the steady choice by round 0 to 48). The control, a chooser that plans with the posterior means (no draws), stays with target-only rounds."""
+    assert wrong_start().alpha("draft") < 0.2
+
+    def chooser(draws: bool, seed: int) -> AutoDraft:
+        est = wrong_start()
+        est.waits = Waits(10 ** 9, 10 ** 9)       # no floor: the draws alone must bring the draft back
+        est.waits.ran("draft", 0)
+        est.rng = np.random.default_rng(seed)
+        if not draws:                             # the control plans with the posterior means
+            est.rng = type("Means", (), {"beta": staticmethod(lambda a, b: a / (a + b))})()
+        return AutoDraft({"draft": Source("draft")}, est)
+
+    for seed in range(5):
+        auto = chooser(draws=True, seed=seed)
+        chosen = simulate(auto, alpha=0.6, rounds=300, seed=seed)
+        late = chosen[60:]
+        assert sum(c[0] == "draft" for c in late) > 0.9 * len(late), (seed, chosen[:60])
+        assert auto.explored < 60
+        chosen = simulate(chooser(draws=False, seed=seed), alpha=0.6, rounds=300, seed=seed)
+        assert all(c == ("none", 0) for c in chosen)
+
+
+def test_a_source_that_never_pays_is_rarely_tried_once_its_estimate_is_firm():
+    """The draft keeps 0.1 of its guesses: over 2,000 rounds from fresh estimates, the rounds spent on it fall
+    away as its posterior narrows (at most 1 % of the first 1,000 rounds and 0.5 % of the next; 5 and 1 measured)."""
+    auto = AutoDraft({"draft": Source("draft")}, Estimates())
+    chosen = simulate(auto, alpha=0.1, rounds=2000, seed=1)
+    assert sum(c[0] == "draft" for c in chosen[:1000]) <= 10
+    assert sum(c[0] == "draft" for c in chosen[1000:]) <= 5
