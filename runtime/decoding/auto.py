@@ -42,7 +42,8 @@ from .estimators import Line, Mean, Waits
 from .switch import Switch
 from .tree import matched
 
-PREFER_COPY = True    # when the lookup matches, choose among copying sources only (see below)
+MATCHED = "@copy"     # a model source's alpha on rounds where the lookup matched is kept under its name + MATCHED
+MATCHED_PRIOR = 2.0   # observations its alpha on all rounds counts for before it has its own
 EXPLORE = 400         # rounds after which an unchosen source is tried once more (its first wait; Thompson
 #                       sampling explores before that wherever the chance that a source is the best is real)
 MAX_WAIT = 3200       # the longest wait: each try after which a source is still not chosen doubles its wait
@@ -128,12 +129,20 @@ class Estimates:
         can be good on one kind of text and poor on another: a request decides after a few rounds). The alpha of all
         requests is the mean of Beta(accepted, rejections) over their decayed counts, or with `draw` a draw from it
         (Thompson sampling: the uncertainty is that of what all requests measured)."""
-        acc, rej = self.counts.get(source, PRIOR_ALPHA)
+        acc, rej = self.counts.get(source) or self._prior(source)
         common = float(self.rng.beta(max(acc, 1e-3), max(rej, 1e-3))) if draw else acc / (acc + rej)
         mine = (request or {}).get(source)
         if not mine:
             return common
         return (common * REQUEST_PRIOR + mine[0]) / (REQUEST_PRIOR + mine[0] + mine[1])
+
+    def _prior(self, source: str) -> tuple:
+        """Pseudo-counts of a source never seen: alpha 0.5 as uncertain as can be; for a model source's alpha where
+        the lookup matched (name + MATCHED), its alpha on all rounds weighing MATCHED_PRIOR observations."""
+        if source.endswith(MATCHED) and source[:-len(MATCHED)] in self.counts:
+            acc, rej = self.counts[source[:-len(MATCHED)]]
+            return MATCHED_PRIOR * acc / (acc + rej), MATCHED_PRIOR * rej / (acc + rej)
+        return PRIOR_ALPHA
 
     def cost_per_guess(self, source: str, free: bool, t0: float) -> float:
         mean = self.cost.get(source)
@@ -142,13 +151,15 @@ class Estimates:
         return 0.0 if free else PRIOR_C * t0
 
     def rates(self, source: str, gammas, free: bool, times: list, request: dict | None = None,
-              remaining: float | None = None, alpha: float | None = None) -> list:
+              remaining: float | None = None, alpha: float | None = None, key: str | None = None) -> list:
         """Expected tokens per second of `source` at each gamma in `gammas` (ascending). `remaining`: the tokens
         this request is expected to have left when the source has not run its encoder in it yet (None when it
         has): the encoder run is then shared by the rounds the source may serve, E tokens each. `alpha`: the alpha
-        to plan with (a Thompson draw), else the estimate's."""
-        alpha = self.alpha(source, request) if alpha is None else alpha
-        kappa = self.kappa(source)
+        to plan with (a Thompson draw), else the estimate's; `key`: the name its alpha and calibration are kept
+        under, when not `source`."""
+        key = key or source
+        alpha = self.alpha(key, request) if alpha is None else alpha
+        kappa = self.kappa(key)
         a, b = self.round_cost(source, free, times)
         enc = self.encoder[source].get(0.0) if remaining is not None and source in self.encoder else 0.0
         out, power, e = [], 1.0, 1.0
@@ -168,16 +179,19 @@ class Estimates:
         return (made + CALIBRATION_PRIOR) / (expected + CALIBRATION_PRIOR)
 
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
-              encoder_s: float = 0.0, expected: float | None = None, run_tokens: int | None = None) -> None:
+              encoder_s: float = 0.0, expected: float | None = None, run_tokens: int | None = None,
+              key: str | None = None) -> None:
         """One round: `proposed` guesses of `source` ("none", 0 for a target-only round), `accepted` kept, the
         target run's seconds, the rest of the round's (host, draft runs) and the encoder's; `expected`: the tokens
         the chooser expected of the round from the alpha it decided with (None: not recorded); `run_tokens`: the
         guesses the target run verified when they were not `proposed` (a tree's nodes): then only the source's
         alpha learns (from the first candidate, `proposed` and `accepted`), not T(k), the source's costs or its
-        calibration, which are those of single-candidate rounds (the tree's costs are width.py's)."""
+        calibration, which are those of single-candidate rounds (the tree's costs are width.py's). `key`: the name
+        the alpha and calibration are kept under when not `source` (name + MATCHED)."""
+        key = key or source
         if run_tokens is not None and run_tokens != proposed:
-            acc, rej = self.counts.get(source, PRIOR_ALPHA)
-            self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+            acc, rej = self.counts.get(key) or self._prior(key)
+            self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
             return
         self.target.add(proposed, target_s)
         if encoder_s > 0:
@@ -185,13 +199,13 @@ class Estimates:
         if proposed == 0:
             self.host.add(other_s)
             return
-        acc, rej = self.counts.get(source, PRIOR_ALPHA)
-        self.counts[source] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+        acc, rej = self.counts.get(key) or self._prior(key)
+        self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
         self.cost.setdefault(source, Mean(DECAY)).add((other_s - self.host.get(0.0)) / proposed)
         self.rounds.setdefault(source, Line(FIT_DECAY)).add(proposed, target_s + other_s)
         if expected is not None:
-            made, exp = self.calibration.get(source, (0.0, 0.0))
-            self.calibration[source] = (made * DECAY + accepted + 1, exp * DECAY + expected)
+            made, exp = self.calibration.get(key, (0.0, 0.0))
+            self.calibration[key] = (made * DECAY + accepted + 1, exp * DECAY + expected)
 
 
 class _Plan:
@@ -283,9 +297,12 @@ class AutoDraft(DraftSource):
                 g, rate = max(zip(gammas, rates), key=lambda x: x[1])
                 if rate > plain[2]:
                     plain = (name, g, rate)
-                if not PREFER_COPY:
+                if self.origins:              # after a copy: with its alpha where the lookup matched
+                    matched = est.rates(name, gammas, free, times, self.request, remaining,
+                                        alphas[name + MATCHED], name + MATCHED)
+                    best = (name, *max(zip(gammas, matched), key=lambda x: x[1]))
                     for table in per_copy.values():
-                        table[:] = [max(c, (name, g, rate), key=lambda x: x[2]) for c in table]
+                        table[1:] = [best if best[2] > c[2] else c for c in table[1:]]
                 continue
             overall = max(zip(gammas, rates), key=lambda x: x[1])
             for origin, table in per_copy.items():
@@ -307,8 +324,10 @@ class AutoDraft(DraftSource):
         est = self.estimates
         times = est.times(cap)
         names = list(self._names())
-        means = {name: est.alpha(name, self.request) for _, _, name, _ in names}
-        draws = {name: est.alpha(name, self.request, draw=True) for _, _, name, _ in names}
+        keys = [name for _, _, name, _ in names] + [name + MATCHED for _, source, name, _ in names
+                                                     if self.origins and not self._uses_lookup(source)]
+        means = {key: est.alpha(key, self.request) for key in keys}
+        draws = {key: est.alpha(key, self.request, draw=True) for key in keys}
         plain, per_copy = self._tables(cap, times, draws)
         mean_plain, mean_copy = self._tables(cap, times, means)
         plan = _Plan()
@@ -318,8 +337,8 @@ class AutoDraft(DraftSource):
         plan.copy = {origin: [c[:3] for c in table] for origin, table in per_copy.items()}    # (name, gamma, rate)
         plan.mean_copy = {origin: [c[:2] for c in table] for origin, table in mean_copy.items()}
         plan.until = est.round + REFIT
-        plan.copy_pays = any(c[0] != "none" for t in per_copy.values() for c in t[1:])
-        plan.store_pays = "datastore" in per_copy and any(c[0] != "none" for c in per_copy["datastore"][1:])
+        plan.copy_pays = any(c[:2] != plan.plain for t in per_copy.values() for c in t[1:])
+        plan.store_pays = "datastore" in per_copy and any(c[:2] != plan.plain for c in per_copy["datastore"][1:])
         chosen_somewhere = {plain[0]} | {c[0] for t in per_copy.values() for c in t[1:]}
         plan.stale = None
         for key, source, name, free in names:
@@ -395,15 +414,18 @@ class AutoDraft(DraftSource):
         target_s = stats.target_s - target_before
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
-        alpha = self._plan.alpha.get(name) if verdict.proposed else None
+        key = name + MATCHED if self._copied and self.chosen is not None and not self._uses_lookup(self.chosen) \
+            else name                 # a model source's round where the lookup had matched
+        alpha = self._plan.alpha.get(key) if verdict.proposed else None
         proposed, accepted = verdict.proposed, verdict.accepted
         if self._tree is not None:    # a tree round: alpha learns from the first candidate, T(k) from the nodes
             first = self._copied[:self._gamma]
             proposed, accepted = len(first), min(matched(first, verdict.tokens), len(first))
         self.estimates.learn(name if proposed else "none", proposed, accepted, target_s, other, encoder_s,
-                             None if alpha is None else expected_tokens(alpha, proposed), run_tokens=verdict.proposed)
+                             None if alpha is None else expected_tokens(alpha, proposed), run_tokens=verdict.proposed,
+                             key=key if proposed else None)
         self.produced += len(verdict.tokens)
         if proposed:
-            mine = self.request.setdefault(name, [0, 0])
+            mine = self.request.setdefault(key, [0, 0])
             mine[0] += accepted
             mine[1] += int(accepted < proposed)
