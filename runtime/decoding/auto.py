@@ -43,6 +43,7 @@ from .switch import Switch
 from .tree import matched
 
 MATCHED = "@copy"     # a model source's alpha on rounds where the lookup matched is kept under its name + MATCHED
+#                       (and a chain over the lookup topped by that model learns and plans with the same alpha)
 MATCHED_PRIOR = 2.0   # observations its alpha on all rounds counts for before it has its own
 EXPLORE = 400         # rounds after which an unchosen source is tried once more (its first wait; Thompson
 #                       sampling explores before that wherever the chance that a source is the best is real)
@@ -245,6 +246,16 @@ class AutoDraft(DraftSource):
         self.explored = 0               # rounds whose choice explored (not what the estimates' means choose)
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
+        # a chain over the lookup whose top level is a candidate's own model proposes exactly as that model does
+        # where the lookup matched (a chain level's tokens are distributed as its own q): one alpha for both
+        self.alpha_key = {}
+        for key, source in candidates.items():
+            model = getattr(source, "model", None)
+            if model is not None and source.below is not None and source.below is self.lookup:
+                alone = next((k for k, s in candidates.items() if s.below is None and getattr(s, "model", None)
+                              is model), None)
+                if alone is not None:
+                    self.alpha_key[key] = alone + MATCHED
         self.switch = Switch()          # auto's rounds, or plain target steps where those are faster
         self._unstarted = None          # (source ids, stats) until a round of this request uses the sources
         # the names the lookup's proposals go by, each with its own estimates: where they were copied from
@@ -292,7 +303,8 @@ class AutoDraft(DraftSource):
         for key, source, name, free in self._names():
             gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
             remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
-            rates = est.rates(name, gammas, free, times, self.request, remaining, alphas[name])
+            akey = self.alpha_key.get(name, name)
+            rates = est.rates(name, gammas, free, times, self.request, remaining, alphas[akey], akey)
             if not self._uses_lookup(source):
                 g, rate = max(zip(gammas, rates), key=lambda x: x[1])
                 if rate > plain[2]:
@@ -324,8 +336,8 @@ class AutoDraft(DraftSource):
         est = self.estimates
         times = est.times(cap)
         names = list(self._names())
-        keys = [name for _, _, name, _ in names] + [name + MATCHED for _, source, name, _ in names
-                                                     if self.origins and not self._uses_lookup(source)]
+        keys = [self.alpha_key.get(name, name) for _, _, name, _ in names] + [
+            name + MATCHED for _, source, name, _ in names if self.origins and not self._uses_lookup(source)]
         means = {key: est.alpha(key, self.request) for key in keys}
         draws = {key: est.alpha(key, self.request, draw=True) for key in keys}
         plain, per_copy = self._tables(cap, times, draws)
@@ -415,7 +427,7 @@ class AutoDraft(DraftSource):
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
         key = name + MATCHED if self._copied and self.chosen is not None and not self._uses_lookup(self.chosen) \
-            else name                 # a model source's round where the lookup had matched
+            else self.alpha_key.get(name, name)      # a model source's round where the lookup had matched
         alpha = self._plan.alpha.get(key) if verdict.proposed else None
         proposed, accepted = verdict.proposed, verdict.accepted
         if self._tree is not None:    # a tree round: alpha learns from the first candidate, T(k) from the nodes

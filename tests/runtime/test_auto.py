@@ -250,3 +250,19 @@ def test_a_model_draft_competes_with_copies_by_its_alpha_where_the_lookup_matche
     miss = run(auto, Workspace([0, 42, 43]), 50)
     assert sum(c[0] == "draft" for c in hit) >= 45, hit[:5]
     assert sum(c == ("none", 0) for c in miss) >= 45, miss[:5]
+
+
+def test_a_chain_topped_by_the_draft_model_shares_its_alpha_where_the_lookup_matched():
+    """`lookup,draft` proposes exactly as the draft model does (a chain level's tokens are distributed as its own
+    q), so its rounds and the draft model's rounds after a copy learn one alpha (draft + MATCHED); its costs stay
+    its own. A chain over another model, or a source without a model, keeps its own."""
+    lookup, model, other = LookupDraft(), object(), object()
+    draft, chain, foreign = Source("draft"), Source("lookup,draft", below=lookup), Source("lookup,small", below=lookup)
+    draft.model = chain.model = model
+    foreign.model = other
+    auto = AutoDraft({"lookup": lookup, "draft": draft, "lookup,draft": chain, "lookup,small": foreign}, Estimates())
+    assert auto.alpha_key == {"lookup,draft": "draft" + MATCHED}
+    auto.start([5, 6, 7, 8], stats=None)
+    auto.choose(Workspace([0, 1, 2]), 4)
+    assert "draft" + MATCHED in auto._plan.alpha and "lookup,draft" not in auto._plan.alpha
+    assert "lookup,small" in auto._plan.alpha
