@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core.stats import Stats
 from .round import DraftSource, Proposal, Verdict
-from .estimators import Line, Mean, Waits
+from .estimators import Line, Mean, Waits, draw_beta
 from .switch import Switch
 from .tree import matched
 
@@ -82,7 +82,6 @@ class Estimates:
         self.target = Line(FIT_DECAY)       # target run seconds over k+1 tokens, by k
         self.host = Mean(DECAY)         # seconds per round outside target runs, target-only rounds
         self.kinds = {}             # kind of sampling -> (counts, calibration) below
-        self.kind = None
         self.counts = {}            # source -> [accepted, rejections], decayed, from the prior pseudo-counts
         self.round = 0
         self.rng = np.random.default_rng(0)     # Thompson draws (never the sampling's generator)
@@ -96,7 +95,6 @@ class Estimates:
     def use(self, kind) -> None:
         """Learn and decide alphas (and their calibration) for this kind of sampling from now on: a key such as
         (temperature, top_k, top_p); costs are shared by every kind."""
-        self.kind = kind
         self.counts, self.calibration = self.kinds.setdefault(kind, ({}, {}))
 
     def times(self, cap: int) -> list:
@@ -131,7 +129,7 @@ class Estimates:
         requests is the mean of Beta(accepted, rejections) over their decayed counts, or with `draw` a draw from it
         (Thompson sampling: the uncertainty is that of what all requests measured)."""
         acc, rej = self.counts.get(source) or self._prior(source)
-        common = float(self.rng.beta(max(acc, 1e-3), max(rej, 1e-3))) if draw else acc / (acc + rej)
+        common = draw_beta(self.rng, acc, rej) if draw else acc / (acc + rej)
         mine = (request or {}).get(source)
         if not mine:
             return common
@@ -286,6 +284,13 @@ class AutoDraft(DraftSource):
     def _uses_lookup(self, source: DraftSource) -> bool:
         return self.lookup is not None and (source is self.lookup or source.below is self.lookup)
 
+    def _key(self, name: str, source: DraftSource, copied: bool) -> str:
+        """The name `name`'s alpha and calibration are kept under: a model source's after a copy, name + MATCHED;
+        a chain topped by a candidate's own model, that model's (alpha_key); else its own."""
+        if copied and not self._uses_lookup(source):
+            return name + MATCHED
+        return self.alpha_key.get(name, name)
+
     def _names(self):
         """(key, source, name, free) of every name a plan rates: a lookup under each of its origins."""
         for key, source in self.candidates.items():
@@ -300,18 +305,18 @@ class AutoDraft(DraftSource):
         none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
         plain = none                      # per_copy[origin][c]: the best when c guesses were copied from origin
         per_copy = {origin: [none] * (cap + 1) for origin in self.origins}
-        for key, source, name, free in self._names():
+        for _, source, name, free in self._names():
             gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
             remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
-            akey = self.alpha_key.get(name, name)
-            rates = est.rates(name, gammas, free, times, self.request, remaining, alphas[akey], akey)
+            key = self._key(name, source, False)
+            rates = est.rates(name, gammas, free, times, self.request, remaining, alphas[key], key)
             if not self._uses_lookup(source):
                 g, rate = max(zip(gammas, rates), key=lambda x: x[1])
                 if rate > plain[2]:
                     plain = (name, g, rate)
                 if self.origins:              # after a copy: with its alpha where the lookup matched
-                    matched = est.rates(name, gammas, free, times, self.request, remaining,
-                                        alphas[name + MATCHED], name + MATCHED)
+                    key = self._key(name, source, True)
+                    matched = est.rates(name, gammas, free, times, self.request, remaining, alphas[key], key)
                     best = (name, *max(zip(gammas, matched), key=lambda x: x[1]))
                     for table in per_copy.values():
                         table[1:] = [best if best[2] > c[2] else c for c in table[1:]]
@@ -336,8 +341,9 @@ class AutoDraft(DraftSource):
         est = self.estimates
         times = est.times(cap)
         names = list(self._names())
-        keys = [self.alpha_key.get(name, name) for _, _, name, _ in names] + [
-            name + MATCHED for _, source, name, _ in names if self.origins and not self._uses_lookup(source)]
+        keys = list(dict.fromkeys(self._key(name, source, copied)    # a list, in order: it is the draws' order
+                                  for copied in ((False, True) if self.origins else (False,))
+                                  for _, source, name, _ in names))
         means = {key: est.alpha(key, self.request) for key in keys}
         draws = {key: est.alpha(key, self.request, draw=True) for key in keys}
         plain, per_copy = self._tables(cap, times, draws)
@@ -365,8 +371,7 @@ class AutoDraft(DraftSource):
         """(source name or "none", gamma) for this round."""
         if self._unstarted is not None:           # the request's first round: its kind of sampling's alphas
             params = getattr(ws, "params", None)
-            self.estimates.use(None if params is None else sampling_kind(params))
-            self._plan = None
+            self.estimates.use(None if params is None else sampling_kind(params))     # (start() dropped the plan)
         self._start_sources()
         est = self.estimates
         est.round += 1
@@ -426,8 +431,7 @@ class AutoDraft(DraftSource):
         target_s = stats.target_s - target_before
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
-        key = name + MATCHED if self._copied and self.chosen is not None and not self._uses_lookup(self.chosen) \
-            else self.alpha_key.get(name, name)      # a model source's round where the lookup had matched
+        key = self._key(name, self.chosen, bool(self._copied)) if self.chosen is not None else name
         alpha = self._plan.alpha.get(key) if verdict.proposed else None
         proposed, accepted = verdict.proposed, verdict.accepted
         if self._tree is not None:    # a tree round: alpha learns from the first candidate, T(k) from the nodes

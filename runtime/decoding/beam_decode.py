@@ -193,7 +193,7 @@ class BeamEstimates:
     without a speculative one, the speculative gamma that ran longest ago is tried once (at most one round in
     FLOOR: a change of the draft's agreement or of a cost is still seen)."""
 
-    WARMUP, DECAY, FLOOR = 1, 0.98, 512
+    DECAY, FLOOR = 0.98, 512
     KEPT_DECAY = 0.9        # the replay counts remember ~10 speculative rounds: they run rarely where they lose
     GAMMAS = (1, 2, 3, 4)
 

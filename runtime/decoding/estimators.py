@@ -95,7 +95,12 @@ class Beta:
         return self.yes / (self.yes + self.no)
 
     def draw(self, rng: np.random.Generator) -> float:
-        return float(rng.beta(max(self.yes, 1e-3), max(self.no, 1e-3)))
+        return draw_beta(rng, self.yes, self.no)
+
+
+def draw_beta(rng: np.random.Generator, yes: float, no: float) -> float:
+    """A draw from Beta(yes, no) (counts near 0 held at 1e-3, where the distribution is still defined)."""
+    return float(rng.beta(max(yes, 1e-3), max(no, 1e-3)))
 
 
 class Waits:
