@@ -365,7 +365,8 @@ SPECDEC_API const char *specdec_stop_reason_name(specdec_stop_reason reason);
    file, then creates the ONNX Runtime sessions and device buffers once (each generation reuses them).
      export_dir:   path to the directory (required).
      options_json: NULL or "" for the defaults, or a JSON object with any of
-                     "provider": "auto" (default: the best of tensorrt, cuda, cpu), "cpu", "cuda", "tensorrt"
+                     "provider": "auto" (default: cuda if available, else cpu; tensorrt only when named),
+                                 "cpu", "cuda", "tensorrt"
                      "threads":  intra-op threads per model, integer >= 0 (default 0: ONNX Runtime's default)
                      "draft":    path of another export directory to take the draft model from (same target
                                  tokenizer); default: the draft exported together with the target

@@ -127,9 +127,9 @@ class Server:
     onnxruntime's default, the physical cores). max_batch: rows decoded at once and Triton's max_batch_size.
     max_queue: requests that may wait (in Triton's queue for `specdec`, in the batcher for streams).
     queue_delay_us: how long Triton holds a request for others to batch with. provider: the decoder's execution
-    provider ("auto": the best this onnxruntime has). graph_capture: load the export's capturable graphs
-    (SpeculativeDecoder.load; every request then runs alone, one at a time, none in a batch). address: where it
-    listens (127.0.0.1: this machine only).
+    provider ("auto": CUDA if this onnxruntime has it, else the CPU; TensorRT only when named). graph_capture: load
+    the export's capturable graphs (SpeculativeDecoder.load; every request then runs alone, one at a time, none in a
+    batch). address: where it listens (127.0.0.1: this machine only).
     exit_timeout_s: how long a stopping server waits for requests in flight; its models then have UNLOAD_S more to
     unload, so that every process of the server ends cleanly."""
 

@@ -22,7 +22,10 @@ PROVIDERS = {
 }
 # what every command's --provider takes, and says of it ("auto": resolve_provider's choice)
 PROVIDER_CHOICES = ("auto", *PROVIDERS)
-PROVIDER_HELP = "the execution provider (auto: TensorRT, CUDA or the CPU, the first this onnxruntime has)"
+PROVIDER_HELP = ("the execution provider (auto: CUDA if this onnxruntime has it, else the CPU; TensorRT only when "
+                 "named, as no TensorRT run has been recorded)")
+# the order "auto" tries: TensorRT is left out (no run of it has been recorded) and is used only when named
+AUTO_ORDER = ("cuda", "cpu")
 
 
 def _first_provider(provider: str) -> str:
@@ -30,11 +33,13 @@ def _first_provider(provider: str) -> str:
     return PROVIDERS[provider][0]
 
 
-def resolve_provider(provider: str) -> str:
-    """'auto' -> the best available of tensorrt, cuda, cpu; an unavailable explicit choice is an error."""
-    available = set(ort.get_available_providers())
+def resolve_provider(provider: str, available=None) -> str:
+    """'auto' -> cuda if this onnxruntime has it, else cpu (TensorRT only when named: no run of it has been
+    recorded); an unavailable explicit choice is an error. `available`: onnxruntime's provider names (default: this
+    onnxruntime's get_available_providers())."""
+    available = set(ort.get_available_providers() if available is None else available)
     if provider == "auto":
-        for name in ("tensorrt", "cuda", "cpu"):
+        for name in AUTO_ORDER:
             if _first_provider(name) in available:
                 return name
     if provider not in PROVIDERS:
