@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
-from .pair import ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
+from .pair import DEFAULT_MAX_LENGTH, ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
 
 
 def parser() -> argparse.ArgumentParser:
@@ -27,8 +27,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--export", default="exported", type=Path, metavar="DIR",
                    help="the export directory to write (default: ./exported)")
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
-    p.add_argument("--max-length", type=int, default=256,
-                   help="longest prompt and longest decoder sequence, in tokens (default 256)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help=f"longest prompt and longest decoder sequence, in tokens (default: {DEFAULT_MAX_LENGTH}, or "
+                        "the models' own decoder positions when they have fewer, e.g. 224 for the speech pair; a "
+                        "value past the models' positions is refused)")
     p.add_argument("--dtype", default="fp32", metavar="{fp32,fp16,int8}",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
                         "products, fp32 activations and KV cache; a target keeps its encoder, its first decoder "

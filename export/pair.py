@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
@@ -26,7 +26,7 @@ class ExportOptions:
     draft: str
     out: Path
     gamma_max: int = 8
-    max_length: int = 256
+    max_length: int | None = None     # None: DEFAULT_MAX_LENGTH, or the models' own decoder positions if fewer
     dtype: str = "fp32"
     force: bool = False
     opset: int = 17
@@ -74,6 +74,24 @@ def bundled_pair() -> tuple[str, str]:
 
 
 RESERVED = ("target", "none", "auto", "lookup")
+DEFAULT_MAX_LENGTH = 256        # --max-length when not given, unless the models have fewer decoder positions
+
+
+def resolved_max_length(opts: ExportOptions, configs: dict) -> int:
+    """The export's max_length: --max-length when given (refused past the models' decoder positions), else
+    DEFAULT_MAX_LENGTH or the models' own limit if lower (T5 has none: relative positions)."""
+    limits = [c.max_target_positions for c in configs.values() if getattr(c, "max_target_positions", None)]
+    most = min(limits, default=None)
+    if opts.max_length is None:
+        length = DEFAULT_MAX_LENGTH if most is None else min(DEFAULT_MAX_LENGTH, most)
+        if length < opts.gamma_max + 2:
+            raise SpecdecError(f"the models' {length} decoder positions leave no room for gamma_max "
+                               f"{opts.gamma_max} + 1 verify tokens", f"use --gamma-max {max(1, length - 2)} or less")
+        return length
+    if most is not None and opts.max_length > most:
+        raise SpecdecError(f"--max-length {opts.max_length} is more than the {most} decoder positions the models "
+                           "have", f"use --max-length {most} or less, or leave it out to take the models' limit")
+    return opts.max_length
 
 
 def validate_options(opts: ExportOptions) -> None:
@@ -86,7 +104,7 @@ def validate_options(opts: ExportOptions) -> None:
                                f"{', '.join(RESERVED)} and draft, e.g. --draft mid=t5-base")
     if opts.gamma_max < 1:
         raise SpecdecError(f"--gamma-max must be at least 1 (got {opts.gamma_max})", "use e.g. --gamma-max 8")
-    if opts.max_length < opts.gamma_max + 2:
+    if opts.max_length is not None and opts.max_length < opts.gamma_max + 2:
         raise SpecdecError(f"--max-length {opts.max_length} leaves no room for gamma_max {opts.gamma_max} + 1 "
                            "verify tokens", "use --max-length 256 or more")
     for flag, value in (("--dtype", opts.dtype), ("--draft-dtype", opts.draft_dtype)):
@@ -319,10 +337,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     for role in names:
         if role != "target":
             check_pair(configs["target"], configs[role], opts.target, names[role])
-    most = min((getattr(c, "max_target_positions", opts.max_length) for c in configs.values()))
-    if opts.max_length > most:
-        raise SpecdecError(f"--max-length {opts.max_length} is more than the {most} decoder positions the models "
-                           "have", f"use --max-length {most} or less")
+    opts = replace(opts, max_length=resolved_max_length(opts, configs))
     if configs["target"].model_type == "whisper" and opts.graph_capture:
         raise SpecdecError("--graph-capture is for T5 pairs for now: a Whisper pair has no capturable graphs",
                            "leave out --graph-capture for a Whisper pair")

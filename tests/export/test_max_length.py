@@ -1,0 +1,53 @@
+"""specdec-export's --max-length: left out, the default or the models' own decoder positions when they have fewer
+(the speech pair's 224); given past those positions, one line naming the limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinymodels import (WHISPER_WINDOW, export_pair, make_tiny_t5, noisy_whisper_draft, read_manifest,
+                        run_export_cli, save_tiny_whisper, tiny_whisper_model)
+
+from specdec.export.pair import DEFAULT_MAX_LENGTH
+
+POSITIONS = 40          # the tiny Whisper's decoder positions: fewer than the default
+
+
+@pytest.fixture(scope="module")
+def short_whisper(tmp_path_factory):
+    root = tmp_path_factory.mktemp("short-whisper")
+    target = tiny_whisper_model(seed=3, vocab=40, position_scale=1.0, init_std=0.2, max_target_positions=POSITIONS,
+                                **WHISPER_WINDOW)
+    save_tiny_whisper(target, root / "target", 36)
+    save_tiny_whisper(noisy_whisper_draft(target, 0.3, 4), root / "draft", 36)
+    return root
+
+
+def test_without_max_length_a_whisper_takes_its_own_positions(short_whisper, tmp_path):
+    assert POSITIONS < DEFAULT_MAX_LENGTH
+    out = export_pair(short_whisper / "target", short_whisper / "draft", tmp_path / "out", "--gamma-max", "4")
+    assert read_manifest(out)["max_length"] == POSITIONS
+
+
+def test_a_max_length_past_the_positions_is_one_line(short_whisper, tmp_path):
+    code, _, stderr = run_export_cli(["--target", short_whisper / "target", "--draft", short_whisper / "draft",
+                                      "--export", tmp_path / "out", "--max-length", str(POSITIONS + 1)])
+    assert code == 2 and stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    assert f"--max-length {POSITIONS + 1} is more than the {POSITIONS} decoder positions" in stderr
+    assert f"use --max-length {POSITIONS} or less, or leave it out" in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_max_length_a_t5_takes_the_default(tmp_path):
+    """T5 has relative positions, no limit: the default applies."""
+    target, draft = make_tiny_t5(tmp_path / "t", seed=0), make_tiny_t5(tmp_path / "d", seed=1, layers=1,
+                                                                         decoder_layers=1)
+    out = export_pair(target, draft, tmp_path / "out", "--gamma-max", "3")
+    assert read_manifest(out)["max_length"] == DEFAULT_MAX_LENGTH
+
+
+def test_the_help_says_the_default():
+    from specdec.export.cli import parser
+
+    text = " ".join(parser().format_help().split())
+    assert f"(default: {DEFAULT_MAX_LENGTH}, or the models' own decoder positions when they have fewer" in text
