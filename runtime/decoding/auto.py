@@ -88,6 +88,8 @@ class Estimates:
         self.cost = {}              # source -> Mean of seconds per guess beyond the host time
         self.rounds = {}            # source -> Line of a round's wall seconds by gamma
         self.encoder = {}           # source -> Mean of the encoder seconds its first use in a request costs
+        self.lag = {}               # source -> Mean of the tokens a model source caught up per round (lag below)
+        self.catchup = {}           # source -> Mean of the seconds per token caught up
         self.request_tokens = Mean(DECAY)   # tokens per request
         self.waits = Waits(EXPLORE, MAX_WAIT)   # source -> rounds it may go unchosen before it is tried once
         self.use(None)
@@ -119,8 +121,19 @@ class Estimates:
         line = self.rounds.get(source)
         if line is None:
             b = (prior(cap) - prior(1)) / (cap - 1) if cap > 1 else c + (times[-1] - times[0])
-            return prior(1) - b, b
-        return line.fit(prior, SOURCE_PRIOR_WEIGHT, (1, cap))
+            a = prior(1) - b
+        else:
+            a, b = line.fit(prior, SOURCE_PRIOR_WEIGHT, (1, cap))
+        return a + self.catchup_cost(source), b
+
+    def catchup_cost(self, source: str) -> float:
+        """The seconds a round of `source` is expected to spend catching up: a model that was not used in the rounds
+        before feeds the tokens they made before it can guess (in the same run), a cost of switching to it, not of
+        its guesses. Its mean lag per chosen round times its measured seconds per token caught up."""
+        lag, per_token = self.lag.get(source), self.catchup.get(source)
+        if lag is None or per_token is None:
+            return 0.0
+        return lag.get(0.0) * max(per_token.get(0.0), 0.0)
 
     def alpha(self, source: str, request: dict | None = None, draw: bool = False) -> float:
         """The source's per-guess acceptance: this request's own counts (`request`: source -> [accepted,
@@ -179,14 +192,17 @@ class Estimates:
 
     def learn(self, source: str, proposed: int, accepted: int, target_s: float, other_s: float,
               encoder_s: float = 0.0, expected: float | None = None, run_tokens: int | None = None,
-              key: str | None = None) -> None:
+              key: str | None = None, lag: int = 0) -> None:
         """One round: `proposed` guesses of `source` ("none", 0 for a target-only round), `accepted` kept, the
         target run's seconds, the rest of the round's (host, draft runs) and the encoder's; `expected`: the tokens
         the chooser expected of the round from the alpha it decided with (None: not recorded); `run_tokens`: the
         guesses the target run verified when they were not `proposed` (a tree's nodes): then only the source's
         alpha learns (from the first candidate, `proposed` and `accepted`), not T(k), the source's costs or its
         calibration, which are those of single-candidate rounds (the tree's costs are width.py's). `key`: the name
-        the alpha and calibration are kept under when not `source` (name + MATCHED)."""
+        the alpha and calibration are kept under when not `source` (name + MATCHED). `lag`: the tokens a model
+        source caught up before its guesses (beyond the one a round leaves it behind): such a round's time beyond
+        its guesses' cost is the catch-up's (catchup_cost), and only rounds without one measure the cost per guess
+        and the round line, which would otherwise charge a switch to every guess."""
         key = key or source
         if run_tokens is not None and run_tokens != proposed:
             acc, rej = self.counts.get(key) or self._prior(key)
@@ -200,8 +216,14 @@ class Estimates:
             return
         acc, rej = self.counts.get(key) or self._prior(key)
         self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
-        self.cost.setdefault(source, Mean(DECAY)).add((other_s - self.host.get(0.0)) / proposed)
-        self.rounds.setdefault(source, Line(FIT_DECAY)).add(proposed, target_s + other_s)
+        self.lag.setdefault(source, Mean(DECAY)).add(lag)
+        beyond_host = other_s - self.host.get(0.0)
+        if lag > 0:
+            per_guess = self.cost_per_guess(source, False, self.times(0)[0])
+            self.catchup.setdefault(source, Mean(DECAY)).add((beyond_host - per_guess * proposed) / lag)
+        else:
+            self.cost.setdefault(source, Mean(DECAY)).add(beyond_host / proposed)
+            self.rounds.setdefault(source, Line(FIT_DECAY)).add(proposed, target_s + other_s)
         if expected is not None:
             made, exp = self.calibration.get(key, (0.0, 0.0))
             self.calibration[key] = (made * DECAY + accepted + 1, exp * DECAY + expected)
@@ -238,7 +260,7 @@ class AutoDraft(DraftSource):
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
         self._copied = []
-        self._tree, self._gamma = None, 0
+        self._tree, self._gamma, self._lag = None, 0, 0
         self.request = None
         self.produced = 0
         self.explored = 0               # rounds whose choice explored (not what the estimates' means choose)
@@ -407,7 +429,7 @@ class AutoDraft(DraftSource):
 
     def propose(self, ws, k, rows, row, stats: Stats):
         name, gamma = self.choose(ws, k)       # (which starts the request's sources on its first call)
-        self._tree, self._gamma = None, gamma
+        self._tree, self._gamma, self._lag = None, gamma, 0
         self._mark, self._stats = (name, time.perf_counter(), stats.target_s, stats.encoder_s), stats
         if gamma == 0:
             self.chosen = None
@@ -417,6 +439,8 @@ class AutoDraft(DraftSource):
             found = self.lookup.propose_found(ws, self._copied[:gamma], room=k)
             self._tree = found.tree
             return Proposal(found.count, True, name, tree=found.tree)
+        model = getattr(self.chosen, "model", None)     # a model source behind the output: it catches up first
+        self._lag = 0 if model is None else max(ws.end - max(model.length, 0) - 1, 0)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
         if self._plan.encodes:                # a model's first use in the request may have run its encoder: the
             self._plan.until = 0              # plan shared that run's cost over the rounds left; refit next round
@@ -439,7 +463,7 @@ class AutoDraft(DraftSource):
             proposed, accepted = len(first), min(matched(first, verdict.tokens), len(first))
         self.estimates.learn(name if proposed else "none", proposed, accepted, target_s, other, encoder_s,
                              None if alpha is None else expected_tokens(alpha, proposed), run_tokens=verdict.proposed,
-                             key=key if proposed else None)
+                             key=key if proposed else None, lag=self._lag)
         self.produced += len(verdict.tokens)
         if proposed:
             mine = self.request.setdefault(key, [0, 0])
