@@ -1,5 +1,5 @@
-"""How a datastore's host cost and memory grow with its size (runtime/loading/datastore.py): a synthetic datastore of
-N tokens is built in one process, then opened and its lookups timed in a fresh one, so that its memory is its own.
+"""How a datastore's host cost and memory grow with its size: a synthetic datastore of N tokens is built in one
+process, then opened and its lookups timed in a fresh one, so that its memory is its own.
 
     specdec-bench datastore-scale --tokens 1000000,100000000 [--vocab 32128] [--lookups 20000]
 

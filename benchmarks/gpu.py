@@ -6,7 +6,7 @@ GPU and onnxruntime-gpu; the tests run it with --provider cpu, and on a GPU only
 Its subject is the bundled pair widened to --widen's official shapes (`specdec-models widen`: the same function at
 t5-large : t5-small cost), exported with --graph-capture in fp16 and fp32 into --work-dir (reused when there), run
 eager and captured (SpeculativeDecoder.load(..., graph_capture=True): each decoder width a CUDA graph). In the order
-the steps run, the most valuable first (benchmarks/gpu_widened.py holds the pieces):
+the steps run, the most valuable first:
 
   1. fp16, captured   ms/token target-only and with the default (draft and gamma auto) at T = 0, on the bundled
                       test prompts; the capture session onnxruntime made (enable_cuda_graph) and device memory;

@@ -5,19 +5,19 @@
 
 Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
 ``package``, ``datastore``, ``evaluate``). ``widen`` (not part of ``all``) writes the bundled pair at real T5 shapes,
-computing the same function, into ``--out`` (models/widen.py):
+computing the same function, into ``--out``:
 ``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``.
 
 The speech pair (not part of ``all`` either): ``specdec-models speech`` runs ``speech-data`` (espeak-ng clips and their
-log-mel features under ``--work-dir``/speech, models/speech_data.py), ``speech-target`` (encoder and decoder with a
+log-mel features under ``--work-dir``/speech), ``speech-target`` (encoder and decoder with a
 CTC head, ``--speech-minutes``), ``speech-decoders`` (the decoders on the frozen encoder's outputs, the draft
 distilled), ``speech-package`` (writes ``models/speech/``) and ``speech-evaluate``; ``speech-checkpoint --out DIR``
-makes Hugging Face checkpoints of the committed pair for specdec-export (models/speech_pack.py).
+makes Hugging Face checkpoints of the committed pair for specdec-export.
 
 Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package``, ``datastore`` and ``speech-package`` write the committed files
-(``models/target``, ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``; ``models/speech/``).  Never run in CI: it takes about 88
-minutes on 2 cores.
+(``models/target``, ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``; ``models/speech/``).
+Never run in CI: it takes about 88 minutes on 2 cores.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 runner that print it."""
 
 import argparse
+import re
 
 
 class SpecdecError(Exception):
@@ -32,13 +33,29 @@ def _one_line(text) -> str:
     return " ".join(str(text).splitlines())
 
 
+# Markdown and reStructuredText markup a module docstring may carry: a role (:func:`x`), ``literal``, `code`,
+# **bold**; plain_help keeps the text inside
+_MARKUP = re.compile(r":[a-z]+:`~?([^`]*)`|``([^`]*)``|`([^`]*)`|\*\*([^*]+)\*\*")
+
+
+def plain_help(text):
+    """`text` (a docstring used as a command's --help) without its markup, the text inside kept: a terminal shows
+    backticks and asterisks as they are. None stays None."""
+    if text is None:
+        return None
+    return _MARKUP.sub(lambda m: next(g for g in m.groups() if g is not None), text)
+
+
 class OneLineParser(argparse.ArgumentParser):
     """The argument parser of every specdec command: a bad command line raises SpecdecError, which run_cli prints as
     one line, `error: <what>; see <prog> --help.`, with exit status 2, instead of argparse's usage block. Subcommand
-    parsers are of this class too (argparse makes them of the parent's class)."""
+    parsers are of this class too (argparse makes them of the parent's class). Its description and epilog are shown
+    without markup (plain_help), so a module docstring can be both."""
 
     def __init__(self, *args, renamed: dict | None = None, **kwargs):
         """renamed: {earlier flag: its current name}, accepted for one release and shown nowhere (not in --help)."""
+        for key in ("description", "epilog"):
+            kwargs[key] = plain_help(kwargs.get(key))
         super().__init__(*args, **kwargs)
         self.renamed = dict(renamed or {})
 

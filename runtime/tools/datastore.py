@@ -1,4 +1,4 @@
-"""specdec-datastore: build, extend and describe a datastore the lookup searches (runtime/loading/datastore.py).
+"""specdec-datastore: build, extend and describe a datastore the lookup searches.
 
     specdec-datastore build --export DIR --out store.sdds TEXT [TEXT ...] [--field NAME]
     specdec-datastore add store.sdds --export DIR TEXT [TEXT ...] [--field NAME]
