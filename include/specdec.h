@@ -274,7 +274,9 @@ typedef struct specdec_stats {
     int64_t accepted;               /* of those, kept                                                     */
     int64_t new_tokens;             /* tokens generated                                                   */
     int64_t ort_runs;               /* every ONNX Runtime session run: encoders, draft runs, target runs  */
-    double acceptance_rate;         /* accepted / proposed (0 when nothing was proposed)                  */
+    double acceptance_rate;         /* accepted / proposed (0 when nothing was proposed): the share of
+                                       guesses kept, which falls as gamma grows. Not alpha, the chance that
+                                       one guess is kept (a round stops at its first rejection)             */
     double tokens_per_target_call;  /* new_tokens / target_calls (0 when there was no target call)        */
     double encoder_s;               /* encoder runs (once per model and generation)                       */
     double draft_s;                 /* draft runs: decoder step + its fused sampling head (draws q, x)    */

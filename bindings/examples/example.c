@@ -29,10 +29,10 @@ static int fail(const char *what, specdec_status status)
 
 static void print_stats(const char *label, const specdec_stats *s)
 {
-    printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld alpha=%.3f "
-           "tokens_per_target_call=%.2f stop=%s sources: target_only_rounds=%lld lookup=%lld/%lld/%lld "
-           "model=%lld/%lld/%lld chain=%lld/%lld time_ms: total=%.2f encoder=%.2f draft=%.2f target=%.2f "
-           "host=%.2f\n",
+    printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld "
+           "acceptance_rate=%.3f tokens_per_target_call=%.2f stop=%s sources: target_only_rounds=%lld "
+           "lookup=%lld/%lld/%lld model=%lld/%lld/%lld chain=%lld/%lld time_ms: total=%.2f encoder=%.2f "
+           "draft=%.2f target=%.2f host=%.2f\n",
            label, (long long)s->new_tokens, (long long)s->target_calls, (long long)s->draft_calls,
            (long long)s->ort_runs, (long long)s->accepted, (long long)s->proposed, s->acceptance_rate,
            s->tokens_per_target_call, specdec_stop_reason_name(s->stop_reason), (long long)s->target_only_rounds,

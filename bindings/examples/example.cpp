@@ -21,7 +21,7 @@ long long ll(int64_t v) { return static_cast<long long>(v); }
 void print_stats(const char *label, const specdec::Stats &s)
 {
     std::printf("%s: new_tokens=%lld target_calls=%lld draft_calls=%lld ort_runs=%lld accepted=%lld/%lld "
-                "alpha=%.3f tokens_per_target_call=%.2f stop=%s sources: target_only_rounds=%lld "
+                "acceptance_rate=%.3f tokens_per_target_call=%.2f stop=%s sources: target_only_rounds=%lld "
                 "lookup=%lld/%lld/%lld model=%lld/%lld/%lld chain=%lld/%lld time_ms: total=%.2f encoder=%.2f "
                 "draft=%.2f target=%.2f host=%.2f\n",
                 label, ll(s.new_tokens), ll(s.target_calls), ll(s.draft_calls), ll(s.ort_runs), ll(s.accepted),

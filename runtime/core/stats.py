@@ -60,7 +60,8 @@ class Stats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Guesses kept over guesses proposed, over every source (0.0 when nothing was proposed)."""
+        """Guesses kept over guesses proposed, over every source (0.0 when nothing was proposed). Not alpha, the
+        per-guess acceptance (SourceStats.alpha): a round stops at its first rejection, so this falls with gamma."""
         return self.accepted / self.proposed if self.proposed else 0.0
 
     @property
@@ -123,7 +124,9 @@ KIND_FIELDS = tuple(name for name, _ in _KINDS)
 
 STATS: tuple[Figure, ...] = (
     *(Figure(f.name, f.metadata["unit"], f.metadata["doc"]) for f in fields(Stats) if "unit" in f.metadata),
-    Figure("acceptance_rate", "ratio", "accepted / proposed (0 when nothing was proposed)"),
+    Figure("acceptance_rate", "ratio", "accepted / proposed, the share of guesses kept (0 when nothing was "
+                                       "proposed); it falls as gamma grows, unlike alpha, the chance that one guess "
+                                       "is kept (specdec-generate --json: sources' alpha)"),
     Figure("tokens_per_target_call", "ratio", "new_tokens / target_calls (0 when there was no target call)"),
     *(Figure(name, "count", doc, "by kind") for name, doc in _KINDS),
 )

@@ -46,18 +46,24 @@ def parser() -> argparse.ArgumentParser:
 
 
 def sources_line(stats) -> str:
-    parts = [f"{name}: {s.tokens} tokens in {s.rounds} rounds" + (f", alpha {s.alpha:.2f}" if s.proposed else "")
+    """Each source's tokens and rounds with its alpha, the chance that one guess is kept (accepted / (accepted +
+    rejections): it does not fall with gamma as kept/proposed does); then each chain's lower level: how many of
+    its guesses the model above it (not the target) kept."""
+    parts = [f"{name}: {s.tokens} tokens in {s.rounds} rounds" + (f", alpha (per guess) {s.alpha:.2f}"
+                                                                 if s.proposed else "")
              for name, s in sorted(stats.sources.items()) if not name.endswith(">")]
-    parts += [f"{name[:-1]} checked by the level above: {s.accepted}/{s.proposed} kept"
+    parts += [f"{name[:-1]} (a chain's lower level): {s.accepted}/{s.proposed} guesses kept by the model above it"
               for name, s in sorted(stats.sources.items()) if name.endswith(">")]
     return "sources: " + "; ".join(parts)
 
 
 def stats_line(stats, provider: str) -> str:
+    """Two lines: the request's totals (kept/proposed: Stats.acceptance_rate, the share of all guesses kept) and
+    sources_line."""
     ms = stats.total_s * 1000
     return (f"[{provider}] {stats.new_tokens} tokens in {ms:.1f} ms ({ms / max(stats.new_tokens, 1):.2f} ms/token), "
             f"target calls {stats.target_calls}, draft calls {stats.draft_calls}, "
-            f"accepted {stats.accepted}/{stats.proposed} (alpha {stats.acceptance_rate:.2f}), "
+            f"kept/proposed {stats.accepted}/{stats.proposed} = {stats.acceptance_rate:.2f}, "
             f"{stats.tokens_per_target_call:.2f} tokens/target call; time: encoder {stats.encoder_s * 1000:.1f} ms, "
             f"draft runs {stats.draft_s * 1000:.1f}, target runs {stats.target_s * 1000:.1f}, "
             f"host {stats.host_s * 1000:.1f}; {stats.ort_runs} onnxruntime runs\n" + sources_line(stats))

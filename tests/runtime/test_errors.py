@@ -137,13 +137,13 @@ def test_cli_prints_output_and_stats(tiny_export):
                            "cpu", "--max-new-tokens", "6", "--gamma", "3", "w5 w6"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith("w")
-    assert "alpha" in proc.stderr and "tokens/target call" in proc.stderr
+    assert "kept/proposed" in proc.stderr and "tokens/target call" in proc.stderr
     streamed = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export), "--provider",
                                "cpu", "--max-new-tokens", "6", "--gamma", "3", "--stream", "w5 w6"],
                               capture_output=True, text=True)
     assert streamed.returncode == 0, streamed.stderr
     assert streamed.stdout == proc.stdout
-    assert "6 tokens" in streamed.stderr and "alpha" in streamed.stderr
+    assert "6 tokens" in streamed.stderr and "kept/proposed" in streamed.stderr
     proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", "--export", str(tiny_export), "--json",
                            "--max-new-tokens", "6", "w5 w6"], capture_output=True, text=True)
     out = json.loads(proc.stdout)
