@@ -3,7 +3,7 @@
     python -m specdec.bindings.build [--out build] [--no-examples] [--no-check] [--quiet]
     specdec-build-capi ...                                  (the same, as a console script)
 
-Run it with the Python of the environment where specdec is installed (`pip install -e .[capi]`): the library
+Run it with the Python of the environment where specdec is installed (`pip install -e ".[capi]"`): the library
 records that environment (its interpreter, which it starts CPython as, its sys.path, and the rpath of its
 libpython), so a C host needs no
 PYTHONPATH, PYTHONHOME or virtualenv activation; only the dynamic linker must find libspecdec.so (rpath or
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = parser().parse_args(argv)
     if not HEADER.is_file():
-        print(f"error: {HEADER} not found; build from a source checkout of specdec (pip install -e .[capi])",
+        print(f'error: {HEADER} not found; build from a source checkout of specdec (pip install -e ".[capi]")',
               file=sys.stderr)
         return 2
     out = Path(args.out).resolve()

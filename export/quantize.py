@@ -101,7 +101,7 @@ def quantize_weight_only(path: Path, what: str, accuracy_level: int = WO_ACCURAC
                                                                        MatMulNBitsQuantizer)
     except ImportError as err:
         raise SpecdecError(f"weight-only int8 (int8-wo) needs onnxruntime's MatMulNBitsQuantizer, which cannot be "
-                           f"imported ({err})", "pip install 'specdec[export]' (it brings onnx-ir), or use "
+                           f"imported ({err})", 'pip install -e ".[export]" (it brings onnx-ir), or use '
                            "--draft-dtype int8") from None
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     try:

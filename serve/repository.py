@@ -1,7 +1,7 @@
 """A Triton model repository for a stand-alone Triton Inference Server (Python backend): the same two models as
 `specdec-serve` (specdec and specdec_stream, the same inputs and outputs from schema.py: the inputs of the export's
 kind, text or Whisper), each a config.pbtxt and a model.py that loads the export with the runtime. The server's
-Python needs specdec installed (`pip install specdec`; PyTriton is not needed there).
+Python needs specdec installed (`pip install -e .` in a checkout; PyTriton is not needed there).
 
     DIR/specdec/config.pbtxt           DIR/specdec/1/model.py
     DIR/specdec_stream/config.pbtxt    DIR/specdec_stream/1/model.py     (decoupled)

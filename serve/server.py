@@ -34,7 +34,7 @@ def require_pytriton():
         import pytriton.triton  # noqa: F401
     except ImportError as err:
         raise SpecdecError(f"specdec-serve needs PyTriton, which is not installed ({err})",
-                           "pip install 'specdec[serve]'") from None
+                           'pip install -e ".[serve]"') from None
 
 
 def _libpython_on_path() -> None:

@@ -121,7 +121,7 @@ def load_transformers(dec, settings: BeamSettings, checkpoint: str | None, threa
         torch.set_num_threads(threads)
         model = load_hf(path)
     except ImportError:
-        return None, "not installed (pip install 'specdec[export]')", path
+        return None, 'not installed (pip install -e ".[export]")', path
     eos = special_id(dec, "eos_token_id")
 
     def run(ids: list) -> list:

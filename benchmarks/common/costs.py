@@ -92,7 +92,7 @@ def _head_jobs(dec, threads: int, temperatures, filters, guesses, lenience: floa
         import onnxruntime as ort
         from specdec.export.head import head_only_model
     except ImportError as err:           # the head is built with onnx (the export extra)
-        return {}, [], f"not timed: {err} (pip install 'specdec[export]')"
+        return {}, [], f'not timed: {err} (pip install -e ".[export]")'
     sessions = {}
     for n in dict.fromkeys((threads, threads or 1)):     # CUDA for TensorRT too: the head is too small for an engine
         opts = ort.SessionOptions()

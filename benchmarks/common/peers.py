@@ -108,7 +108,7 @@ def ct2_engines(target: str, workdir: Path, threads: int, tokenizer, eos_id: int
     try:
         import ctranslate2
     except ImportError:
-        return {}, dict.fromkeys(compute_types, "not installed (pip install 'specdec[bench]', which brings "
+        return {}, dict.fromkeys(compute_types, 'not installed (pip install -e ".[bench]", which brings '
                                                 "ctranslate2)")
     out = Path(workdir) / "ct2" / cache_name(target)
     try:
@@ -301,7 +301,7 @@ def run_peers(dec, prompts, max_new_tokens: int, gamma: int, repeats: int, workd
         engines += [hf_engine(hf_target, eos_id), hf_engine(hf_target, eos_id, assistant=hf_draft, gamma=gamma)]
     except ImportError:
         status["transformers greedy"] = status[f"transformers assisted gamma={gamma}"] = \
-            "not installed (pip install 'specdec[export]')"
+            'not installed (pip install -e ".[export]")'
     ct2, why = ct2_engines(target, workdir, threads, dec.tokenizer, eos_id, log)
     engines += ct2.values()
     status.update({ct2_name(t): w for t, w in why.items() if t not in ct2})

@@ -115,7 +115,7 @@ def needs_torch(command: str) -> None:
         import transformers  # noqa: F401
     except ImportError:
         raise SpecdecError(f"{command} builds and exports PyTorch models: torch and transformers are not installed",
-                           "pip install 'specdec[bench]'") from None
+                           'pip install -e ".[bench]"') from None
 
 
 # -- running -------------------------------------------------------------------------------------------------------

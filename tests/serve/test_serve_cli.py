@@ -119,7 +119,7 @@ def test_without_pytriton_the_runtime_imports_and_serve_says_how_to_install(tiny
             f"sys.exit(main(['--export', {str(tiny_export)!r}]))\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
-    assert res.stderr.strip().count("\n") == 0 and "pip install 'specdec[serve]'" in res.stderr, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and 'pip install -e ".[serve]"' in res.stderr, res.stderr
 
 
 def test_a_port_in_use_is_one_line(tiny_export):
