@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -329,11 +330,17 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from .manifest import speech_entry, write_manifest
     from .whisper_encoder import keeps_target_encoder
     from specdec.runtime.core.graph_io import shared_cross
-    from .source import load_config, load_source
+    from .source import hub_notice, load_config, load_source
 
     validate_options(opts)
     names = opts.roles()
-    configs = {role: load_config(name) for role, name in names.items()}
+    configs = {}
+    for role, name in names.items():
+        notice = hub_notice(name)
+        if notice:
+            log(f"  {role}: {notice}")
+            sys.stdout.flush()          # shown before the wait, also when stdout is a pipe
+        configs[role] = load_config(name, role)
     for role in names:
         if role != "target":
             check_pair(configs["target"], configs[role], opts.target, names[role])
@@ -365,7 +372,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             bar.set_postfix_str(f"{role}: {stage}")
             started = time.perf_counter()
             if stage == "load":
-                sources[role] = load_source(names[role])
+                sources[role] = load_source(names[role], role)
                 if len(sources) == len(names):      # all loaded: which Whisper drafts keep the target's encoder
                     digests = encoder_digests(sources)
                     shared = keeps_target_encoder(digests) if digests else []

@@ -40,40 +40,64 @@ def _quiet_transformers():
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
 
 
-def _not_found(name: str, cause: Exception) -> SpecdecError:
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE is set: hub ids are looked up in the local Hugging Face cache only, never on the network."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip() not in ("0", "", "false", "False")
+
+
+def hub_notice(name: str) -> str | None:
+    """The line to show before `name` is asked of the Hugging Face hub (a name that is not a local directory, with
+    HF_HUB_OFFLINE unset): without a network the hub's retries take ~25 s before the error. None otherwise."""
+    if Path(name).exists() or hub_offline():
+        return None
+    return (f"'{name}' is not a local directory: asking the Hugging Face hub (without a network this waits ~25 s "
+            "before failing; HF_HUB_OFFLINE=1 uses the local cache only, at once)")
+
+
+def _flag(role: str) -> str:
+    """How the command line names a role's checkpoint: --target, --draft, or --draft NAME= for a further draft."""
+    return "--target " if role == "target" else "--draft " if role == "draft" else f"--draft {role}="
+
+
+def _not_found(name: str, cause: Exception, role: str = "target") -> SpecdecError:
     if Path(name).exists():
         return SpecdecError(f"'{name}' is not a loadable checkpoint directory ({type(cause).__name__})",
-                            "point --target/--draft at a folder with config.json, the weights and the tokenizer")
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    where = "the local Hugging Face cache (HF_HUB_OFFLINE is set)" if offline else \
-        "the Hugging Face hub (no network?) or the local cache"
-    return SpecdecError(f"model '{name}' could not be found in {where}",
-                        "pass a local checkpoint directory instead, e.g. --target ./t5-large "
-                        "(save one with save_pretrained on a machine with network)")
+                            f"point {_flag(role).strip(' =')} at a folder with config.json, the weights and the "
+                            "tokenizer")
+    local = "./" + (re.split(r"[/\\]", name.rstrip("/\\"))[-1] or "checkpoint")
+    if hub_offline():
+        return SpecdecError(f"model '{name}' could not be found in the local Hugging Face cache (HF_HUB_OFFLINE is "
+                            "set)", f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save "
+                            "one with save_pretrained on a machine with network), or unset HF_HUB_OFFLINE to download it")
+    return SpecdecError(f"model '{name}' could not be found on the Hugging Face hub (no network?) or in the local "
+                        "cache", f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save one "
+                        "with save_pretrained on a machine with network); with the model in the cache, set "
+                        "HF_HUB_OFFLINE=1 to use it without waiting for the network")
 
 
-def load_config(name: str):
-    """The checkpoint's config, with a one-line error for missing models and unsupported architectures."""
+def load_config(name: str, role: str = "target"):
+    """The checkpoint's config, with a one-line error for missing models and unsupported architectures. `role`:
+    target, draft or a further draft's name, for the hint of an error."""
     from transformers import AutoConfig
 
     _quiet_transformers()
     try:
         config = AutoConfig.from_pretrained(name)
     except (OSError, ValueError, KeyError) as err:
-        raise _not_found(name, err) from None
+        raise _not_found(name, err, role) from None
     if config.model_type not in SUPPORTED_TYPES or not getattr(config, "is_encoder_decoder", False):
         raise SpecdecError(f"'{name}' is a '{config.model_type}' model, which specdec does not export",
                            f"supported are {SUPPORTED}")
     return config
 
 
-def load_source(name: str) -> Source:
+def load_source(name: str, role: str = "target") -> Source:
     """Load config, weights (fp32, eval mode) and tokenizer of a T5 or Whisper checkpoint (and Whisper's feature
     extractor)."""
     import torch
     from transformers import AutoTokenizer, T5ForConditionalGeneration, WhisperForConditionalGeneration
 
-    config = load_config(name)
+    config = load_config(name, role)
     whisper = config.model_type == "whisper"
     # mT5 never scales decoder outputs (MT5ForConditionalGeneration), but configs saved by transformers >= 5 say
     # tie_word_embeddings=true, from which T5Config would infer v1.0's scaling: say it explicitly.
@@ -82,7 +106,7 @@ def load_source(name: str) -> Source:
     try:
         model = kind.from_pretrained(name, dtype=torch.float32, **extra)
     except (OSError, ValueError) as err:
-        raise _not_found(name, err) from None
+        raise _not_found(name, err, role) from None
     model.eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
