@@ -68,7 +68,8 @@ def _not_found(name: str, cause: Exception, role: str = "target") -> SpecdecErro
     if hub_offline():
         return SpecdecError(f"model '{name}' could not be found in the local Hugging Face cache (HF_HUB_OFFLINE is "
                             "set)", f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save "
-                            "one with save_pretrained on a machine with network), or unset HF_HUB_OFFLINE to download it")
+                            "one with save_pretrained on a machine with network), or unset HF_HUB_OFFLINE to "
+                            "download it")
     return SpecdecError(f"model '{name}' could not be found on the Hugging Face hub (no network?) or in the local "
                         "cache", f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save one "
                         "with save_pretrained on a machine with network); with the model in the cache, set "
