@@ -266,3 +266,139 @@ def test_docs_name_no_source_file():
 def test_the_source_file_check_catches_a_planted_path():
     assert SOURCE_FILE.findall("see runtime/decoding/auto.py, tests/runtime/test_auto.py and bindings/examples/"
                                "example.c") == ["runtime/decoding/auto.py"]
+
+
+# -- what has run where: one page says it -----------------------------------------------------------------------
+
+MATRIX = ROOT / "docs" / "explanation" / "support-matrix.md"
+
+# A provider or device named in the same sentence (or table row) as a statement of whether it ran, was measured or
+# was available. Only the support matrix says that; every other page links to it.
+PROVIDER = re.compile(r"\b(?:GPUs?|CUDA|TensorRT|Jetson|H200|onnxruntime-gpu)\b", re.I)
+RUN_STATUS = (
+    # "has not been run", "was never measured", "have not run", "is untested"
+    re.compile(r"\b(?:has|have|had|was|were|is|are|been)\s+(?:not|never)\s+(?:yet\s+)?(?:been\s+)?"
+               r"(?:run|ran|measured|tested|timed|tried|checked)\b", re.I),
+    # "was not available" (but "is not available in this onnxruntime" speaks of the reader's install)
+    re.compile(r"\b(?:was|were|has\s+been|have\s+been)\s+(?:not|never)\s+available\b", re.I),
+    re.compile(r"\bnever\s+(?:been\s+)?(?:run|ran|measured|tested|timed|tried)\b", re.I),
+    re.compile(r"\bnot\s+(?:yet\s+)?(?:run|measured|tested|timed)\b", re.I),
+    re.compile(r"\bun(?:run|tested|measured|timed)\b", re.I),
+    # "no GPU was available", "no Jetson board (and no GPU) was available", "No GPU numbers exist"
+    re.compile(r"\bno\s+(?:\w+\s+){0,3}(?:was|were|is)\s+available\b", re.I),
+    # "no GPU has been measured", "no TensorRT run was recorded"
+    re.compile(r"\bno\s+(?:GPU|CUDA|TensorRT|Jetson)\b[^.;:]*?\b(?:has|have|was|were)\s+(?:yet\s+)?(?:been\s+)?"
+               r"(?:run|measured|tested|timed|recorded|available)\b", re.I),
+    re.compile(r"\bno\s+(?:GPU|CUDA|TensorRT|Jetson)\s+(?:\w+\s+)?(?:numbers|figures|results|measurements?|runs?)\b",
+               re.I),
+    # "ran once", "has run once, by hand", "run twice"
+    re.compile(r"\b(?:ran|run|runs)\s+(?:once|twice|by\s+hand)\b", re.I),
+    re.compile(r"\bnothing\b[^.]*\bhas\s+been\s+run\b", re.I),
+)
+# a link to the matrix is how other pages speak of it: its text is not a statement
+_MATRIX_LINK = re.compile(r"\[[^\]\n]*\]\([^)\s]*support-matrix\.md[^)\s]*\)")
+
+
+# a sentence ends at . ! or ? before a space and a capital letter, a link or markup (not inside "1.31.1" or "e.g. a")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[(`*_\"'])")
+
+
+def _sentences(text: str):
+    """(line number, sentence) for the prose and table rows of a Markdown text, fenced code left out: a paragraph's
+    wrapped lines are joined, then cut at sentence ends; a table row is one sentence."""
+    lines, fenced, paragraph = text.splitlines(), False, []
+
+    def flush():
+        if paragraph:
+            joined = " ".join(line.strip() for _, line in paragraph)
+            starts, offset = [], 0
+            for number, line in paragraph:
+                starts.append((offset, number))
+                offset += len(line.strip()) + 1
+            begin = 0
+            for end in [m.start() for m in _SENTENCE_END.finditer(joined)] + [len(joined)]:
+                sentence = joined[begin:end].strip()
+                if sentence:
+                    first = begin + len(joined[begin:end]) - len(joined[begin:end].lstrip())
+                    yield max(n for o, n in starts if o <= first), sentence
+                begin = end
+            paragraph.clear()
+
+    for number, line in enumerate(lines, 1):
+        if re.match(r"^\s*(```|~~~)", line):
+            fenced = not fenced
+            yield from flush()
+            continue
+        if fenced:
+            continue
+        if not line.strip() or line.lstrip().startswith(("|", "#")) or re.match(r"^\s*(?:[-*]|\d+\.)\s", line):
+            yield from flush()
+            if line.lstrip().startswith(("|", "#")):
+                yield number, line.strip()
+                continue
+            if not line.strip():
+                continue
+        paragraph.append((number, line))
+    yield from flush()
+
+
+def run_status_statements(text: str) -> list[tuple[int, str]]:
+    """(line number, sentence) for every sentence that says whether a GPU provider or device ran, was measured or was
+    available, links to the support matrix left out."""
+    found = []
+    for number, sentence in _sentences(text):
+        plain = _MATRIX_LINK.sub(" ", sentence)
+        if PROVIDER.search(plain) and any(p.search(plain) for p in RUN_STATUS):
+            found.append((number, sentence))
+    return found
+
+
+def run_status_pages() -> list[Path]:
+    """The pages users read, but the support matrix and the dated results (the records the matrix cites)."""
+    return [p for p in documents() if p.suffix == ".md" and p != MATRIX and "results" not in p.parts]
+
+
+@pytest.mark.parametrize("text", [
+    "Everything was built on CPUs; no GPU has been measured.",
+    "No GPU numbers exist: the CUDA and TensorRT\nproviders have not been measured.",
+    "That path **has not\nbeen run** on a GPU provider (no GPU was available); the CPU path is the measured one.",
+    "Nothing on this page has been run: no Jetson board (and no GPU) was available.",
+    "| the runtime with CUDA or TensorRT (`provider=\"cuda\"`) | not run anywhere |",
+    "The CUDA provider ran once, on an NVIDIA H200 with onnxruntime-gpu 1.31.1.",
+    "CUDA has run once, by hand, on an NVIDIA H200; TensorRT has never run.",
+    "Graphs CUDA can capture are written and tested on the CPU provider but have not run on a GPU yet.",
+    "The TensorRT provider is untested.",
+    "TensorRT was not available on that machine.",
+    "Speed of a real pair is unmeasured; and no GPU.",
+    "TensorRT has not been run ([support matrix](../explanation/support-matrix.md)).",
+])
+def test_the_run_status_checker_finds_a_planted_statement(text):
+    assert run_status_statements(text), f"not caught: {text!r}"
+
+
+@pytest.mark.parametrize("text", [
+    "What has run on a GPU, TensorRT and Jetson: the [support matrix](docs/explanation/support-matrix.md).",
+    "[What has been run, on which provider](../explanation/support-matrix.md): CPU, CUDA, TensorRT, Jetson.",
+    "Install onnxruntime-gpu for `cuda` / `tensorrt`, or use `provider=\"cpu\"`.",
+    "`provider=\"auto\"` takes CUDA when onnxruntime offers it, else the CPU.",
+    "On a GPU the capturable graphs replay one CUDA graph per width.",
+    "| `provider 'tensorrt' is not available in this onnxruntime` | install onnxruntime-gpu |",
+    "The draft model has not been run on this prompt yet.",
+    "```\nspecdec-bench gpu --provider cuda   # no GPU was available\n```",
+])
+def test_the_run_status_checker_leaves_links_and_other_text_alone(text):
+    assert run_status_statements(text) == []
+
+
+def test_the_sentences_keep_their_line_numbers():
+    text = "# Title\n\nFirst sentence.\nSecond one runs\nover two lines. Third.\n\n| a | b |\n"
+    assert list(_sentences(text)) == [(1, "# Title"), (3, "First sentence."), (4, "Second one runs over two lines."),
+                                      (5, "Third."), (7, "| a | b |")]
+
+
+@pytest.mark.parametrize("path", run_status_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_the_support_matrix_states_what_ran_on_which_provider(path):
+    """No page but the support matrix says whether a GPU provider or device ran, was measured or was available: the
+    same fact restated in many pages went stale. Link to docs/explanation/support-matrix.md instead."""
+    found = run_status_statements(path.read_text(encoding="utf-8"))
+    assert not found, "\n".join(f"{path.relative_to(ROOT)}:{n}: {s[:200]}" for n, s in found)
