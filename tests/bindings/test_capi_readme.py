@@ -12,7 +12,7 @@ from pathlib import Path
 from _capi_helpers import run_program
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-PROMPT = "translate English to German: The house is small."
+PROMPT = "translate English to German: This package contains the development library libFLAC."
 
 
 def readme_program() -> str:
