@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from ..core.errors import OneLineParser, SpecdecError, run_cli
-from ..core.params import add_flags, from_flags
+from ..core.params import PARAMETERS, add_flags, from_flags
 from ..decoder import GRAPH_CAPTURE_HELP
 from ..engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 from .subtitles import lines, srt, vtt
@@ -122,8 +123,42 @@ def _main(argv) -> int:
     return 0
 
 
+# The runtime's errors speak its Python API (audio=, input_ids, top_p, temperature=0); from this command they speak
+# its flags. Whole phrases first, then each keyword the command has a flag for.
+PHRASES = (("pass audio= (a float32 16 kHz array or a WAV file's path)", "pass --audio FILE.wav (16 kHz)"),
+           ("audio, language, task and timestamps are for Whisper exports",
+            "--audio, --language, --task and --timestamps are for Whisper exports"),
+           ("a prompt text or input_ids", "a prompt text"),
+           ("or None to detect it", "or leave out --language to detect it"))
+FLAGS = {**{declared.name: declared.flag for declared in PARAMETERS},
+         **{name: "--" + name.replace("_", "-") for name in ("audio", "language", "task", "timestamps", "provider",
+                                                             "threads", "datastore", "graph_capture")}}
+
+
+def in_flags(text: str) -> str:
+    """A runtime error's text as this command's user reads it: keyword=value as --flag value, a snake_case keyword
+    as its --flag, and a keyword that starts the message or follows "leave out" as its --flag."""
+    for python, cli in PHRASES:
+        text = text.replace(python, cli)
+
+    def assigned(m):
+        value = m[2].strip("'\"")
+        return m[0] if m[1] not in FLAGS else FLAGS[m[1]] + ("" if value in ("", "True") else f" {value}")
+
+    text = re.sub(r"(?<![-\w.])(\w+)=('[^']*'|\"[^\"]*\"|[^\s,;)]*)", assigned, text)
+    text = re.sub(r"(?<![-\w.'\"])([a-z]+(?:_[a-z]+)+)(?![-\w'\"])", lambda m: FLAGS.get(m[1], m[0]), text)
+    return re.sub(r"(^|\bleave out )([a-z]+)\b(?!-)", lambda m: m[1] + FLAGS.get(m[2], m[2]), text)
+
+
+def _main_in_flags(argv) -> int:
+    try:
+        return _main(argv)
+    except SpecdecError as err:
+        raise type(err)(in_flags(err.problem), in_flags(err.fix) if err.fix else None) from None
+
+
 def main(argv=None) -> int:
-    return run_cli(_main, argv)
+    return run_cli(_main_in_flags, argv)
 
 
 if __name__ == "__main__":

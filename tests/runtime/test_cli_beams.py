@@ -128,15 +128,15 @@ def test_one_sequence_prints_the_text(tiny_export, capsys, decoder):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--num-beams", 0], "num_beams must be an integer in 1..16 (got 0)"),
-    (["--num-beams", 17], "num_beams must be an integer in 1..16 (got 17)"),
-    (["--num-beams", 4, "--num-return-sequences", 5], "num_return_sequences must be an integer in 1..num_beams (4)"),
-    (["--num-return-sequences", 2], "num_return_sequences must be an integer in 1..num_beams (1)"),
+    (["--num-beams", 0], "--num-beams must be an integer in 1..16 (got 0)"),
+    (["--num-beams", 17], "--num-beams must be an integer in 1..16 (got 17)"),
+    (["--num-beams", 4, "--num-return-sequences", 5], "--num-return-sequences must be an integer in 1..num_beams (4)"),
+    (["--num-return-sequences", 2], "--num-return-sequences must be an integer in 1..num_beams (1)"),
     (["--num-beams", 2, "--temperature", 0.5], "beam search is deterministic"),
     (["--num-beams", 2, "--early-stopping", "maybe"], "--early-stopping must be true, false or never (got 'maybe')"),
-    (["--num-beams", 2, "--length-penalty", "nan"], "length_penalty must be a finite number"),
-    (["--num-beams", 2, "--min-new-tokens", -1], "min_new_tokens must be an integer >= 0"),
-    (["--num-beams", 2, "--no-repeat-ngram-size", -1], "no_repeat_ngram_size must be an integer >= 0"),
+    (["--num-beams", 2, "--length-penalty", "nan"], "--length-penalty must be a finite number"),
+    (["--num-beams", 2, "--min-new-tokens", -1], "--min-new-tokens must be an integer >= 0"),
+    (["--num-beams", 2, "--no-repeat-ngram-size", -1], "--no-repeat-ngram-size must be an integer >= 0"),
     (["--num-beams", 2, "--draft", "lookup"], "beam search speculates with a draft model"),
     (["--num-beams", 4, "--stream"], "--stream cannot show a beam search"),
     (["--num-beams", 4, "--stream", "--json"], "--stream cannot show a beam search"),
