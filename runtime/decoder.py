@@ -422,8 +422,8 @@ class SpeculativeDecoder:
         for i, item in enumerate(items):
             try:
                 p = params[i] if isinstance(params, (list, tuple)) else params
-                request = self.batch_request(item, None, p, overrides) if prompts is not None else \
-                    self.batch_request(None, item, p, overrides)
+                request = self._batch_request(item, None, p, overrides) if prompts is not None else \
+                    self._batch_request(None, item, p, overrides)
                 queue.append((i, request))
             except SpecdecError as err:
                 failed.append((i, err))
@@ -435,8 +435,8 @@ class SpeculativeDecoder:
         # gamma="auto": lookup rounds only where they are measured to pay (a fixed gamma: every round)
         auto = any(r.plan.adaptive and r.plan.source == "lookup" for _, r in queue)
         most = min(len(queue), max_batch)
-        for index, request, new in self.run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
-                                                     (most, greedy), auto):
+        for index, request, new in self._run_batches(Waiting(queue), most, max(len(r.ids) for _, r in queue),
+                                                      (most, greedy), auto):
             yield index, request, new
 
     # -- requests from any thread ------------------------------------------------------------------------------
@@ -479,7 +479,7 @@ class SpeculativeDecoder:
                                                                "timestamps": timestamps}
         return checked, None, given
 
-    def batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
+    def _batch_request(self, prompt, input_ids, params, overrides: dict) -> Request:
         """A checked, planned request of a batch (what generate_batch and the batcher queue): a one-line SpecdecError
         if a batch cannot run it."""
         if self.manifest.speech is not None:
@@ -488,7 +488,7 @@ class SpeculativeDecoder:
         planned = self._plan(checked, batch=True)
         return Request(self._source(prompt, input_ids), checked, planned)
 
-    def batchable(self, params: Params) -> bool:
+    def _batchable(self, params: Params) -> bool:
         """Whether generate_batch and the batcher run this checked request as a row of a batch (False: generate()
         runs it alone: beam search, logits processors, lenience < 1, a draft model, a decoder loaded with
         graph_capture)."""
@@ -508,10 +508,10 @@ class SpeculativeDecoder:
         joining the running batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting."""
         from .decoding.batcher import Batcher
 
-        return Batcher(self, max_batch, max_queue)
+        return Batcher(self, max_batch, max_queue, run=self._run_batches)
 
-    def run_batches(self, waiting, most: int, source_cap: int = 1, kind=None, switched: bool = True,
-                    counters: dict | None = None):
+    def _run_batches(self, waiting, most: int, source_cap: int = 1, kind=None, switched: bool = True,
+                     counters: dict | None = None):
         """Decode what `waiting` (decoding/batch.py Waiting) holds, and what joins it meanwhile, holding the decoder:
         yields (index, Request, new tokens). One BatchModel serves every batch, grown for the most rows asked."""
         with self._gate.held():

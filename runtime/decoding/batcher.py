@@ -163,11 +163,14 @@ class Batcher:
     """Continuous batching (made by `SpeculativeDecoder.batcher()`): a thread decodes the submitted requests
     together, each joining the running batch between rounds and leaving when it ends; `close()` stops it."""
 
-    def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64):
+    def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64, *, run):
+        """`run`: the decoder's batch loop (SpeculativeDecoder.batcher() passes its own), called with the waiting
+        requests; it yields (ticket, request, new tokens) and holds the decoder while it runs."""
         checked_max_batch(max_batch)
         if type(max_queue) is not int or max_queue < 0:
             raise SpecdecError(f"max_queue must be a non-negative integer (got {max_queue!r})")
         self.decoder, self.max_batch, self.max_queue = decoder, max_batch, max_queue
+        self._run = run
         self.waiting = Waiting()
         self.counters = {"rounds": 0, "rows": 0}     # batched target runs so far, and the rows they carried
         self._open: set = set()          # tickets not ended (under _wake): what a failed batch must end
@@ -218,8 +221,7 @@ class Batcher:
                 if self._closed and not len(self.waiting):
                     return
             try:
-                for ticket, _, new in self.decoder.run_batches(self.waiting, self.max_batch, kind="batcher",
-                                                               counters=self.counters):
+                for ticket, _, new in self._run(self.waiting, self.max_batch, kind="batcher", counters=self.counters):
                     ticket._put(new)
             except SpecdecError as err:
                 self._fail_taken(err)

@@ -239,7 +239,7 @@ def test_a_decoder_loaded_with_graph_capture_runs_every_request_alone(tiny_captu
     prompts = random_prompts(dec.vocab_size, 3, seed=27)
     asks = (dict(draft="none"), dict(draft="lookup", gamma=2), dict(draft="draft", gamma=3))
     ref = [dec.generate(input_ids=p, max_new_tokens=10, **ask).token_ids for p, ask in zip(prompts, asks)]
-    assert not dec.batchable(Params(draft="none"))      # first: a batch that cannot start would hold close()
+    assert not dec._batchable(Params(draft="none"))      # first: a batch that cannot start would hold close()
     assert dec.admit(input_ids=prompts[0], params=Params(draft="none"))[1] is None
     with dec.batcher(max_batch=4) as server:
         tickets = [server.submit(input_ids=p, max_new_tokens=10, **ask) for p, ask in zip(prompts, asks)]
