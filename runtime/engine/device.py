@@ -22,8 +22,7 @@ PROVIDERS = {
 }
 # what every command's --provider takes, and says of it ("auto": resolve_provider's choice)
 PROVIDER_CHOICES = ("auto", *PROVIDERS)
-PROVIDER_HELP = ("the execution provider (auto: CUDA if this onnxruntime has it, else the CPU; TensorRT only when "
-                 "named, as no TensorRT run has been recorded)")
+PROVIDER_HELP = "the execution provider (auto: CUDA if this onnxruntime has it, else the CPU; TensorRT only when named)"
 # the order "auto" tries: TensorRT is left out (no run of it has been recorded) and is used only when named
 AUTO_ORDER = ("cuda", "cpu")
 
