@@ -43,13 +43,7 @@ RETURNED = {
 # Public names that are not documented yet, each with what is missing. Each runs as a strict xfail: documenting
 # the name turns it into an XPASS failure, and making it private fails test_known_gaps_are_public_names; either says
 # to take it off this list.
-KNOWN_GAPS: dict[str, str] = {
-    name: "no docstring" for name in (
-        "Alone.result", "Ticket.result",            # rendered in the API reference, with an empty description
-        "CachedSeq2Seq.cross_shape",
-        "DraftSource.needs_encoder", "LookupDraft.needs_encoder", "ModelDraft.needs_encoder",
-        "SourceStats.add", "Stats.source", "Verdict.next_token")
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def public_classes() -> dict[str, type]:

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 @dataclass
 class SourceStats:
     """What one draft source (or chain level's source) did in a request: rounds it proposed in, guesses offered and
-    kept, rounds with a rejection, and (at the target level) the tokens its rounds produced."""
+    kept, rounds with a rejection, and (at the target level) the tokens its rounds produced; `add` counts a round."""
     rounds: int = 0
     proposed: int = 0
     accepted: int = 0
@@ -16,6 +16,7 @@ class SourceStats:
     tokens: int = 0
 
     def add(self, proposed: int, accepted: int, tokens: int = 0) -> None:
+        """Count one round: `proposed` guesses, `accepted` of them kept, `tokens` the round produced."""
         self.rounds += 1
         self.proposed += proposed
         self.accepted += accepted
@@ -54,6 +55,7 @@ class Stats:
     #   chain under "name>" ("lookup>" for the lookup verified by the draft model in "lookup,draft")
 
     def source(self, name: str) -> SourceStats:
+        """The SourceStats kept under `name` (see `sources`), made empty on first use."""
         if name not in self.sources:
             self.sources[name] = SourceStats()
         return self.sources[name]

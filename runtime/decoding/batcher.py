@@ -68,6 +68,7 @@ class Ticket:
             raise self.error
 
     def result(self) -> Result:
+        """The whole request's Result, reading whatever of its stream is left (an error it met is raised)."""
         for _ in self:
             pass
         out = list(self._pieces.tokens)
@@ -128,6 +129,7 @@ class Alone:
                 self._close()            # left early, or cancelled: the decoder is free again
 
     def result(self) -> Result:
+        """Wait for the ticket's request and return its Result (stop reason "cancelled" if it was); raises its error."""
         if self.error is not None:
             raise self.error
         if self._done is None:

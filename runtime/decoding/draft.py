@@ -37,6 +37,7 @@ class ModelDraft(DraftSource):
 
     @property
     def needs_encoder(self) -> bool:
+        """True until the draft model has encoded this request's source (it does so on its first proposal)."""
         return self.model.length < 0
 
     def start(self, source_ids, stats):

@@ -32,6 +32,7 @@ class Verdict:
 
     @property
     def next_token(self) -> int:
+        """The round's last token: the replacement for the first rejected guess, or the bonus token."""
         return self.tokens[-1]
 
 
@@ -50,6 +51,8 @@ class DraftSource:
 
     @property
     def needs_encoder(self) -> bool:
+        """Whether an encoder run is due before this source's next proposal in the request (a model source not yet
+        used in it); a chooser shares that run's cost over the rounds the source may serve."""
         return False
 
     def start(self, source_ids, stats) -> None:

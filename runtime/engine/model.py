@@ -115,6 +115,8 @@ class CachedSeq2Seq:
             self.encoder.charged = (stats,)
 
     def cross_shape(self, src_len: int | None = None) -> tuple:
+        """The shape of one row's cross-attention K/V: (layers, 2 for K and V, 1, heads, source positions, d_kv), for
+        `src_len` source positions (default: the export's own)."""
         return (self.layers, 2, 1, self.heads, self.src_len if src_len is None else src_len, self.d_kv)
 
     def share_encoder(self, draft: "CachedSeq2Seq") -> None:
