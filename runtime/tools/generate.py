@@ -86,6 +86,10 @@ def _main(argv) -> int:
     if args.audio is None and (timestamps or args.format != "text" and not args.json):
         raise SpecdecError(f"--{'timestamps' if args.timestamps else 'format ' + args.format} is for transcripts",
                            "pass --audio FILE.wav with a Whisper export, or leave it out")
+    if args.audio is None and (args.language or args.task):
+        flag = "--language" if args.language else "--task"
+        raise SpecdecError(f"{flag} is for transcripts",
+                           f"pass --audio FILE.wav with a Whisper export, or leave out {flag}")
     if args.stream and args.format in ("srt", "vtt"):
         raise SpecdecError(f"--format {args.format} prints the whole transcript at its end", "leave out --stream")
     speech = {"audio": args.audio, "language": args.language, "task": args.task} if args.audio else {}

@@ -56,3 +56,9 @@ def test_a_request_parameter_is_named_by_its_flag(tiny_export):
 ])
 def test_in_flags(python, cli):
     assert in_flags(python) == cli
+
+
+def test_language_without_audio_is_refused_not_ignored(tiny_export):
+    line = _cli(tiny_export, "--language", "en", "summarize: a text")
+    assert line == "error: --language is for transcripts; pass --audio FILE.wav with a Whisper export, or leave out " \
+                   "--language.", line
