@@ -42,9 +42,6 @@ from .estimators import Line, Mean, Waits, draw_beta
 from .switch import Switch
 from .tree import matched
 
-MATCHED = "@copy"     # a model source's alpha on rounds where the lookup matched is kept under its name + MATCHED
-#                       (and a chain over the lookup topped by that model learns and plans with the same alpha)
-MATCHED_PRIOR = 2.0   # observations its alpha on all rounds counts for before it has its own
 EXPLORE = 400         # rounds after which an unchosen source is tried once more (its first wait; Thompson
 #                       sampling explores before that wherever the chance that a source is the best is real)
 MAX_WAIT = 3200       # the longest wait: each try after which a source is still not chosen doubles its wait
@@ -141,20 +138,12 @@ class Estimates:
         can be good on one kind of text and poor on another: a request decides after a few rounds). The alpha of all
         requests is the mean of Beta(accepted, rejections) over their decayed counts, or with `draw` a draw from it
         (Thompson sampling: the uncertainty is that of what all requests measured)."""
-        acc, rej = self.counts.get(source) or self._prior(source)
+        acc, rej = self.counts.get(source) or PRIOR_ALPHA
         common = draw_beta(self.rng, acc, rej) if draw else acc / (acc + rej)
         mine = (request or {}).get(source)
         if not mine:
             return common
         return (common * REQUEST_PRIOR + mine[0]) / (REQUEST_PRIOR + mine[0] + mine[1])
-
-    def _prior(self, source: str) -> tuple:
-        """Pseudo-counts of a source never seen: alpha 0.5 as uncertain as can be; for a model source's alpha where
-        the lookup matched (name + MATCHED), its alpha on all rounds weighing MATCHED_PRIOR observations."""
-        if source.endswith(MATCHED) and source[:-len(MATCHED)] in self.counts:
-            acc, rej = self.counts[source[:-len(MATCHED)]]
-            return MATCHED_PRIOR * acc / (acc + rej), MATCHED_PRIOR * rej / (acc + rej)
-        return PRIOR_ALPHA
 
     def cost_per_guess(self, source: str, free: bool, t0: float) -> float:
         mean = self.cost.get(source)
@@ -199,13 +188,13 @@ class Estimates:
         guesses the target run verified when they were not `proposed` (a tree's nodes): then only the source's
         alpha learns (from the first candidate, `proposed` and `accepted`), not T(k), the source's costs or its
         calibration, which are those of single-candidate rounds (the tree's costs are width.py's). `key`: the name
-        the alpha and calibration are kept under when not `source` (name + MATCHED). `lag`: the tokens a model
+        the alpha and calibration are kept under when not `source` (a chain's model's). `lag`: the tokens a model
         source caught up before its guesses (beyond the one a round leaves it behind): such a round's time beyond
         its guesses' cost is the catch-up's (catchup_cost), and only rounds without one measure the cost per guess
         and the round line, which would otherwise charge a switch to every guess."""
         key = key or source
         if run_tokens is not None and run_tokens != proposed:
-            acc, rej = self.counts.get(key) or self._prior(key)
+            acc, rej = self.counts.get(key) or PRIOR_ALPHA
             self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
             return
         self.target.add(proposed, target_s)
@@ -214,7 +203,7 @@ class Estimates:
         if proposed == 0:
             self.host.add(other_s)
             return
-        acc, rej = self.counts.get(key) or self._prior(key)
+        acc, rej = self.counts.get(key) or PRIOR_ALPHA
         self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
         self.lag.setdefault(source, Mean(DECAY)).add(lag)
         beyond_host = other_s - self.host.get(0.0)
@@ -267,7 +256,7 @@ class AutoDraft(DraftSource):
         self._plan: _Plan | None = None
         self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
         # a chain over the lookup whose top level is a candidate's own model proposes exactly as that model does
-        # where the lookup matched (a chain level's tokens are distributed as its own q): one alpha for both
+        # (a chain level's tokens are distributed as its own q): one alpha for both
         self.alpha_key = {}
         for key, source in candidates.items():
             model = getattr(source, "model", None)
@@ -275,7 +264,7 @@ class AutoDraft(DraftSource):
                 alone = next((k for k, s in candidates.items() if s.below is None and getattr(s, "model", None)
                               is model), None)
                 if alone is not None:
-                    self.alpha_key[key] = alone + MATCHED
+                    self.alpha_key[key] = alone
         self.switch = Switch()          # auto's rounds, or plain target steps where those are faster
         self._unstarted = None          # (source ids, stats) until a round of this request uses the sources
         # the names the lookup's proposals go by, each with its own estimates: where they were copied from
@@ -306,11 +295,11 @@ class AutoDraft(DraftSource):
     def _uses_lookup(self, source: DraftSource) -> bool:
         return self.lookup is not None and (source is self.lookup or source.below is self.lookup)
 
-    def _key(self, name: str, source: DraftSource, copied: bool) -> str:
-        """The name `name`'s alpha and calibration are kept under: a model source's after a copy, name + MATCHED;
-        a chain topped by a candidate's own model, that model's (alpha_key); else its own."""
-        if copied and not self._uses_lookup(source):
-            return name + MATCHED
+    def _key(self, name: str) -> str:
+        """The name `name`'s alpha and calibration are kept under: for a chain topped by a candidate's own model,
+        that model's (alpha_key); else its own. A model's alpha is one estimate whether or not the lookup matched
+        in its rounds: measured apart on the widened pair, the two agreed (0.50 and 0.48-0.52 over 100-200 rounds
+        each at T = 0 and 1), and split they halved the rounds behind each estimate."""
         return self.alpha_key.get(name, name)
 
     def _names(self):
@@ -330,16 +319,14 @@ class AutoDraft(DraftSource):
         for _, source, name, free in self._names():
             gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
             remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
-            key = self._key(name, source, False)
+            key = self._key(name)
             rates = est.rates(name, gammas, free, times, self.request, remaining, alphas[key], key)
             if not self._uses_lookup(source):
                 g, rate = max(zip(gammas, rates), key=lambda x: x[1])
                 if rate > plain[2]:
                     plain = (name, g, rate)
-                if self.origins:              # after a copy: with its alpha where the lookup matched
-                    key = self._key(name, source, True)
-                    matched = est.rates(name, gammas, free, times, self.request, remaining, alphas[key], key)
-                    best = (name, *max(zip(gammas, matched), key=lambda x: x[1]))
+                if self.origins:              # after a copy too: a model competes with the copies
+                    best = (name, g, rate)
                     for table in per_copy.values():
                         table[1:] = [best if best[2] > c[2] else c for c in table[1:]]
                 continue
@@ -363,9 +350,7 @@ class AutoDraft(DraftSource):
         est = self.estimates
         times = est.times(cap)
         names = list(self._names())
-        keys = list(dict.fromkeys(self._key(name, source, copied)    # a list, in order: it is the draws' order
-                                  for copied in ((False, True) if self.origins else (False,))
-                                  for _, source, name, _ in names))
+        keys = list(dict.fromkeys(self._key(name) for _, _, name, _ in names))   # in order: the draws' order
         means = {key: est.alpha(key, self.request) for key in keys}
         draws = {key: est.alpha(key, self.request, draw=True) for key in keys}
         plain, per_copy = self._tables(cap, times, draws)
@@ -455,7 +440,7 @@ class AutoDraft(DraftSource):
         target_s = stats.target_s - target_before
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
-        key = self._key(name, self.chosen, bool(self._copied)) if self.chosen is not None else name
+        key = self._key(name) if self.chosen is not None else name
         alpha = self._plan.alpha.get(key) if verdict.proposed else None
         proposed, accepted = verdict.proposed, verdict.accepted
         if self._tree is not None:    # a tree round: alpha learns from the first candidate, T(k) from the nodes
