@@ -298,8 +298,8 @@ class AutoDraft(DraftSource):
     def _key(self, name: str) -> str:
         """The name `name`'s alpha and calibration are kept under: for a chain topped by a candidate's own model,
         that model's (alpha_key); else its own. A model's alpha is one estimate whether or not the lookup matched
-        in its rounds: measured apart on the widened pair, the two agreed (0.50 and 0.48-0.52 over 100-200 rounds
-        each at T = 0 and 1), and split they halved the rounds behind each estimate."""
+        in its rounds: measured apart on the widened pair, the two agreed (0.50-0.51 and 0.46-0.48 over 40-120 rounds
+        each, T = 0 and 1), and split they halved the rounds behind each estimate."""
         return self.alpha_key.get(name, name)
 
     def _names(self):
