@@ -19,6 +19,8 @@ that asks builds them under a directory both workers share (shared_dir, a file l
 waits for it. What they return is read-only to the tests: a test that changes an export copies it first.
     offline_hub_factory          -> apply(cache_dir): this test runs offline (HF_HUB_OFFLINE=1) with its hub
                                            cache at cache_dir (environment and huggingface_hub.constants)
+    built_site                   -> Path of the documentation site built with `mkdocs build --strict`, session
+                                           (skipped where the dev extra's site tools are missing)
 
 The plain functions live in tests/tinymodels.py; test modules import them from there (`from tinymodels import
 make_tiny_t5`), since `from conftest import ...` is ambiguous once a subfolder has a conftest.py of its own.
@@ -240,3 +242,37 @@ HEAVY_FIRST = ("runtime/test_distribution_chains.py",           # 17.5 % (2026-1
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0].removeprefix("tests/"), len(rank)))
+
+
+# -- the documentation site ---------------------------------------------------------------------------------------
+
+def _site_tools_missing() -> str | None:
+    """The first of the site's build tools (the dev extra's) that is not installed, or None."""
+    import importlib.util
+
+    for module, package in (("mkdocs", "mkdocs"), ("material", "mkdocs-material"),
+                            ("mkdocstrings", "mkdocstrings"), ("mkdocstrings_handlers.python", "mkdocstrings-python")):
+        try:
+            found = importlib.util.find_spec(module)
+        except ModuleNotFoundError:
+            found = None
+        if found is None:
+            return package
+    return None
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The MkDocs site built once per worker with --strict (the build failing fails every test that reads it)."""
+    import subprocess
+
+    missing = _site_tools_missing()
+    if missing:
+        pytest.skip(f"{missing} is not installed (it is in the dev extra: pip install -e \".[dev]\")")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(root / "mkdocs.yml"),
+                          "-d", str(out)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}\n{run.stderr}"
+    return out

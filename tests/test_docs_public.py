@@ -15,10 +15,7 @@ from __future__ import annotations
 import dataclasses
 import html as html_lib
 import inspect
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -152,31 +149,9 @@ def documented_by_base(cls: type, name: str, site: Site, public: dict[str, type]
 
 # -- the built site -----------------------------------------------------------------------------------------------
 
-def _site_tools_missing() -> str | None:
-    import importlib.util
-
-    for module, package in (("mkdocs", "mkdocs"), ("material", "mkdocs-material"),
-                            ("mkdocstrings", "mkdocstrings"), ("mkdocstrings_handlers.python", "mkdocstrings-python")):
-        try:
-            found = importlib.util.find_spec(module)
-        except ModuleNotFoundError:
-            found = None
-        if found is None:
-            return package
-    return None
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Site:
-    missing = _site_tools_missing()
-    if missing:
-        pytest.skip(f"{missing} is not installed (it is in the dev extra: pip install -e \".[dev]\")")
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                          "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout}\n{run.stderr}"
-    return Site.built(out)
+def site(built_site) -> Site:
+    return Site.built(built_site)
 
 
 # -- the checks ---------------------------------------------------------------------------------------------------
