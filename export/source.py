@@ -65,15 +65,14 @@ def _not_found(name: str, cause: Exception, role: str = "target") -> SpecdecErro
                             f"point {_flag(role).strip(' =')} at a folder with config.json, the weights and the "
                             "tokenizer")
     local = "./" + (re.split(r"[/\\]", name.rstrip("/\\"))[-1] or "checkpoint")
+    instead = (f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save one with "
+               "save_pretrained on a machine with network)")
     if hub_offline():
         return SpecdecError(f"model '{name}' could not be found in the local Hugging Face cache (HF_HUB_OFFLINE is "
-                            "set)", f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save "
-                            "one with save_pretrained on a machine with network), or unset HF_HUB_OFFLINE to "
-                            "download it")
+                            "set)", f"{instead}, or unset HF_HUB_OFFLINE to download it")
     return SpecdecError(f"model '{name}' could not be found on the Hugging Face hub (no network?) or in the local "
-                        "cache", f"pass a local checkpoint directory instead, e.g. {_flag(role)}{local} (save one "
-                        "with save_pretrained on a machine with network); with the model in the cache, set "
-                        "HF_HUB_OFFLINE=1 to use it without waiting for the network")
+                        "cache", f"{instead}; with the model in the cache, set HF_HUB_OFFLINE=1 to use it without "
+                        "waiting for the network")
 
 
 def load_config(name: str, role: str = "target"):

@@ -350,8 +350,8 @@ def batch_answers(handler: Handler, requests: list) -> list:
 
 def load_decoder(engine, threads: int = 0, provider: str = "auto", graph_capture: bool = False):
     """A SpeculativeDecoder on `provider` ("auto": CUDA if this onnxruntime has it, else the CPU) with `threads`
-    intra-op threads; `graph_capture`: through the export's capturable graphs (SpeculativeDecoder.load; every request then runs alone,
-    none in a batch)."""
+    intra-op threads; `graph_capture`: through the export's capturable graphs (SpeculativeDecoder.load; every
+    request then runs alone, none in a batch)."""
     from specdec.runtime import SpeculativeDecoder
 
     return SpeculativeDecoder.load(engine, provider=provider, threads=threads, graph_capture=graph_capture)

@@ -138,7 +138,7 @@ class Estimates:
         can be good on one kind of text and poor on another: a request decides after a few rounds). The alpha of all
         requests is the mean of Beta(accepted, rejections) over their decayed counts, or with `draw` a draw from it
         (Thompson sampling: the uncertainty is that of what all requests measured)."""
-        acc, rej = self.counts.get(source) or PRIOR_ALPHA
+        acc, rej = self.counts.get(source, PRIOR_ALPHA)
         common = draw_beta(self.rng, acc, rej) if draw else acc / (acc + rej)
         mine = (request or {}).get(source)
         if not mine:
@@ -194,8 +194,7 @@ class Estimates:
         and the round line, which would otherwise charge a switch to every guess."""
         key = key or source
         if run_tokens is not None and run_tokens != proposed:
-            acc, rej = self.counts.get(key) or PRIOR_ALPHA
-            self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+            self._count(key, proposed, accepted)
             return
         self.target.add(proposed, target_s)
         if encoder_s > 0:
@@ -203,8 +202,7 @@ class Estimates:
         if proposed == 0:
             self.host.add(other_s)
             return
-        acc, rej = self.counts.get(key) or PRIOR_ALPHA
-        self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+        self._count(key, proposed, accepted)
         self.lag.setdefault(source, Mean(DECAY)).add(lag)
         beyond_host = other_s - self.host.get(0.0)
         if lag > 0:
@@ -216,6 +214,11 @@ class Estimates:
         if expected is not None:
             made, exp = self.calibration.get(key, (0.0, 0.0))
             self.calibration[key] = (made * DECAY + accepted + 1, exp * DECAY + expected)
+
+    def _count(self, key: str, proposed: int, accepted: int) -> None:
+        """Fold one round's kept guesses and rejection (at most one) into `key`'s decayed alpha counts."""
+        acc, rej = self.counts.get(key, PRIOR_ALPHA)
+        self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
 
 
 class _Plan:
@@ -440,7 +443,7 @@ class AutoDraft(DraftSource):
         target_s = stats.target_s - target_before
         encoder_s = stats.encoder_s - encoder_before           # a model draft encodes on its first use
         other = time.perf_counter() - began - target_s - encoder_s
-        key = self._key(name) if self.chosen is not None else name
+        key = self._key(name)
         alpha = self._plan.alpha.get(key) if verdict.proposed else None
         proposed, accepted = verdict.proposed, verdict.accepted
         if self._tree is not None:    # a tree round: alpha learns from the first candidate, T(k) from the nodes
