@@ -46,6 +46,8 @@ EXPLORE = 400         # rounds after which an unchosen source is tried once more
 #                       sampling explores before that wherever the chance that a source is the best is real)
 MAX_WAIT = 3200       # the longest wait: each try after which a source is still not chosen doubles its wait
 DECAY = 0.97          # weight of the past per observation in the running averages
+ALPHA_DECAY = 0.99    # ... in a source's alpha counts over all requests (~100 rounds: a request's own counts
+#                       follow its text, so these estimate the mean; at 0.97 they swung +-0.08 around it)
 PRIOR_ALPHA = (1.0, 1.0)   # pseudo accepted / rejections of a source never seen: alpha = 0.5
 REQUEST_PRIOR = 4.0   # observations the all-request alpha counts for against a request's own
 PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as a fraction of T(0)
@@ -56,6 +58,8 @@ REFIT = 4             # rounds between refits of the plan (_Plan), each with new
 SOURCE_PRIOR_WEIGHT = 1.0   # pseudo-rounds on the sum-of-parts line in a source's round-cost fit
 MARGIN = 0.05         # a source is chosen only when expected to beat target-only rounds by this fraction
 CALIBRATION_PRIOR = 8.0     # pseudo-tokens (as predicted) in a source's calibration before it has rounds
+SETTLE = 12           # rounds each source runs, in turn, before auto's rounds are judged (a young kind of sampling)
+YOUNG_MOST = 200      # ... unless the kind of sampling has had this many rounds (a lookup that rarely matches)
 
 
 def sampling_kind(params) -> tuple:
@@ -78,8 +82,9 @@ class Estimates:
     def __init__(self):
         self.target = Line(FIT_DECAY)       # target run seconds over k+1 tokens, by k
         self.host = Mean(DECAY)         # seconds per round outside target runs, target-only rounds
-        self.kinds = {}             # kind of sampling -> (counts, calibration) below
+        self.kinds = {}             # kind of sampling -> (counts, calibration, tries) below
         self.counts = {}            # source -> [accepted, rejections], decayed, from the prior pseudo-counts
+        self.tries = {}             # source -> its rounds ("none": target-only rounds), not decayed
         self.round = 0
         self.rng = np.random.default_rng(0)     # Thompson draws (never the sampling's generator)
         self.cost = {}              # source -> Mean of seconds per guess beyond the host time
@@ -94,7 +99,12 @@ class Estimates:
     def use(self, kind) -> None:
         """Learn and decide alphas (and their calibration) for this kind of sampling from now on: a key such as
         (temperature, top_k, top_p); costs are shared by every kind."""
-        self.counts, self.calibration = self.kinds.setdefault(kind, ({}, {}))
+        self.counts, self.calibration, self.tries = self.kinds.setdefault(kind, ({}, {}, {}))
+
+    def young(self, keys) -> bool:
+        """True while this kind of sampling is young: one of `keys` has run fewer than SETTLE rounds, and the kind has
+        had fewer than YOUNG_MOST rounds in all."""
+        return sum(self.tries.values()) < YOUNG_MOST and any(self.tries.get(key, 0) < SETTLE for key in keys)
 
     def times(self, cap: int) -> list:
         """[T(0) .. T(cap)] from the line T(k) = a + b k fitted to every measured target run (decayed least
@@ -194,8 +204,10 @@ class Estimates:
         and the round line, which would otherwise charge a switch to every guess."""
         key = key or source
         if run_tokens is not None and run_tokens != proposed:
+            self.tries[key] = self.tries.get(key, 0) + 1
             self._count(key, proposed, accepted)
             return
+        self.tries[key] = self.tries.get(key, 0) + 1
         self.target.add(proposed, target_s)
         if encoder_s > 0:
             self.encoder.setdefault(source, Mean(DECAY)).add(encoder_s)
@@ -218,7 +230,7 @@ class Estimates:
     def _count(self, key: str, proposed: int, accepted: int) -> None:
         """Fold one round's kept guesses and rejection (at most one) into `key`'s decayed alpha counts."""
         acc, rej = self.counts.get(key, PRIOR_ALPHA)
-        self.counts[key] = [acc * DECAY + accepted, rej * DECAY + float(accepted < proposed)]
+        self.counts[key] = [acc * ALPHA_DECAY + accepted, rej * ALPHA_DECAY + float(accepted < proposed)]
 
 
 class _Plan:
@@ -286,7 +298,29 @@ class AutoDraft(DraftSource):
         self.switch.start()
 
     def plain(self, produced: int) -> bool:
-        return self.switch.plain(produced)
+        return self.switch.plain(produced, hold=self.estimates.young(self._settling()))
+
+    def _settling(self) -> list:
+        """The alpha keys a young kind of sampling runs SETTLE rounds of each before auto's rounds are judged: each
+        model's (a chain's is its model's) and each of the lookup's origins (tried on their copies)."""
+        return list(dict.fromkeys([self._key(key) for key, s in self.candidates.items() if not self._uses_lookup(s)]
+                                  + list(self.origins)))
+
+    def _young(self, copied: list, origin, cap: int) -> tuple | None:
+        """In a young kind of sampling (Estimates.young), the round a source with fewer than SETTLE rounds runs
+        instead of the plan's choice: the copy's origin on its copies, else the model with the fewest rounds, at
+        gamma 2 (or its fixed gamma); None when the kind is settled or no such source can run this round."""
+        est = self.estimates
+        if not est.young(self._settling()):
+            return None
+        if copied and origin is not None and est.tries.get(origin, 0) < SETTLE:
+            return origin, len(copied)
+        models = [(est.tries.get(self._key(key), 0), key) for key, s in self.candidates.items()
+                  if not self._uses_lookup(s)]
+        tries, key = min(models, default=(SETTLE, None))
+        if tries >= SETTLE:
+            return None
+        return key, min(2, cap) if self.adaptive else cap
 
     def _start_sources(self) -> None:
         """The request's first round that is not plain starts the candidates (a lookup indexes the source)."""
@@ -389,9 +423,11 @@ class AutoDraft(DraftSource):
         if plan is None or est.round >= plan.until or plan.cap != cap:
             plan = self._plan = self._refit(cap)
         best, mean, stale = plan.plain, plan.mean_plain, plan.stale
-        probe = plan.copy_pays or (stale is not None and stale[2])
+        young = [o for o in self.origins if est.tries.get(o, 0) < SETTLE] if est.young(self._settling()) else []
+        probe = plan.copy_pays or (stale is not None and stale[2]) or bool(young)
         if "datastore" in self.origins:   # the datastore is searched only where its copies may pay (or are tried)
-            self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore")
+            self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore") or \
+                "datastore" in young
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
         origin = None
         if copied:
@@ -410,6 +446,9 @@ class AutoDraft(DraftSource):
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
             est.waits.double(stale[0])
+        settling = self._young(copied, origin, cap)       # a young kind of sampling: each source its rounds
+        if settling is not None:
+            best = settling
         if tuple(best[:2]) != tuple(mean[:2]):
             self.explored += 1
         est.waits.ran(best[0], est.round)

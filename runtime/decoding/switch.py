@@ -6,17 +6,18 @@ bookkeeping, the wider runs of copies that are rarely kept) costs more than it b
 nothing pays, and auto's rounds were 2-4 % slower than target-only decoding. So a `Switch` measures the whole: the
 wall seconds per token of auto's rounds and of plain target steps, and runs the faster.
 
-The comparison is made on the same work. Which mode a round runs is decided round by round, interleaved (a
-golden-ratio sequence: no random state is used), so both modes see the same prompts, tasks and positions; a
-comparison of stretches of rounds would compare whatever the prompts of each stretch cost. The first `first` rounds
-(FIRST) are run half and half. From then on the rule is auto's own (auto.py): each mode runs in proportion to the
-chance that it is the faster (probability matching, the expectation of Thompson sampling), from both modes'
-seconds per token and their sampling variances (estimators.faster_chance), recomputed every DECIDE rounds. The mode
-with the lower seconds per token leads; the other runs that chance of the rounds, at least MIN_SHARE (so that a
-change, other prompts or another temperature, is seen) and at most half. A clear difference (at t5-large size
-auto's rounds measured 1.5x faster per token than plain steps) leaves the slower mode MIN_SHARE within a few dozen
-rounds; modes within the noise of each other share the rounds, which costs nothing since neither is the slower.
-Measurements are decayed sums with a half-life of HALF_LIFE rounds.
+The comparison is made on the same work. Which mode a round runs is decided round by round, interleaved (a golden-
+ratio sequence: no random state is used), so both modes see the same prompts, tasks and positions; a comparison of
+stretches of rounds would compare whatever the prompts of each stretch cost. The first `first` rounds (FIRST) are
+run half and half; before them, while auto's estimates are young (each source has run a few rounds, auto.py's
+SETTLE), every round is auto's and none is measured. From then on the rule is auto's own (auto.py): each mode runs
+in proportion to the chance that it is the faster (probability matching, the expectation of Thompson sampling), from
+both modes' seconds per token and their sampling variances (estimators.faster_chance), recomputed every DECIDE
+rounds. The mode with the lower seconds per token leads; the other runs that chance of the rounds, at least
+MIN_SHARE (so that a change, other prompts or another temperature, is seen) and at most half. A clear difference (at
+t5-large size auto's rounds measured 1.5x faster per token than plain steps) leaves the slower mode MIN_SHARE within
+a few dozen rounds; modes within the noise of each other share the rounds, which costs nothing since neither is the
+slower. Measurements are decayed sums with a half-life of HALF_LIFE rounds.
 
 A plain step costs the switch a clock reading and a few additions. The output's distribution does not depend on
 the mode: every round is exact either way; only the speed does. A round's clock runs from its `plain()` call to the
@@ -58,10 +59,11 @@ class Switch:
         """A new request: its set-up is not a round's time."""
         self._last = None
 
-    def plain(self, produced: int, idle: float = 0.0) -> bool:
+    def plain(self, produced: int, idle: float = 0.0, hold: bool = False) -> bool:
         """Called at each round's start with the tokens the request has produced: True when the round is to be a
         plain target step. `idle`: seconds since the last call that were no round's work (a batch's joining
-        requests' encoder runs), left out of the last round's time."""
+        requests' encoder runs), left out of the last round's time. `hold`: the round is auto's, unmeasured and not
+        counted (auto's estimates are still young: its rounds are not yet what it will run)."""
         now = self.clock()
         if self._last is not None:
             began, before, mode = self._last
@@ -69,6 +71,9 @@ class Switch:
                 spent.fade(_DECAY)
             self.spent[mode].add(now - began - idle, produced - before)
             self.measured[mode] += 1
+        if hold:
+            self._last = None
+            return False
         self.rounds += 1
         if self.rounds % DECIDE == 0 and self.rounds >= self.first:
             self._decide()

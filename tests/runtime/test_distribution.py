@@ -299,7 +299,7 @@ class Alternate:
     def start(self):
         pass
 
-    def plain(self, produced):
+    def plain(self, produced, hold=False):
         self._plain = not self._plain
         self.rounds[self._plain] += 1
         return self._plain

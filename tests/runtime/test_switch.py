@@ -139,6 +139,30 @@ def test_idle_time_between_rounds_is_left_out():
     assert share_after(drive_idle(False), True, 10_000) < 0.5
 
 
+def test_rounds_held_while_auto_is_young_are_auto_s_and_do_not_mislead_the_switch():
+    """Auto's first rounds run each source in turn (auto.py's SETTLE) and cost 3x a plain step per token; from then on
+    its rounds are 1.2x faster. Held (auto's estimates young), those rounds are all auto's and unmeasured: the switch
+    then measures FIRST rounds half and half and leaves plain steps the floor. The control measures the same young
+    rounds: on the decayed sums they outweigh hundreds of good rounds, and plain steps lead the 1,000 rounds after."""
+    young = 150
+
+    def run(hold: bool) -> list:
+        clock, switch, modes = Clock(), Switch(Clock()), []
+        switch.clock = clock
+        switch.start()
+        for i in range(young + 1000):
+            auto = not switch.plain(i, hold=hold and i < young)
+            modes.append(auto)
+            clock.t += (3e-3 if i < young else 0.83e-3) if auto else 1e-3
+        return modes
+
+    held = run(hold=True)
+    assert all(held[:young])
+    assert share_after(held, False, young + sw.FIRST + sw.DECIDE) <= sw.MIN_SHARE + 0.01
+    control = run(hold=False)
+    assert share_after(control, True, young + sw.FIRST + sw.DECIDE) < 0.5
+
+
 def test_the_switch_catches_a_slower_auto_that_a_blind_one_would_keep():
     """The control: the same run with the switch's comparison reversed keeps the slower mode."""
 
@@ -155,7 +179,7 @@ def test_the_switch_catches_a_slower_auto_that_a_blind_one_would_keep():
 # -- decoding ----------------------------------------------------------------------------------------------------
 
 class Plain(Alternate):
-    def plain(self, produced):
+    def plain(self, produced, hold=False):
         self.rounds[True] += 1
         return True
 
