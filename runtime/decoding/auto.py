@@ -22,6 +22,11 @@ draws come from the estimates' own generator, never from the sampling's random n
 plan chose for its wait (EXPLORE rounds, doubled after each try that does not make it chosen, up to MAX_WAIT) is
 tried once, so one whose counts are old is measured again.
 
+A kind of sampling starts young (Estimates.young): before the plan decides, each source runs SETTLE rounds in turn
+(each lookup origin on its copies, each draft model at gamma 2), and the switch below neither measures nor judges
+those rounds, for at most YOUNG_MOST rounds. Without it a fresh decoder's first unlucky rounds made the switch give
+plain steps the lead, and the few auto rounds left could not correct the estimate that caused it.
+
 Two guards keep the choice from losing to target-only decoding. A source's expected tokens are calibrated by what
 its chosen rounds delivered (kappa_s = tokens made / tokens expected from the posterior mean at the choice,
 decayed): the geometric model of Theorem 3.1 is an approximation (alpha falls with the guess's depth at T = 1), and
