@@ -52,7 +52,7 @@ EXPLORE = 400         # rounds after which an unchosen source is tried once more
 MAX_WAIT = 3200       # the longest wait: each try after which a source is still not chosen doubles its wait
 DECAY = 0.97          # weight of the past per observation in the running averages
 ALPHA_DECAY = 0.99    # ... in a source's alpha counts over all requests (~100 rounds: a request's own counts
-#                       follow its text, so these estimate the mean; at 0.97 they swung +-0.08 around it)
+#                       follow its text, so these estimate the mean over requests)
 PRIOR_ALPHA = (1.0, 1.0)   # pseudo accepted / rejections of a source never seen: alpha = 0.5
 REQUEST_PRIOR = 4.0   # observations the all-request alpha counts for against a request's own
 PRIOR_C = 0.15        # a model draft's cost per guess before it is measured, as a fraction of T(0)
