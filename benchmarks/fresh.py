@@ -13,22 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import defaultdict
 from pathlib import Path
 
+from specdec.runtime.core.errors import run_cli
 
-def load_prompts(path: str, count: int) -> list:
-    """`count` prompts round-robin over the file's tasks (JSONL with "task" and "source" text or "input_ids", or
-    plain lines of text)."""
-    by_task = defaultdict(list)
-    for line in Path(path).read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line) if line.lstrip().startswith("{") else {"source": line.strip()}
-        by_task[row.get("task", "")].append(row["source"] if "source" in row else list(row["input_ids"]))
-    lists = list(by_task.values())
-    out = [p for group in zip(*lists) for p in group] + [p for group in lists for p in group[min(map(len, lists)):]]
-    return out[:count]
+from .common import prompts as bench_prompts
 
 
 def passes(decoder, prompts: list, temperature: float, count: int, max_new_tokens: int) -> list[dict]:
@@ -40,8 +29,7 @@ def passes(decoder, prompts: list, temperature: float, count: int, max_new_token
         for i, prompt in enumerate(prompts):
             for draft in ("auto", "none"):
                 began = time.perf_counter()
-                given = {"input_ids": prompt} if isinstance(prompt, list) else {"prompt": prompt}
-                result = decoder.generate(**given, draft=draft, temperature=temperature,
+                result = decoder.generate(**prompt.kwargs(), draft=draft, temperature=temperature,
                                           max_new_tokens=max_new_tokens, seed=1000 * n + i)
                 spent[draft] += time.perf_counter() - began
                 tokens[draft] += result.stats.new_tokens
@@ -51,10 +39,11 @@ def passes(decoder, prompts: list, temperature: float, count: int, max_new_token
     return out
 
 
-def main(argv=None) -> int:
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.fresh", description=__doc__.split("\n\n")[0])
     ap.add_argument("--export", required=True, help="export directory made by specdec-export")
-    ap.add_argument("--prompts", required=True, help="JSONL ({\"source\": ..., \"task\": ...} a line) or plain text")
+    ap.add_argument("--prompts", required=True, help="JSONL ({\"source\": ..., \"task\": ...} a line) or plain text, "
+                    "as specdec-bench --prompts")
     ap.add_argument("--num-prompts", type=int, default=8, help="prompts a pass, round-robin over the tasks (default 8)")
     ap.add_argument("--passes", type=int, default=3, help="passes over the prompts (default 3)")
     ap.add_argument("--temperature", default="0,1", help="comma-separated temperatures (default 0,1)")
@@ -65,7 +54,7 @@ def main(argv=None) -> int:
     from specdec.runtime import SpeculativeDecoder
 
     decoder = SpeculativeDecoder.load(args.export, provider=args.provider)
-    prompts = load_prompts(args.prompts, args.num_prompts)
+    prompts, _ = bench_prompts.load(args.prompts, args.num_prompts, decoder, every_task=True)
     report = {}
     print("| T | " + " | ".join(f"pass {n + 1}" for n in range(args.passes)) + " |")
     print("|---:|" + "---:|" * args.passes)
@@ -76,6 +65,11 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0
+
+
+def main(argv=None) -> int:
+    """A bad export or prompts file is one line on stderr and exit status 2 (run_cli)."""
+    return run_cli(_main, argv)
 
 
 if __name__ == "__main__":

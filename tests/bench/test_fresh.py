@@ -1,18 +1,17 @@
-"""`python -m benchmarks.fresh`: a fresh decoder's passes on the tiny export (timings never asserted)."""
+"""`python -m benchmarks.fresh`: a fresh decoder's passes on the tiny export (timings never asserted), its prompts taken
+as specdec-bench takes them (benchmarks/common/prompts.py, tested in test_drafts.py and test_cli.py)."""
 
 import json
 
 from benchrun import prompts_file
 
-from benchmarks.fresh import load_prompts, main
+from benchmarks.fresh import main
 
 
-def test_prompts_alternate_between_tasks(tmp_path):
-    path = prompts_file(tmp_path / "p.jsonl", 3)
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    picked = load_prompts(str(path), 4)
-    tasks = {tuple(row["input_ids"]): row["task"] for row in rows}
-    assert [tasks[tuple(p)] for p in picked] == ["summarize", "translate", "summarize", "translate"]
+def test_a_missing_prompts_file_is_one_line(tiny_export, tmp_path, capsys):
+    assert main(["--export", str(tiny_export), "--prompts", str(tmp_path / "none.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot read prompts file") and err.count("\n") == 1
 
 
 def test_passes_report_each_temperature(tiny_export, tmp_path, capsys):
