@@ -208,11 +208,10 @@ class Estimates:
         its guesses' cost is the catch-up's (catchup_cost), and only rounds without one measure the cost per guess
         and the round line, which would otherwise charge a switch to every guess."""
         key = key or source
+        self.tries[key] = self.tries.get(key, 0) + 1
         if run_tokens is not None and run_tokens != proposed:
-            self.tries[key] = self.tries.get(key, 0) + 1
             self._count(key, proposed, accepted)
             return
-        self.tries[key] = self.tries.get(key, 0) + 1
         self.target.add(proposed, target_s)
         if encoder_s > 0:
             self.encoder.setdefault(source, Mean(DECAY)).add(encoder_s)
@@ -292,6 +291,10 @@ class AutoDraft(DraftSource):
         key = next((k for k, s in candidates.items() if s is self.lookup), None)
         origins = tuple(getattr(self.lookup, "origins", ()))
         self.origins = origins if origins[:1] == (key,) else (key,) if key is not None else ()
+        # what a young kind of sampling runs SETTLE rounds of: each model source (its alpha key, its name) and each
+        # of the lookup's origins (on their copies)
+        self._settle_models = [(self._key(k), k) for k, s in candidates.items() if not self._uses_lookup(s)]
+        self._settling = list(dict.fromkeys([k for k, _ in self._settle_models] + list(self.origins)))
 
     def start(self, source_ids, stats):
         if self.request is not None and self.produced:
@@ -303,29 +306,19 @@ class AutoDraft(DraftSource):
         self.switch.start()
 
     def plain(self, produced: int) -> bool:
-        return self.switch.plain(produced, hold=self.estimates.young(self._settling()))
+        return self.switch.plain(produced, hold=self.estimates.young(self._settling))
 
-    def _settling(self) -> list:
-        """The alpha keys a young kind of sampling runs SETTLE rounds of each before auto's rounds are judged: each
-        model's (a chain's is its model's) and each of the lookup's origins (tried on their copies)."""
-        return list(dict.fromkeys([self._key(key) for key, s in self.candidates.items() if not self._uses_lookup(s)]
-                                  + list(self.origins)))
-
-    def _young(self, copied: list, origin, cap: int) -> tuple | None:
+    def _young(self, copied: list, origin, copying: list, cap: int) -> tuple | None:
         """In a young kind of sampling (Estimates.young), the round a source with fewer than SETTLE rounds runs
-        instead of the plan's choice: the copy's origin on its copies, else the model with the fewest rounds, at
-        gamma 2 (or its fixed gamma); None when the kind is settled or no such source can run this round."""
-        est = self.estimates
-        if not est.young(self._settling()):
-            return None
-        if copied and origin is not None and est.tries.get(origin, 0) < SETTLE:
+        instead of the plan's choice: the copy's origin on its copies (`copying`: the origins still settling), else
+        the model with the fewest rounds, at gamma 2 (or its fixed gamma); None when no such source can run."""
+        if copied and origin in copying:
             return origin, len(copied)
-        models = [(est.tries.get(self._key(key), 0), key) for key, s in self.candidates.items()
-                  if not self._uses_lookup(s)]
-        tries, key = min(models, default=(SETTLE, None))
+        tries, name = min(((self.estimates.tries.get(key, 0), name) for key, name in self._settle_models),
+                          default=(SETTLE, None))
         if tries >= SETTLE:
             return None
-        return key, min(2, cap) if self.adaptive else cap
+        return name, min(2, cap) if self.adaptive else cap
 
     def _start_sources(self) -> None:
         """The request's first round that is not plain starts the candidates (a lookup indexes the source)."""
@@ -428,11 +421,12 @@ class AutoDraft(DraftSource):
         if plan is None or est.round >= plan.until or plan.cap != cap:
             plan = self._plan = self._refit(cap)
         best, mean, stale = plan.plain, plan.mean_plain, plan.stale
-        young = [o for o in self.origins if est.tries.get(o, 0) < SETTLE] if est.young(self._settling()) else []
-        probe = plan.copy_pays or (stale is not None and stale[2]) or bool(young)
+        young = est.young(self._settling)
+        copying = [o for o in self.origins if est.tries.get(o, 0) < SETTLE] if young else []     # origins settling
+        probe = plan.copy_pays or (stale is not None and stale[2]) or bool(copying)
         if "datastore" in self.origins:   # the datastore is searched only where its copies may pay (or are tried)
             self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore") or \
-                "datastore" in young
+                "datastore" in copying
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
         origin = None
         if copied:
@@ -451,7 +445,7 @@ class AutoDraft(DraftSource):
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
             est.waits.double(stale[0])
-        settling = self._young(copied, origin, cap)       # a young kind of sampling: each source its rounds
+        settling = self._young(copied, origin, copying, cap) if young else None    # each source its rounds
         if settling is not None:
             best = settling
         if tuple(best[:2]) != tuple(mean[:2]):
