@@ -147,8 +147,8 @@ def test_rounds_held_while_auto_is_young_are_auto_s_and_do_not_mislead_the_switc
     young = 150
 
     def run(hold: bool) -> list:
-        clock, switch, modes = Clock(), Switch(Clock()), []
-        switch.clock = clock
+        clock, modes = Clock(), []
+        switch = Switch(clock)
         switch.start()
         for i in range(young + 1000):
             auto = not switch.plain(i, hold=hold and i < young)
