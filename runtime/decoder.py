@@ -21,30 +21,17 @@ from .decoding.plan import Plan, plan
 from .decoding.learned import Learned
 from .engine.batch_model import BatchModel
 from .engine.beam_model import BeamModel
-from .engine.device import checked_provider_options, device_of, release_freed_memory, resolve_provider
+from .engine.device import device_of, release_freed_memory
 from .engine.gate import Gate
 from .engine.capture import NO_EAGER, NO_EAGER_FIX, CapturedSeq2Seq
 from .engine.model import CachedSeq2Seq
 from .engine.workspace import Workspace
-from .loading.manifest import load_manifest
+from .scheduling.opening import open_export
 
 # what every command line's --graph-capture says of load(graph_capture=True) (docs/guides/runtime.md says the rest)
 GRAPH_CAPTURE_HELP = ("run the export's capturable graphs (an export made with specdec-export --graph-capture): with "
                       "--provider cuda each width's step is captured as a CUDA graph, on cpu the same graphs run "
                       "uncaptured; beam search and batches then refuse (they need the eager graphs)")
-
-
-def _belongs_together(target, draft) -> None:
-    for what, a, b in (("tokenizer", target.files.get("tokenizer.json"), draft.files.get("tokenizer.json")),
-                       ("vocabulary size", target.vocab_size, draft.vocab_size),
-                       ("special token ids", target.special_ids, draft.special_ids),
-                       ("dtype", target.dtype, draft.dtype)):
-        if a != b:
-            raise SpecdecError(f"draft export '{draft.root}' does not belong with target export '{target.root}' "
-                               f"(their {what} differ)", "export the pair together with one specdec-export run")
-    if draft.max_length < target.max_length:
-        raise SpecdecError(f"draft export '{draft.root}' has max_length {draft.max_length} < the target's "
-                           f"{target.max_length}", "export the pair together with one specdec-export run")
 
 
 class SpeculativeDecoder:
@@ -158,35 +145,12 @@ class SpeculativeDecoder:
         the export's capturable graphs (specdec-export --graph-capture; engine/capture.py): on provider="cuda" each
         width's step is captured as a CUDA graph and replayed; on the CPU the same graphs run uncaptured. Beam search
         and batched requests then refuse with a one-line error (they run the eager graphs)."""
-        manifest = load_manifest(export_dir)
-        draft_manifest = manifest
-        if draft is not None:
-            draft_manifest = load_manifest(draft)
-            _belongs_together(manifest, draft_manifest)
-            if manifest.speech is not None or draft_manifest.speech is not None:
-                raise SpecdecError("draft= from another export does not apply to Whisper exports",
-                                   "export the Whisper pair together and load that one directory")
-        if datastore is not None and not isinstance(datastore, (str, Path, bool)):
-            raise SpecdecError(f"datastore must be a path, None or False (got {type(datastore).__name__})",
-                               "pass the path of a datastore file, or False for none")
-        provider, options = resolve_provider(provider), checked_provider_options(provider_options)
-        device = device_of(provider)
-        if not isinstance(graph_capture, bool):
-            raise SpecdecError(f"graph_capture must be True or False (got {graph_capture!r:.40})")
-        if graph_capture and draft is not None:
-            raise SpecdecError("graph_capture with draft= from another export is not supported",
-                               "export the pair together with --graph-capture and load that one directory")
-        model = CapturedSeq2Seq if graph_capture else CachedSeq2Seq
-        target = model(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=options)
-        models = {name: model(draft_manifest if name == "draft" else manifest, name, provider, device,
-                                      manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length,
-                                      options=options)
-                  for name in manifest.drafts}
-        for name in (manifest.speech or {}).get("shares_target_encoder", []):
-            target.share_encoder(models[name])
+        manifest, provider, target, models, store = open_export(
+            export_dir, provider=provider, threads=threads, draft=draft, datastore=datastore,
+            provider_options=provider_options, graph_capture=graph_capture)
         decoder = cls(manifest, provider, target, models, stream_idle_s)     # checks the tokenizer first
-        if datastore is not False:
-            decoder.datastore = manifest.datastore(None if datastore in (None, True) else datastore)
+        if store is not None:
+            decoder.datastore = store
         release_freed_memory()          # what reading the graphs left in the heap
         return decoder
 

@@ -7,6 +7,8 @@ The layers, lowest first (a module may import from its own layer's package or fr
     specdec.runtime.loading      loading and checking an untrusted export
     specdec.runtime.engine       devices, sessions and buffers
     specdec.runtime.decoding     a round of Algorithm 1, the draft sources, auto, beam search
+    specdec.runtime.families     what differs between model families (text, speech) at run time
+    specdec.runtime.scheduling   opening an export, admission, the scheduler and the batcher
     specdec.runtime.decoder      the request path (SpeculativeDecoder)
     specdec.runtime              the runtime's public names
     specdec.runtime.tools        specdec-generate, specdec-datastore and the datastore builder
@@ -38,6 +40,8 @@ LAYERS = [
     ["specdec.runtime.loading"],
     ["specdec.runtime.engine"],
     ["specdec.runtime.decoding"],
+    ["specdec.runtime.families"],
+    ["specdec.runtime.scheduling"],
     ["specdec.runtime.decoder"],
     ["specdec.runtime"],
     ["specdec.runtime.tools"],

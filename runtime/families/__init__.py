@@ -1,0 +1,1 @@
+"""Model families at run time: what differs between a text (T5) export and a speech (Whisper) export."""

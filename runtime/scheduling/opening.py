@@ -1,0 +1,61 @@
+"""Opening an export: its manifest checked, the draft export that belongs with it, the provider resolved, and one
+session per model (eager or capturable graphs), before SpeculativeDecoder wraps them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.errors import SpecdecError
+from ..engine.capture import CapturedSeq2Seq
+from ..engine.device import checked_provider_options, device_of, resolve_provider
+from ..engine.model import CachedSeq2Seq
+from ..loading.manifest import load_manifest
+
+
+def _belongs_together(target, draft) -> None:
+    for what, a, b in (("tokenizer", target.files.get("tokenizer.json"), draft.files.get("tokenizer.json")),
+                       ("vocabulary size", target.vocab_size, draft.vocab_size),
+                       ("special token ids", target.special_ids, draft.special_ids),
+                       ("dtype", target.dtype, draft.dtype)):
+        if a != b:
+            raise SpecdecError(f"draft export '{draft.root}' does not belong with target export '{target.root}' "
+                               f"(their {what} differ)", "export the pair together with one specdec-export run")
+    if draft.max_length < target.max_length:
+        raise SpecdecError(f"draft export '{draft.root}' has max_length {draft.max_length} < the target's "
+                           f"{target.max_length}", "export the pair together with one specdec-export run")
+
+
+
+def open_export(export_dir: str | Path, provider: str = "auto", threads: int = 0, draft: str | Path | None = None,
+                datastore: str | Path | bool | None = None, provider_options: dict | None = None,
+                graph_capture: bool = False) -> tuple:
+    """(manifest, provider, target, draft models by name, datastore or None) of an export directory, every check
+    a one-line SpecdecError (SpeculativeDecoder.load says what each option does)."""
+    manifest = load_manifest(export_dir)
+    draft_manifest = manifest
+    if draft is not None:
+        draft_manifest = load_manifest(draft)
+        _belongs_together(manifest, draft_manifest)
+        if manifest.speech is not None or draft_manifest.speech is not None:
+            raise SpecdecError("draft= from another export does not apply to Whisper exports",
+                               "export the Whisper pair together and load that one directory")
+    if datastore is not None and not isinstance(datastore, (str, Path, bool)):
+        raise SpecdecError(f"datastore must be a path, None or False (got {type(datastore).__name__})",
+                           "pass the path of a datastore file, or False for none")
+    provider, options = resolve_provider(provider), checked_provider_options(provider_options)
+    device = device_of(provider)
+    if not isinstance(graph_capture, bool):
+        raise SpecdecError(f"graph_capture must be True or False (got {graph_capture!r:.40})")
+    if graph_capture and draft is not None:
+        raise SpecdecError("graph_capture with draft= from another export is not supported",
+                           "export the pair together with --graph-capture and load that one directory")
+    model = CapturedSeq2Seq if graph_capture else CachedSeq2Seq
+    target = model(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=options)
+    models = {name: model(draft_manifest if name == "draft" else manifest, name, provider, device,
+                          manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length, options=options)
+              for name in manifest.drafts}
+    for name in (manifest.speech or {}).get("shares_target_encoder", []):
+        target.share_encoder(models[name])
+    store = None if datastore is False else manifest.datastore(None if datastore in (None, True) else datastore)
+    return manifest, provider, target, models, store
+
