@@ -1,0 +1,1 @@
+"""The estimators and the switch every adaptive choice learns with."""

@@ -1,0 +1,1 @@
+"""A speech request's decoder prompt and its transcript's times and windows."""

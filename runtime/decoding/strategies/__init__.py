@@ -1,0 +1,1 @@
+"""How a planned request is decoded: speculative sampling, beam search, batches."""
