@@ -19,7 +19,7 @@ import numpy as np
 
 from specdec.runtime import SpecdecError
 from specdec.bindings._failure import Failure
-from specdec.runtime.decoding.transcript import MAX_AUDIO_S
+from specdec.runtime.decoding.speech.transcript import MAX_AUDIO_S
 
 NO_AUDIO_FIX = "pass mono 16 kHz float samples (pcm and n_samples) or the path of a WAV file (wav_path)"
 

@@ -4,10 +4,10 @@ from .core.errors import RunFailed, SpecdecError
 from .core.params import Params
 from .core.stats import Result, Stats
 from .decoder import GRAPH_CAPTURE_HELP, Piece, SpeculativeDecoder  # noqa: F401
-from .decoding.draft import DraftSource, ModelDraft
-from .decoding.lookup import LookupDraft
-from .decoding.round import Proposal, Verdict
-from .decoding.transcript import Segment
+from .decoding.sources.model_draft import DraftSource, ModelDraft
+from .decoding.sources.lookup import LookupDraft
+from .decoding.sources.contract import Proposal, Verdict
+from .decoding.speech.transcript import Segment
 from .engine.device import PROVIDER_CHOICES, PROVIDER_HELP  # noqa: F401
 from .engine.model import CachedSeq2Seq
 from .loading.manifest import load_manifest

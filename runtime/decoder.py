@@ -11,11 +11,13 @@ import numpy as np
 from .core.errors import SpecdecError
 from .core.params import Params, checked_max_batch
 from .core.stats import Piece, Pieces, Result, Stats
-from .decoding.batch import Batching, Waiting
-from .decoding.draft import DraftSource, ModelDraft
-from .decoding.request import BeamSearching, Request, Sampling
-from .decoding.speech import checked_audio, make_prompt, time_step
-from .decoding.transcript import merged, segments, windows
+from .decoding.strategies.batch import Batching, Waiting
+from .decoding.sources.model_draft import DraftSource, ModelDraft
+from .decoding.request import Request
+from .decoding.strategies.beam_search import BeamSearching
+from .decoding.strategies.sampling import Sampling
+from .decoding.speech.prompt import checked_audio, make_prompt, time_step
+from .decoding.speech.transcript import merged, segments, windows
 from .loading.audio import check_audio
 from .decoding.plan import Plan, plan
 from .decoding.learned import Learned
@@ -128,27 +130,17 @@ class SpeculativeDecoder:
         return plan(params, self.models, self.gamma_max, batch)
 
     @classmethod
-    def load(cls, export_dir: str | Path, provider: str = "auto", threads: int = 0,
-             draft: str | Path | None = None, stream_idle_s: float = 30.0,
-             datastore: str | Path | bool | None = None,
-             provider_options: dict | None = None, graph_capture: bool = False) -> "SpeculativeDecoder":
-        """Open an export directory (checksums verified) with every draft model it holds. `draft`: take the model
-        named "draft" from another export directory made for the same target (same tokenizer). `datastore`: the
-        datastore the lookup searches (runtime/loading/datastore.py): None, the export's own if it has one; a path, that
-        file instead (made with this export's tokenizer: specdec-datastore build --export DIR); False, none.
-        `threads`: intra-op threads for the target (0: the SPECDEC_THREADS environment variable when set, else
-        onnxruntime's default, one per physical core); the draft's one-token steps are too
-        small to split across cores, so it gets one unless `threads` says otherwise. `stream_idle_s`: see the
-        class's note on threads. `provider_options`: options of the provider's first onnxruntime provider for every
-        session (e.g. {"enable_cuda_graph": "1"} with provider="cuda"; name the provider: with "auto" they go to
-        whichever it picks); onnxruntime refusing one is a one-line error. `graph_capture`: run every model through
-        the export's capturable graphs (specdec-export --graph-capture; engine/capture.py): on provider="cuda" each
-        width's step is captured as a CUDA graph and replayed; on the CPU the same graphs run uncaptured. Beam search
-        and batched requests then refuse with a one-line error (they run the eager graphs)."""
-        manifest, provider, target, models, store = open_export(
-            export_dir, provider=provider, threads=threads, draft=draft, datastore=datastore,
-            provider_options=provider_options, graph_capture=graph_capture)
-        decoder = cls(manifest, provider, target, models, stream_idle_s)     # checks the tokenizer first
+    def load(cls, export_dir: str | Path, options: LoadOptions | None = None, **keywords) -> "SpeculativeDecoder":
+        """Open an export directory (checksums verified) with every draft model it holds, with `options` (a
+        LoadOptions) and/or its fields as keywords: provider, threads, draft, stream_idle_s, datastore,
+        provider_options, graph_capture (each declared once in specdec.runtime.core.options, with its default and
+        the values it takes; the table in docs/guides/runtime.md, "Loading", says what each does). An unknown
+        keyword or a value not accepted is a one-line SpecdecError."""
+        from .core.options import LoadOptions
+
+        options = LoadOptions.of(options, **keywords).checked()
+        manifest, provider, target, models, store = open_export(export_dir, options)
+        decoder = cls(manifest, provider, target, models, options.stream_idle_s)     # checks the tokenizer first
         if store is not None:
             decoder.datastore = store
         release_freed_memory()          # what reading the graphs left in the heap
@@ -195,7 +187,7 @@ class SpeculativeDecoder:
                         self.max_length)
 
     def _speech(self, audio, language, task, timestamps=False) -> tuple:
-        """A Whisper request's checked PCM and its SpeechPrompt (decoding/speech.py); for a T5 export, a one-line
+        """A Whisper request's checked PCM and its SpeechPrompt (decoding/speech/prompt.py); for a T5 export, a one-line
         error unless neither audio, language, task nor timestamps is given."""
         speech = self.manifest.speech
         if speech is None:
@@ -271,7 +263,7 @@ class SpeculativeDecoder:
         instead: `language` as a code ("en", or its token "<|en|>"; None: detected by the target), `task`
         "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike. `timestamps`
         True (a model with timestamp tokens): the Result's `segments` hold each segment's start, end and text.
-        Audio longer than the encoder's window is transcribed window by window (decoding/transcript.py; at most
+        Audio longer than the encoder's window is transcribed window by window (decoding/speech/transcript.py; at most
         4 h), each window's decoding exact; max_new_tokens counts per window."""
         params = Params.of(params, **overrides).checked(self.gamma_max)
         audio = self._samples(audio)
@@ -470,13 +462,13 @@ class SpeculativeDecoder:
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
         """A Batcher: requests submitted from any thread (`submit()`, which returns a Ticket) are decoded together,
         joining the running batch between rounds; at most `max_batch` rows, at most `max_queue` requests waiting."""
-        from .decoding.batcher import Batcher
+        from .scheduling.batcher import Batcher
 
         return Batcher(self, max_batch, max_queue, run=self._run_batches)
 
     def _run_batches(self, waiting, most: int, source_cap: int = 1, kind=None, switched: bool = True,
                      counters: dict | None = None):
-        """Decode what `waiting` (decoding/batch.py Waiting) holds, and what joins it meanwhile, holding the decoder:
+        """Decode what `waiting` (decoding/strategies/batch.py Waiting) holds, and what joins it meanwhile, holding the decoder:
         yields (index, Request, new tokens). One BatchModel serves every batch, grown for the most rows asked."""
         with self._gate.held():
             model = self._batch_model

@@ -22,7 +22,7 @@ import pytest
 
 import specdec.runtime as runtime
 from specdec.runtime.core.stats import SourceStats
-from specdec.runtime.decoding.batcher import Alone, Batcher, Ticket
+from specdec.runtime.scheduling.batcher import Alone, Batcher, Ticket
 from specdec.runtime.decoding.learned import Learned
 
 ROOT = Path(__file__).resolve().parents[1]

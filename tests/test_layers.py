@@ -134,7 +134,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_every_module():
     modules = _modules()
-    for expected in ("specdec.runtime.decoder", "specdec.runtime.decoding.auto", "specdec.export.cli",
+    for expected in ("specdec.runtime.decoder", "specdec.runtime.decoding.sources.auto", "specdec.export.cli",
                      "specdec.bench.cli", "specdec.serve.schema", "specdec.bindings._capi"):
         assert expected in modules
     graph = _graph(modules)
@@ -281,7 +281,7 @@ def test_serving_imports_only_the_runtimes_public_api():
 
 
 # the decoder's request methods that serving must not call itself: every served request goes through submit()
-# (runtime/decoding/batcher.py), which decides whether it joins a batch or runs alone
+# (runtime/scheduling/batcher.py), which decides whether it joins a batch or runs alone
 # (a call on anything named decoder or dec)
 BYPASSES = ("generate", "stream", "_batchable", "_batch_request", "_run_batches", "generate_batch", "stream_batch")
 
@@ -303,10 +303,10 @@ def test_serving_routes_every_request_through_submit():
 
 
 def test_the_public_api_check_catches_a_planted_import():
-    graph = {"specdec.serve.a": {"specdec.runtime", "specdec.runtime.core.params", "specdec.runtime.decoding.batch"},
+    graph = {"specdec.serve.a": {"specdec.runtime", "specdec.runtime.core.params", "specdec.runtime.decoding.strategies.batch"},
              "specdec.serve": {"specdec.runtime.decoder"}, "specdec.bench.x": {"specdec.runtime.engine.model"}}
     assert _runtime_internals(graph, "specdec.serve") == ["specdec.serve -> specdec.runtime.decoder",
-                                                          "specdec.serve.a -> specdec.runtime.decoding.batch"]
+                                                          "specdec.serve.a -> specdec.runtime.decoding.strategies.batch"]
 
 
 def test_the_private_name_check_catches_a_planted_read():

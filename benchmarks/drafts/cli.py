@@ -211,5 +211,5 @@ NOTES = {
                   "whose source or gamma was chosen to explore), switch_rounds (Switch.explored: rounds in the mode "
                   "that measured slower), auto_rounds (Estimates.round: rounds auto chose), each null where the "
                   "runtime keeps no such count, and rounds (target calls)",
-    "auto_estimates": "what auto learned (runtime/decoding/auto.py), snapshot after each temperature's warm-up pass",
+    "auto_estimates": "what auto learned (runtime/decoding/sources/auto.py), snapshot after each temperature's warm-up pass",
 }

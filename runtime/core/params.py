@@ -42,7 +42,8 @@ def _is_real(value) -> bool:
 
 
 def _is_source(value) -> bool:
-    """A DraftSource (runtime/decoding/round.py) by what it does: the request layer does not import decoding."""
+    """A DraftSource (runtime/decoding/sources/contract.py) by what it does: the request layer does not import
+    decoding."""
     return all(callable(getattr(value, method, None)) for method in ("start", "propose", "commit"))
 
 

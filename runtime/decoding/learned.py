@@ -4,13 +4,13 @@ planner, decoding/plan.py)."""
 
 from __future__ import annotations
 
-from .auto import AutoDraft, Estimates
-from .beam_decode import BeamEstimates
-from .draft import DraftSource, ModelDraft
-from .lookup import LookupDraft
+from .sources.auto import AutoDraft, Estimates
+from .strategies.beam_search import BeamEstimates
+from .sources.model_draft import DraftSource, ModelDraft
+from .sources.lookup import LookupDraft
 from .plan import Plan
-from .switch import SWITCH_FIRST, Switch
-from .width import Width
+from .adaptive.switch import SWITCH_FIRST, Switch
+from .sources.width import Width
 
 AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")
 DEFAULT_PLAN = Plan("sampling", choose_source=True, adaptive=True)   # draft="auto", gamma="auto"
@@ -48,7 +48,8 @@ class Learned:
         self._batches = {}          # kind of batch -> (its Switch, origin -> what its copies were worth)
 
     def batch_state(self, kind, switched: bool) -> tuple:
-        """(switch or None, acceptance by origin) a kind of batch keeps across its batches (decoding/batch.py)."""
+        """(switch or None, acceptance by origin) a kind of batch keeps across its batches
+        (decoding/strategies/batch.py)."""
         switch, acceptance = self._batches.setdefault(kind, (Switch(first=SWITCH_FIRST), {}))
         return (switch if switched else None), acceptance
 

@@ -14,13 +14,13 @@ sources (learned.py) receive the plan and never see "auto".
 What `draft=` may say:
 
     "none"               target only (as gamma = 0)
-    "lookup"             copy from the output so far, the source and the export's datastore (decoding/lookup.py)
+    "lookup"             copy from the output so far, the source and the export's datastore (decoding/sources/lookup.py)
     "draft", or another  a draft model of the export (specdec-export --draft NAME=CHECKPOINT adds more)
     model name
     "a,b,...,m"          a chain, lowest level first: a proposes to b, which verifies and proposes to ..., m
-                         proposes to the target (decoding/draft.py). "lookup" may only come first; "+" is the
-                         earlier spelling of ",".
-    "auto"               each round, the best of none, lookup, draft and lookup,draft (decoding/auto.py)
+                         proposes to the target (decoding/sources/model_draft.py). "lookup" may only come first; "+" is
+                         the earlier spelling of ",".
+    "auto"               each round, the best of none, lookup, draft and lookup,draft (decoding/sources/auto.py)
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from ..core.errors import SpecdecError
 from ..core.params import Params
-from .round import DraftSource
+from .sources.contract import DraftSource
 
 AUTO = "auto"
 BATCH_GAMMA = 4          # a lookup row's most guesses a round at gamma="auto": every row's run grows with the widest

@@ -16,8 +16,8 @@
 
 Both only remove tokens (their log-probability becomes -inf), so they are the same whether applied to logits, to
 log-probabilities or to a standardized distribution: beam search applies them to the target's log-probabilities
-(runtime/decoding/beam.py), greedy and sampling add them as a 0 / -inf mask to the logits rows of p and q alike inside the
-head (export/head.py), which keeps speculative sampling exact for the processed target distribution.
+(runtime/decoding/strategies/beam_book.py), greedy and sampling add them as a 0 / -inf mask to the logits rows of p and
+q alike inside the head (export/head.py), which keeps speculative sampling exact for the processed target distribution.
 """
 
 from __future__ import annotations

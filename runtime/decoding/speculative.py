@@ -6,7 +6,7 @@ from ..core.stats import Stats
 from ..engine.model import CachedSeq2Seq
 from ..engine.workspace import Workspace
 from . import verifier
-from .round import DraftSource, Proposal, Verdict
+from .sources.contract import DraftSource, Proposal, Verdict
 
 
 def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stats) -> Verdict:

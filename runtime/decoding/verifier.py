@@ -9,8 +9,8 @@ from __future__ import annotations
 from ..engine.device import Buffer
 from ..engine.model import CachedSeq2Seq
 from ..engine.workspace import Workspace
-from .round import Proposal, Verdict
-from .tree import Tree
+from .sources.contract import Proposal, Verdict
+from .sources.tree import Tree
 
 
 def verify(ws: Workspace, model: CachedSeq2Seq, proposal: Proposal, q_rows: Buffer, out: Buffer,
@@ -31,8 +31,8 @@ def verify(ws: Workspace, model: CachedSeq2Seq, proposal: Proposal, q_rows: Buff
 
 def verify_tree(ws: Workspace, model: CachedSeq2Seq, tree: Tree) -> tuple[float, Verdict]:
     """One run of the target over the current token and the tree's M nodes (written by ws.write_tree): each node's
-    draw y_i ~ p_i, then the walk (runtime/decoding/tree.py): the longest path whose tokens the draws chose, and the
-    draw after it. The path's keys and values move to the positions after the current token; the rest are
+    draw y_i ~ p_i, then the walk (runtime/decoding/sources/tree.py): the longest path whose tokens the draws chose, and
+    the draw after it. The path's keys and values move to the positions after the current token; the rest are
     forgotten. Returns (seconds of the run, the verdict: `proposed` = M nodes)."""
     start = ws.start
     seconds = model.run(*ws.tree_run(tree.size))

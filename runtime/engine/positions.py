@@ -2,7 +2,7 @@
 
 A target decoder takes `tree_depth` [N] (new token i sits at position past + depth_i), `tree_mask` [N, N]
 (token i sees token j iff j is i or an ancestor) and `tree_uniforms` [M] (M > 0: one draw per head row, the `draws`
-output; runtime/decoding/tree.py). Every other run (a plain step, a chain's verification, a catch-up run, beam
+output; runtime/decoding/sources/tree.py). Every other run (a plain step, a chain's verification, a catch-up run, beam
 search) binds the chain's values: depth 0 .. N-1, a lower-triangular mask, no uniforms and an empty `draws`. They
 are made once, for every N up to the most a run of this model holds, and grown if a run holds more.
 """

@@ -65,7 +65,7 @@ class Workspace:
         self.processors = None
         self.uniforms = Buffer((UNIFORM_BLOCK,), np.float32, device, host_only=True)
         self.head = Head(1, vocab, device)          # the request's sampling parameters, the head's names
-        # a tree round's depths and mask (runtime/decoding/tree.py)
+        # a tree round's depths and mask (runtime/decoding/sources/tree.py)
         self.depth = Buffer((gamma_max + 1,), np.int64, device, host_only=True)
         self.tree_mask = Buffer(((gamma_max + 1) ** 2,), np.bool_, device, host_only=True)
         self.draws = Buffer((gamma_max + 1,), np.int64, device)

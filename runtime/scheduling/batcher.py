@@ -1,5 +1,5 @@
-"""Requests from any number of threads decoded together: one thread runs a batch (runtime/decoding/batch.py) and
-requests join it between rounds as they arrive (continuous batching), each with its own parameters.
+"""Requests from any number of threads decoded together: one thread runs a batch (runtime/decoding/strategies/batch.py)
+and requests join it between rounds as they arrive (continuous batching), each with its own parameters.
 
     server = dec.batcher(max_batch=16, max_queue=64)
     ticket = server.submit("summarize: ...", max_new_tokens=64)     # from any thread; returns at once
@@ -26,8 +26,8 @@ import threading
 from ..core.errors import SpecdecError, first_line
 from ..core.params import Params, checked_max_batch
 from ..core.stats import Pieces, Result, Stats
-from .batch import Waiting
-from .request import Request
+from ..decoding.strategies.batch import Waiting
+from ..decoding.request import Request
 
 _END = object()
 

@@ -1,14 +1,15 @@
-"""draft="auto"'s chooser (runtime/decoding/auto.py) on made-up measurements: it follows the estimates, falls back to
-target-only rounds where nothing pays (without probing the lookup), and its exploration of a source that never pays
-is bounded. The decoding itself is checked end to end in test_chains.py, test_greedy.py and test_distribution.py."""
+"""draft="auto"'s chooser (runtime/decoding/sources/auto.py) on made-up measurements: it follows the estimates, falls
+back to target-only rounds where nothing pays (without probing the lookup), and its exploration of a source that never
+pays is bounded. The decoding itself is checked end to end in test_chains.py, test_greedy.py and
+test_distribution.py."""
 
 import numpy as np
 
-from specdec.runtime.decoding.auto import (EXPLORE, MARGIN, MAX_WAIT, SETTLE, YOUNG_MOST, AutoDraft, Estimates,
+from specdec.runtime.decoding.sources.auto import (EXPLORE, MARGIN, MAX_WAIT, SETTLE, YOUNG_MOST, AutoDraft, Estimates,
                                           expected_tokens)
-from specdec.runtime.decoding.estimators import Waits
-from specdec.runtime.decoding.lookup import LookupDraft
-from specdec.runtime.decoding.round import DraftSource
+from specdec.runtime.decoding.adaptive.estimators import Waits
+from specdec.runtime.decoding.sources.lookup import LookupDraft
+from specdec.runtime.decoding.sources.contract import DraftSource
 
 
 class Source(DraftSource):
@@ -204,7 +205,8 @@ def test_a_wrong_start_is_corrected_within_tens_of_rounds():
     """The draft keeps 0.6 of its guesses (at gamma 4 a round makes 2.3 tokens for 1.7 ms against target-only's 1.1
     ms a token: 1.3x), but the estimates start from 12 unlucky rounds (alpha 0.18, below the 0.3 at which it
     starts to pay here). Thompson draws try it again, and from round 60 on it is the choice in 9 rounds of 10, for
-    5 seeds (in those seeds it became the steady choice by round 0 to 48). The control, a chooser that plans with the posterior means (no draws), stays with target-only rounds."""
+    5 seeds (in those seeds it became the steady choice by round 0 to 48). The control, a chooser that plans with the
+    posterior means (no draws), stays with target-only rounds."""
     assert wrong_start().alpha("draft") < 0.2
 
     def chooser(draws: bool, seed: int) -> AutoDraft:

@@ -1,5 +1,5 @@
-"""Batched decoding (runtime/decoding/batch.py, runtime/engine/batch_model.py): many requests share every target
-run, each row with its own length, source, parameters and uniforms.
+"""Batched decoding (runtime/decoding/strategies/batch.py, runtime/engine/batch_model.py): many requests share every
+target run, each row with its own length, source, parameters and uniforms.
 
 Exactness per row: greedy output of every row equals that prompt generated alone (which test_greedy.py holds
 against PyTorch), with rows of mixed lengths joining and leaving mid-batch, for target-only rows, lookup rows and

@@ -1,4 +1,5 @@
-"""The Batcher (runtime/decoding/batcher.py): requests submitted from many threads join one running batch between rounds.
+"""The Batcher (runtime/scheduling/batcher.py): requests submitted from many threads join one running batch between
+rounds.
 
 Every request's greedy output equals the prompt generated alone; requests really share runs (rows per run > 1);
 streams' pieces add up; a cancelled request leaves at the next round and the others finish; past max_queue a

@@ -1,5 +1,6 @@
 """Beam search against transformers' generate(num_beams=...) on the same weights, and speculative beam search
-against target-only beam search (runtime/decoding/beam.py, runtime/decoding/beam_decode.py)."""
+against target-only beam search (runtime/decoding/strategies/beam_book.py,
+runtime/decoding/strategies/beam_search.py)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def test_speculative_beam_search_is_target_only_beam_search(pairs, width, gamma)
 def test_a_replay_on_unscored_prefixes_is_caught(pairs, monkeypatch):
     """Broken control: a replay that takes the root's first row for a beam whatever its prefix (logits of another
     sequence) must make the equality test above fail on some prompt."""
-    from specdec.runtime.decoding.beam_decode import BeamRun
+    from specdec.runtime.decoding.strategies.beam_search import BeamRun
 
     def any_row_of_the_root(scored, where):
         first = {}
@@ -180,7 +181,7 @@ def test_auto_beam_choice_falls_back_to_target_only_where_speculation_does_not_p
     """BeamEstimates on made-up measurements (beam steps, seconds of a round by gamma): where no gamma pays, after
     one try each, speculative rounds take at most a floor of one round in FLOOR plus what the posterior's doubt
     asks for; where one pays, it is taken. The speculative rounds cost at most 3 % of target-only's time here."""
-    from specdec.runtime.decoding.beam_decode import BeamEstimates
+    from specdec.runtime.decoding.strategies.beam_search import BeamEstimates
 
     est = BeamEstimates()
     cost = {0: (1, 1.0), 1: (1.6, 2.0), 2: (2.0, 2.6), 3: (2.2, 3.2), 4: (2.3, 3.8)}   # steps, seconds
@@ -209,7 +210,7 @@ def test_auto_beam_choice_takes_speculation_where_a_wrong_start_said_it_does_not
     (the control) stays with target-only steps."""
     import numpy as np
 
-    from specdec.runtime.decoding.beam_decode import BeamEstimates
+    from specdec.runtime.decoding.strategies.beam_search import BeamEstimates
 
     def run(greedy: bool):
         est, rng = BeamEstimates(), np.random.default_rng(5)

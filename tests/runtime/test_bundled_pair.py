@@ -9,7 +9,7 @@ from transformers import AutoTokenizer, T5ForConditionalGeneration
 
 import specdec.models
 from specdec.runtime import SpeculativeDecoder
-from specdec.runtime.decoding.lookup import LookupDraft
+from specdec.runtime.decoding.sources.lookup import LookupDraft
 
 
 MODELS = Path(specdec.models.__file__).parent

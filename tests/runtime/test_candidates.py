@@ -1,4 +1,4 @@
-"""Several candidates verified in one target run (runtime/decoding/tree.py): the trie and its walk against brute
+"""Several candidates verified in one target run (runtime/decoding/sources/tree.py): the trie and its walk against brute
 force, greedy output equal to target-only decoding with B = 2 and 4 candidates, one target run per tree round, and
 the output distribution at T = 1 and with top-k against the enumerated target, with a broken walk that the test
 catches. The graph's tree inputs (positions, ancestor mask, draws) are tested against PyTorch in
@@ -15,10 +15,10 @@ from test_distribution import (P_PASS, P_TEETH, SETTINGS, caught, chi_square_p, 
 from test_datastore_decoder import stored  # noqa: F401  (the fixture)
 
 from specdec.runtime import SpeculativeDecoder
-from specdec.runtime.decoding import tree as tree_module
+from specdec.runtime.decoding.sources import tree as tree_module
 from specdec.runtime.decoding import verifier
-from specdec.runtime.decoding.lookup import LookupDraft
-from specdec.runtime.decoding.tree import Tree
+from specdec.runtime.decoding.sources.lookup import LookupDraft
+from specdec.runtime.decoding.sources.tree import Tree
 
 
 # -- the trie and the walk ----------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from transformers.generation.logits_process import (LogitsProcessorList, Tempera
 from tinymodels import broken_export  # noqa: F401  (test_distribution_chains imports it from here)
 
 from specdec.runtime import Params, SpeculativeDecoder
-from specdec.runtime.decoding.lookup import LookupDraft
+from specdec.runtime.decoding.sources.lookup import LookupDraft
 
 N_SAMPLES = 20_000
 P_PASS = 1e-3
@@ -281,8 +281,8 @@ def test_the_datastore_test_has_teeth(small_vocab_pair, decoder, tmp_path):
 
 
 # -- auto's switch: plain target steps and draft rounds mixed in one request ----------------------------------------
-# draft="auto" runs plain target steps where they measure faster than its rounds (runtime/decoding/switch.py), so
-# one request may mix both, and a source starts in the middle of a request. Here a switch flips every round (across
+# draft="auto" runs plain target steps where they measure faster than its rounds (runtime/decoding/adaptive/switch.py),
+# so one request may mix both, and a source starts in the middle of a request. Here a switch flips every round (across
 # requests too) and the rounds that are not plain always use the draft model at gamma 2. p >= 1e-3 (at N = 20,000:
 # p = 0.62 at T = 1 and with top-k 3, ~20,000 rounds of each kind); the broken control (the residual draw replaced by
 # a draw from p) must give p < 1e-6 (9.5e-58 at N = 20,000, so the test runs at N = 10,000: p = 0.065 and 0.24
@@ -307,8 +307,8 @@ class Alternate:
 
 def switching_draft(decoder):
     """draft="auto" over the draft model alone, choosing it on every round its switch does not make plain."""
-    from specdec.runtime.decoding.auto import AutoDraft, Estimates
-    from specdec.runtime.decoding.draft import ModelDraft
+    from specdec.runtime.decoding.sources.auto import AutoDraft, Estimates
+    from specdec.runtime.decoding.sources.model_draft import ModelDraft
 
     class Always(AutoDraft):
         def choose(self, ws, cap):
@@ -362,8 +362,8 @@ def default_chooser(decoder):
     """The default request's AutoDraft candidates under a fresh chooser that learns made-up times."""
     import itertools
 
-    from specdec.runtime.decoding.auto import AutoDraft, Estimates
-    from specdec.runtime.decoding.switch import Switch
+    from specdec.runtime.decoding.sources.auto import AutoDraft, Estimates
+    from specdec.runtime.decoding.adaptive.switch import Switch
 
     class Timed(Estimates):
         def learn(self, source, proposed, accepted, target_s, other_s, encoder_s=0.0, expected=None, **rest):

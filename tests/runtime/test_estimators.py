@@ -1,11 +1,11 @@
-"""The shared estimators (runtime/decoding/estimators.py) against direct computations: every adaptive choice
+"""The shared estimators (runtime/decoding/adaptive/estimators.py) against direct computations: every adaptive choice
 (auto, width, switch, beam gamma, batch copies) learns through them."""
 
 import random
 
 import pytest
 
-from specdec.runtime.decoding.estimators import Line, Mean, Ratio, Waits
+from specdec.runtime.decoding.adaptive.estimators import Line, Mean, Ratio, Waits
 
 
 def test_a_ratio_is_the_decayed_sums_quotient():

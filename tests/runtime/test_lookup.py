@@ -9,8 +9,8 @@ from transformers import T5ForConditionalGeneration
 from tinymodels import random_prompts
 
 from specdec.runtime import SpeculativeDecoder, Stats
-from specdec.runtime.decoding.lookup import LookupDraft
-from specdec.runtime.decoding.round import Verdict
+from specdec.runtime.decoding.sources.lookup import LookupDraft
+from specdec.runtime.decoding.sources.contract import Verdict
 
 MAX_NEW = 24
 

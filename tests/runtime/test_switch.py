@@ -1,4 +1,4 @@
-"""Auto's switch (runtime/decoding/switch.py): auto's rounds or plain target steps, whichever measures faster.
+"""Auto's switch (runtime/decoding/adaptive/switch.py): auto's rounds or plain target steps, whichever measures faster.
 
 The first part drives the switch with a made-up clock: rounds of each mode cost a set time per token, and the
 switch must settle on the faster mode with a bounded share of rounds spent measuring the slower one, follow a
@@ -17,8 +17,8 @@ from test_distribution import Alternate
 from tinymodels import random_prompts as prompts
 
 from specdec.runtime import Params
-from specdec.runtime.decoding import switch as sw
-from specdec.runtime.decoding.switch import Switch
+from specdec.runtime.decoding.adaptive import switch as sw
+from specdec.runtime.decoding.adaptive.switch import Switch
 
 
 class Clock:
@@ -117,8 +117,8 @@ def test_work_that_changes_cost_between_requests_does_not_mislead_it():
 
 
 def test_idle_time_between_rounds_is_left_out():
-    """A batch's joining requests run their encoders between rounds (runtime/decoding/batch.py). Here every 3rd
-    round is followed by 4 ms of such work, and auto's rounds are 5 % faster; rounds are interleaved with a
+    """A batch's joining requests run their encoders between rounds (runtime/decoding/strategies/batch.py). Here every
+    3rd round is followed by 4 ms of such work, and auto's rounds are 5 % faster; rounds are interleaved with a
     golden-ratio sequence, so without `idle` the joins would land on the modes unevenly. Passed as `idle`, they are
     no round's time and auto wins; the control charges them to the round before and is misled (or at best noisier)."""
 
@@ -221,7 +221,7 @@ def test_plain_rounds_are_target_only_rounds(related_decoder):
 def test_a_source_object_keeps_its_switch_and_a_new_object_takes_its_slot(related_decoder):
     """draft=<DraftSource> at gamma="auto": the same object gets the same AutoDraft (its switch and estimates go on
     learning); a new object replaces it, so a new object per request does not pile AutoDrafts up."""
-    from specdec.runtime.decoding.lookup import LookupDraft
+    from specdec.runtime.decoding.sources.lookup import LookupDraft
 
     source, a, b = related_decoder.source, LookupDraft(), LookupDraft()
     first = source(Params(draft=a))

@@ -41,10 +41,10 @@ import time
 
 import numpy as np
 
-from ..core.stats import Stats
-from .round import DraftSource, Proposal, Verdict
-from .estimators import Line, Mean, Waits, draw_beta
-from .switch import Switch
+from ...core.stats import Stats
+from .contract import DraftSource, Proposal, Verdict
+from ..adaptive.estimators import Line, Mean, Waits, draw_beta
+from ..adaptive.switch import Switch
 from .tree import matched
 
 EXPLORE = 400         # rounds after which an unchosen source is tried once more (its first wait; Thompson
@@ -287,7 +287,8 @@ class AutoDraft(DraftSource):
         self.switch = Switch()          # auto's rounds, or plain target steps where those are faster
         self._unstarted = None          # (source ids, stats) until a round of this request uses the sources
         # the names the lookup's proposals go by, each with its own estimates: where they were copied from
-        # (runtime/decoding/lookup.py origins, its own name first), or just its key when it declares none or is keyed otherwise
+        # (runtime/decoding/sources/lookup.py origins, its own name first), or just its key when it declares none or is
+        # keyed otherwise
         key = next((k for k, s in candidates.items() if s is self.lookup), None)
         origins = tuple(getattr(self.lookup, "origins", ()))
         self.origins = origins if origins[:1] == (key,) else (key,) if key is not None else ()

@@ -15,7 +15,7 @@ class Proposal:
     count: int
     point_mass: bool = False
     source: str = ""          # the name of the source that made it (a choice of draft="auto"), for the stats
-    tree: object = None       # several candidates merged into a token tree (runtime/decoding/tree.py): then
+    tree: object = None       # several candidates merged into a token tree (runtime/decoding/sources/tree.py): then
     #                           count is its M nodes, written by ws.write_tree, and the target walks it
 
 
@@ -61,7 +61,7 @@ class DraftSource:
 
     def plain(self, produced: int) -> bool:
         """Asked at each round's start (`produced`: the request's tokens so far): True when the round is to be a
-        plain target step instead of a proposal (auto's measured switch, runtime/decoding/switch.py)."""
+        plain target step instead of a proposal (auto's measured switch, runtime/decoding/adaptive/switch.py)."""
         return False
 
     def propose(self, ws, k: int, rows, row: int, stats) -> Proposal:

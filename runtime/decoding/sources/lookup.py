@@ -1,6 +1,7 @@
 """A draft that costs no model run: copy the continuation of the longest n-gram that ends the text so far and
 occurred before, in the generated tokens, in the *source* (the encoder input of a seq2seq model, which a
-decoder-only prompt lookup never sees), or in a datastore of text in the output's language (runtime/loading/datastore.py).
+decoder-only prompt lookup never sees), or in a datastore of text in the output's language
+(runtime/loading/datastore.py).
 
 Its guesses are deterministic, so q_i = delta(x_i): the target keeps x_i with probability p_i(x_i) and, after a
 rejection, draws from norm(max(0, p - delta(x))) with the same standardized p (temperature, top-k, top-p): exact
@@ -17,10 +18,10 @@ import time
 
 import numpy as np
 
-from ..core.stats import Stats
-from ..engine.workspace import Workspace
-from .draft import DraftSource
-from .round import Proposal, Verdict
+from ...core.stats import Stats
+from ...engine.workspace import Workspace
+from .model_draft import DraftSource
+from .contract import Proposal, Verdict
 from .tree import Tree, allocate
 
 
@@ -48,10 +49,10 @@ class NgramIndex:
 
 class LookupDraft(DraftSource):
     """Proposes up to k tokens copied after the longest matching suffix: n in min_n..max_n in the tokens generated
-    so far, then in the source, and n in min_n..datastore.width in `datastore` (a runtime/loading/datastore.py Datastore,
-    optional; there the start of the output counts as a token, so it also proposes the first tokens), the longest
-    match first and, at equal n, in that order; nothing on a miss. Ids at or past `tokenizer_size` (the padded rows
-    of a model whose vocabulary is larger than its tokenizer's, runtime/loading/vocabulary.py) are never proposed,
+    so far, then in the source, and n in min_n..datastore.width in `datastore` (a runtime/loading/datastore.py
+    Datastore, optional; there the start of the output counts as a token, so it also proposes the first tokens), the
+    longest match first and, at equal n, in that order; nothing on a miss. Ids at or past `tokenizer_size` (the padded
+    rows of a model whose vocabulary is larger than its tokenizer's, runtime/loading/vocabulary.py) are never proposed,
     and nothing before one in the output is matched; None: the datastore's, or no limit without one."""
 
     name = "lookup"
@@ -69,11 +70,11 @@ class LookupDraft(DraftSource):
         self.source = NgramIndex(min_n, max_n)
         self.generated = NgramIndex(min_n, max_n)
         self._started = None          # the source ids of the request indexed last
-        # several candidates a round (runtime/decoding/tree.py), only where this lookup proposes to the target:
+        # several candidates a round (runtime/decoding/sources/tree.py), only where this lookup proposes to the target:
         # `top` (it is the whole draft) or a chooser passing `room` to propose_found
         self.top = False
         self.width: int | None = None   # the request's candidates (0: chosen by `chooser`), None: one a round
-        self.chooser = None             # a runtime/decoding/width.py Width
+        self.chooser = None             # a runtime/decoding/sources/width.py Width
         self._context: list = []
         self._round = None              # (candidates looked up, their host seconds, room) of the round at hand
 
@@ -131,7 +132,7 @@ class LookupDraft(DraftSource):
         """Propose guesses already found by `guesses` (a chooser that looked before deciding): point masses. With
         `room` (this lookup proposes to the target: at most that many guesses in a row) and `width` set, several
         candidates of len(found) tokens each, merged into a tree of at most ws.tree_room() nodes
-        (runtime/decoding/tree.py), when more than one is found."""
+        (runtime/decoding/sources/tree.py), when more than one is found."""
         self._round = None
         if found and room and self.width is not None:
             auto = self.width == 0 and self.chooser is not None

@@ -1,8 +1,9 @@
 """Model drafts: a draft model proposing guesses with their distributions q, alone or as a level of a chain.
 
-The contract (runtime/decoding/round.py's DraftSource): `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`) and writes
-q_1 .. q_k into the rows it is given (or the point rows) and returns a Proposal (k may be smaller than asked, 0 on
-a miss); `commit` gets the Verdict of the level above. A new kind of draft is a new class here, not a new loop.
+The contract (runtime/decoding/sources/contract.py's DraftSource): `propose` appends x_1 .. x_k to the workspace's round
+(after `ws.end`) and writes q_1 .. q_k into the rows it is given (or the point rows) and returns a Proposal (k may be
+smaller than asked, 0 on a miss); `commit` gets the Verdict of the level above. A new kind of draft is a new class here,
+not a new loop.
 
 A ModelDraft with a source `below` is one level of a chain (report Algorithm 3, generalized): it verifies what the
 level below proposes with Algorithm 1 and passes the tokens it keeps plus its own next token, each distributed
@@ -13,11 +14,11 @@ of its proposal loop (export/loop.py). So "lookup,draft" is the draft model chec
 
 from __future__ import annotations
 
-from ..core.stats import Stats
-from ..engine.model import CachedSeq2Seq
-from ..engine.workspace import Workspace
-from .round import DraftSource, Proposal, Verdict
-from .verifier import verify
+from ...core.stats import Stats
+from ...engine.model import CachedSeq2Seq
+from ...engine.workspace import Workspace
+from .contract import DraftSource, Proposal, Verdict
+from ..verifier import verify
 
 __all__ = ["DraftSource", "ModelDraft"]
 

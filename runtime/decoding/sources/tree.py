@@ -1,8 +1,8 @@
 """Several candidates verified in one target run: the candidates merged into a token tree, and the rule that walks it.
 
 A lookup round with B > 1 candidates (the output's or the source's copy, the datastore's next-ranked continuations,
-runtime/decoding/lookup.py) merges them into a trie rooted at the current token: node 0 is the current token, nodes
-1 .. M the candidates' tokens in insertion order (a parent before its children), at most gamma_max of them. One
+runtime/decoding/sources/lookup.py) merges them into a trie rooted at the current token: node 0 is the current token,
+nodes 1 .. M the candidates' tokens in insertion order (a parent before its children), at most gamma_max of them. One
 target run over the M + 1 nodes (the target graph's per-token positions `tree_depth` and an ancestor mask `tree_mask`,
 so node i sees the cache and its own path only, and T5's relative bias uses its depth) gives each node i the
 target's standardized distribution p_i of the token that follows it, and one draw y_i ~ p_i with its own uniform

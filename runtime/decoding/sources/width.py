@@ -9,7 +9,7 @@ round of a decoder looks up B_max candidates for this (a datastore search, tens 
 in the other rounds) and still runs what was chosen.
 
 The cost side is measured too: the seconds of every lookup round's target run against its tokens (a line, as
-auto's T(k), runtime/decoding/auto.py), and the host time of looking up the extra candidates. Every REFIT rounds
+auto's T(k), runtime/decoding/sources/auto.py), and the host time of looking up the extra candidates. Every REFIT rounds
 the choice is the B with the most expected tokens per second, B > 1 only when it beats B = 1 by MARGIN and after
 MIN_SAMPLES measured rounds. On this CPU a wider run costs nearly what its tokens do, so the choice stays 1
 (benchmarks/README.md); on a device where a run of 20 tokens costs what one does, it widens.
@@ -18,7 +18,7 @@ MIN_SAMPLES measured rounds. On this CPU a wider run costs nearly what its token
 from __future__ import annotations
 
 from .auto import DECAY, FIT_DECAY, MARGIN, PRIOR_WEIGHT, REFIT
-from .estimators import Line, Mean
+from ..adaptive.estimators import Line, Mean
 from .tree import Tree, allocate, matched
 
 WIDTHS = (1, 2, 4)

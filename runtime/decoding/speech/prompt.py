@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import SpecdecError
-from ..core.params import Params
-from ..core.stats import Stats
-from ..engine.model import CachedSeq2Seq
-from ..engine.workspace import Workspace
-from ..loading.audio import check_audio
+from ...core.errors import SpecdecError
+from ...core.params import Params
+from ...core.stats import Stats
+from ...engine.model import CachedSeq2Seq
+from ...engine.workspace import Workspace
+from ...loading.audio import check_audio
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..core.errors import SpecdecError
-from ..core.stats import SourceStats, Stats
-from .speech import time_step
+from ...core.errors import SpecdecError
+from ...core.stats import SourceStats, Stats
+from .prompt import time_step
 
 QUIET_S = 2.0                 # the chunked fallback looks for its cut in the window's last seconds
 FRAME_S = 0.02

@@ -27,10 +27,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .estimators import Ratio
-from .lookup import LookupDraft
-from .request import Request
-from .switch import Switch
+from ..adaptive.estimators import Ratio
+from ..sources.lookup import LookupDraft
+from ..request import Request
+from ..adaptive.switch import Switch
 
 HALF_LIFE = 2048         # guesses after which an origin's measured acceptance weighs half
 

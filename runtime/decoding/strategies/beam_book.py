@@ -1,7 +1,7 @@
 """Beam search's bookkeeping with transformers' semantics (GenerationMixin._beam_search, transformers 5.x), on the
 host: which beams run on, which hypotheses are finished, when to stop. No model here: `step` takes the processed
 log-probabilities of the running beams' next tokens, wherever they came from (a target step, or a speculative pass
-that scored the beams' continuations in advance: runtime/decoding/beam_decode.py).
+that scored the beams' continuations in advance: runtime/decoding/strategies/beam_search.py).
 
 One step, for W beams over a vocabulary of V (float32 throughout, as transformers computes it):
     scores = running_scores[:, None] + log_probs                     [W, V]

@@ -1,7 +1,8 @@
 """Beam search over the exported models: target-only, and exact speculative beam search.
 
-Target-only: one target run over the W running beams' last tokens per step, then BeamSearch.step (runtime/decoding/beam.py)
-on their processed log-probabilities, then the cache follows the surviving beams (BeamModel.gather).
+Target-only: one target run over the W running beams' last tokens per step, then BeamSearch.step
+(runtime/decoding/strategies/beam_book.py) on their processed log-probabilities, then the cache follows the surviving
+beams (BeamModel.gather).
 
 Speculative (one round, gamma = g):
  1. propose: the draft runs transformers' running-beam selection on its own log-probabilities for g steps, from
@@ -17,6 +18,9 @@ Speculative (one round, gamma = g):
  4. the target cache keeps the rows the new beams came from, cut to their length; the draft's cache follows the
     roots and reads the tokens it has not seen at the next round's first step.
 The draft only decides how many steps one target run covers, never which beams win.
+
+`BeamSearching` is the strategy (a request's `run`): every beam may still lose until the search ends, so it yields
+once, the best sequence, and sets `request.sequences` and `request.scores`.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ import time
 
 import numpy as np
 
-from ..core.stats import Stats
-from ..engine.beam_model import BeamModel
-from .beam import BeamSearch, candidates, log_softmax
-from .auto import expected_tokens
-from .estimators import Beta, Mean
-from .processors import Processors
-from .speech import most_likely
+from ...core.stats import Stats
+from ...engine.beam_model import BeamModel
+from .beam_book import BeamSearch, candidates, log_softmax
+from ..sources.auto import expected_tokens
+from ..adaptive.estimators import Beta, Mean
+from ..processors import Processors
+from ..request import Request
+from ..speech.prompt import most_likely
 
 
 def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
@@ -69,7 +74,7 @@ class BeamRun:
 
     def detect_language(self, languages: tuple) -> None:
         """A Whisper prompt whose language slot is None: the language the target finds most likely after the start
-        of transcript (decoding/speech.py), read from one target run; the cache is then empty again."""
+        of transcript (decoding/speech/prompt.py), read from one target run; the cache is then empty again."""
         logits = self.target.run(np.array([self.prompt[:1]] * self.search.width, np.int64))[0, -1]
         self._count_target()
         self.prompt[1] = most_likely(logits, languages)
@@ -243,3 +248,44 @@ class BeamEstimates:
         """gamma -> beam steps per second expected now (the posterior mean), for the last width searched."""
         kept = self.kept.get(self.width) or Beta()
         return {g: self._rate(self.width, g, kept.mean()) for w, g in sorted(self.cost) if w == self.width}
+
+
+class BeamSearching:
+    """Beam search over the batched sessions: target-only (`draft` None), or speculative with a draft model at a
+    fixed gamma or the one `estimates` chooses each step."""
+
+    def __init__(self, target, draft, estimates: BeamEstimates, eos_id: int, start_id: int, max_length: int):
+        self.target, self.draft, self.estimates = target, draft, estimates
+        self.eos_id, self.start_id, self.max_length = eos_id, start_id, max_length
+
+    def run(self, request: Request):
+        params, plan, draft, speech = request.params, request.plan, self.draft, request.speech
+        prompt = [self.start_id] if speech is None else list(speech.tokens)
+        # the decoder's positions hold the prompt and every generated token but the last
+        search = BeamSearch(plan.num_beams, min(params.max_new_tokens, self.max_length + 1 - len(prompt)),
+                            self.eos_id, params.length_penalty, params.early_stopping)
+        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress, speech.timestamps)
+        processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size, len(prompt),
+                                *suppressed)
+        run = BeamRun(self.target, draft, search, processors, prompt, self.max_length, request.stats)
+        run.begin(request.ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if plan.adaptive else plan.gamma)
+        if None in prompt:
+            run.detect_language(speech.languages)
+        while not search.done:
+            if draft is None:
+                run.target_step()
+            elif plan.adaptive:
+                gamma = self.estimates.choose(min(plan.gamma, self.max_length), search.width)
+                t, encoder = time.perf_counter(), request.stats.encoder_s
+                steps = run.speculative_step(gamma) if gamma else run.target_step()
+                seconds = time.perf_counter() - t - (request.stats.encoder_s - encoder)    # a draft's encoder run
+                self.estimates.learn(gamma, steps, seconds, search.width)                   # is no round's cost
+            else:
+                run.speculative_step(plan.gamma)
+        found = search.results(params.num_return_sequences)
+        request.sequences = [tokens for tokens, _ in found]
+        request.scores = [score for _, score in found]
+        best = request.sequences[0]
+        request.stats.new_tokens = len(best)
+        request.stop(best, self.eos_id, True)
+        yield best
