@@ -388,7 +388,7 @@ def capture_session(dec, provider: str) -> dict:
 
 def widened_steps(args, runner: Runner, provider: str, log) -> None:
     """The widened pair: steps 1-9 of the module's docstring, in that order."""
-    from specdec.export.pair import bundled_datastore
+    from specdec.export.pipeline import bundled_datastore
     from specdec.runtime import SpeculativeDecoder
 
     from . import gpu_widened as gw
@@ -626,7 +626,7 @@ def widened_steps(args, runner: Runner, provider: str, log) -> None:
 def run(args) -> int:
     import onnxruntime as ort
 
-    from specdec.export.pair import ExportOptions, bundled_datastore, bundled_pair, export_pair
+    from specdec.export.pipeline import ExportOptions, bundled_datastore, bundled_pair, export_pair
     from specdec.runtime import SpeculativeDecoder, load_manifest
     from specdec.runtime.engine.device import resolve_provider
 

@@ -45,7 +45,7 @@ from specdec.runtime.core.graph_io import (CAPTURE_INPUTS, CAPTURE_OUTPUTS, CROS
                                           capture_cache_names)
 
 from .attention import feed_forward, linear, rms_norm
-from .decoder import bias_table
+from .families.t5_decoder import bias_table
 
 TOKENS, POSITION, OFFSETS, SOURCE_LENGTH = CAPTURE_INPUTS
 (LOGITS,) = CAPTURE_OUTPUTS

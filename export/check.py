@@ -1,6 +1,6 @@
 """Parity of the exported graphs against the PyTorch checkpoint they came from, on a probe input.
 
-The reference is Hugging Face's own T5 forward pass on the whole decoder sequence (no cache), in float64. The ONNX side
+The reference is Hugging Face's own forward pass on the whole decoder sequence (no cache), in float64. The ONNX side
 prefills `past` tokens, then runs a 1-token step at that past length and a gamma+1-token verify after it, through
 the cache layout the runtime uses."""
 
@@ -44,7 +44,7 @@ def torch_references(model, inputs: dict, decoder_ids, dtype: str) -> dict:
     dec = torch.from_numpy(decoder_ids)
 
     def forward(m):
-        dtype = next(m.parameters()).dtype          # floating inputs (Whisper's features) in the model's precision
+        dtype = next(m.parameters()).dtype          # floating inputs (a family's features) in the model's precision
         given = {k: torch.from_numpy(v).to(dtype) if v.dtype.kind == "f" else torch.from_numpy(v)
                  for k, v in inputs.items()}
         with torch.no_grad():
@@ -76,15 +76,6 @@ def probe_sequences(config, past: int, gamma: int, seed: int = 0, tokens: int | 
     return source.astype(np.int64), np.concatenate([[[start]], body], axis=1).astype(np.int64)
 
 
-def probe_audio(extractor, seconds: float = 2.0, seed: int = 0):
-    """A Whisper probe: a deterministic chirp with noise (PCM [1, samples]) and the extractor's features of it."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * extractor.sampling_rate)) / extractor.sampling_rate
-    wave = (0.4 * np.sin(2 * np.pi * (200 + 400 * t) * t) + 0.02 * rng.standard_normal(len(t))).astype(np.float32)
-    features = extractor(wave, sampling_rate=extractor.sampling_rate, return_tensors="np").input_features
-    return wave[None], features.astype(np.float32)
-
-
 def cpu_session(path):
     """An onnxruntime session of the graph at `path` on the CPU provider, errors only in its log."""
     import onnxruntime as ort
@@ -101,7 +92,7 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_ou
 
     enc, dec = cpu_session(encoder_path), cpu_session(decoder_path)
     cross = enc.run([cross_output or enc.get_outputs()[0].name],
-                    {enc.get_inputs()[0].name: source})[0]                  # input_ids, or Whisper's audio
+                    {enc.get_inputs()[0].name: source})[0]                  # input_ids, or the family's probe input
     layers, _, batch, heads, _, d_kv = cross.shape
     vocab = dec.get_outputs()[0].shape[-1]
     cache = np.zeros((0, layers, 2, batch, heads, d_kv), dtype=cross.dtype)
@@ -157,19 +148,17 @@ def capture_logits(encoder_path, capture: tuple, source, decoder_ids, steps) -> 
     return outputs
 
 
-def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, extractor=None,
+def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, probe=None,
                  cross_output: str | None = None, tokens: int | None = None, capture: tuple | None = None) -> dict:
     """Max |logit difference| from PyTorch's float64 forward for a 1-token step at past length `past` and a
-    gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision). Whisper
-    (`extractor` given): the encoder graph reads a probe's PCM, PyTorch the extractor's features of it. `tokens`: the
+    gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision). `probe`:
+    the family's probe inputs (export/families/base.py Family.probe), a function of the probe's source ids that
+    returns (the encoder graph's input, PyTorch's forward arguments); None: the ids for both. `tokens`: the
     ids the tokenizer makes (runtime/loading/vocabulary.py): the probe's ids are drawn below it and the logits
     compared on those rows (a padded row no text reaches may score far below the others). `capture`: also the
     model's capturable decoder (capture_logits), held to the same tolerance."""
     source, decoder_ids = probe_sequences(model.config, past, gamma + 1, tokens=tokens)
-    inputs = {"input_ids": source}
-    if extractor is not None:
-        source, features = probe_audio(extractor)
-        inputs = {"input_features": features}
+    source, inputs = (source, {"input_ids": source}) if probe is None else probe(source)
     refs = torch_references(model, inputs, decoder_ids, dtype)
     checked = slice(past, past + gamma + 2)
     ref = refs["fp64"]

@@ -1,4 +1,5 @@
-"""`specdec-export`: two T5 checkpoints (hub ids or local directories) -> one export directory."""
+"""`specdec-export`: a target and draft checkpoint of one family (hub ids or local directories) -> one export
+directory."""
 
 from __future__ import annotations
 
@@ -9,16 +10,17 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
-from .pair import DEFAULT_MAX_LENGTH, ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
+from .families import FAMILIES
+from .pipeline import DEFAULT_MAX_LENGTH, ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="specdec-export",
         renamed={"--out": "--export", "--datastore": "--datastore-text", "--datastore-field": "--datastore-text-field"},
-        description="Export a target and draft (T5 or Whisper) to ONNX graphs with KV-cache I/O and a fused sampling "
-                    "head, the tokenizer and a manifest. With neither --target nor --draft, exports the bundled pair "
-                    "from models/.")
+        description=f"Export a target and draft ({' or '.join(f.title for f in FAMILIES)}) to ONNX graphs with "
+                    "KV-cache I/O and a fused sampling head, the tokenizer and a manifest. With neither --target nor "
+                    "--draft, exports the bundled pair from models/.")
     p.add_argument("--target", help="target checkpoint: hub id (e.g. t5-large) or local directory")
     p.add_argument("--draft", action="append", metavar="[NAME=]CHECKPOINT",
                    help="draft checkpoint: hub id (e.g. t5-small) or local directory. The first is the default "
@@ -29,8 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=None,
                    help=f"longest prompt and longest decoder sequence, in tokens (default: {DEFAULT_MAX_LENGTH}, or "
-                        "the models' own decoder positions when they have fewer, e.g. 224 for the speech pair; a "
-                        "value past the models' positions is refused)")
+                        "the models' own decoder positions when they have fewer, e.g. 224 for a model with learned "
+                        "positions that has 224; a value past the models' positions is refused)")
     p.add_argument("--dtype", default="fp32", metavar="{fp32,fp16,int8}",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
                         "products, fp32 activations and KV cache; a target keeps its encoder, its first decoder "

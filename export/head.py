@@ -26,7 +26,7 @@ At B = 1 with every input in its shared form this is the head of batch 1: probs 
 The target's head (`tree=True`) also has
     tree_uniforms [M] fp32  -> draws [M] int64   one inverse-CDF draw per row of `probs` (M = B*(G+1); at
                               temperature 0 the row's argmax). A tree verify run binds B = 1, M = G+1 = N, zero q rows
-                              and the decoder's tree_depth/tree_mask (export/decoder.py), and reads `probs` and `draws`
+                              and the decoder's tree_depth/tree_mask (export/tracing.py), and reads `probs` and `draws`
                               of every node. Any other run binds tree_uniforms and draws of shape [0]: the branch is
                               then an empty constant, the cost one If on Size(tree_uniforms).
 

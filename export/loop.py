@@ -18,9 +18,9 @@ The draft model's graph gets one more input, `steps` [1] int64, and becomes
 So a draft's proposal is one run for any k, and so is a chain level that verifies the level below and continues on
 its own. Both branches read one copy of the weights (initializers of the main graph, outer scope for the
 subgraphs). In the loop branch `logit_mask` is [0, V] (none) or [1, V]: one additive 0 / -inf row that every
-iteration's head rows get (logits processors whose bans hold for the whole proposal, such as Whisper's suppressed
-tokens; runtime/engine/workspace.py). The q rows and tokens are those the plain graph gives run by run with the same
-uniforms and that mask row: the same nodes run on the same values.
+iteration's head rows get (logits processors whose bans hold for the whole proposal, such as the tokens a model's
+generation config suppresses; runtime/engine/workspace.py). The q rows and tokens are those the plain graph gives run
+by run with the same uniforms and that mask row: the same nodes run on the same values.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def topological(nodes) -> list:
 
 
 def add_proposal_loop(model, vocab: int, one_uniform: bool = False) -> None:
-    """Rewrite a decoder + head ModelProto (export/decoder.py, export/head.py) in place as described above.
+    """Rewrite a decoder + head ModelProto (export/families/t5_decoder.py, export/head.py) in place as described above.
     `one_uniform=True` draws every step with uniform 0 (steps no longer independent): a deliberately wrong loop that
     the distribution tests use to show they can fail. Never export it for users."""
     graph = model.graph

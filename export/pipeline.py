@@ -1,5 +1,6 @@
 """Export a target/draft pair into one export directory: graphs with their speculative heads, tokenizer, parity
-check, manifest."""
+check, manifest. What differs between model families (loading, graph writers, parity probe, refused options,
+manifest entries) is asked of the pair's family (export/families/), chosen once from the target's config."""
 
 from __future__ import annotations
 
@@ -181,9 +182,9 @@ def prepare_out_dir(out: Path, force: bool) -> None:
 
 
 def check_pair(target_cfg, draft_cfg, target_name: str, draft_name: str) -> None:
-    from .source import FAMILIES
+    from .families import family_of
 
-    kinds = FAMILIES[target_cfg.model_type], FAMILIES[draft_cfg.model_type]
+    kinds = family_of(target_cfg, "target", target_name).name, family_of(draft_cfg, "draft", draft_name).name
     if kinds[0] != kinds[1]:
         raise SpecdecError(f"draft '{draft_name}' is a {draft_cfg.model_type} model but target '{target_name}' is "
                            f"a {target_cfg.model_type} model", f"pick a {kinds[0]} draft for a {kinds[0]} target")
@@ -260,36 +261,6 @@ def write_graph(export_fn, dest: Path) -> None:
                         location=dest.name + ".data", size_threshold=1024)
 
 
-def encoder_digests(sources: dict) -> dict:
-    """Each Whisper model's encoder_sha256, computed once per export ({} for T5): drafts whose digest is the
-    target's get no encoder graph, and the manifest records them all."""
-    if sources["target"].extractor is None:
-        return {}
-    from .whisper_encoder import encoder_sha256
-
-    return {role: encoder_sha256(src.model) for role, src in sources.items()}
-
-
-def graph_writer(source, stage: str, dtype, opset: int, tree: bool, sharing: dict | None = None):
-    """A function of a path that writes `source`'s encoder or decoder graph (T5 or Whisper) there; `sharing`: the
-    drafts whose cross K/V a Whisper target's encoder graph also gives (keeps_target_encoder)."""
-    from . import decoder, encoder
-
-    if source.extractor is not None:
-        from .whisper_decoder import export_whisper_decoder
-        from .whisper_encoder import export_whisper_encoder
-
-        if stage == "encoder":
-            return lambda p: export_whisper_encoder(source.model, source.extractor, p, opset, sharing)
-        return lambda p: export_whisper_decoder(source.model, p, dtype, opset, tree=tree)
-    from .attention import cast_for_export
-
-    model = cast_for_export(source.model, dtype)
-    if stage == "encoder":
-        return lambda p: encoder.export_encoder(model, p, opset)
-    return lambda p: decoder.export_decoder(model, p, dtype, opset, tree=tree)
-
-
 CROSS_PAD_FILE = "target/cross_pad.onnx"
 CAPTURE_ATTENTION = ("plain", "fused")
 
@@ -326,11 +297,12 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
 
     from tqdm import tqdm
 
-    from . import check, head, loop
-    from .manifest import speech_entry, write_manifest
-    from .whisper_encoder import keeps_target_encoder
     from specdec.runtime.core.graph_io import shared_cross
-    from .source import hub_notice, load_config, load_source
+
+    from . import check, head, loop
+    from .families import family_of, load_config
+    from .manifest import write_manifest
+    from .source import hub_notice
 
     validate_options(opts)
     names = opts.roles()
@@ -345,12 +317,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
         if role != "target":
             check_pair(configs["target"], configs[role], opts.target, names[role])
     opts = replace(opts, max_length=resolved_max_length(opts, configs))
-    if configs["target"].model_type == "whisper" and opts.graph_capture:
-        raise SpecdecError("--graph-capture is for T5 pairs for now: a Whisper pair has no capturable graphs",
-                           "leave out --graph-capture for a Whisper pair")
-    if configs["target"].model_type == "whisper" and {opts.weights(role) for role in names} != {"fp32"}:
-        raise SpecdecError("Whisper exports are fp32 for now (--dtype and --draft-dtype)",
-                           "leave out --dtype and --draft-dtype for a Whisper pair")
+    family = family_of(configs["target"], "target", opts.target)        # the pair's (check_pair: the drafts' too)
+    family.refuse(opts, names)
     out = Path(opts.out)
     prepare_out_dir(out, opts.force)
 
@@ -372,10 +340,10 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             bar.set_postfix_str(f"{role}: {stage}")
             started = time.perf_counter()
             if stage == "load":
-                sources[role] = load_source(names[role], role)
-                if len(sources) == len(names):      # all loaded: which Whisper drafts keep the target's encoder
-                    digests = encoder_digests(sources)
-                    shared = keeps_target_encoder(digests) if digests else []
+                sources[role] = family.load(names[role], role, configs[role])
+                if len(sources) == len(names):      # all loaded: which drafts keep the target's encoder
+                    digests = family.encoder_digests(sources)
+                    shared = family.keeps_target_encoder(digests)
                 if role == "target":
                     tokens = check_vocabulary(sources[role].tokenizer, configs[role], opts.target)
                 else:
@@ -389,7 +357,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 rel = f"{role}/{stage}.onnx"
                 sharing = {r: sources[r].model for r in shared} if role == "target" else None
                 # the target's decoder verifies token trees; a draft's proposes chains
-                write_graph(graph_writer(sources[role], stage, dtype, opts.opset, role == "target", sharing),
+                write_graph(family.graph_writer(sources[role], stage, dtype, opts.opset, role == "target", sharing),
                             out / rel)
                 quant = quantize_stage(opts, role, stage, out / rel, configs[role])
                 if quant is not None:
@@ -414,7 +382,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     if opts.graph_capture else None
                 rep = check.check_parity(sources[role].model, out / graphs["target" if keeps else role]["encoder"],
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
-                                         extractor=sources[role].extractor,
+                                         probe=family.probe(sources[role]),
                                          cross_output=shared_cross(role) if keeps else None,
                                          tokens=tokens, capture=capture)
                 reports[role] = rep
@@ -443,7 +411,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 write_manifest(
                     out,
                     models={role: {"source": sources[role].name, "revision": sources[role].revision,
-                                   "config": sources[role].config, "graphs": graphs[role],
+                                   "architecture": family.architecture(sources[role].config),
+                                   "graphs": graphs[role],
                                    "weights": opts.weights(role),
                                    **({"quantization": quantization[role]} if role in quantization else {})}
                             for role in names},
@@ -455,7 +424,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                     special_ids={"pad_token_id": cfg.pad_token_id, "eos_token_id": cfg.eos_token_id,
                                  "unk_token_id": tok.unk_token_id,
                                  "decoder_start_token_id": cfg.decoder_start_token_id},
-                    speech=speech_entry(sources, digests) if digests else None,
+                    entries=family.manifest_entries(sources, digests),
                     vocab_size=cfg.vocab_size, gamma_max=opts.gamma_max, max_length=opts.max_length,
                     dtype=opts.activations,
                     graph_capture=capture_entry(opts) if opts.graph_capture else None,

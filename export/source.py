@@ -1,19 +1,15 @@
-"""Resolve a T5 or Whisper checkpoint (Hugging Face hub id or local directory) and load it for export."""
+"""Resolve a checkpoint (Hugging Face hub id or local directory) and read its config, weights and tokenizer for
+export; which model class and what else to load is its family's part (export/families/)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
-
-SUPPORTED = ("T5 v1.0 (t5-small ... t5-11b), T5 v1.1 / flan-t5 / t5-efficient and mT5 "
-             "checkpoints (model_type 't5' or 'mt5'), and Whisper / distil-whisper (model_type 'whisper')")
-SUPPORTED_TYPES = ("t5", "mt5", "whisper")
-FAMILIES = {"t5": "t5", "mt5": "t5", "whisper": "whisper"}     # model types whose graphs pair as target and draft
 
 
 @dataclass
@@ -22,10 +18,9 @@ class Source:
 
     name: str              # what the user passed
     revision: str | None   # hub commit hash, or None for a local directory
-    model: object          # transformers T5ForConditionalGeneration or WhisperForConditionalGeneration (fp32, eval)
+    model: object          # the family's transformers model (fp32, eval)
     tokenizer: object      # transformers fast tokenizer
-    extractor: object = None    # Whisper: its WhisperFeatureExtractor (the encoder graph computes its features)
-    generation: dict = None     # Whisper: generation_config.json as saved (languages, tasks, suppressed tokens)
+    extras: dict = field(default_factory=dict)     # what else the family loaded for its graphs and manifest entries
 
     @property
     def config(self):
@@ -75,39 +70,34 @@ def _not_found(name: str, cause: Exception, role: str = "target") -> SpecdecErro
                         "waiting for the network")
 
 
-def load_config(name: str, role: str = "target"):
-    """The checkpoint's config, with a one-line error for missing models and unsupported architectures. `role`:
-    target, draft or a further draft's name, for the hint of an error."""
+def read_config(name: str, role: str = "target"):
+    """The checkpoint's config, with a one-line error for a missing model. `role`: target, draft or a further
+    draft's name, for the hint of an error. Whether a family exports it is export/families/'s part."""
     from transformers import AutoConfig
 
     _quiet_transformers()
     try:
-        config = AutoConfig.from_pretrained(name)
+        return AutoConfig.from_pretrained(name)
     except (OSError, ValueError, KeyError) as err:
         raise _not_found(name, err, role) from None
-    if config.model_type not in SUPPORTED_TYPES or not getattr(config, "is_encoder_decoder", False):
-        raise SpecdecError(f"'{name}' is a '{config.model_type}' model, which specdec does not export",
-                           f"supported are {SUPPORTED}")
-    return config
 
 
-def load_source(name: str, role: str = "target") -> Source:
-    """Load config, weights (fp32, eval mode) and tokenizer of a T5 or Whisper checkpoint (and Whisper's feature
-    extractor)."""
+def read_weights(kind, name: str, role: str = "target", **extra):
+    """The checkpoint's weights as `kind` (a transformers model class) in fp32, eval mode; `extra`: keyword arguments
+    of from_pretrained."""
     import torch
-    from transformers import AutoTokenizer, T5ForConditionalGeneration, WhisperForConditionalGeneration
 
-    config = load_config(name, role)
-    whisper = config.model_type == "whisper"
-    # mT5 never scales decoder outputs (MT5ForConditionalGeneration), but configs saved by transformers >= 5 say
-    # tie_word_embeddings=true, from which T5Config would infer v1.0's scaling: say it explicitly.
-    extra = {"scale_decoder_outputs": False} if config.model_type == "mt5" else {}
-    kind = WhisperForConditionalGeneration if whisper else T5ForConditionalGeneration
     try:
         model = kind.from_pretrained(name, dtype=torch.float32, **extra)
     except (OSError, ValueError) as err:
         raise _not_found(name, err, role) from None
-    model.eval()
+    return model.eval()
+
+
+def read_tokenizer(name: str):
+    """The checkpoint's fast tokenizer, with a one-line error when it has none."""
+    from transformers import AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as err:
@@ -116,54 +106,17 @@ def load_source(name: str, role: str = "target") -> Source:
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise SpecdecError(f"the tokenizer of '{name}' is not a fast (tokenizers) tokenizer",
                            "convert it and save tokenizer.json next to config.json")
-    extractor = load_extractor(name, config) if whisper else None
-    generation = generation_file(name) if whisper else {}
+    return tokenizer
+
+
+def read_source(name: str, role: str, config, kind, extras_of=None, **extra) -> Source:
+    """A Source of the checkpoint `name`: weights as `kind` (read_weights, `extra` its keyword arguments), the
+    tokenizer, and `extras_of(name, config)` (a family's further files) when given."""
+    model = read_weights(kind, name, role, **extra)
+    tokenizer = read_tokenizer(name)
+    extras = extras_of(name, config) if extras_of is not None else {}
     revision = None if Path(name).exists() else hub_revision(name, config)
-    return Source(name=name, revision=revision, model=model, tokenizer=tokenizer, extractor=extractor,
-                  generation=generation)
-
-
-def generation_file(name: str) -> dict:
-    """A checkpoint's generation_config.json as saved. Read as JSON: transformers' GenerationConfig keeps only the
-    fields it declares, and Whisper's prompt tokens (lang_to_id, task_to_id, no_timestamps_token_id) are not."""
-    import json
-
-    from transformers.utils import cached_file
-
-    try:
-        path = cached_file(name, "generation_config.json", _raise_exceptions_for_missing_entries=False)
-    except (OSError, ValueError):
-        path = None
-    if path is None:
-        raise SpecdecError(f"'{name}' has no generation_config.json: Whisper's prompt tokens are listed there",
-                           "add the checkpoint's generation_config.json to its directory")
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise SpecdecError(f"the generation_config.json of '{name}' is unreadable ({type(err).__name__})",
-                           "restore the checkpoint's generation_config.json") from None
-    if not isinstance(data, dict):
-        raise SpecdecError(f"the generation_config.json of '{name}' is not a JSON object",
-                           "restore the checkpoint's generation_config.json")
-    return data
-
-
-def load_extractor(name: str, config):
-    """A Whisper checkpoint's WhisperFeatureExtractor (preprocessor_config.json), checked against its encoder."""
-    from transformers import WhisperFeatureExtractor
-
-    try:
-        extractor = WhisperFeatureExtractor.from_pretrained(name)
-    except (OSError, ValueError) as err:
-        raise SpecdecError(f"no feature extractor found for '{name}' ({type(err).__name__})",
-                           "add preprocessor_config.json (WhisperFeatureExtractor.save_pretrained) to the "
-                           "checkpoint directory") from None
-    frames = extractor.n_samples // extractor.hop_length
-    if extractor.feature_size != config.num_mel_bins or frames != 2 * config.max_source_positions:
-        raise SpecdecError(f"the feature extractor of '{name}' makes {extractor.feature_size} mel bins x {frames} "
-                           f"frames, but its encoder reads {config.num_mel_bins} x {2 * config.max_source_positions}",
-                           "use the checkpoint's own preprocessor_config.json")
-    return extractor
+    return Source(name=name, revision=revision, model=model, tokenizer=tokenizer, extras=extras)
 
 
 def hub_revision(name: str, config) -> str | None:

@@ -229,7 +229,7 @@ def test_the_loader_checks_the_declared_graph_names():
     """The loader's table of expected tensors (runtime/loading/limits.py) names exactly the declared graph inputs and
     outputs, and export writes them (its INPUTS/OUTPUTS are the declaration's)."""
     from specdec.runtime.core import graph_io
-    from specdec.runtime.loading.limits import EXPECTED
+    from specdec.runtime.loading.validate import EXPECTED
 
     decoder = EXPECTED["decoder"]
     assert {n.lstrip("!") for n in decoder["inputs"]} == {*graph_io.DECODER_INPUTS, *graph_io.HEAD_INPUTS,
@@ -238,7 +238,8 @@ def test_the_loader_checks_the_declared_graph_names():
     assert {n.lstrip("!") for n in decoder["outputs"]} == {*graph_io.DECODER_OUTPUTS, *graph_io.HEAD_OUTPUTS,
                                                             *graph_io.TREE_OUTPUTS}
     pytest.importorskip("torch")
-    from specdec.export import decoder as export_decoder, encoder as export_encoder, head
+    from specdec.export import head
+    from specdec.export.families import t5_decoder as export_decoder, t5_encoder as export_encoder
 
     assert (export_decoder.INPUTS, export_decoder.OUTPUTS) == (graph_io.DECODER_INPUTS, graph_io.DECODER_OUTPUTS)
     assert (export_encoder.INPUTS, export_encoder.OUTPUTS) == (graph_io.ENCODER_INPUTS, graph_io.ENCODER_OUTPUTS)

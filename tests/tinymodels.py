@@ -247,7 +247,7 @@ def broken_export(target_dir, export_dir, tmp_path, role="target", how="residual
 
     from transformers import T5ForConditionalGeneration
 
-    from specdec.export.decoder import export_decoder
+    from specdec.export.families.t5_decoder import export_decoder
     from specdec.export.loop import add_proposal_loop_file
     from specdec.runtime.loading.manifest import sha256_file
 

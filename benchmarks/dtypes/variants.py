@@ -154,7 +154,7 @@ def _created(export_dir: Path) -> str | None:
 def ensure_variants(target: str, draft: str, workdir: Path, gamma_max: int, max_length: int, names, log=print):
     """({variant: export dir}, {variant: info}, checkpoints): each variant exported once from the same checkpoints
     and cached (its info in DIR-info.json beside it), again when made from other weights or by other code."""
-    from specdec.export.pair import ExportOptions, export_pair
+    from specdec.export.pipeline import ExportOptions, export_pair
 
     from ..shapes.measure import pair_root
 

@@ -74,7 +74,7 @@ def ensure_export(target: str, draft: str, workdir: Path, gamma_max: int, max_le
             return out, json.loads(info_file.read_text()) if info_file.is_file() else None
         except SpecdecError:
             log(f"the cached export in {out} is unusable: exporting again")
-    from specdec.export.pair import ExportOptions, export_pair
+    from specdec.export.pipeline import ExportOptions, export_pair
 
     ckpt = root / "checkpoints"
     if build is None:

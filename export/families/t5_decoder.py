@@ -1,4 +1,4 @@
-"""Decoder graph with an explicit, time-major self-attention KV cache; one graph for 1-token steps and verification.
+"""T5's decoder graph: an explicit, time-major self-attention KV cache; one graph for 1-token steps and verifying.
 
     input_ids  int64 [batch, new]                                   new = 1 ... gamma+1 (any N works)
     past_kv    dtype [past, dec_layers, 2, batch, heads, d_kv]      past = tokens already in the cache (may be 0)
@@ -33,16 +33,12 @@ triangle (diagonal included): the same table indices as a draft's graph, so the 
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
-from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS, ROW_INPUTS, TREE_INPUTS
-
-from .attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
-
-INPUTS, OUTPUTS = DECODER_INPUTS, DECODER_OUTPUTS  # runtime/core/graph_io.py
-DECODER_TREE_INPUTS = TREE_INPUTS[:2]               # tree_depth, tree_mask; tree_uniforms is the head's
+from ..attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
+from ..tracing import (DECODER_TREE_INPUTS, INPUTS, OUTPUTS, append_head, default_lengths,  # noqa: F401
+                       trace_module)
 
 
 class DecoderWithCache(nn.Module):
@@ -116,11 +112,6 @@ class DecoderWithCache(nn.Module):
         return logits, torch.stack(new_kv, dim=1)
 
 
-def default_lengths(lengths, like):
-    """None (a PyTorch caller that passes no lengths): [-1], the graph input's default."""
-    return torch.full((1,), -1, dtype=torch.long, device=like.device) if lengths is None else lengths
-
-
 def bias_table(attn) -> torch.Tensor:
     """[max_distance + 2, heads] fp32: row 0 the causal mask (a key after its query), row 1 + d the decoder's
     relative-position bias at distance d = query - key >= 0 (T5's unidirectional buckets are all the last one from
@@ -142,58 +133,7 @@ def export_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int =
     append_head(path, residual, tree)
 
 
-def append_head(path, residual: bool = True, tree: bool = False) -> None:
-    """Append the speculative head (export/head.py) to the traced decoder graph at `path`."""
-    import onnx
-
-    from .head import add_head
-
-    graph_model = onnx.load(str(path), load_external_data=False)     # weights stay where torch wrote them
-    add_head(graph_model.graph, residual, tree)
-    onnx.save(graph_model, str(path))
-
-
-def optional_inputs(graph, defaults: dict) -> None:
-    """Give graph inputs a default value: an initializer of the same name, which a run may override by feeding or
-    binding the input (ONNX Runtime's overridable initializers). Callers that know nothing of an input leave it."""
-    from onnx import numpy_helper
-
-    present = {i.name for i in graph.input}
-    for name, value in defaults.items():
-        if name not in present:
-            raise ValueError(f"the graph has no input {name!r}")
-        graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
-
-
 def trace_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, tree: bool = False) -> None:
     cfg = model.config
     trace_module(DecoderWithCache(model, tree), (cfg.num_decoder_layers, cfg.num_heads, cfg.d_kv), path, dtype, opset,
                  tree)
-
-
-def trace_module(module: nn.Module, kv: tuple, path, dtype: torch.dtype = torch.float32, opset: int = 17,
-                 tree: bool = False) -> None:
-    """Trace a decoder module with this file's inputs and outputs (`kv`: its layers, heads and d_kv) to `path`, the
-    row inputs given their -1 defaults. The T5 decoder above and Whisper's (export/whisper_decoder.py) share it."""
-    layers, heads, d_kv = kv
-    module = module.eval()
-    ids = torch.tensor([[3, 4]], dtype=torch.long)
-    past = torch.zeros(3, layers, 2, 1, heads, d_kv, dtype=dtype)
-    cross = torch.zeros(layers, 2, 1, heads, 5, d_kv, dtype=dtype)
-    lengths = torch.tensor([-1], dtype=torch.long)
-    args, names = (ids, past, cross, lengths, lengths.clone()), [*INPUTS, *ROW_INPUTS]
-    axes = {"input_ids": {0: "batch", 1: "new"}, "past_kv": {0: "past", 3: "batch"},
-            **{name: {0: "length_rows"} for name in ROW_INPUTS},
-            "cross_kv": {2: "batch", 4: "src_len"}, "logits": {0: "batch", 1: "new"}, "new_kv": {0: "new", 3: "batch"}}
-    if tree:
-        args += (torch.tensor([0, 1]), torch.tensor([[True, False], [True, True]]))
-        names += list(DECODER_TREE_INPUTS)
-        axes.update({"tree_depth": {0: "new"}, "tree_mask": {0: "new", 1: "new"}})
-    with torch.no_grad():
-        torch.onnx.export(module, args, str(path), input_names=names, output_names=list(OUTPUTS), dynamic_axes=axes,
-                          opset_version=opset, dynamo=False, do_constant_folding=True)
-    import onnx
-
-    traced = onnx.load(str(path), load_external_data=False)         # weights stay where torch wrote them
-    optional_inputs(traced.graph, {name: [-1] for name in ROW_INPUTS})
-    onnx.save(traced, str(path))

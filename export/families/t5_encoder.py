@@ -1,4 +1,4 @@
-"""Encoder graph: source ids -> the cross-attention K/V of every decoder layer, computed once per request.
+"""T5's encoder graph: source ids -> the cross-attention K/V of every decoder layer, computed once per request.
 
     input_ids  int64 [batch, src_len]
     cross_kv   dtype [dec_layers, 2, batch, heads, src_len, d_kv]     (2 = key, value)
@@ -13,7 +13,7 @@ from torch import nn
 
 from specdec.runtime.core.graph_io import ENCODER_INPUTS, ENCODER_OUTPUTS
 
-from .attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
+from ..attention import attend, feed_forward, linear, position_bias, rms_norm, split_heads
 
 INPUTS, OUTPUTS = ENCODER_INPUTS, ENCODER_OUTPUTS  # runtime/core/graph_io.py
 

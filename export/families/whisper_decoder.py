@@ -1,10 +1,10 @@
-"""Whisper's decoder graph, with the inputs and outputs of the T5 decoder graph (export/decoder.py), so the same
+"""Whisper's decoder graph, with the inputs and outputs of the T5 decoder graph (export/tracing.py), so the same
 speculative head (export/head.py), the same in-place KV cache and the same runtime drive it:
 
     input_ids  int64 [batch, new]                 past_kv  dtype [past, dec_layers, 2, batch, heads, d_kv]
-    cross_kv   dtype [dec_layers, 2, batch, heads, frames, d_kv]   (export/whisper_encoder.py)
-    row_lengths, source_lengths  int64 [batch] or [1], default -1   (as in export/decoder.py)
-    tree_depth int64 [new], tree_mask bool [new, new]               (target only, as in export/decoder.py)
+    cross_kv   dtype [dec_layers, 2, batch, heads, frames, d_kv]   (export/families/whisper_encoder.py)
+    row_lengths, source_lengths  int64 [batch] or [1], default -1   (as in export/families/t5_decoder.py)
+    tree_depth int64 [new], tree_mask bool [new, new]               (target only, as in export/families/t5_decoder.py)
  -> logits     fp32  [batch, new, vocab]          new_kv   dtype [new, dec_layers, 2, batch, heads, d_kv]
 
 Whisper places tokens by a learned absolute position embedding, so new token i of row b reads position
@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import attend, linear, split_heads
-from .decoder import append_head, default_lengths, trace_module
+from ..attention import attend, linear, split_heads
+from ..tracing import append_head, default_lengths, trace_module
 
 MASKED = torch.finfo(torch.float32).min
 
@@ -86,7 +86,7 @@ class WhisperDecoderWithCache(nn.Module):
 def export_whisper_decoder(model, path, dtype: torch.dtype = torch.float32, opset: int = 17, residual: bool = True,
                            tree: bool = False) -> None:
     """The traced decoder of `model` (a WhisperForConditionalGeneration) with the speculative head appended, as
-    export/decoder.py's export_decoder writes a T5 decoder. `residual=False` only for tests' broken controls."""
+    t5_decoder.export_decoder writes a T5 decoder. `residual=False` only for tests' broken controls."""
     cfg = model.config
     heads = cfg.decoder_attention_heads
     kv = (cfg.decoder_layers, heads, cfg.d_model // heads)

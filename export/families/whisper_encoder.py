@@ -10,7 +10,7 @@ periodic Hann window times the real and imaginary DFT rows (one output channel p
 the power spectrum without its last frame, the extractor's own mel filters, log10 of at least 1e-10, floored at the
 row's maximum - 8 and scaled as (x + 4) / 4. A convolution rather than ONNX's STFT operator: every provider (CPU,
 CUDA, TensorRT) runs it. The encoder is the checkpoint's own, followed by every decoder layer's encoder-attention
-key and value projections, in the layout the T5 encoder graph writes (export/encoder.py), so the decoders read
+key and value projections, in the layout the T5 encoder graph writes (t5_encoder.py), so the decoders read
 Whisper's cross K/V as they read T5's.
 """
 

@@ -17,7 +17,8 @@ Layout of an export directory (format_version 7):
     NAME/encoder.onnx, NAME/decoder.onnx       the same for every further draft model (specdec-export --draft
                                                NAME=CHECKPOINT), usable as a chain level
 
-An export of an earlier format is refused with a message to re-export (CHANGELOG.md says what each format added).
+The manifest's keys are declared in schema.py; validate.py checks them. An export of an earlier format is refused
+with a message to re-export (CHANGELOG.md says what each format added).
 """
 
 from __future__ import annotations
@@ -33,13 +34,9 @@ from ..core.graph_io import (CAPTURE_GRAPHS, GUESS_COUNTS, HEAD_INPUTS, HEAD_OUT
                              TREE_OUTPUTS)
 from .confine import inside
 from .graphcheck import check_graph_files
-from .limits import MAX_MANIFEST_BYTES, check_manifest
+from .schema import FORMAT, FORMAT_VERSION, MANIFEST, ROLES  # noqa: F401 (the format's names, declared in schema.py)
+from .validate import MAX_MANIFEST_BYTES, check_manifest
 from .vocabulary import Vocabulary, tokenizer_size
-
-FORMAT = "specdec-export"
-FORMAT_VERSION = 7
-MANIFEST = "manifest.json"
-ROLES = ("target", "draft")
 
 
 def sha256_file(path: Path) -> str:
@@ -94,7 +91,7 @@ class Manifest:
     special_ids = property(lambda self: dict(self.raw["special_ids"]))
     files = property(lambda self: dict(self.raw["files"]))
     drafts = property(lambda self: [role for role in self.models if role != "target"])
-    # a Whisper export's audio, prompt and suppressed tokens (export/manifest.py speech_entry); None for T5
+    # a Whisper export's audio, prompt and suppressed tokens (schema.SPEECH); None for T5
     speech = property(lambda self: self.raw.get("speech"))
     # the capturable graphs' entry (export/capture.py): capacities and the cross_pad graph; None without them
     graph_capture = property(lambda self: self.raw.get("graph_capture"))
@@ -145,7 +142,7 @@ class Manifest:
 def load_manifest(root: str | Path, verify_checksums: bool = True) -> Manifest:
     """Read and check an export directory; any problem is a one-line SpecdecError naming the fix.
 
-    The directory is not trusted: manifest.json is size-limited and sanity-checked (limits.py), every path it names
+    The directory is not trusted: manifest.json is size-limited and sanity-checked (validate.py), every path it names
     must stay inside the directory (confine.py), and the graph files must agree with it and keep their external
     data inside (graphcheck.py), all before any graph is opened. `verify_checksums=False` skips only the sha256s."""
     root = Path(root)

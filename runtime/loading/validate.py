@@ -1,4 +1,4 @@
-"""Sanity limits on an export's manifest.json, checked before any file it names is opened.
+"""The manifest's validator: sanity limits on an export's manifest.json, checked before any file it names is opened.
 
 The sha256 entries only prove that the files match the manifest, not that the manifest is sane, so before the
 runtime sizes a buffer or opens a graph from it, `check_manifest` checks:
@@ -16,7 +16,7 @@ runtime sizes a buffer or opens a graph from it, `check_manifest` checks:
     graph at the top would put it outside the export).
 (manifest.json's own size, MAX_MANIFEST_BYTES, is checked when it is read.) Each problem is one SpecdecError line
 naming manifest.json, the entry and the fix. Whether the graph files agree with these entries is graphcheck.py's
-part, once their checksums are verified.
+part, once their checksums are verified. The keys, their required names and ranges are declared in schema.py.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ..core.errors import SpecdecError
 from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGIT_MASK, LOGITS, NEW_KV,
                              NEXT_TOKEN, PAST_KV, PROBS, ROW_INPUTS, SAMPLING, STEPS, TREE_INPUTS, TREE_OUTPUTS,
                              UNIFORMS, CAPTURE_INPUTS, CROSS_PAD, capture_cache_names, shared_cross)
+from . import schema
 from .confine import FIX as PATH_FIX, lexical_problem, shown
 
 ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
@@ -43,10 +44,10 @@ MAX_RANK = 8
 MAX_NAME_CHARS = 128        # tensor names, symbolic axis names
 MAX_BUFFER_BYTES = 1 << 36  # the buffers the runtime allocates from these numbers (64 GiB), before the weights
 
-NUMBERS = {"gamma_max": (1, 128), "max_length": (3, 1 << 16), "vocab_size": (1, 1 << 21)}
-ARCH = {"decoder_layers": (1, 256), "heads": (1, 1024), "d_kv": (1, 4096)}              # sized from
-ARCH_OPTIONAL = {"layers": (1, 256), "d_model": (1, 1 << 16), "d_ff": (1, 1 << 20)}      # checked when present
-KV_DTYPES = {"fp32": "float32", "fp16": "float16"}
+NUMBERS = schema.numbers(schema.TOP, required=True)     # gamma_max, max_length, vocab_size
+ARCH = schema.numbers(schema.ARCHITECTURE, required=True)             # sized from: decoder_layers, heads, d_kv
+ARCH_OPTIONAL = schema.numbers(schema.ARCHITECTURE, required=False)   # checked when present: layers, d_model, d_ff
+KV_DTYPES = {name: {"fp32": "float32", "fp16": "float16"}[name] for name in schema.choices(schema.TOP, "dtype")}
 _MODEL_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -78,7 +79,7 @@ EXPECTED["capture_head"] = {"inputs": {"!" + INPUT_IDS: ("int64", (None, None)),
                                           if k.lstrip("!") not in (INPUT_IDS, PAST_KV, CROSS_KV, STEPS)}},
                             "outputs": {"!" + PROBS: ("float32", None), "!" + ACCEPTED: ("int64", None),
                                         "!" + NEXT_TOKEN: ("int64", None)}}
-CAPTURE_NUMBERS = ("cache_capacity", "source_capacity", "token_slots")
+CAPTURE_NUMBERS = schema.numbers(schema.GRAPH_CAPTURE)     # cache_capacity, source_capacity, token_slots
 VOCAB_LAST = (DRAFT_PROBS, PROBS, LOGIT_MASK)     # their last axis, when fixed, is the vocabulary
 
 FIX = "the export is corrupt or was edited by hand; re-run specdec-export, or copy the export again"
@@ -155,10 +156,11 @@ def check_manifest(raw, where: str) -> None:
     ids = _obj(where, _key(where, raw, "special_ids", "the manifest"), "special_ids")
     if len(ids) > 32:
         _fail(where, f"special_ids has {len(ids)} entries (at most 32)")
-    for name in ("decoder_start_token_id", "eos_token_id"):
+    needed = sorted(schema.required(schema.SPECIAL_IDS))        # decoder_start_token_id, eos_token_id
+    for name in needed:
         _key(where, ids, name, "special_ids")
     for name, value in ids.items():
-        if value is not None or name in ("decoder_start_token_id", "eos_token_id"):
+        if value is not None or name in needed:
             _int(where, value, f"special_ids {shown(name, 40)}", 0, vocab - 1)
 
     files = _obj(where, _key(where, raw, "files", "the manifest"), "files")
@@ -175,7 +177,7 @@ def check_manifest(raw, where: str) -> None:
     models = _obj(where, _key(where, raw, "models", "the manifest"), "models")
     if len(models) > MAX_MODELS:
         _fail(where, f"models has {len(models)} entries (at most {MAX_MODELS})")
-    for role in ("target", "draft"):
+    for role in schema.ROLES:
         _key(where, models, role, "models")
     gamma = numbers["gamma_max"]
     sizes = {role: _architecture(where, role, model, vocab) for role, model in models.items()}
@@ -243,13 +245,14 @@ def _capture(where, raw, numbers: dict) -> dict | None:
     entry = _obj(where, entry, "graph_capture")
     want = {"cache_capacity": numbers["max_length"], "source_capacity": numbers["max_length"],
             "token_slots": numbers["max_length"] + numbers["gamma_max"] + 4}
-    for name in CAPTURE_NUMBERS:
-        value = _int(where, _key(where, entry, name, "graph_capture"), f"graph_capture {name}", 1, 1 << 20)
+    for name, limits in CAPTURE_NUMBERS.items():
+        value = _int(where, _key(where, entry, name, "graph_capture"), f"graph_capture {name}", *limits)
         if value != want[name]:
             _fail(where, f"graph_capture {name} is {value}, but this export's runtime buffers have {want[name]}")
     _key(where, entry, CROSS_PAD, "graph_capture")
-    if entry.get("attention", "plain") not in ("plain", "fused"):
-        _fail(where, f"graph_capture attention is {shown(entry.get('attention'))}, not plain or fused")
+    if entry.get("attention", "plain") not in schema.choices(schema.GRAPH_CAPTURE, "attention"):
+        _fail(where, f"graph_capture attention is {shown(entry.get('attention'))}, not "
+                     f"{' or '.join(schema.choices(schema.GRAPH_CAPTURE, 'attention'))}")
     return entry
 
 
@@ -283,11 +286,11 @@ def _architecture(where, role, model, vocab: int) -> dict:
     return sizes
 
 
-SPEECH_NUMBERS = {"sampling_rate": (8_000, 48_000), "n_samples": (1, 1 << 24), "frames": (1, 1 << 16)}
+SPEECH_NUMBERS = schema.numbers(schema.SPEECH)      # sampling_rate, n_samples, frames
 
 
 def _speech(where, speech, vocab: int, models: dict) -> None:
-    """A Whisper export's "speech" entry (export/manifest.py speech_entry): numbers in range, token ids inside the
+    """A Whisper export's "speech" entry (schema.SPEECH, written by export/families/whisper.py): numbers in range, token ids inside the
     vocabulary, bounded lists and maps."""
     speech = _obj(where, speech, "speech")
     for name, limits in SPEECH_NUMBERS.items():

@@ -13,8 +13,8 @@ from onnx import TensorProto, helper
 
 from specdec.export.capture import capture_problems, export_capture_decoder, export_cross_pad, slots_for
 from specdec.export.check import check_parity
-from specdec.export.decoder import export_decoder
-from specdec.export.encoder import export_encoder
+from specdec.export.families.t5_decoder import export_decoder
+from specdec.export.families.t5_encoder import export_encoder
 from tinymodels import tiny_t5_model
 
 GAMMA, CAPACITY = 4, 24

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from specdec.export import check, decoder as decoder_module, encoder as encoder_module
+from specdec.export import check
+from specdec.export.families import t5_decoder as decoder_module, t5_encoder as encoder_module
 from specdec.export.attention import cast_for_export, position_bias
 from tinymodels import run_export_cli, tiny_t5_model
 

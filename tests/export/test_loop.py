@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import numpy_sampler as ref
-from specdec.export import decoder, encoder, loop
+from specdec.export import loop
+from specdec.export.families import t5_decoder as decoder, t5_encoder as encoder
 from specdec.export.head import plain_step_feed
 from tinymodels import tiny_t5_model
 

@@ -8,7 +8,7 @@ import pytest
 from tinymodels import (WHISPER_WINDOW, export_pair, make_tiny_t5, noisy_whisper_draft, read_manifest,
                         run_export_cli, save_tiny_whisper, tiny_whisper_model)
 
-from specdec.export.pair import DEFAULT_MAX_LENGTH
+from specdec.export.pipeline import DEFAULT_MAX_LENGTH
 
 POSITIONS = 40          # the tiny Whisper's decoder positions: fewer than the default
 

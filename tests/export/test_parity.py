@@ -42,7 +42,7 @@ class Exported:
         import onnxruntime as ort
         import torch
 
-        from specdec.export import decoder, encoder
+        from specdec.export.families import t5_decoder as decoder, t5_encoder as encoder
         from specdec.export.attention import cast_for_export
 
         self.name, self.model, self.config = name, model, model.config
@@ -171,7 +171,7 @@ def test_batch_of_two_in_the_decoder_trunk(exported, tmp_path):
     """The traced decoder (before the head, which is batch 1) keeps a batch axis for later batched decoding."""
     import onnxruntime as ort
 
-    from specdec.export.decoder import trace_decoder
+    from specdec.export.families.t5_decoder import trace_decoder
 
     ex = exported("v10-small-buckets")
     trace_decoder(ex.model, tmp_path / "trunk.onnx")
@@ -307,7 +307,7 @@ def test_mt5_checkpoint_matches_its_own_model_class(tmp_path):
     from transformers import AutoModelForSeq2SeqLM, MT5Config, MT5ForConditionalGeneration
 
     from tinymodels import write_tiny_tokenizer
-    from specdec.export.source import load_source
+    from specdec.export.families import load_source
 
     torch.manual_seed(0)
     cfg = MT5Config(vocab_size=48, d_model=16, d_kv=8, num_heads=2, num_layers=1, d_ff=32, dropout_rate=0.0,

@@ -1,4 +1,4 @@
-"""Token-tree verification in the target's decoder graph (export format 6): export/decoder.py's tree_depth and
+"""Token-tree verification in the target's decoder graph (export format 6): t5_decoder.py's tree_depth and
 tree_mask, export/head.py's tree_uniforms -> draws.
 
 A tree run gives every node the logits and K/V of a chain run over its path root..node (ONNX Runtime, and PyTorch:
@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import numpy_sampler as ref
-from specdec.export import decoder, encoder
+from specdec.export.families import t5_decoder as decoder, t5_encoder as encoder
 from specdec.export.head import CANDIDATES, chain_tree_feed, head_only_model, plain_step_feed
 from specdec.runtime.core.graph_io import TREE_INPUTS, TREE_OUTPUTS
 from tinymodels import tiny_t5_model

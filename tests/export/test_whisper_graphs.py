@@ -17,8 +17,8 @@ from transformers import WhisperFeatureExtractor  # noqa: E402
 from tinymodels import tiny_whisper_model as tiny_whisper, whisper_audio as audio  # noqa: E402
 
 from specdec.export.head import plain_step_feed  # noqa: E402
-from specdec.export.whisper_decoder import export_whisper_decoder  # noqa: E402
-from specdec.export.whisper_encoder import LogMel, export_whisper_encoder  # noqa: E402
+from specdec.export.families.whisper_decoder import export_whisper_decoder  # noqa: E402
+from specdec.export.families.whisper_encoder import LogMel, export_whisper_encoder  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
               pytest.mark.filterwarnings("ignore:The feature will be removed:DeprecationWarning"),
@@ -258,7 +258,7 @@ def test_a_whisper_drafts_proposal_loop_matches_pytorch_and_the_numpy_sampler(ex
 def test_a_draft_that_keeps_the_targets_encoder_is_recognised_by_its_digest():
     """distil-whisper's layout: the teacher's encoder, a 1-layer decoder. Equal encoders give equal digests; a
     random encoder, and one weight moved by one float32 step, do not."""
-    from specdec.export.whisper_encoder import encoder_sha256
+    from specdec.export.families.whisper_encoder import encoder_sha256
 
     target = tiny_whisper(seed=1)
     draft = tiny_whisper(seed=2, decoder_layers=1)

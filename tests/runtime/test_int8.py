@@ -193,7 +193,7 @@ def test_int8_target_sampling_follows_its_own_distribution_and_a_broken_one_is_c
     quantized the same way) is caught, p < 1e-6."""
     from transformers import T5ForConditionalGeneration
 
-    from specdec.export.decoder import export_decoder
+    from specdec.export.families.t5_decoder import export_decoder
     from specdec.export.quantize import quantize_int8, target_float_nodes
     from specdec.runtime.loading.manifest import sha256_file
 
@@ -285,7 +285,7 @@ def test_target_float_nodes_are_the_first_block_and_the_head(tmp_path):
     from onnx import numpy_helper
     from transformers import T5ForConditionalGeneration
 
-    from specdec.export.decoder import export_decoder
+    from specdec.export.families.t5_decoder import export_decoder
     from specdec.export.quantize import target_float_nodes
     from tinymodels import make_tiny_t5
 

@@ -274,7 +274,7 @@ def test_sampling_follows_the_target_distribution(small):
 
 
 def test_the_distribution_test_catches_a_broken_residual(small, tmp_path):
-    from specdec.export.whisper_decoder import export_whisper_decoder
+    from specdec.export.families.whisper_decoder import export_whisper_decoder
     from specdec.runtime.loading.manifest import sha256_file
 
     target, root = small

@@ -1,0 +1,56 @@
+"""The model families specdec exports, and the one place a checkpoint's family is chosen: `family_of`.
+
+A family (export/families/base.py) is what differs between kinds of checkpoints on the export side: loading, the
+graph writers, the parity probe's inputs, the options it refuses and its manifest entries. Each has a module here
+with its FAMILY; its graph writers sit beside it.
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+
+from specdec.runtime.core.errors import SpecdecError
+
+from . import t5, whisper
+from .base import Family
+
+FAMILIES = (t5.FAMILY, whisper.FAMILY)      # in the order an error lists them
+
+
+def supported() -> str:
+    """The checkpoints the families export, in words."""
+    texts = [family.supported for family in FAMILIES]
+    return ", ".join(texts[:-1]) + ", and " + texts[-1] if len(texts) > 1 else texts[0]
+
+
+def family_of(config_or_checkpoint, role: str = "target", name: str | None = None) -> Family:
+    """The family that exports a checkpoint: given its config, or its name (a hub id or local directory, whose
+    config is read). A one-line SpecdecError for an architecture no family takes, naming the ones there are.
+    `role` and `name` (the checkpoint as the user gave it) are for the messages."""
+    config = config_or_checkpoint
+    if isinstance(config, (str, PathLike)):
+        from ..source import read_config
+
+        name = str(config) if name is None else name
+        config = read_config(str(config), role)
+    for family in FAMILIES:
+        if family.takes(config):
+            return family
+    raise SpecdecError(f"'{name if name is not None else config.name_or_path}' is a '{config.model_type}' model, "
+                       "which specdec does not export", f"supported are {supported()}")
+
+
+def load_config(name: str, role: str = "target"):
+    """The checkpoint's config, with a one-line error for a missing model and for an architecture no family takes.
+    `role`: target, draft or a further draft's name, for the hint of an error."""
+    from ..source import read_config
+
+    config = read_config(name, role)
+    family_of(config, role, name)
+    return config
+
+
+def load_source(name: str, role: str = "target"):
+    """The checkpoint `name` loaded by its family: weights (fp32, eval mode), tokenizer and the family's extras."""
+    config = load_config(name, role)
+    return family_of(config, role, name).load(name, role, config)
