@@ -2,8 +2,8 @@
 
 from .core.errors import RunFailed, SpecdecError
 from .core.params import Params
-from .core.stats import Result, Stats
-from .decoder import GRAPH_CAPTURE_HELP, Piece, SpeculativeDecoder  # noqa: F401
+from .core.stats import Piece, Result, Stats
+from .decoder import SpeculativeDecoder
 from .decoding.sources.model_draft import DraftSource, ModelDraft
 from .decoding.sources.lookup import LookupDraft
 from .decoding.sources.contract import Proposal, Verdict
@@ -14,5 +14,4 @@ from .loading.manifest import load_manifest
 
 __all__ = ["SpeculativeDecoder", "SpecdecError", "RunFailed", "Params", "Result", "Stats", "Piece", "DraftSource",
            "ModelDraft", "LookupDraft", "CachedSeq2Seq", "Proposal", "Verdict", "load_manifest", "Segment"]
-# not in __all__: what every command line's --provider takes and says of it, and what --graph-capture says (for the
-# package's own command lines)
+# not in __all__: what every command line's --provider takes and says of it (for the package's own command lines)

@@ -138,7 +138,7 @@ def test_the_graph_is_read_from_every_module():
                      "specdec.bench.cli", "specdec.serve.schema", "specdec.bindings._capi"):
         assert expected in modules
     graph = _graph(modules)
-    assert "specdec.runtime.core.errors" in graph["specdec.runtime.decoder"]
+    assert "specdec.runtime.core.params" in graph["specdec.runtime.decoder"]
     assert "specdec.runtime.decoding.verifier" in graph["specdec.runtime.decoding.speculative"]
 
 
@@ -300,6 +300,46 @@ def test_serving_routes_every_request_through_submit():
     assert any(".submit(" in path.read_text() for path in serving.values())
     planted = ast.parse("t = b.submit(x)\nr = self.decoder.generate(params=p)\nq = handler.stream(g)\n")
     assert _bypasses(planted) == ["2: self.decoder.generate"]
+
+
+# -- the façade and the seams below it -------------------------------------------------------------------------------
+
+FACADE_INTERNALS = ("admit", "batch_request", "batchable", "run_batches", "beam_model")
+
+
+def _facade_methods() -> list[str]:
+    from specdec.runtime import SpeculativeDecoder
+
+    return sorted(name for name, value in vars(SpeculativeDecoder).items()
+                  if not name.startswith("_") and not isinstance(value, property))
+
+
+def test_the_facade_is_thin():
+    """SpeculativeDecoder loads, admits and hands over: at most 10 public methods, none of the scheduler's."""
+    methods = _facade_methods()
+    assert len(methods) <= 10, methods
+    assert not set(methods) & set(FACADE_INTERNALS)
+
+
+def _calls_up(tree: ast.AST, methods: set) -> list[str]:
+    """Calls of a SpeculativeDecoder method on anything named decoder or dec (what a module below it must not do)."""
+    return [f"{node.lineno}: {ast.unparse(node.func)}" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in methods
+            and ast.unparse(node.func.value).rsplit(".", 1)[-1].lstrip("_") in ("decoder", "dec")]
+
+
+def test_nothing_below_the_facade_calls_up_into_it():
+    """The modules below specdec.runtime.decoder (decoding, families, scheduling, ...) never call a SpeculativeDecoder
+    method: the façade calls down (admission, scheduler), nothing calls back."""
+    modules = _modules()
+    facade = _layer("specdec.runtime.decoder")[0]
+    methods = set(_facade_methods()) | set(FACADE_INTERNALS)
+    below = {name: path for name, path in modules.items() if _layer(name)[0] < facade}
+    assert "specdec.runtime.scheduling.batcher" in below and "specdec.runtime.families.whisper" in below
+    assert [f"{name}:{line}" for name, path in below.items()
+            for line in _calls_up(ast.parse(path.read_text()), methods)] == []
+    planted = ast.parse("t = self.decoder.admit(x)\nr = self._decoder.stream(p)\nq = self.scheduler.stream(a)\n")
+    assert _calls_up(planted, methods) == ["1: self.decoder.admit", "2: self._decoder.stream"]
 
 
 def test_the_public_api_check_catches_a_planted_import():

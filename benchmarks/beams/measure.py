@@ -203,7 +203,7 @@ def run_beams(dec, prompts, cfgs, settings: BeamSettings, repeats: int, hf, prog
             progress.update(1)
 
     shapes = {"target": []} | ({"draft": []} if any(c.draft == "draft" for c in spec) else {})
-    models = {name: dec.beam_model(name) for name in shapes}
+    models = {name: dec.scheduler.beam_model(name) for name in shapes}
     for name, model in models.items():
         model.run = recording(model.run, shapes[name])
     spec_pass()
@@ -252,7 +252,7 @@ def probe(dec, ids, width: int, gammas, shapes: dict, past: int, repeats: int, e
     wanted = list(dict.fromkeys(wanted))
 
     def filled(name, *size):
-        model = dec.beam_model(name)
+        model = dec.scheduler.beam_model(name)
         model.encode(src, width, Stats(), *size)
         for k in range(past):
             model.run(np.full((width, 1), src[k % src.size], np.int64))

@@ -104,6 +104,18 @@ def plan(params: Params, models, gamma_max: int, batch: bool = False) -> Plan:
     return Plan("sampling", ",".join(parts), False, gamma, adaptive, params.candidates)
 
 
+def plans(params: Params, models, gamma_max: int) -> tuple:
+    """A checked request planned once both ways: (its plan alone, its plan as a row of a batch), each a Plan or the
+    SpecdecError that says why that way does not run it."""
+    out = []
+    for batch in (False, True):
+        try:
+            out.append(plan(params, models, gamma_max, batch))
+        except SpecdecError as err:
+            out.append(err)
+    return tuple(out)
+
+
 def _beams(params: Params, models: list, adaptive: bool, gamma: int) -> Plan:
     """Beam search speculates with one draft model (or none): the name is parsed as for sampling, and must then be
     "none", "auto" (the model named "draft", if the export has one) or one draft model."""

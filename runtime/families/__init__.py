@@ -1,1 +1,15 @@
-"""Model families at run time: what differs between a text (T5) export and a speech (Whisper) export."""
+"""Model families at run time: what differs between exports of different architectures, chosen once from the
+manifest (`family_of`). A family checks a request's input (a prompt text or token ids, or audio), says whether a
+batch can run it, and decodes input longer than the encoder's window. Adding a family is one module here beside
+text.py and whisper.py, and its entry in `family_of`; the export side has its own (export/families/)."""
+
+from __future__ import annotations
+
+from .text import TextFamily
+from .whisper import WhisperFamily
+
+
+def family_of(manifest, tokenizer, start_id: int, eos_id: int):
+    """The family of a checked manifest: Whisper when it carries a "speech" entry, text (T5) otherwise."""
+    family = WhisperFamily if manifest.speech is not None else TextFamily
+    return family(manifest, tokenizer, start_id, eos_id)

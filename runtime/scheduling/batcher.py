@@ -9,11 +9,11 @@ and requests join it between rounds as they arrive (continuous batching), each w
     ticket.cancel()                                                  # its row is freed at the next round
     server.close()
 
-`submit` is the one entry for every request (SpeculativeDecoder.submit hands requests to a batcher of its own;
+`submit` is the one entry for every request (SpeculativeDecoder.submit hands requests to its scheduler's batcher;
 the Triton handler to its): one that a batch cannot run (beam search, a draft model, logits processors,
 lenience < 1, a Whisper export's audio; any request on a decoder loaded with graph_capture) gets an `Alone` ticket,
-read the same way, which runs it on the decoder by itself when it is first read. A request's input is checked in
-`submit` (one-line SpecdecError there, nothing queued). Past `max_queue` waiting requests, `submit` raises at once
+read the same way, which runs it on the decoder by itself when it is first read. A request is checked and planned once, in
+`submit` (scheduling/admission.py; a one-line SpecdecError there, nothing queued). Past `max_queue` waiting requests, `submit` raises at once
 ("the batcher is busy") instead of queueing without bound. The batch holds the decoder (its gate) while it runs and
 gives it back when no request is left, so generate() from other threads waits for it as for any request.
 """
@@ -26,8 +26,9 @@ import threading
 from ..core.errors import SpecdecError, first_line
 from ..core.params import Params, checked_max_batch
 from ..core.stats import Pieces, Result, Stats
-from ..decoding.strategies.batch import Waiting
 from ..decoding.request import Request
+from ..decoding.strategies.batch import Waiting
+from .admission import Admitted
 
 _END = object()
 
@@ -38,7 +39,7 @@ class Ticket:
     def __init__(self, batcher: "Batcher", request: Request):
         self.request, self._batcher = request, batcher
         self._queue: queue.Queue = queue.Queue()
-        self._pieces = Pieces(batcher.decoder.decode)
+        self._pieces = Pieces(batcher.scheduler.text)
         self.error: SpecdecError | None = None
         self._done = False               # the end was taken from the queue
 
@@ -92,8 +93,8 @@ class Alone:
     the first read the request never runs; during a read, the reader stops at the next piece. Reading two requests
     in turn from one thread ends the first (the decoder's gate belongs to a thread: as for two streams)."""
 
-    def __init__(self, decoder, params: Params, source: dict):
-        self._decoder, self._params, self._source = decoder, params, source
+    def __init__(self, scheduler, admitted: Admitted):
+        self._scheduler, self._admitted = scheduler, admitted
         self._stream = None
         self._tokens, self._stats, self._stop = [], None, ""
         self._reader = 0                 # which iterator reads now (an older one that is dropped changes nothing)
@@ -113,7 +114,7 @@ class Alone:
             self._stop = "cancelled"
             return
         if self._stream is None:
-            self._stream = self._decoder.stream(params=self._params, **self._source)
+            self._stream = self._scheduler.stream(self._admitted)
         try:
             for piece in self._stream:
                 self._tokens += piece.token_ids
@@ -135,7 +136,7 @@ class Alone:
         if self._done is None:
             if self._stream is None and not self._cancel:
                 try:
-                    self._done = self._decoder.generate(params=self._params, **self._source)
+                    self._done = self._scheduler.generate(self._admitted)
                 except SpecdecError as err:
                     self.error = err
                     raise
@@ -143,7 +144,7 @@ class Alone:
             for _ in self:
                 pass
             out = list(self._tokens)
-            self._done = Result(self._decoder.decode(out), out, self._stats or Stats(), self._stop, [out], [])
+            self._done = Result(self._scheduler.text(out), out, self._stats or Stats(), self._stop, [out], [])
         return self._done
 
     def cancel(self) -> None:
@@ -163,16 +164,14 @@ class Alone:
 
 class Batcher:
     """Continuous batching (made by `SpeculativeDecoder.batcher()`): a thread decodes the submitted requests
-    together, each joining the running batch between rounds and leaving when it ends; `close()` stops it."""
+    together, each joining the running batch between rounds and leaving when it ends; `close()` stops it. The
+    `scheduler` (scheduling/scheduler.py) admits the requests and runs the batches, holding the decoder."""
 
-    def __init__(self, decoder, max_batch: int = 16, max_queue: int = 64, *, run):
-        """`run`: the decoder's batch loop (SpeculativeDecoder.batcher() passes its own), called with the waiting
-        requests; it yields (ticket, request, new tokens) and holds the decoder while it runs."""
+    def __init__(self, scheduler, max_batch: int = 16, max_queue: int = 64):
         checked_max_batch(max_batch)
         if type(max_queue) is not int or max_queue < 0:
             raise SpecdecError(f"max_queue must be a non-negative integer (got {max_queue!r})")
-        self.decoder, self.max_batch, self.max_queue = decoder, max_batch, max_queue
-        self._run = run
+        self.scheduler, self.max_batch, self.max_queue = scheduler, max_batch, max_queue
         self.waiting = Waiting()
         self.counters = {"rounds": 0, "rows": 0}     # batched target runs so far, and the rows they carried
         self._open: set = set()          # tickets not ended (under _wake): what a failed batch must end
@@ -188,17 +187,17 @@ class Batcher:
         when it is first read. Parameters as for SpeculativeDecoder.generate()."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        checked, request, given = self.decoder.admit(prompt, input_ids, params, overrides, audio, language, task,
-                                                     timestamps)
-        if request is None:
-            return Alone(self.decoder, checked, given)
-        ticket = Ticket(self, request)
+        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides, audio, language, task,
+                                                  timestamps)
+        if admitted.row is None:
+            return Alone(self.scheduler, admitted)
+        ticket = Ticket(self, admitted.row)
         with self._wake:
             if len(self.waiting) >= self.max_queue:
                 raise SpecdecError(f"the batcher is busy: {len(self.waiting)} requests wait for a row (max_queue "
                                    f"{self.max_queue})", "retry later, or raise max_queue")
             self._open.add(ticket)
-            self.waiting.put((ticket, request))
+            self.waiting.put((ticket, admitted.row))
             self._wake.notify()
         return ticket
 
@@ -223,7 +222,8 @@ class Batcher:
                 if self._closed and not len(self.waiting):
                     return
             try:
-                for ticket, _, new in self._run(self.waiting, self.max_batch, kind="batcher", counters=self.counters):
+                for ticket, _, new in self.scheduler.batches(self.waiting, self.max_batch, kind="batcher",
+                                                             counters=self.counters):
                     ticket._put(new)
             except SpecdecError as err:
                 self._fail_taken(err)

@@ -273,7 +273,7 @@ def test_drafts_report_auto_against_the_best_fixed(tiny_export, tmp_path):
     report = json.loads((tmp_path / "d.json").read_text())
     rows = {(r["task"], r["draft"]): r for r in report["draft_results"]}
     assert all(("auto_explore" in r) == (r["gamma"] == "auto") for r in rows.values())
-    auto = SpeculativeDecoder.load(tiny_export, provider="cpu").source(Params(draft="auto"))
+    auto = SpeculativeDecoder.load(tiny_export, provider="cpu").scheduler.source(Params(draft="auto"))
     counted = {"choice_rounds": hasattr(auto, "explored"), "switch_rounds": hasattr(auto.switch, "explored"),
                "auto_rounds": hasattr(auto.estimates, "round")}
     md = (tmp_path / "d.md").read_text()

@@ -160,9 +160,9 @@ class WrongRow(BatchModel):
 
 
 def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
-    import specdec.runtime.decoder as decoder_module
+    import specdec.runtime.scheduling.scheduler as scheduler_module
 
-    monkeypatch.setattr(decoder_module, "BatchModel", WrongRow)
+    monkeypatch.setattr(scheduler_module, "BatchModel", WrongRow)
     wrong = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")      # its batches run on a WrongRow
     wrong.datastore = small_datastore(tmp_path, wrong.vocabulary.tokenizer_size)
     settings = SETTINGS["temperature"]
@@ -200,4 +200,4 @@ def test_beam_search_batches_and_batch_one_share_one_session(related_pair, monke
     assert [r.token_ids for r in results] == alone(dec, prompts, max_new_tokens=8)
     assert [dec.generate(input_ids=p, draft=d, max_new_tokens=12).token_ids for d in drafts for p in prompts] == before
     assert opened == []
-    assert dec.beam_model("target").decoder.session is dec.target.free_session()
+    assert dec.scheduler.beam_model("target").decoder.session is dec.target.free_session()

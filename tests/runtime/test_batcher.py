@@ -77,7 +77,7 @@ def test_busy_past_max_queue_then_serving_goes_on(related_decoder):
     dec = related_decoder
     prompts = random_prompts(dec.vocab_size, 6, seed=24)
     with dec.batcher(max_batch=2, max_queue=3) as server:
-        with dec._gate.held():                      # hold the decoder: the batch cannot start, requests wait
+        with dec.scheduler.gate.held():                      # hold the decoder: the batch cannot start, requests wait
             accepted = [server.submit(input_ids=p, max_new_tokens=8) for p in prompts[:3]]
             with pytest.raises(SpecdecError) as err:
                 server.submit(input_ids=prompts[3], max_new_tokens=8)
@@ -150,7 +150,7 @@ def test_a_batch_failing_before_it_takes_a_request_ends_the_requests_and_close_r
         raise SpecdecError("cannot open the batch model on purpose")
 
     monkeypatch.setattr(BatchModel, "__init__", broken)
-    monkeypatch.setattr(dec, "_batch_model", None)
+    monkeypatch.setattr(dec.scheduler, "_batch_model", None)
     server = dec.batcher(max_batch=2)
     tickets = [server.submit(input_ids=ids, max_new_tokens=8) for ids in prompts]
     outcome = []
@@ -192,6 +192,30 @@ def test_requests_a_batch_cannot_run_are_submitted_the_same_way_and_run_alone(re
     with pytest.raises(SpecdecError) as err:
         list(dec.submit(input_ids=prompts[1], **asks[1]))                        # beam search cannot stream
     assert "cannot stream" in str(err.value)
+
+
+def test_a_request_a_batch_cannot_run_is_planned_once(related_decoder, monkeypatch):
+    """Admission checks and plans a request once, where it enters: a request that cannot join a batch (a draft
+    model's) is planned by one planner call from submit() to its Result (the decoder planned it three times before:
+    as a row, which failed, alone, and again when the ticket ran), and so is a batchable one and a generate()."""
+    import specdec.runtime.scheduling.admission as admission_module
+
+    dec = related_decoder
+    prompt = random_prompts(dec.vocab_size, 1, seed=31)[0]
+    real, calls = admission_module.plans, []
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(admission_module, "plans", counting)
+    ticket = dec.submit(input_ids=prompt, draft="draft", gamma=2, max_new_tokens=8)
+    assert type(ticket).__name__ == "Alone"
+    ticket.result()
+    assert len(calls) == 1
+    dec.submit(input_ids=prompt, draft="none", max_new_tokens=8).result()
+    dec.generate(input_ids=prompt, draft="draft", gamma=2, max_new_tokens=8)
+    assert len(calls) == 3
 
 
 def test_an_alone_ticket_frees_the_decoder_when_left_cancelled_or_failed(related_decoder):
@@ -240,8 +264,8 @@ def test_a_decoder_loaded_with_graph_capture_runs_every_request_alone(tiny_captu
     prompts = random_prompts(dec.vocab_size, 3, seed=27)
     asks = (dict(draft="none"), dict(draft="lookup", gamma=2), dict(draft="draft", gamma=3))
     ref = [dec.generate(input_ids=p, max_new_tokens=10, **ask).token_ids for p, ask in zip(prompts, asks)]
-    assert not dec._batchable(Params(draft="none"))      # first: a batch that cannot start would hold close()
-    assert dec.admit(input_ids=prompts[0], params=Params(draft="none"))[1] is None
+    # first: a batch that cannot start would hold close()
+    assert dec.scheduler.admission.admit(input_ids=prompts[0], params=Params(draft="none")).row is None
     with dec.batcher(max_batch=4) as server:
         tickets = [server.submit(input_ids=p, max_new_tokens=10, **ask) for p, ask in zip(prompts, asks)]
         assert [type(t).__name__ for t in tickets] == ["Alone"] * 3

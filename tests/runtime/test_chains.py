@@ -118,7 +118,7 @@ def test_a_learned_object_passed_explicitly_learns_alone_and_decodes_the_same(re
     assert dec.estimates.round == 0 and dec.estimates.target.sums[0] == 0      # the decoder's own learned nothing
     dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8, num_beams=2, gamma="auto", draft="draft", learned=mine)
     assert mine.beam_estimates.rates() and not dec.beam_estimates.rates()
-    assert dec.source(Params(draft="auto"), learned=mine) is not dec.source(Params(draft="auto"))
+    assert dec.scheduler.source(Params(draft="auto"), learned=mine) is not dec.scheduler.source(Params(draft="auto"))
     mine.reset()
     assert mine.estimates.round == 0
     for wrong in (object(), type(dec.learned)({}, None)):

@@ -371,7 +371,7 @@ def default_chooser(decoder):
             super().learn(source, proposed, accepted, 1e-3 + 1e-4 * proposed, 1e-4 + draft, 0.0, expected, **rest)
 
     ticks = itertools.count()
-    chooser = AutoDraft(decoder.source(Params()).candidates, Timed())
+    chooser = AutoDraft(decoder.scheduler.source(Params()).candidates, Timed())
     chooser.switch = Switch(clock=lambda: next(ticks) * 1e-3)
     return chooser
 

@@ -189,7 +189,7 @@ def test_greedy_output_is_unchanged_when_rounds_switch(related_pair, related_dec
     model = T5ForConditionalGeneration.from_pretrained(str(related_pair[0])).eval()
     proposed = 0
     for draft, gamma in (("auto", "auto"), ("lookup", "auto"), ("draft", "auto")):
-        source = decoder.source(Params(draft=draft, gamma=gamma))
+        source = decoder.scheduler.source(Params(draft=draft, gamma=gamma))
         source.switch = Alternate()
         for ids in prompts(48, 12, seed=5):
             with torch.no_grad():
@@ -206,7 +206,7 @@ def test_greedy_output_is_unchanged_when_rounds_switch(related_pair, related_dec
 
 def test_plain_rounds_are_target_only_rounds(related_decoder):
     decoder = related_decoder
-    source = decoder.source(Params(draft="auto"))
+    source = decoder.scheduler.source(Params(draft="auto"))
     source.switch = Plain()
     for ids in prompts(48, 6, seed=9):
         res = decoder.generate(input_ids=ids, max_new_tokens=16, draft="auto")
@@ -223,7 +223,7 @@ def test_a_source_object_keeps_its_switch_and_a_new_object_takes_its_slot(relate
     learning); a new object replaces it, so a new object per request does not pile AutoDrafts up."""
     from specdec.runtime.decoding.sources.lookup import LookupDraft
 
-    source, a, b = related_decoder.source, LookupDraft(), LookupDraft()
+    source, a, b = related_decoder.scheduler.source, LookupDraft(), LookupDraft()
     first = source(Params(draft=a))
     assert source(Params(draft=a)) is first
     assert source(Params(draft=b)) is not first

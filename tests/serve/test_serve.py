@@ -86,8 +86,9 @@ def test_graph_capture_runs_every_request_alone_and_answers_as_the_eager_graphs(
     alone (batches need the eager graphs) and equals the eager decoder's answer, counts included but the draft's runs
     (the eager graphs propose gamma guesses in one run of the proposal loop, the capturable ones one run per guess);
     a stream's pieces join to the same tokens. (specdec-serve's flag reaching it: tests/serve/test_serve_cli.py.)"""
-    eager = schema.load_decoder(tiny_capture_export, 1, "cpu")
-    handler = schema.Handler(schema.load_decoder(tiny_capture_export, 1, "cpu", graph_capture=True), max_batch=4)
+    eager = schema.load_decoder(tiny_capture_export, threads=1, provider="cpu")
+    handler = schema.Handler(schema.load_decoder(tiny_capture_export, threads=1, provider="cpu", graph_capture=True),
+                             max_batch=4)
     try:
         answers = schema.batch_answers(handler, [_row(prompt, params) for prompt, params in CASES])
         for (prompt, params), (out, error) in zip(CASES, answers):
@@ -244,7 +245,7 @@ def test_past_the_queue_bounds_a_request_is_refused_at_once_and_serving_goes_on(
     ports = free_ports(3)
     with Server(tiny_export, max_batch=1, max_queue=1, queue_delay_us=0, http_port=ports[0], grpc_port=ports[1],
                 metrics_port=ports[2], address="127.0.0.1", exit_timeout_s=2) as srv:
-        batcher, gate = srv.handler.batcher, srv.handler.decoder._gate
+        batcher, gate = srv.handler.batcher, srv.handler.decoder.scheduler.gate
         prompt, params = "w5 w6 w7", {"max_new_tokens": MAX_NEW, "gamma": 0}
         want = reference.generate(prompt, **params)
         stream = tritonclient_grpc.InferenceServerClient(f"127.0.0.1:{ports[1]}")

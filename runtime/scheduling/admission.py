@@ -1,0 +1,105 @@
+"""Admission: a request checked and planned once, where it enters, into the one object every path carries.
+
+`Admission.admit` checks the parameters (Params.checked), the input through the export's family (a prompt text or
+token ids, or audio), and plans the request both ways in one planner call (decoding/plan.py `plans`): alone
+(speculative sampling or beam search) and as a row of a batch. The `Admitted` it returns is what generate(), a stream,
+a batch and the batcher's tickets run: nothing below plans or checks it again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.errors import SpecdecError
+from ..core.params import Params
+from ..decoding.plan import Plan, plans
+from ..decoding.request import Request
+from ..engine.capture import NO_EAGER, NO_EAGER_FIX
+
+
+@dataclass
+class Admitted:
+    """A checked, planned request. `source`: its token ids or its samples (None for audio longer than the window,
+    which `pcm` holds and the family decodes window by window); `row`: the Request a batch runs it as, or None;
+    `refusal`: why a batch cannot run it (a SpecdecError) when `row` is None."""
+    params: Params
+    plan: Plan | SpecdecError           # alone (an error when only a batch runs it)
+    source: object = None
+    speech: object = None
+    pcm: object = None                  # audio longer than the encoder's window
+    language: str | None = None
+    task: str | None = None
+    timestamps: bool = False
+    row: Request | None = None
+    refusal: SpecdecError | None = None
+
+    def alone(self) -> Plan:
+        """Its plan alone, or its one-line error."""
+        if isinstance(self.plan, SpecdecError):
+            raise self.plan
+        return self.plan
+
+    def request(self) -> Request:
+        """A fresh Request to run it alone."""
+        return Request(self.source, self.params, self.alone(), speech=self.speech)
+
+    def given(self, family) -> dict:
+        """Its checked input as generate() keywords."""
+        if self.pcm is not None:
+            return {"audio": self.pcm, "language": self.language, "task": self.task, "timestamps": self.timestamps}
+        return family.given(self.source, self.language, self.task, self.timestamps)
+
+
+class Admission:
+    """Checks and plans requests for one decoder: its family, draft models, gamma_max, and whether it runs the
+    capturable graphs (no batches then)."""
+
+    def __init__(self, family, models, gamma_max: int, captured: bool):
+        self.family, self.models, self.gamma_max, self.captured = family, models, gamma_max, captured
+
+    def params(self, params=None, overrides: dict | None = None) -> Params:
+        """The request's checked Params (keywords override fields of `params`)."""
+        return Params.of(params, **(overrides or {})).checked(self.gamma_max)
+
+    def admit(self, prompt=None, input_ids=None, params=None, overrides: dict | None = None, audio=None,
+              language=None, task=None, timestamps=False, checked: Params | None = None) -> Admitted:
+        """A request checked and planned once; a bad one raises its one-line SpecdecError."""
+        checked = checked or self.params(params, overrides)
+        alone, row = plans(checked, self.models, self.gamma_max)
+        if not isinstance(row, SpecdecError) and (self.captured or not self.family.batchable):
+            row = SpecdecError(NO_EAGER, NO_EAGER_FIX) if self.captured else SpecdecError(*self.family.refusal)
+        audio = self.family.samples(audio)
+        if self.family.long(audio):     # checked window by window when it runs; its prompt's choices now
+            self.family.prompt(language, task, timestamps)
+            return Admitted(checked, self._alone(alone), pcm=audio, language=language, task=task,
+                            timestamps=timestamps, refusal=row if isinstance(row, SpecdecError) else None)
+        source, speech = self.family.input(prompt, input_ids, audio, language, task, timestamps)
+        admitted = Admitted(checked, alone, source, speech, language=language, task=task, timestamps=timestamps)
+        if isinstance(row, SpecdecError):
+            admitted.refusal = row
+            self._alone(alone)          # runs alone: its own plan must hold
+        else:
+            admitted.row = Request(source, checked, row)
+        return admitted
+
+    @staticmethod
+    def _alone(alone):
+        if isinstance(alone, SpecdecError):
+            raise alone
+        return alone
+
+    def admit_plan(self, params):
+        """A checked request's plan alone, without its input (what `SpeculativeDecoder.scheduler.source` asks)."""
+        return self._alone(plans(params, self.models, self.gamma_max)[0])
+
+    def row(self, prompt, input_ids, params, overrides: dict) -> Request:
+        """A checked, planned row of a batch (what generate_batch queues): a one-line SpecdecError if a batch cannot
+        run it."""
+        if not self.family.batchable:
+            raise SpecdecError(*self.family.refusal)
+        checked = self.params(params, overrides)
+        if self.captured:
+            raise SpecdecError(NO_EAGER, NO_EAGER_FIX)
+        _, row = plans(checked, self.models, self.gamma_max)
+        if isinstance(row, SpecdecError):
+            raise row
+        return Request(self.family.ids(prompt, input_ids), checked, row)
