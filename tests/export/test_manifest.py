@@ -179,3 +179,63 @@ def test_exported_graphs_match_the_checkpoint_past_32(tiny_export, tiny_pair, ro
     outputs = onnx_logits(tiny_export / role / "encoder.onnx", tiny_export / role / "decoder.onnx", source,
                           decoder_ids, [40, 1, 9])
     np.testing.assert_allclose(np.concatenate(outputs, 1), ref, rtol=0, atol=1e-4)
+
+
+# -- the manifest's keys, declared once (runtime/loading/schema.py) ----------------------------------------------------
+
+def _declared(entry, table, what):
+    """Every key of a written entry is declared in its schema table, and every required key is there."""
+    from specdec.runtime.loading import schema
+
+    assert set(entry) <= set(table), f"{what}: {sorted(set(entry) - set(table))} not declared"
+    assert set(schema.required(table)) <= set(entry), what
+
+
+def test_the_written_manifest_has_only_declared_keys(manifest):
+    from specdec.runtime.loading import schema
+
+    _declared(manifest, schema.TOP, "the manifest")
+    _declared(manifest["special_ids"], schema.SPECIAL_IDS, "special_ids")
+    for role, model in manifest["models"].items():
+        _declared(model, schema.MODEL, role)
+        _declared(model["architecture"], schema.ARCHITECTURE, f"{role} architecture")
+        for kind, graph in model["graphs"].items():
+            _declared(graph, schema.GRAPH, f"{role} {kind}")
+            for tensor in graph["inputs"] + graph["outputs"]:
+                _declared(tensor, schema.TENSOR, f"{role} {kind} tensor")
+
+
+def test_the_writer_cannot_write_an_undeclared_key():
+    from specdec.runtime.loading.schema import SPECIAL_IDS, TOP, build
+
+    assert build(SPECIAL_IDS, "special_ids", eos_token_id=1, decoder_start_token_id=0, pad_token_id=None) == \
+        {"eos_token_id": 1, "decoder_start_token_id": 0, "pad_token_id": None}
+    with pytest.raises(ValueError, match="'samplers' is not a declared manifest key"):
+        build(TOP, "the manifest", samplers={})
+    with pytest.raises(ValueError, match="'eos_token_id' is missing"):
+        build(SPECIAL_IDS, "special_ids", decoder_start_token_id=0)
+    with pytest.raises(ValueError, match="eos_token_id is bool, not int"):
+        build(SPECIAL_IDS, "special_ids", eos_token_id=True, decoder_start_token_id=0)
+
+
+def test_the_reader_reads_declared_keys_only():
+    """Every top-level key runtime/loading/manifest.py reads (raw["..."], raw.get("...")) is declared."""
+    import re
+
+    from specdec.runtime.loading import manifest as reader, schema
+
+    source = open(reader.__file__).read()
+    read = set(re.findall(r"raw(?:\[|\.get\()\"(\w+)\"", source))
+    assert read and read <= set(schema.TOP), sorted(read - set(schema.TOP))
+
+
+def test_the_validator_takes_its_ranges_from_the_schema():
+    from specdec.runtime.loading import schema, validate
+
+    assert validate.NUMBERS == {"gamma_max": (1, 128), "max_length": (3, 1 << 16), "vocab_size": (1, 1 << 21)}
+    assert validate.ARCH == {"decoder_layers": (1, 256), "heads": (1, 1024), "d_kv": (1, 4096)}
+    assert validate.ARCH_OPTIONAL == {"layers": (1, 256), "d_model": (1, 1 << 16), "d_ff": (1, 1 << 20)}
+    assert validate.SPEECH_NUMBERS == {"sampling_rate": (8_000, 48_000), "n_samples": (1, 1 << 24),
+                                       "frames": (1, 1 << 16)}
+    assert list(validate.CAPTURE_NUMBERS) == ["cache_capacity", "source_capacity", "token_slots"]
+    assert set(validate.KV_DTYPES) == set(schema.choices(schema.TOP, "dtype")) == {"fp32", "fp16"}
