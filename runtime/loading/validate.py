@@ -290,8 +290,8 @@ SPEECH_NUMBERS = schema.numbers(schema.SPEECH)      # sampling_rate, n_samples, 
 
 
 def _speech(where, speech, vocab: int, models: dict) -> None:
-    """A Whisper export's "speech" entry (schema.SPEECH, written by export/families/whisper.py): numbers in range, token ids inside the
-    vocabulary, bounded lists and maps."""
+    """A Whisper export's "speech" entry (schema.SPEECH, written by export/families/whisper.py): numbers in range,
+    token ids inside the vocabulary, bounded lists and maps."""
     speech = _obj(where, speech, "speech")
     for name, limits in SPEECH_NUMBERS.items():
         _int(where, _key(where, speech, name, "speech"), f"speech {name}", *limits)
