@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+from specdec.runtime.core import options as load_options
 from specdec.runtime.core.errors import run_cli
 
 from .common import prompts as bench_prompts
@@ -48,12 +49,12 @@ def _main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=3, help="passes over the prompts (default 3)")
     ap.add_argument("--temperature", default="0,1", help="comma-separated temperatures (default 0,1)")
     ap.add_argument("--max-new-tokens", type=int, default=48, help="tokens a request (default 48)")
-    ap.add_argument("--provider", default="cpu", help="onnxruntime provider (default cpu)")
+    load_options.add_flags(ap, "bench", leave_out=("graph_capture",), defaults={"provider": "cpu"})
     ap.add_argument("--json", help="also write the passes to this JSON file")
     args = ap.parse_args(argv)
     from specdec.runtime import SpeculativeDecoder
 
-    decoder = SpeculativeDecoder.load(args.export, provider=args.provider)
+    decoder = SpeculativeDecoder.load(args.export, load_options.LoadOptions.from_args(args, "bench"))
     prompts, _ = bench_prompts.load(args.prompts, args.num_prompts, decoder, every_task=True)
     report = {}
     print("| T | " + " | ".join(f"pass {n + 1}" for n in range(args.passes)) + " |")

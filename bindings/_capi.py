@@ -23,7 +23,7 @@ import threading
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
 from specdec.runtime.core.params import DECLARED
-from specdec.runtime.loading.datastore import load_option
+from specdec.runtime.core.options import LoadOptions
 from specdec.runtime.engine.device import resolve_provider
 from specdec.runtime.core.errors import RunFailed, first_line
 
@@ -56,8 +56,24 @@ C_REFUSALS = {
                        "early_stopping must be SPECDEC_EARLY_STOPPING_FALSE (0), _TRUE (1) or _NEVER (2) (got {})",
                        "use a specdec_early_stopping value"),
 }
-OPTION_TYPES = {"provider": str, "threads": int, "draft": str, "datastore": str, "graph_capture": bool}
-JSON_TYPE = {str: "string", int: "integer", bool: "boolean"}
+
+
+def open_options(text: str) -> LoadOptions:
+    """specdec_open's options_json (NULL or "" for the defaults) as LoadOptions: a JSON object whose keys are the
+    load options declared for C (runtime/core/options.py); not JSON, not an object, an unknown key, a value of
+    another JSON type or out of range is a one-line SpecdecError."""
+    if not text.strip():
+        return LoadOptions()
+    example = 'e.g. {"provider": "cpu", "threads": 2}'
+    try:
+        options = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecdecError(f"options_json is not valid JSON ({err.msg} at character {err.pos})",
+                           f"pass a JSON object, {example}, or NULL") from None
+    if not isinstance(options, dict):
+        raise SpecdecError("options_json is not a JSON object", f"pass a JSON object, {example}, or NULL")
+    return LoadOptions.from_config(options, "c", "options_json")
+
 
 class _Session:
     __slots__ = ("decoder", "lock", "owner")
@@ -257,14 +273,11 @@ class CApi(AudioCalls):
         path = self._text(export_dir, "export_dir")
         options = self._options(options_json)
         try:
-            provider = resolve_provider(options.get("provider", "auto"))
+            provider = resolve_provider(options.provider)
         except SpecdecError as err:
             raise Failure(lib.SPECDEC_E_PROVIDER, str(err)) from None
         try:
-            decoder = SpeculativeDecoder.load(path, provider=provider, threads=options.get("threads", 0),
-                                              draft=options.get("draft"),
-                                              datastore=load_option(options.get("datastore")),
-                                              graph_capture=options.get("graph_capture", False))
+            decoder = SpeculativeDecoder.load(path, options, provider=provider)
         except SpecdecError as err:
             raise Failure(lib.SPECDEC_E_EXPORT, str(err)) from None
         except OSError as err:     # e.g. ENAMETOOLONG, EACCES while reading the directory
@@ -275,31 +288,12 @@ class CApi(AudioCalls):
             self.sessions[handle] = _Session(decoder)
         out_session[0] = ffi.cast("specdec_session *", handle)
 
-    def _options(self, options_json) -> dict:
-        bad = self.lib.SPECDEC_E_INVALID_ARGUMENT
+    def _options(self, options_json) -> LoadOptions:
         text = "" if options_json == self.ffi.NULL else self._text(options_json, "options_json")
-        if not text.strip():
-            return {}
-        example = 'e.g. {"provider": "cpu", "threads": 2}'
         try:
-            options = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise Failure(bad, f"options_json is not valid JSON ({err.msg} at character {err.pos})",
-                          f"pass a JSON object, {example}, or NULL") from None
-        if not isinstance(options, dict):
-            raise Failure(bad, "options_json is not a JSON object", f"pass a JSON object, {example}, or NULL")
-        for key, value in options.items():
-            kind = OPTION_TYPES.get(key)
-            if kind is None:
-                raise Failure(bad, f"options_json has an unknown key {json.dumps(key)}",
-                              f"use only {', '.join(map(json.dumps, OPTION_TYPES))}")
-            if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-                raise Failure(bad, f"options_json {json.dumps(key)} must be a JSON {JSON_TYPE[kind]} (got "
-                              f"{json.dumps(value)})", example)
-        if options.get("threads", 0) < 0:
-            raise Failure(bad, f"options_json \"threads\" must be >= 0 (got {options['threads']})",
-                          "use 0 for onnxruntime's default")
-        return options
+            return open_options(text)
+        except SpecdecError as err:
+            raise Failure(self.lib.SPECDEC_E_INVALID_ARGUMENT, err.problem, err.fix) from None
 
     def close(self, ptr) -> None:
         session = self._session(ptr)

@@ -366,7 +366,8 @@ SPECDEC_API const char *specdec_stop_reason_name(specdec_stop_reason reason);
 /* Open an export directory made by specdec-export: reads and checks the manifest and the sha256 of every
    file, then creates the ONNX Runtime sessions and device buffers once (each generation reuses them).
      export_dir:   path to the directory (required).
-     options_json: NULL or "" for the defaults, or a JSON object with any of
+     options_json: NULL or "" for the defaults, or a JSON object with any of these load options (the Python
+                   runtime's, with the same checks; docs/guides/runtime.md, "Loading", has the table)
                      "provider": "auto" (default: cuda if available, else cpu; tensorrt only when named),
                                  "cpu", "cuda", "tensorrt"
                      "threads":  intra-op threads per model, integer >= 0 (default 0: ONNX Runtime's default)

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from specdec.runtime import GRAPH_CAPTURE_HELP, PROVIDER_CHOICES, PROVIDER_HELP
+from specdec.runtime.core import options as load_options
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 
@@ -21,8 +21,6 @@ COUNTS = (
     ("--max-queue", 64, "requests that may wait for a row; past it a request is refused at once (default 64)"),
     ("--queue-delay-us", 500, "microseconds Triton holds a request for others to batch with (default 500)"),
     ("--instances", 1, "Triton instances of 'specdec'; they share one decoder and its batch (default 1)"),
-    ("--threads", 0, "intra-op threads of the decoder (default 0: onnxruntime's choice, the physical cores); with "
-                     "--write-model-repository, per instance"),
     ("--exit-timeout", 5, "seconds a stopping server waits for requests in flight (default 5)"),
 )
 
@@ -33,9 +31,9 @@ def parser() -> argparse.ArgumentParser:
                                   "'specdec' (one response per request) and 'specdec_stream' (decoupled: one response "
                                   "per accepted piece). Stops cleanly on SIGTERM or Ctrl-C.")
     p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
-    p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
-    p.add_argument("--graph-capture", action="store_true",
-                   help=GRAPH_CAPTURE_HELP + "; every request then runs alone, none in a batch")
+    # the decoder's load options serve takes, from their declaration (runtime/core/options.py)
+    load_options.add_flags(p, "serve", notes={"threads": "with --write-model-repository, per instance",
+                                              "graph_capture": "every request then runs alone, none in a batch"})
     p.add_argument("--http-port", type=int, default=8000, help="Triton's HTTP/REST port (default 8000)")
     p.add_argument("--grpc-port", type=int, default=8001, help="Triton's gRPC port (default 8001)")
     p.add_argument("--metrics-port", type=int, default=8002, help="Prometheus metrics at /metrics (default 8002)")
@@ -49,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _serve(args) -> int:
+def _serve(args, options) -> int:
     from .server import Server
 
     stop, serving = threading.Event(), threading.Event()
@@ -61,10 +59,10 @@ def _serve(args) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    server = Server(args.export, instances=args.instances, threads=args.threads, max_batch=args.max_batch,
-                    max_queue=args.max_queue, queue_delay_us=args.queue_delay_us, http_port=args.http_port,
-                    grpc_port=args.grpc_port, metrics_port=args.metrics_port, address=args.address,
-                    exit_timeout_s=args.exit_timeout, provider=args.provider, graph_capture=args.graph_capture)
+    server = Server(args.export, instances=args.instances, max_batch=args.max_batch, max_queue=args.max_queue,
+                    queue_delay_us=args.queue_delay_us, http_port=args.http_port, grpc_port=args.grpc_port,
+                    metrics_port=args.metrics_port, address=args.address, exit_timeout_s=args.exit_timeout,
+                    options=options)
     try:
         server.start()
         serving.set()
@@ -84,23 +82,22 @@ def _serve(args) -> int:
 def _main(argv) -> int:
     args = parser().parse_args(argv)
     for flag, value, least in (("--instances", args.instances, 1), ("--max-batch", args.max_batch, 1),
-                               ("--max-queue", args.max_queue, 1), ("--queue-delay-us", args.queue_delay_us, 0),
-                               ("--threads", args.threads, 0)):
+                               ("--max-queue", args.max_queue, 1), ("--queue-delay-us", args.queue_delay_us, 0)):
         if value < least:
             raise SpecdecError(f"{flag} must be >= {least} (got {value})")
     if args.max_batch > 256:
         raise SpecdecError(f"--max-batch must be <= 256 (got {args.max_batch})")
+    options = load_options.LoadOptions.from_args(args, "serve").checked(flags=True)
     if args.write_model_repository:
         from .repository import write_model_repository
 
         out = write_model_repository(args.write_model_repository, args.export, instances=args.instances,
-                                     threads=args.threads, max_batch=args.max_batch, max_queue=args.max_queue,
-                                     queue_delay_us=args.queue_delay_us, provider=args.provider,
-                                     graph_capture=args.graph_capture)
+                                     max_batch=args.max_batch, max_queue=args.max_queue,
+                                     queue_delay_us=args.queue_delay_us, options=options)
         print(f"wrote a Triton model repository for {args.export} to {out} (models specdec, specdec_stream); run "
               f"it with: tritonserver --model-repository {out}")
         return 0
-    return _serve(args)
+    return _serve(args, options)
 
 
 def main(argv=None) -> int:

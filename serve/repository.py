@@ -14,14 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.core.options import LoadOptions
 
 from . import schema
 
 MODEL_PY = '''"""specdec on Triton's Python backend (written by specdec-serve --write-model-repository). Parameters in
-config.pbtxt: engine (the export directory), threads (intra-op threads per instance, 0 = onnxruntime's default),
-provider, graph_capture ("true": the export's capturable graphs; requests then run alone), max_batch and max_queue
-(the instance's batcher). Each instance is a process with its own decoder; the requests of
-one instance share its batch."""
+config.pbtxt: engine (the export directory), each load option specdec-serve takes under its own name (provider,
+threads: intra-op threads per instance, graph_capture: "true" loads the export's capturable graphs and requests then
+run alone, ...), max_batch and max_queue (the instance's batcher). Each instance is a process with its own decoder;
+the requests of one instance share its batch."""
 
 import faulthandler
 import gc
@@ -44,8 +45,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
-        decoder = schema.load_decoder(params["engine"], int(params.get("threads", "0")), params.get("provider", "auto"),
-                                      params.get("graph_capture", "false") == "true")
+        decoder = schema.load_decoder(params["engine"], schema.config_options(params))
         self.handler = schema.Handler(decoder, int(params.get("max_batch", schema.MAX_BATCH)),
                                       int(params.get("max_queue", schema.MAX_QUEUE)))
         self.streams, self.lock = set(), threading.Lock()       # the threads of the streams in flight
@@ -128,13 +128,14 @@ def _io(kind: str, fields) -> str:
     return f"{kind} [\n" + ",\n".join(rows) + "\n]\n"
 
 
-def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decoupled: bool,
-                 max_batch: int = schema.MAX_BATCH, max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500,
-                 speech: bool = False, provider: str = "auto", graph_capture: bool = False) -> str:
+def config_pbtxt(name: str, engine: Path, instances: int, decoupled: bool, max_batch: int = schema.MAX_BATCH,
+                 max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, speech: bool = False,
+                 options: LoadOptions | None = None) -> str:
     """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models: MODEL with Triton's
     dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without. speech: the
-    export is a Whisper one (its inputs and outputs are schema.SPEECH_INPUTS and SPEECH_OUTPUTS). graph_capture:
-    model.py loads the export's capturable graphs (parameter "graph_capture": "true" or "false")."""
+    export is a Whisper one (its inputs and outputs are schema.SPEECH_INPUTS and SPEECH_OUTPUTS). options: the
+    decoder's load options, a parameter each as text (graph_capture "true" or "false"), which model.py reads back
+    (schema.config_options)."""
     text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: {0 if decoupled else max_batch}\n'
             + _io("input", schema.inputs(speech)) + _io("output", schema.outputs(speech))
             + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n")
@@ -143,25 +144,27 @@ def config_pbtxt(name: str, engine: Path, instances: int, threads: int, decouple
     else:
         text += (f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us}\n"
                  f"  default_queue_policy {{\n    max_queue_size: {max_queue}\n  }}\n}}\n")
-    for key, value in (("engine", str(engine)), ("threads", str(threads)), ("provider", provider),
-                       ("graph_capture", "true" if graph_capture else "false"), ("max_batch", str(max_batch)),
+    loading = (options or LoadOptions()).as_text("serve")
+    for key, value in (("engine", str(engine)), *loading.items(), ("max_batch", str(max_batch)),
                        ("max_queue", str(max_queue))):
         quoted = value.replace("\\", "\\\\").replace('"', '\\"')
         text += f'parameters {{\n  key: "{key}"\n  value: {{ string_value: "{quoted}" }}\n}}\n'
     return text
 
 
-def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
+def write_model_repository(out, engine, *, instances: int = 1, max_batch: int = schema.MAX_BATCH,
                            max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500,
-                           provider: str = "auto", graph_capture: bool = False) -> Path:
+                           options: LoadOptions | None = None, **load) -> Path:
     """Write the repository to `out` (created; existing model files there are replaced) for the export `engine`,
-    which is checked first (with graph_capture: that it has the capturable graphs). Returns `out`."""
+    which is checked first (with graph_capture: that it has the capturable graphs), its decoder loaded with
+    `options` and/or keywords (the load options serve takes: provider, threads, graph_capture). Returns `out`."""
+    options = schema.load_options(options, **load)
     from specdec.runtime import load_manifest
 
     engine = Path(engine).resolve()
     manifest = load_manifest(engine)                     # a one-line SpecdecError if it is not a (complete) export
     speech = manifest.speech is not None
-    if graph_capture and manifest.graph_capture is None:     # as the decoder would say when Triton loads it
+    if options.graph_capture and manifest.graph_capture is None:     # as the decoder would say when Triton loads it
         raise SpecdecError(f"export '{engine}' has no capturable graphs",
                            "re-export it with specdec-export ... --graph-capture, or leave out --graph-capture")
     if not isinstance(instances, int) or instances < 1:
@@ -171,8 +174,7 @@ def write_model_repository(out, engine, *, instances: int = 1, threads: int = 0,
         raise SpecdecError(f"{out} exists and is not a directory", "pass a new or existing directory")
     for name, decoupled in ((schema.MODEL, False), (schema.STREAM_MODEL, True)):
         (out / name / "1").mkdir(parents=True, exist_ok=True)
-        (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, threads, decoupled, max_batch,
-                                                              max_queue, queue_delay_us, speech, provider,
-                                                              graph_capture))
+        (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, decoupled, max_batch,
+                                                              max_queue, queue_delay_us, speech, options))
         (out / name / "1" / "model.py").write_text(MODEL_PY)
     return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
+from specdec.runtime.core.options import LoadOptions
 from specdec.runtime.core.params import PARAMETERS, Params, flag_value
 from specdec.runtime.core.stats import STATS, Stats
 
@@ -270,7 +271,7 @@ def stacked(responses: list) -> dict:
 
 class Handler:
     """Every request of a server on one SpeculativeDecoder. The requests a batch can run join its batcher
-    (runtime/decoding/batcher.py: continuous batching, at most `max_batch` rows, `max_queue` waiting, past which a
+    (runtime/scheduling/batcher.py: continuous batching, at most `max_batch` rows, `max_queue` waiting, past which a
     request is refused at once with "the batcher is busy"); the others (a draft model, beam search, logits
     processors, lenience < 1, every request of a Whisper export, every request of a decoder loaded with
     graph_capture) run alone on the same decoder between batches."""
@@ -282,7 +283,7 @@ class Handler:
         self.batcher = decoder.batcher(max_batch, max_queue)
 
     def _submit(self, source, params: Params):
-        """The request's ticket (runtime/decoding/batcher.py): a row of the batch, or a request that runs alone."""
+        """The request's ticket (runtime/scheduling/batcher.py): a row of the batch, or a request that runs alone."""
         return self.batcher.submit(params=params, **source_kwargs(source))
 
     def generate_rows(self, requests: list) -> list:
@@ -348,10 +349,22 @@ def batch_answers(handler: Handler, requests: list) -> list:
     return answers
 
 
-def load_decoder(engine, threads: int = 0, provider: str = "auto", graph_capture: bool = False):
-    """A SpeculativeDecoder on `provider` ("auto": CUDA if this onnxruntime has it, else the CPU) with `threads`
-    intra-op threads; `graph_capture`: through the export's capturable graphs (SpeculativeDecoder.load; every
-    request then runs alone, none in a batch)."""
+def load_options(options: LoadOptions | None = None, **keywords) -> LoadOptions:
+    """The load options of a server's decoder: `options` and/or keywords, only those serve takes (its flags and its
+    config's parameters; runtime/core/options.py declares them), checked (a one-line SpecdecError)."""
+    return LoadOptions.of(options, "serve", **keywords).checked()
+
+
+def config_options(parameters: dict) -> LoadOptions:
+    """The load options a written model repository's config.pbtxt holds: its parameters, as text, under the names of
+    the options serve takes (others are serve's own, or the export's path); a value that is not one is a one-line
+    SpecdecError."""
+    return load_options(LoadOptions.from_config(parameters, "serve", "config.pbtxt"))
+
+
+def load_decoder(engine, options: LoadOptions | None = None, **keywords):
+    """A SpeculativeDecoder of the export `engine` with serve's load options, `options` and/or keywords (with
+    graph_capture every request then runs alone, none in a batch)."""
     from specdec.runtime import SpeculativeDecoder
 
-    return SpeculativeDecoder.load(engine, provider=provider, threads=threads, graph_capture=graph_capture)
+    return SpeculativeDecoder.load(engine, load_options(options, **keywords))

@@ -23,6 +23,7 @@ import sysconfig
 from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError, first_line
+from specdec.runtime.core.options import LoadOptions
 from specdec.runtime.core.params import checked_max_batch
 
 from . import schema
@@ -126,27 +127,27 @@ class Server:
     so a second lets the next batch join while the last drains). threads: intra-op threads of the decoder (0:
     onnxruntime's default, the physical cores). max_batch: rows decoded at once and Triton's max_batch_size.
     max_queue: requests that may wait (in Triton's queue for `specdec`, in the batcher for streams).
-    queue_delay_us: how long Triton holds a request for others to batch with. provider: the decoder's execution
-    provider ("auto": CUDA if this onnxruntime has it, else the CPU; TensorRT only when named). graph_capture: load
-    the export's capturable graphs (SpeculativeDecoder.load; every request then runs alone, one at a time, none in a
-    batch). address: where it listens (127.0.0.1: this machine only).
+    queue_delay_us: how long Triton holds a request for others to batch with. options and/or keywords: the decoder's
+    load options that serve takes (provider, threads, graph_capture: specdec.runtime.core.options declares them;
+    with graph_capture every request runs alone, one at a time, none in a batch). address: where it listens
+    (127.0.0.1: this machine only).
     exit_timeout_s: how long a stopping server waits for requests in flight; its models then have UNLOAD_S more to
     unload, so that every process of the server ends cleanly."""
 
-    def __init__(self, engine, *, instances: int = 1, threads: int = 0, max_batch: int = schema.MAX_BATCH,
+    def __init__(self, engine, *, instances: int = 1, max_batch: int = schema.MAX_BATCH,
                  max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, address: str = "127.0.0.1", exit_timeout_s: int = 5,
-                 log_verbose: int = 0, provider: str = "auto", graph_capture: bool = False):
-        for name, value, least in (("instances", instances, 1), ("threads", threads, 0), ("max_queue", max_queue, 1),
+                 log_verbose: int = 0, options: LoadOptions | None = None, **load):
+        for name, value, least in (("instances", instances, 1), ("max_queue", max_queue, 1),
                                    ("queue_delay_us", queue_delay_us, 0)):
             if type(value) is not int or value < least:
                 raise SpecdecError(f"{name} must be an integer >= {least} (got {value!r})")
+        self.options = schema.load_options(options, **load)
         checked_max_batch(max_batch)
-        self.engine, self.instances, self.threads = Path(engine), instances, threads
+        self.engine, self.instances = Path(engine), instances
         self.max_batch, self.max_queue, self.queue_delay_us = max_batch, max_queue, queue_delay_us
         self.http_port, self.grpc_port, self.metrics_port = http_port, grpc_port, metrics_port
         self.address, self.exit_timeout_s, self.log_verbose = address, exit_timeout_s, log_verbose
-        self.provider, self.graph_capture = provider, graph_capture
         self.triton = None
         self.handler: schema.Handler | None = None
 
@@ -157,8 +158,7 @@ class Server:
                            ("--metrics-port", self.metrics_port)):
             _port_free(self.address, port, what)
         # load first: a bad export fails before Triton starts
-        self.handler = schema.Handler(schema.load_decoder(self.engine, self.threads, self.provider,
-                                                          self.graph_capture), self.max_batch, self.max_queue)
+        self.handler = schema.Handler(schema.load_decoder(self.engine, self.options), self.max_batch, self.max_queue)
         try:
             for attempt in range(3):
                 try:

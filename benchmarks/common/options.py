@@ -8,8 +8,8 @@ import argparse
 import json
 import sys
 
+from specdec.runtime.core import options as load_options
 from specdec.runtime.core.errors import OneLineParser, run_cli
-from specdec.runtime import GRAPH_CAPTURE_HELP, PROVIDER_CHOICES, PROVIDER_HELP
 
 
 PROMPT_FILE = ("JSONL ({\"source\": ...} a line) or plain text, one prompt a line (default: the bundled test prompts "
@@ -157,12 +157,9 @@ def run(*, max_new_tokens: int, repeat: int, repeat_help: str, past: str,
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
                    help=f"{declared('max_new_tokens')} (default {max_new_tokens})")
     g.add_argument("--repeat", type=int, default=repeat, metavar="R", help=f"{repeat_help} (default {repeat})")
-    g.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
-    g.add_argument("--threads", type=int, default=0, metavar="N",
-                   help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
-    if graph_capture:
-        g.add_argument("--graph-capture", action="store_true",
-                       help=GRAPH_CAPTURE_HELP + "; every configuration is then timed on those graphs")
+    # the load options the bench takes, from their declaration (runtime/core/options.py)
+    load_options.add_flags(g, "bench", leave_out=() if graph_capture else ("graph_capture",),
+                           notes={"graph_capture": "every configuration is then timed on those graphs"})
     g.add_argument("--probe-repeats", type=int, default=30, metavar="N",
                    help="repeats of each per-call cost measurement")
     g.add_argument("--past", type=int, default=None, metavar="N",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import SpecdecError
+from ..core.options import LoadOptions
 from ..engine.capture import CapturedSeq2Seq
 from ..engine.device import checked_provider_options, device_of, resolve_provider
 from ..engine.model import CachedSeq2Seq
@@ -25,12 +26,12 @@ def _belongs_together(target, draft) -> None:
                            f"{target.max_length}", "export the pair together with one specdec-export run")
 
 
-
-def open_export(export_dir: str | Path, provider: str = "auto", threads: int = 0, draft: str | Path | None = None,
-                datastore: str | Path | bool | None = None, provider_options: dict | None = None,
-                graph_capture: bool = False) -> tuple:
-    """(manifest, provider, target, draft models by name, datastore or None) of an export directory, every check
-    a one-line SpecdecError (SpeculativeDecoder.load says what each option does)."""
+def open_export(export_dir: str | Path, options: LoadOptions | None = None) -> tuple:
+    """(manifest, provider, target, draft models by name, datastore or None) of an export directory opened with
+    `options` (checked here when they were not: every refusal a one-line SpecdecError; runtime/core/options.py says
+    what each option does)."""
+    options = (options or LoadOptions()).checked()
+    draft, datastore, threads = options.draft, options.datastore, options.threads
     manifest = load_manifest(export_dir)
     draft_manifest = manifest
     if draft is not None:
@@ -39,20 +40,14 @@ def open_export(export_dir: str | Path, provider: str = "auto", threads: int = 0
         if manifest.speech is not None or draft_manifest.speech is not None:
             raise SpecdecError("draft= from another export does not apply to Whisper exports",
                                "export the Whisper pair together and load that one directory")
-    if datastore is not None and not isinstance(datastore, (str, Path, bool)):
-        raise SpecdecError(f"datastore must be a path, None or False (got {type(datastore).__name__})",
-                           "pass the path of a datastore file, or False for none")
-    provider, options = resolve_provider(provider), checked_provider_options(provider_options)
+    provider = resolve_provider(options.provider)
+    session_options = checked_provider_options(options.provider_options)
     device = device_of(provider)
-    if not isinstance(graph_capture, bool):
-        raise SpecdecError(f"graph_capture must be True or False (got {graph_capture!r:.40})")
-    if graph_capture and draft is not None:
-        raise SpecdecError("graph_capture with draft= from another export is not supported",
-                           "export the pair together with --graph-capture and load that one directory")
-    model = CapturedSeq2Seq if graph_capture else CachedSeq2Seq
-    target = model(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=options)
+    model = CapturedSeq2Seq if options.graph_capture else CachedSeq2Seq
+    target = model(manifest, "target", provider, device, manifest.gamma_max + 1, threads, options=session_options)
     models = {name: model(draft_manifest if name == "draft" else manifest, name, provider, device,
-                          manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length, options=options)
+                          manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length,
+                          options=session_options)
               for name in manifest.drafts}
     for name in (manifest.speech or {}).get("shares_target_encoder", []):
         target.share_encoder(models[name])

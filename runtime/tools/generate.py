@@ -8,10 +8,9 @@ import json
 import re
 import sys
 
+from ..core import options
 from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..core.params import PARAMETERS, add_flags, from_flags
-from ..decoder import GRAPH_CAPTURE_HELP
-from ..engine.device import PROVIDER_CHOICES, PROVIDER_HELP
 from .subtitles import lines, srt, vtt
 
 
@@ -34,12 +33,7 @@ def parser() -> argparse.ArgumentParser:
                    help="text (the default; with --timestamps one line per segment), json (as --json), or "
                         "subtitles: srt or vtt (these imply --timestamps)")
     p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
-    p.add_argument("--provider", default="auto", choices=PROVIDER_CHOICES, help=PROVIDER_HELP)
-    p.add_argument("--threads", type=int, default=0,
-                   help="intra-op threads of every model (0: onnxruntime's default for the target, one for each draft)")
-    p.add_argument("--graph-capture", action="store_true", help=GRAPH_CAPTURE_HELP)
-    p.add_argument("--datastore", metavar="PATH",
-                   help="the datastore the lookup searches (default: the export's own, if any; 'none': no datastore)")
+    options.add_flags(p, "generate")     # one flag per load option it takes, from its declaration
     add_flags(p)     # one flag per request parameter, from its declaration (runtime/core/params.py)
     p.add_argument("--stream", action="store_true", help="print text as soon as it is accepted (not with beams)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text and a stats line")
@@ -75,11 +69,9 @@ def _main(argv) -> int:
     if (args.text is None) == (args.audio is None):      # before the export is loaded
         raise SpecdecError("pass either a prompt text or --audio FILE.wav (for a Whisper export)",
                            "e.g. specdec-generate 'translate English to German: Hello.'")
-    from ..loading.datastore import load_option
     from ..decoder import SpeculativeDecoder
 
-    dec = SpeculativeDecoder.load(args.export, provider=args.provider, threads=args.threads,
-                                  datastore=load_option(args.datastore), graph_capture=args.graph_capture)
+    dec = SpeculativeDecoder.load(args.export, options.LoadOptions.from_args(args, "generate"))
     params = from_flags(args)
     args.json = args.json or args.format == "json"
     timestamps = args.timestamps or args.format in ("srt", "vtt")
@@ -135,8 +127,8 @@ PHRASES = (("pass audio= (a float32 16 kHz array or a WAV file's path)", "pass -
            ("a prompt text or input_ids", "a prompt text"),
            ("or None to detect it", "or leave out --language to detect it"))
 FLAGS = {**{declared.name: declared.flag for declared in PARAMETERS},
-         **{name: "--" + name.replace("_", "-") for name in ("audio", "language", "task", "timestamps", "provider",
-                                                             "threads", "datastore", "graph_capture")}}
+         **{d.name: d.flag for d in options.OPTIONS if "generate" in d.surfaces},
+         **{name: "--" + name.replace("_", "-") for name in ("audio", "language", "task", "timestamps")}}
 
 
 def in_flags(text: str) -> str:
