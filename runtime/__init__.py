@@ -1,6 +1,7 @@
 """specdec.runtime: exact speculative decoding on ONNX Runtime (needs only onnxruntime, numpy, tokenizers)."""
 
 from .core.errors import RunFailed, SpecdecError
+from .core.options import LoadOptions
 from .core.params import Params
 from .core.stats import Piece, Result, Stats
 from .decoder import SpeculativeDecoder
@@ -12,6 +13,6 @@ from .engine.device import PROVIDER_CHOICES, PROVIDER_HELP  # noqa: F401
 from .engine.model import CachedSeq2Seq
 from .loading.manifest import load_manifest
 
-__all__ = ["SpeculativeDecoder", "SpecdecError", "RunFailed", "Params", "Result", "Stats", "Piece", "DraftSource",
+__all__ = ["SpeculativeDecoder", "SpecdecError", "RunFailed", "Params", "LoadOptions", "Result", "Stats", "Piece", "DraftSource",
            "ModelDraft", "LookupDraft", "CachedSeq2Seq", "Proposal", "Verdict", "load_manifest", "Segment"]
 # not in __all__: what every command line's --provider takes and says of it (for the package's own command lines)

@@ -122,34 +122,28 @@ class SpeculativeDecoder:
         return Learned(self.models, self.datastore if datastore else None, self.vocabulary.tokenizer_size)
 
     # -- requests -------------------------------------------------------------------------------------------
-    def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-                 language: str | None = None, task: str | None = None, timestamps: bool = False,
+    def generate(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
                  learned: Learned | None = None, **overrides) -> Result:
         """Generate from a prompt (text) or input_ids. draft="none" or gamma=0 is target-only decoding on the same
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
         stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences.
 
-        A Whisper export transcribes `audio` (a float32 array of 16 kHz mono samples, or a WAV file's path)
-        instead: `language` as a code ("en", or its token "<|en|>"; None: detected by the target), `task`
-        "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike. `timestamps`
-        True (a model with timestamp tokens): the Result's `segments` hold each segment's start, end and text.
-        Audio longer than the encoder's window is transcribed window by window (decoding/speech/transcript.py; at most
-        4 h), each window's decoding exact; max_new_tokens counts per window."""
-        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides, audio, language, task,
-                                                  timestamps)
+        An export of another model family takes that family's input keywords instead of a prompt (families/: the
+        speech family's audio, language, task and timestamps, in its guide); input longer than the encoder's window
+        is decoded window by window, each window's decoding exact; max_new_tokens counts per window."""
+        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides)
         return self.scheduler.generate(admitted, learned)
 
-    def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, timestamps: bool = False,
+    def stream(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None,
                learned: Learned | None = None, **overrides):
         """Yield Piece(token_ids, text, stats, stop_reason) as soon as each iteration's tokens are accepted; `text`
         is the new text, `stats` the request's statistics so far, `stop_reason` set on the last piece.
         Parameters: a Params object and/or its fields as keywords (Params: max_new_tokens, gamma, draft,
-        temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size). A Whisper export takes
-        `audio` instead of a prompt (see generate); with timestamps=True the last Piece's `segments` are the
-        transcript's, and audio longer than the window streams a Piece per window, its `segments` the window's. `learned`: learn in that object (`learning()`) instead of `self.learned`."""
-        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides, audio, language, task,
-                                                  timestamps)
+        temperature, top_k, top_p, lenience, seed, min_new_tokens, no_repeat_ngram_size), and a model family's
+        input keywords (see generate): with timestamps=True the last Piece's `segments` are the transcript's, and
+        input longer than the window streams a Piece per window, its `segments` the window's. `learned`: learn in
+        that object (`learning()`) instead of `self.learned`."""
+        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides)
         yield from self.scheduler.stream(admitted, learned)
 
     def generate_batch(self, prompts=None, *, input_ids=None, params=None, max_batch: int = 16,
@@ -166,18 +160,16 @@ class SpeculativeDecoder:
         input yields one Piece with no tokens and its error in `stop_reason` ("error: ...")."""
         yield from self.scheduler.pieces(self.scheduler.batch(prompts, input_ids, params, max_batch, overrides))
 
-    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, timestamps: bool = False, **overrides):
+    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
         """Hand one request over from any thread and get its Ticket at once: iterate it for its Pieces, or call
         `result()` for its Result; `cancel()` stops it. The request is checked here (a bad one raises its one-line
         SpecdecError and nothing is queued). One that a batch can run joins the rows of this decoder's batcher
         (continuous batching, made on the first submit: at most 16 rows, 64 waiting; `batcher()` makes one of other
-        sizes); any other (beam search, a draft model, logits processors, lenience < 1, a Whisper export's audio)
-        runs alone on the decoder when its ticket is first read, in the thread that reads it. Parameters as for
+        sizes); any other (beam search, a draft model, logits processors, lenience < 1, a model family that does not
+        batch) runs alone on the decoder when its ticket is first read, in the thread that reads it. Parameters as for
         generate(). The batcher's thread waits idle between requests and keeps the decoder alive until the process
         ends; a decoder meant to be dropped should take requests through a `batcher()` it closes."""
-        return self.scheduler.submit(prompt=prompt, input_ids=input_ids, params=params, audio=audio,
-                                     language=language, task=task, timestamps=timestamps, **overrides)
+        return self.scheduler.submit(prompt, input_ids=input_ids, params=params, **overrides)
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
         """A Batcher: requests submitted from any thread (`submit()`, which returns a Ticket) are decoded together,

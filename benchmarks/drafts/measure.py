@@ -96,7 +96,7 @@ def check_configs(dec, configs, base: Params) -> None:
             raise SpecdecError(f"--draft {config.label}: this export has no datastore",
                                "export with specdec-export --datastore-text TEXT, or drop ,datastore")
         try:
-            dec.source(config.params(base, 0.0, 1).checked(dec.gamma_max))
+            dec.scheduler.source(config.params(base, 0.0, 1).checked(dec.gamma_max))
         except SpecdecError as err:
             raise SpecdecError(f"--draft {config.label}: {err.problem}", err.fix) from None
 
@@ -107,7 +107,7 @@ EXPLORE_KEYS = ("choice_rounds", "switch_rounds", "auto_rounds")
 def auto_object(dec, params: Params, learned):
     """The AutoDraft a request with `params` runs with `learned` (None where the runtime gives none)."""
     try:
-        return dec.source(params.checked(dec.gamma_max), learned=learned)
+        return dec.scheduler.source(params.checked(dec.gamma_max), learned=learned)
     except (SpecdecError, AttributeError, TypeError):
         return None
 
@@ -152,7 +152,7 @@ def estimates_snapshot(est) -> dict:
 def switch_snapshot(dec, learned) -> dict:
     """Where auto's switch stands: ms/token of auto's rounds and of plain steps, which leads, the other's share."""
     try:
-        switch = dec.source(Params(draft="auto"), learned=learned).switch
+        switch = dec.scheduler.source(Params(draft="auto"), learned=learned).switch
         ms = {mode: switch.seconds_per_token(mode) for mode in (True, False)}
         return {"auto_ms_per_token": None if ms[True] is None else 1000.0 * ms[True],
                 "plain_ms_per_token": None if ms[False] is None else 1000.0 * ms[False],

@@ -8,6 +8,10 @@ from __future__ import annotations
 from .text import TextFamily
 from .whisper import WhisperFamily
 
+# the request keywords a family's input may take besides a prompt or input_ids (generate(audio=..., ...)): every
+# family's, so that an export of another family refuses them with its one line instead of as unknown parameters
+INPUTS = tuple(dict.fromkeys(TextFamily.inputs + WhisperFamily.inputs))
+
 
 def family_of(manifest, tokenizer, start_id: int, eos_id: int):
     """The family of a checked manifest: Whisper when it carries a "speech" entry, text (T5) otherwise."""

@@ -11,6 +11,7 @@ from ..core.errors import SpecdecError
 class TextFamily:
     """A text export's input checks (family_of picks it). Its requests take no audio options."""
 
+    inputs = ()                  # request keywords of its input besides a prompt or input_ids
     batchable = True             # its requests may be rows of a batch
     refusal = None               # why a batch cannot run its requests (None: it can)
 

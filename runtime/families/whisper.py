@@ -1,6 +1,11 @@
-"""The Whisper family: a request is audio (a float32 array of 16 kHz samples or a WAV file's path) with a language
-and a task, decoded from the export's "speech" entry (decoding/speech/); audio longer than the encoder's window is
-transcribed window by window. A batch does not run its requests yet."""
+"""The Whisper family: a request is audio, decoded from the export's "speech" entry (decoding/speech/).
+
+Its input keywords (generate(audio=..., language=..., task=..., timestamps=...)): `audio`, a float32 array of 16 kHz
+mono samples or a WAV file's path; `language` as a code ("en", or its token "<|en|>"; None: detected by the target);
+`task` "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike. `timestamps` True (a
+model with timestamp tokens): the Result's `segments` hold each segment's start, end and text. Audio longer than the
+encoder's window is transcribed window by window (decoding/speech/transcript.py; at most 4 h), each window's
+decoding exact; max_new_tokens counts per window. A batch does not run its requests yet."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from ..loading.audio import check_audio
 class WhisperFamily:
     """A Whisper export's input checks and long-audio windows (family_of picks it)."""
 
+    inputs = ("audio", "language", "task", "timestamps")
     batchable = False
     refusal = ("batches do not run on Whisper exports yet", "transcribe each audio with generate()")
 

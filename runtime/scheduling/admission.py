@@ -14,6 +14,7 @@ from ..core.params import Params
 from ..decoding.plan import Plan, plans
 from ..decoding.request import Request
 from ..engine.capture import NO_EAGER, NO_EAGER_FIX
+from ..families import INPUTS
 
 
 @dataclass
@@ -60,10 +61,14 @@ class Admission:
         """The request's checked Params (keywords override fields of `params`)."""
         return Params.of(params, **(overrides or {})).checked(self.gamma_max)
 
-    def admit(self, prompt=None, input_ids=None, params=None, overrides: dict | None = None, audio=None,
-              language=None, task=None, timestamps=False, checked: Params | None = None) -> Admitted:
-        """A request checked and planned once; a bad one raises its one-line SpecdecError."""
-        checked = checked or self.params(params, overrides)
+    def admit(self, prompt=None, input_ids=None, params=None, overrides: dict | None = None) -> Admitted:
+        """A request checked and planned once; a bad one raises its one-line SpecdecError. `overrides`: fields of
+        Params, and the keywords of a family's input (families/: INPUTS)."""
+        overrides = dict(overrides or {})
+        given = {name: overrides.pop(name) for name in INPUTS if name in overrides}
+        audio, language, task = given.get("audio"), given.get("language"), given.get("task")
+        timestamps = given.get("timestamps", False)
+        checked = self.params(params, overrides)
         alone, row = plans(checked, self.models, self.gamma_max)
         if not isinstance(row, SpecdecError) and (self.captured or not self.family.batchable):
             row = SpecdecError(NO_EAGER, NO_EAGER_FIX) if self.captured else SpecdecError(*self.family.refusal)

@@ -180,15 +180,13 @@ class Batcher:
         self._thread = threading.Thread(target=self._loop, name="specdec-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, audio=None,
-               language: str | None = None, task: str | None = None, timestamps: bool = False, **overrides):
+    def submit(self, prompt: str | None = None, *, input_ids=None, params: Params | None = None, **overrides):
         """Hand a request over (checked here: a bad one raises its one-line SpecdecError and queues nothing): one a
         batch can run is queued for a row (a Ticket); any other gets an Alone ticket, which runs it on the decoder
         when it is first read. Parameters as for SpeculativeDecoder.generate()."""
         if self._closed:
             raise SpecdecError("this batcher is closed", "make another with decoder.batcher()")
-        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides, audio, language, task,
-                                                  timestamps)
+        admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides)
         if admitted.row is None:
             return Alone(self.scheduler, admitted)
         ticket = Ticket(self, admitted.row)

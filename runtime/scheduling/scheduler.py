@@ -200,12 +200,12 @@ class Scheduler:
 
         return Batcher(self, max_batch, max_queue)
 
-    def submit(self, **request):
+    def submit(self, prompt=None, **request):
         """Hand a request to the decoder's own batcher (made on the first call); returns its ticket."""
         with self._batcher_lock:
             if self._batcher is None:
                 self._batcher = self.batcher()
-        return self._batcher.submit(**request)
+        return self._batcher.submit(prompt, **request)
 
     def source(self, params, learned=None):
         """The draft source a request's (draft, gamma) asks for; None for target-only decoding."""
