@@ -7,7 +7,7 @@ from __future__ import annotations
 from .sources.auto import AutoDraft, Estimates
 from .strategies.beam_search import BeamEstimates
 from .sources.model_draft import DraftSource, ModelDraft
-from .sources.lookup import LookupDraft
+from .sources.lookup import LookupDraft, configured
 from .plan import Plan
 from .adaptive.switch import SWITCH_FIRST, Switch
 from .sources.width import Width
@@ -20,11 +20,11 @@ def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, dat
           tokenizer_size: int | None = None) -> DraftSource:
     """The source for a parsed chain (not "none" or "auto"); `models`: name -> CachedSeq2Seq; `lookup`: the
     LookupDraft to use (when None, a new one searching `datastore` too, if given, and proposing no id at or past
-    `tokenizer_size`)."""
+    `tokenizer_size`). Its lookup is configured by Learned.for_sampling, which knows where it proposes."""
     source = None
     for i, part in enumerate(parts):            # level 0 proposes to the target, level len - 1 is the lowest
         if part == "lookup":
-            source = lookup or LookupDraft(datastore=datastore, tokenizer_size=tokenizer_size)
+            source = lookup or configured(datastore=datastore, tokenizer_size=tokenizer_size)
         else:
             source = ModelDraft(models[part], below=source, name=",".join(parts[:i + 1]), level=len(parts) - 1 - i)
     return source
@@ -65,8 +65,8 @@ class Learned:
         """The source of a sampling request's plan (decoding/plan.py); None for target-only decoding."""
         if isinstance(plan.source, DraftSource):
             draft = plan.source
-            if isinstance(draft, LookupDraft):      # a lookup object proposes to the target itself
-                draft.top, draft.chooser = not plan.adaptive, draft.chooser or self.width
+            if draft.widens:                        # a lookup object proposes to the target itself
+                configured(draft, top=not plan.adaptive, chooser=self.width)
             if not plan.adaptive:
                 return draft
             key = (draft, plan.candidates)      # kept, with what it learned, while requests pass the same object;
@@ -78,29 +78,15 @@ class Learned:
         key = (plan.choose_source, plan.source, plan.adaptive, plan.candidates if plan.adaptive else None)
         if key not in self._made:
             if plan.choose_source:
-                lookup = LookupDraft(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
+                lookup = configured(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
                 made = {spec: build(spec.split(","), self.models, lookup) for spec in AUTO_CANDIDATES
                         if all(p == "lookup" or p in self.models for p in spec.split(","))}
-                self._made[key] = AutoDraft(made, Estimates(), adaptive=plan.adaptive)
+                source = self._made[key] = AutoDraft(made, Estimates(), adaptive=plan.adaptive)
             else:
                 made = build(plan.source.split(","), self.models, datastore=self.datastore,
                              tokenizer_size=self.tokenizer_size)
-                if isinstance(made, LookupDraft):
-                    made.top = not plan.adaptive         # it proposes to the target itself (auto's: via auto)
-                self._made[key] = AutoDraft({plan.source: made}, Estimates()) if plan.adaptive else made
-            for level in _levels(self._made[key]):
-                if isinstance(level, LookupDraft):
-                    level.chooser = self.width
+                source = self._made[key] = AutoDraft({plan.source: made}, Estimates()) if plan.adaptive else made
+            for level in source.levels():      # the whole draft at a fixed gamma proposes to the target itself
+                if level.widens:                # (auto's: through auto)
+                    configured(level, top=level is source, chooser=self.width)
         return self._made[key]
-
-
-def _levels(source) -> list:
-    """Every source a choice or a chain is made of (auto's candidates, the levels below a model)."""
-    out, todo = [], [source]
-    while todo:
-        s = todo.pop()
-        if s is None or s in out:
-            continue
-        out.append(s)
-        todo += list(getattr(s, "candidates", {}).values()) + [getattr(s, "below", None)]
-    return out

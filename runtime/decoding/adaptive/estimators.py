@@ -7,9 +7,10 @@ is the better one (Thompson sampling, or its expectation, probability matching),
 corrected while the chance is real, and an option that is surely worse costs next to nothing. `Beta` is that chance
 for a rate of kept guesses, `Ratio.variance` for a measured time per token (`faster_chance`).
 
-Who uses what: auto's choice of source and gamma (auto.py: Mean, Line, Beta, Waits), the lookup's width (width.py:
-Mean, Line), the switch between auto's rounds and plain steps (switch.py: Ratio, faster_chance), beam search's gamma
-(beam_decode.py: Mean, Beta) and a batch's copies (batch.py: Ratio)."""
+Who uses what: auto's choice of source and gamma (sources/auto.py: Mean, Line, Beta, Waits), the lookup's width
+(sources/width.py: Mean, Line), the switch between auto's rounds and plain steps (switch.py: Ratio, faster_chance),
+beam search's gamma (strategies/beam_search.py: Mean, Beta) and a batch's copies (strategies/batch.py: Ratio). The
+three choices of gamma among them share one type, controller.py's GammaController."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 
+from .controller import GammaController
 from .estimators import Ratio, faster_chance
 
 FIRST = 32            # rounds measured half and half before the shares follow the chance
@@ -40,9 +41,12 @@ _DECAY = 0.5 ** (1 / HALF_LIFE)
 _STEP = 0.6180339887498949      # the golden ratio's fraction: an evenly spread sequence of phases
 
 
-class Switch:
+class Switch(GammaController):
     """`first`: rounds measured half and half (FIRST; a batch's rounds each carry many requests' tokens, so a batch
-    measures more). `explored`: rounds run in the mode that measured slower at the time."""
+    measures more). `explored`: rounds run in the mode that measured slower at the time. As a GammaController
+    (controller.py) it chooses between the cap (the measured rounds: auto's, or a batch's lookup rounds) and 0 (a
+    plain target step); it times its rounds itself, from one choice to the next, and learns each at the next
+    choice."""
 
     def __init__(self, clock=time.perf_counter, first: int = FIRST):
         self.clock, self.first = clock, first
@@ -61,29 +65,39 @@ class Switch:
 
     def plain(self, produced: int, idle: float = 0.0, hold: bool = False) -> bool:
         """Called at each round's start with the tokens the request has produced: True when the round is to be a
-        plain target step. `idle`: seconds since the last call that were no round's work (a batch's joining
-        requests' encoder runs), left out of the last round's time. `hold`: the round is auto's, unmeasured and not
-        counted (auto's estimates are still young: its rounds are not yet what it will run)."""
+        plain target step (`choose(1, ...)` is 0). `idle`: seconds since the last call that were no round's work (a
+        batch's joining requests' encoder runs), left out of the last round's time. `hold`: the round is auto's,
+        unmeasured and not counted (auto's estimates are still young: its rounds are not yet what it will run)."""
+        return self.choose(1, produced, idle, hold) == 0
+
+    def choose(self, cap: int, produced: int = 0, idle: float = 0.0, hold: bool = False) -> int:
+        """The next round's gamma: `cap` (a measured round: auto's, or a batch's lookup round) or 0 (a plain target
+        step); `produced`, `idle` and `hold` as in `plain`. The round before, timed from its choice to this one, is
+        learned first."""
         now = self.clock()
         if self._last is not None:
             began, before, mode = self._last
-            for spent in self.spent.values():
-                spent.fade(_DECAY)
-            self.spent[mode].add(now - began - idle, produced - before)
-            self.measured[mode] += 1
+            self.learn(mode, now - began - idle, produced - before)
         if hold:
             self._last = None
-            return False
+            return cap
         self.rounds += 1
         if self.rounds % DECIDE == 0 and self.rounds >= self.first:
             self._decide()
         self._phase = (self._phase + _STEP) % 1.0
         lead = True if self.lead is None else self.lead
         auto = (not lead) if self._phase < self._share else lead
-        if self.lead is not None and auto != self.lead:
-            self.explored += 1
+        if self.lead is not None:
+            self._chose(auto, self.lead)
         self._last = (now, produced, auto)
-        return not auto
+        return cap if auto else 0
+
+    def learn(self, auto: bool, seconds: float, tokens: int) -> None:
+        """A round of the mode `auto` (True: a measured round, False: a plain step) took `seconds` for `tokens`."""
+        for spent in self.spent.values():
+            spent.fade(_DECAY)
+        self.spent[auto].add(seconds, tokens)
+        self.measured[auto] += 1
 
     def share(self) -> float:
         """The slower mode's share of the rounds now."""

@@ -43,6 +43,7 @@ import numpy as np
 
 from ...core.stats import Stats
 from .contract import DraftSource, Proposal, Verdict
+from ..adaptive.controller import GammaController
 from ..adaptive.estimators import Line, Mean, Waits, draw_beta
 from ..adaptive.switch import Switch
 from .tree import matched
@@ -251,14 +252,18 @@ class _Plan:
                  "mean_plain", "mean_copy")
 
 
-class AutoDraft(DraftSource):
+class AutoDraft(DraftSource, GammaController):
     """Chooses among `candidates` (name -> DraftSource; a source that `copies` is probed for guesses when that can
     pay) and gamma (every gamma up to the cap when `adaptive`, else exactly the cap for a model source).
 
     A refit, every REFIT rounds and at each request's start, turns the estimates into a _Plan; a round reads it.
     When nothing is expected to beat target-only decoding, a round is a target-only step plus a counter and two
     comparisons (no lookup probe). Exploration is bounded: a source that goes unchosen for its wait (EXPLORE rounds
-    at first) is tried once, and each try after which it still is not chosen doubles its wait, up to MAX_WAIT."""
+    at first) is tried once, and each try after which it still is not chosen doubles its wait, up to MAX_WAIT.
+
+    A GammaController (runtime/decoding/adaptive/controller.py) that also chooses the source: `choose(ws, cap)` ->
+    (source name or "none", gamma), with the workspace first (the lookup is probed in it), and `learn(verdict)` folds
+    the round into the estimates; over it, its own Switch is another."""
 
     name = "auto"
 
@@ -278,10 +283,9 @@ class AutoDraft(DraftSource):
         # (a chain level's tokens are distributed as its own q): one alpha for both
         self.alpha_key = {}
         for key, source in candidates.items():
-            model = getattr(source, "model", None)
+            model = source.model
             if model is not None and source.below is not None and source.below is self.lookup:
-                alone = next((k for k, s in candidates.items() if s.below is None and getattr(s, "model", None)
-                              is model), None)
+                alone = next((k for k, s in candidates.items() if s.below is None and s.model is model), None)
                 if alone is not None:
                     self.alpha_key[key] = alone
         self.switch = Switch()          # auto's rounds, or plain target steps where those are faster
@@ -290,12 +294,19 @@ class AutoDraft(DraftSource):
         # (runtime/decoding/sources/lookup.py origins, its own name first), or just its key when it declares none or is
         # keyed otherwise
         key = next((k for k, s in candidates.items() if s is self.lookup), None)
-        origins = tuple(getattr(self.lookup, "origins", ()))
-        self.origins = origins if origins[:1] == (key,) else (key,) if key is not None else ()
+        origins = tuple(self.lookup.origins) if self.lookup is not None else ()
+        self.copy_origins = origins if origins[:1] == (key,) else (key,) if key is not None else ()
         # what a young kind of sampling runs SETTLE rounds of: each model source (its alpha key, its name) and each
         # of the lookup's origins (on their copies)
         self._settle_models = [(self._key(k), k) for k, s in candidates.items() if not self._uses_lookup(s)]
-        self._settling = list(dict.fromkeys([k for k, _ in self._settle_models] + list(self.origins)))
+        self._settling = list(dict.fromkeys([k for k, _ in self._settle_models] + list(self.copy_origins)))
+
+    def levels(self) -> list:
+        """This choice and every source its candidates are made of."""
+        out = [self]
+        for source in self.candidates.values():
+            out += [level for level in source.levels() if level not in out]
+        return out
 
     def start(self, source_ids, stats):
         if self.request is not None and self.produced:
@@ -342,7 +353,7 @@ class AutoDraft(DraftSource):
         """(key, source, name, free) of every name a plan rates: a lookup under each of its origins."""
         for key, source in self.candidates.items():
             free = source is self.lookup
-            for name in (self.origins if free else (key,)):
+            for name in (self.copy_origins if free else (key,)):
                 yield key, source, name, free
 
     def _tables(self, cap: int, times: list, alphas: dict) -> tuple:
@@ -351,7 +362,7 @@ class AutoDraft(DraftSource):
         est = self.estimates
         none = ("none", 0, (1.0 + MARGIN) / (times[0] + est.host.get(0.0)))     # what a source must beat
         plain = none                      # per_copy[origin][c]: the best when c guesses were copied from origin
-        per_copy = {origin: [none] * (cap + 1) for origin in self.origins}
+        per_copy = {origin: [none] * (cap + 1) for origin in self.copy_origins}
         for _, source, name, free in self._names():
             gammas = list(range(1, cap + 1)) if (self.adaptive or free) else [cap]
             remaining = max(est.request_tokens.get(64.0) - self.produced, 1.0) if source.needs_encoder else None
@@ -361,7 +372,7 @@ class AutoDraft(DraftSource):
                 g, rate = max(zip(gammas, rates), key=lambda x: x[1])
                 if rate > plain[2]:
                     plain = (name, g, rate)
-                if self.origins:              # after a copy too: a model competes with the copies
+                if self.copy_origins:              # after a copy too: a model competes with the copies
                     best = (name, g, rate)
                     for table in per_copy.values():
                         table[1:] = [best if best[2] > c[2] else c for c in table[1:]]
@@ -423,34 +434,33 @@ class AutoDraft(DraftSource):
             plan = self._plan = self._refit(cap)
         best, mean, stale = plan.plain, plan.mean_plain, plan.stale
         young = est.young(self._settling)
-        copying = [o for o in self.origins if est.tries.get(o, 0) < SETTLE] if young else []     # origins settling
+        copying = [o for o in self.copy_origins if est.tries.get(o, 0) < SETTLE] if young else []     # origins settling
         probe = plan.copy_pays or (stale is not None and stale[2]) or bool(copying)
-        if "datastore" in self.origins:   # the datastore is searched only where its copies may pay (or are tried)
+        if "datastore" in self.copy_origins:   # the datastore is searched only where its copies may pay (or are tried)
             self.lookup.search_store = plan.store_pays or (stale is not None and stale[0] == "datastore") or \
                 "datastore" in copying
         copied = self._copied = self.lookup.guesses(ws, cap) if probe else []
         origin = None
         if copied:
             origin = getattr(self.lookup, "origin", None)
-            origin = origin if origin in plan.copy else self.origins[0]
+            origin = origin if origin in plan.copy else self.copy_origins[0]
             best, mean = plan.copy[origin][len(copied)], plan.mean_copy[origin][len(copied)]
             fallback = getattr(self.lookup, "fallback", None)
             if fallback:                  # the datastore matched longer; the output's or the source's shorter copy
-                other = plan.copy[self.origins[0]][len(fallback)]           # is expected to make more per second?
+                other = plan.copy[self.copy_origins[0]][len(fallback)]           # is expected to make more per second?
                 if other[2] > best[2]:
                     copied = self._copied = fallback
-                    origin = self.lookup.origin = self.origins[0]
+                    origin = self.lookup.origin = self.copy_origins[0]
                     best, mean = other, plan.mean_copy[origin][len(fallback)]
         if stale is not None and stale[0] != best[0] and (copied or not stale[2]) and \
-                (stale[0] not in self.origins or stale[0] == origin):       # a copy origin is tried on its copies
+                (stale[0] not in self.copy_origins or stale[0] == origin):       # a copy origin is tried on its copies
             best = stale[:2]
             plan.stale = None                            # tried once; its wait doubles unless a refit chooses it
             est.waits.double(stale[0])
         settling = self._young(copied, origin, copying, cap) if young else None    # each source its rounds
         if settling is not None:
             best = settling
-        if tuple(best[:2]) != tuple(mean[:2]):
-            self.explored += 1
+        self._chose(tuple(best[:2]), tuple(mean[:2]))
         est.waits.ran(best[0], est.round)
         return best[:2]
 
@@ -461,12 +471,12 @@ class AutoDraft(DraftSource):
         if gamma == 0:
             self.chosen = None
             return Proposal(0, source="none")
-        self.chosen = self.lookup if name in self.origins else self.candidates[name]
+        self.chosen = self.lookup if name in self.copy_origins else self.candidates[name]
         if self.chosen is self.lookup:               # already looked up by choose(); may widen into a tree
             found = self.lookup.propose_found(ws, self._copied[:gamma], room=k)
             self._tree = found.tree
             return Proposal(found.count, True, name, tree=found.tree)
-        model = getattr(self.chosen, "model", None)     # a model source behind the output: it catches up first
+        model = self.chosen.model       # a model source behind the output: it catches up first
         self._lag = 0 if model is None else max(ws.end - max(model.length, 0) - 1, 0)
         proposal = self.chosen.propose(ws, gamma, rows, row, stats)
         if self._plan.encodes:                # a model's first use in the request may have run its encoder: the
@@ -477,6 +487,10 @@ class AutoDraft(DraftSource):
         """Pass the verdict to the chosen source, and fold the round's outcome and costs into the estimates."""
         if self.chosen is not None and verdict.proposed:
             self.chosen.commit(ws, verdict)
+        self.learn(verdict)
+
+    def learn(self, verdict: Verdict) -> None:
+        """Fold the round's outcome and costs (timed from its proposal to now) into the estimates."""
         name, began, target_before, encoder_before = self._mark
         stats = self._stats
         target_s = stats.target_s - target_before

@@ -1,5 +1,5 @@
 """What one round of Algorithm 1 passes around: the draft's proposal, the verifier's verdict, and the contract every
-draft source keeps (DraftSource; the sources themselves are in draft.py, lookup.py and auto.py)."""
+draft source keeps (DraftSource; the sources themselves are in model_draft.py, lookup.py and auto.py)."""
 
 from __future__ import annotations
 
@@ -41,19 +41,42 @@ class DraftSource:
 
     `propose` appends x_1 .. x_k to the workspace's round (after `ws.end`), writes q_1 .. q_k into the rows it is
     given (or the point rows) and returns a Proposal (k may be smaller than asked, 0 on a miss); `commit` gets the
-    Verdict of the level above. What a source costs and needs is declared here, so a chooser (auto.py) asks instead
-    of looking inside: `below` (the source a chain level verifies, or None), `needs_encoder` (an encoder run is
-    due before its next proposal in this request), `copies` (its guesses are host-made point masses: a lookup)."""
+    Verdict of the level above. What a source costs and needs is declared here, with defaults, so the choosers and
+    the factory that configures sources ask it instead of looking inside: `below` (the source a chain level
+    verifies, or None), `needs_encoder` (an encoder run is due before its next proposal in this request), `copies`
+    (its guesses are host-made point masses: a lookup), `model` (the model whose proposals it makes, or None: a
+    chain level topped by the same model proposes exactly as that model does), `widens` (its rounds may verify
+    several candidates as a token tree: the lookup, which the factory then tells whether it proposes to the target
+    itself and gives the width chooser), `origins` (the names its proposals go by) and `levels()` (itself and every
+    source it is made of)."""
 
     name = "draft"
     below: "DraftSource | None" = None
     copies = False
+    model = None
+    widens = False
 
     @property
     def needs_encoder(self) -> bool:
         """Whether an encoder run is due before this source's next proposal in the request (a model source not yet
         used in it); a chooser shares that run's cost over the rounds the source may serve."""
         return False
+
+    @property
+    def origins(self) -> tuple:
+        """The names its proposals go by in the stats and in auto's estimates: its own name, or (the lookup) one per
+        place it copies from, its own name first."""
+        return (self.name,)
+
+    def levels(self) -> list:
+        """This source and every source it is made of: the levels below a chain's top, auto's candidates (each
+        once, this one first)."""
+        out = [self]
+        below = self.below
+        while below is not None and below not in out:
+            out.append(below)
+            below = below.below
+        return out
 
     def start(self, source_ids, stats) -> None:
         """A new request: prepare for the prompt (the target's decoder sequence starts with the start token)."""

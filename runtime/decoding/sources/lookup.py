@@ -57,6 +57,7 @@ class LookupDraft(DraftSource):
 
     name = "lookup"
     copies = True
+    widens = True
 
     def __init__(self, min_n: int = 1, max_n: int = 3, datastore=None, tokenizer_size: int | None = None):
         if not 1 <= min_n <= max_n:
@@ -71,9 +72,8 @@ class LookupDraft(DraftSource):
         self.generated = NgramIndex(min_n, max_n)
         self._started = None          # the source ids of the request indexed last
         # several candidates a round (runtime/decoding/sources/tree.py), only where this lookup proposes to the target:
-        # `top` (it is the whole draft) or a chooser passing `room` to propose_found
+        # `top` (it is the whole draft) or a chooser passing `room` to propose_found; both set by `configured` below
         self.top = False
-        self.width: int | None = None   # the request's candidates (0: chosen by `chooser`), None: one a round
         self.chooser = None             # a runtime/decoding/sources/width.py Width
         self._context: list = []
         self._round = None              # (candidates looked up, their host seconds, room) of the round at hand
@@ -97,7 +97,11 @@ class LookupDraft(DraftSource):
 
     def guesses(self, ws: Workspace, k: int) -> list:
         """What a proposal of up to k would copy (nothing written)."""
-        seq, known = ws.seq, ws.known         # the final tokens (start token first) and this round's so far
+        return self.match(ws.seq, ws.known, k)     # the final tokens (start token first) and this round's so far
+
+    def match(self, seq: list, known: list | None, k: int) -> list:
+        """What up to k copied guesses after the output `seq` (the final tokens, start token first) and `known` (the
+        round's tokens so far; None when a model wrote tokens the host has not read) would be (nothing written)."""
         self.origin, self.fallback = self.name, []
         if known is None or k < 1:            # a model wrote tokens the host has not read: nothing to match
             return []
@@ -130,13 +134,14 @@ class LookupDraft(DraftSource):
 
     def propose_found(self, ws: Workspace, found: list, room: int = 0) -> Proposal:
         """Propose guesses already found by `guesses` (a chooser that looked before deciding): point masses. With
-        `room` (this lookup proposes to the target: at most that many guesses in a row) and `width` set, several
-        candidates of len(found) tokens each, merged into a tree of at most ws.tree_room() nodes
-        (runtime/decoding/sources/tree.py), when more than one is found."""
+        `room` (this lookup proposes to the target: at most that many guesses in a row), where the request allows a
+        tree (`candidates`; 0: chosen by `chooser`), several candidates of len(found) tokens each, merged into a
+        tree of at most ws.tree_room() nodes (runtime/decoding/sources/tree.py), when more than one is found."""
         self._round = None
-        if found and room and self.width is not None:
-            auto = self.width == 0 and self.chooser is not None
-            want = self.chooser.wanted() if auto else max(self.width, 1)
+        width = _width(ws) if found and room else None
+        if width is not None:
+            auto = width == 0 and self.chooser is not None
+            want = self.chooser.wanted() if auto else max(width, 1)
             use = self.chooser.choice if auto else want
             found, nodes = found[:room], ws.tree_room()
             began = time.perf_counter()
@@ -193,9 +198,24 @@ class LookupDraft(DraftSource):
         self._round = None
 
 
-def proposing_lookup(source) -> "LookupDraft | None":
-    """The lookup that proposes to the target in `source` (the lookup itself when it is the whole draft, or auto's
-    lookup), if any: the one whose rounds may verify several candidates."""
-    if isinstance(source, LookupDraft):
-        return source if source.top else None
-    return getattr(source, "lookup", None)
+def _width(ws: Workspace) -> int | None:
+    """The candidates a lookup round of this request may verify as a tree (0: chosen by a width chooser), or None
+    for one a round: a tree of candidates is exact only with lenience 1 and no logits processors."""
+    params = ws.params
+    return params.candidates if params.lenience == 1 and ws.processors is None else None
+
+
+def configured(lookup: LookupDraft | None = None, *, datastore=None, tokenizer_size: int | None = None,
+               top: bool = False, chooser=None) -> LookupDraft:
+    """The one place a lookup is made and configured, for every user: a sampling request's lookup, auto's
+    candidates' shared one, a batch row's, and a LookupDraft object a request passes (`lookup`, made with its own
+    datastore and tokenizer size; a new one otherwise, searching `datastore` and proposing no id at or past
+    `tokenizer_size`). `top`: it proposes to the target itself (the whole draft at a fixed gamma); `chooser`: the
+    runtime/decoding/sources/width.py Width that picks how many candidates a round verifies where a request leaves
+    it open (a lookup keeps the one it has). How many a request asks for the lookup reads from the request's
+    workspace when it proposes (`_width`)."""
+    if lookup is None:
+        lookup = LookupDraft(datastore=datastore, tokenizer_size=tokenizer_size)
+    lookup.top = top
+    lookup.chooser = lookup.chooser or chooser
+    return lookup

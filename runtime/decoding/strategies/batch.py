@@ -23,12 +23,11 @@ import collections
 import threading
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import numpy as np
 
 from ..adaptive.estimators import Ratio
-from ..sources.lookup import LookupDraft
+from ..sources.lookup import LookupDraft, configured
 from ..request import Request
 from ..adaptive.switch import Switch
 
@@ -134,7 +133,7 @@ class Batching:
         self.model.join(b, request.ids, params, request.stats)
         lookup = None
         if request.plan.source == "lookup":
-            lookup = LookupDraft(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
+            lookup = configured(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
             lookup.start(request.ids, request.stats)
         gamma = request.plan.gamma
         return Row(index, request, lookup, min(gamma, self.model.gamma), np.random.default_rng(params.seed),
@@ -149,7 +148,7 @@ class Batching:
         room = min(row.gamma, row.request.params.max_new_tokens - len(row.out) - 1, room)
         if room < 1:
             return []
-        found = row.lookup.guesses(SimpleNamespace(seq=row.seq, known=[]), room)
+        found = row.lookup.match(row.seq, [], room)
         if found and row.request.plan.adaptive:
             found = found[:self.worth(row.lookup.origin, len(found))]
         return found

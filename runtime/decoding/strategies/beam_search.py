@@ -33,6 +33,7 @@ from ...core.stats import Stats
 from ...engine.beam_model import BeamModel
 from .beam_book import BeamSearch, candidates, log_softmax
 from ..sources.auto import expected_tokens
+from ..adaptive.controller import GammaController
 from ..adaptive.estimators import Beta, Mean
 from ..processors import Processors
 from ..request import Request
@@ -185,7 +186,7 @@ class BeamRun:
         return [(r, list(path) + [search.eos] * (gamma - len(path))) for r in sorted(longest) for path in longest[r]]
 
 
-class BeamEstimates:
+class BeamEstimates(GammaController):
     """What gamma="auto" learned for beam search, per beam width: per gamma (0 = a target-only step) the seconds a
     round takes, and, shared by every gamma, the chance that a draft step is replayed by the target's search (the
     next beam step is one of the rows scored: `kept`, Beta counts). A round of gamma makes E(beta, gamma) = 1 + beta
@@ -196,7 +197,8 @@ class BeamEstimates:
     for a round's measured cost ((gamma + 1) / seconds below a target step's 1 / seconds) it never runs again, and
     where the chance is real the counts it adds settle it within tens of rounds. As a floor, after FLOOR rounds
     without a speculative one, the speculative gamma that ran longest ago is tried once (at most one round in
-    FLOOR: a change of the draft's agreement or of a cost is still seen)."""
+    FLOOR: a change of the draft's agreement or of a cost is still seen). A GammaController
+    (runtime/decoding/adaptive/controller.py): `choose(cap, width)`, `learn(gamma, steps, seconds, width)`."""
 
     DECAY, FLOOR = 0.98, 512
     KEPT_DECAY = 0.9        # the replay counts remember ~10 speculative rounds: they run rarely where they lose
@@ -215,10 +217,10 @@ class BeamEstimates:
     def _rate(self, width: int, gamma: int, beta: float) -> float:
         return expected_tokens(beta, gamma) / max(self.cost[width, gamma].get(), 1e-9)
 
-    def choose(self, gamma_max: int, width: int = 0) -> int:
-        """The gamma of the next round of a search of `width` beams."""
+    def choose(self, cap: int, width: int = 0) -> int:
+        """The gamma of the next round of a search of `width` beams, at most `cap` (0: a target-only step)."""
         self.width = width
-        options = [0] + [g for g in self.GAMMAS if g <= gamma_max]
+        options = [0] + [g for g in self.GAMMAS if g <= cap]
         self.rounds += 1
         for g in options:
             if (width, g) not in self.cost:
@@ -229,8 +231,7 @@ class BeamEstimates:
         best = max(options, key=lambda g: self._rate(width, g, mean))
         if pick == 0 and best == 0 and len(options) > 1 and self.rounds - self.speculated >= self.FLOOR:
             pick = min(options[1:], key=lambda g: self.last.get(g, 0))
-        if pick != best:
-            self.explored += 1
+        self._chose(pick, best)
         if pick:
             self.speculated = self.rounds
         self.last[pick] = self.rounds

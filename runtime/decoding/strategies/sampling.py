@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..processors import Processors
 from ..request import Request
 from ..sources.contract import DraftSource
-from ..sources.lookup import proposing_lookup
 from ..speculative import speculative_step, target_step
 from ..speech.prompt import prefill, prompt_tokens
 
@@ -30,9 +29,6 @@ class Sampling:
         prefill(ws, target, len(prompt) - 1, stats)
         if source is not None:
             source.start(request.ids, stats)
-            lookup = proposing_lookup(source)
-            if lookup is not None:        # a tree of candidates is exact only with lenience 1, no processors
-                lookup.width = params.candidates if params.lenience == 1 and ws.processors is None else None
         out, limit = [], params.max_new_tokens
         cap = request.plan.gamma
         while True:
