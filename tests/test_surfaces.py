@@ -226,7 +226,7 @@ def test_specdec_generate_json_holds_every_figure(tiny_export):
 
 # -- graph inputs and outputs -------------------------------------------------------------------------------------
 def test_the_loader_checks_the_declared_graph_names():
-    """The loader's table of expected tensors (runtime/loading/limits.py) names exactly the declared graph inputs and
+    """The loader's table of expected tensors (runtime/loading/validate.py) names exactly the declared graph inputs and
     outputs, and export writes them (its INPUTS/OUTPUTS are the declaration's)."""
     from specdec.runtime.core import graph_io
     from specdec.runtime.loading.validate import EXPECTED

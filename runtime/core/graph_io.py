@@ -1,5 +1,5 @@
 """The export's graph inputs and outputs, by name: what specdec-export writes (export/), what the loader checks
-(runtime/loading/manifest.py, limits.py) and what the engine binds (runtime/engine/) are these names."""
+(runtime/loading/manifest.py, validate.py) and what the engine binds (runtime/engine/) are these names."""
 
 ENCODER_INPUTS = ("input_ids",)
 ENCODER_OUTPUTS = ("cross_kv",)                 # every layer's cross-attention K/V, computed once per request
@@ -11,7 +11,7 @@ INPUT_IDS, PAST_KV, CROSS_KV = DECODER_INPUTS
 LOGITS, NEW_KV = DECODER_OUTPUTS
 # every decoder: the cache positions and encoder positions each batch row owns, int64 [B] (or [1]); both
 # default to -1 (overridable initializers: "all of past_kv", "all of cross_kv"), so a caller of one length binds
-# neither. A batch of rows of different lengths binds both (export/decoder.py).
+# neither. A batch of rows of different lengths binds both (export/tracing.py).
 ROW_INPUTS = ("row_lengths", "source_lengths")          # new_kv is bound in place, after past_kv in the one cache buffer
 # the speculative head fused into every decoder graph: sample or verify inside the run
 HEAD_INPUTS = ("draft_probs", "uniforms", "temperature", "top_k", "top_p", "lenience", "logit_mask")
@@ -27,7 +27,7 @@ GUESS_COUNTS = "guess_counts"
 STEPS = "steps"                                 # a draft decoder's trip count: its k steps in one run
 # the TARGET decoder only: verify a token tree in one run. tree_depth int64 [new] (new token i sits at
 # position past + tree_depth[i]) and tree_mask bool [new, new] (token i sees new token j iff tree_mask[i, j]: j is i
-# or an ancestor) go to the decoder (export/decoder.py); tree_uniforms fp32 [M] -> draws int64 [M], one draw per
+# or an ancestor) go to the decoder (export/tracing.py); tree_uniforms fp32 [M] -> draws int64 [M], one draw per
 # row of `probs`, go to the head (export/head.py). A chain run binds arange(new), the lower triangle, [0] and [0].
 TREE_INPUTS = ("tree_depth", "tree_mask", "tree_uniforms")
 TREE_OUTPUTS = ("draws",)

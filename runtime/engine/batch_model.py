@@ -2,7 +2,7 @@
 
 Row b owns cache slots 0 .. length_b - 1 of the one KV buffer [max_length, layers, 2, capacity, heads, d_kv] and
 encoder positions 0 .. source_b - 1 of the cross-attention buffer; a run binds `row_lengths` and `source_lengths`
-(the decoders' per-row lengths, export/decoder.py) so each row attends to its own positions with its own relative-position bias.
+(the decoders' per-row lengths, export/tracing.py) so each row attends to its own positions with its own relative-position bias.
 A run appends N tokens to every row: their K/V land in slots past .. past+N-1 of all rows (past = the longest row),
 and the rows' kept tokens then move down to their own lengths (a copy of a few slots per shorter row). The head
 (export/head.py) verifies each row's guesses with that row's parameters and uniforms, so one run returns every

@@ -3,7 +3,7 @@
 Run by the manifest loader after the checksums and before ONNX Runtime opens any graph. For each graph file it
 reads (onnxfile.py) the main graph's inputs and outputs and every external-data reference, and checks:
   - the inputs and outputs are exactly those the manifest lists (names, dtypes, shapes), so the checks that
-    limits.py made on the manifest's entries hold for the graph that will run;
+    validate.py made on the manifest's entries hold for the graph that will run;
   - every external-data location is a plain relative path inside the graph's own folder after resolving symlinks
     (confine.py; ONNX Runtime reads external data from that folder only), names a file among the manifest's
     checksummed `files`, and its offset and length are decimal integers that stay inside that file.
@@ -24,7 +24,7 @@ FIX = "re-run specdec-export, or copy the export again from a trusted source"
 def check_graph_files(manifest) -> None:
     for role, info in manifest.models.items():
         for kind, graph in (("encoder", info.encoder), ("decoder", info.decoder)):
-            if graph is not None:          # no encoder: a draft that keeps the target's (limits.py checked that)
+            if graph is not None:          # no encoder: a draft that keeps the target's (validate.py checked that)
                 check_graph_file(manifest, f"the {role} {kind} graph {shown(graph.file)}", graph)
         for kind, graph in (info.capture or {}).items():
             check_graph_file(manifest, f"the {role} {kind} graph {shown(graph.file)}", graph)
