@@ -11,6 +11,7 @@ from .decoding.sources.contract import Proposal, Verdict
 from .decoding.speech.transcript import Segment
 from .engine.device import PROVIDER_CHOICES, PROVIDER_HELP  # noqa: F401
 from .engine.model import CachedSeq2Seq
+from .families import family_inputs  # noqa: F401
 from .loading.manifest import load_manifest
 
 __all__ = ["SpeculativeDecoder", "SpecdecError", "RunFailed", "Params", "LoadOptions", "Result", "Stats", "Piece", "DraftSource",

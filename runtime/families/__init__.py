@@ -13,6 +13,12 @@ from .whisper import WhisperFamily
 INPUTS = tuple(dict.fromkeys(TextFamily.inputs + WhisperFamily.inputs))
 
 
+def family_inputs(manifest) -> tuple:
+    """The request keywords an export's family takes besides a prompt or input_ids (() for a text export): what a
+    surface (a command line, serving, the C API) offers for this export."""
+    return (WhisperFamily if manifest.speech is not None else TextFamily).inputs
+
+
 def family_of(manifest, tokenizer, start_id: int, eos_id: int):
     """The family of a checked manifest: Whisper when it carries a "speech" entry, text (T5) otherwise."""
     family = WhisperFamily if manifest.speech is not None else TextFamily
