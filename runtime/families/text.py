@@ -9,34 +9,36 @@ from ..core.errors import SpecdecError
 
 
 class TextFamily:
-    """A text export's input checks (family_of picks it). Its requests take no audio options."""
+    """A text export's input checks (family_of picks it). Its requests take no input keywords."""
 
     inputs = ()                  # request keywords of its input besides a prompt or input_ids
     batchable = True             # its requests may be rows of a batch
     refusal = None               # why a batch cannot run its requests (None: it can)
+    drafts_apart = None          # why draft= from another export cannot load (None: it can)
+
+    @staticmethod
+    def shared_encoders(manifest) -> list:
+        """The draft models that run the target's encoder instead of their own (text: none)."""
+        return []
 
     def __init__(self, manifest, tokenizer, start_id: int, eos_id: int):
         self.manifest, self.tokenizer, self.start_id, self.eos_id = manifest, tokenizer, start_id, eos_id
         self.vocab_size, self.max_length = manifest.vocab_size, manifest.max_length
 
-    def samples(self, audio):
-        """The request's audio as the family reads it (text: as given, for `input` to refuse)."""
-        return audio
+    def read(self, given: dict) -> dict:
+        """The request's input keywords (`inputs`) as the family reads them once (text: it takes none)."""
+        return given
 
-    def long(self, audio) -> bool:
+    def whole(self, given: dict) -> bool:
         """Whether the input is longer than the encoder's window and is decoded window by window (text: never)."""
         return False
 
-    def input(self, prompt, input_ids, audio=None, language=None, task=None, timestamps=False) -> tuple:
-        """(checked token ids, None): a one-line SpecdecError for anything else."""
-        if audio is not None or language is not None or task is not None or timestamps is not False:
-            raise SpecdecError("audio, language, task and timestamps are for Whisper exports; this export is a "
-                               "text model", "pass a prompt text or input_ids")
-        return self.ids(prompt, input_ids), None
+    def choices(self, given: dict) -> None:
+        """Check the choices an input longer than the window is decoded with (text: none)."""
 
-    def given(self, source, language=None, task=None, timestamps=False) -> dict:
-        """A checked input as generate() keywords (what a ticket that runs alone passes on)."""
-        return {"input_ids": source}
+    def input(self, prompt, input_ids, given: dict) -> tuple:
+        """(checked token ids, None): a one-line SpecdecError for anything else."""
+        return self.ids(prompt, input_ids), None
 
     def ids(self, prompt, input_ids) -> np.ndarray:
         """A prompt text tokenized, or input_ids checked: inside the vocabulary, at most max_length."""

@@ -27,29 +27,40 @@ class WhisperFamily:
         self.manifest, self.tokenizer, self.start_id, self.eos_id = manifest, tokenizer, start_id, eos_id
         self.speech = manifest.speech
 
-    def samples(self, audio):
-        """The request's audio read and checked once (a WAV file's path becomes its samples)."""
-        return check_audio(audio) if audio is not None else audio
+    drafts_apart = ("draft= from another export does not apply to Whisper exports",
+                    "export the Whisper pair together and load that one directory")
+    foreign = ("audio, language, task and timestamps are for Whisper exports; this export is a text model",
+               "pass a prompt text or input_ids")      # what an export of another family says of these keywords
 
-    def long(self, audio) -> bool:
+    @staticmethod
+    def shared_encoders(manifest) -> list:
+        """The draft models that run the target's encoder instead of their own."""
+        return list(manifest.speech.get("shares_target_encoder", []))
+
+    def read(self, given: dict) -> dict:
+        """The request's audio read and checked once (a WAV file's path becomes its samples)."""
+        audio = given.get("audio")
+        return {**given, "audio": check_audio(audio)} if audio is not None else given
+
+    def whole(self, given: dict) -> bool:
         """Whether the audio is longer than the encoder's window (decoded window by window)."""
+        audio = given.get("audio")
         return audio is not None and audio.size > int(self.speech["n_samples"])
 
-    def prompt(self, language, task, timestamps=False):
+    def choices(self, given: dict, timestamps=None):
         """The decoder prompt a request's choices make (one-line errors for bad ones)."""
-        return make_prompt(self.speech, self.start_id, language, task, timestamps)
+        stamps = given.get("timestamps", False) if timestamps is None else timestamps
+        return make_prompt(self.speech, self.start_id, given.get("language"), given.get("task"), stamps)
 
-    def input(self, prompt, input_ids, audio=None, language=None, task=None, timestamps=False) -> tuple:
-        """(checked PCM samples inside the window, its SpeechPrompt): a one-line SpecdecError for anything else."""
-        pcm, speech = checked_audio(audio, self.speech), self.prompt(language, task, timestamps)
+    def input(self, prompt, input_ids, given: dict, window=None, timestamps=None) -> tuple:
+        """(checked PCM samples inside the window, its SpeechPrompt): a one-line SpecdecError for anything else.
+        `window`, `timestamps`: one window of long audio, decoded with or without timestamps."""
+        pcm = checked_audio(given.get("audio") if window is None else window, self.speech)
+        speech = self.choices(given, timestamps)
         if prompt is not None or input_ids is not None:
             raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt text or input_ids",
                                "pass audio= (a float32 16 kHz array or a WAV file's path)")
         return pcm, speech
-
-    def given(self, source, language=None, task=None, timestamps=False) -> dict:
-        """A checked input as generate() keywords (what a ticket that runs alone passes on)."""
-        return {"audio": source, "language": language, "task": task, "timestamps": timestamps}
 
     def segments(self, tokens) -> list:
         """A transcript's timestamp tokens read into Segments."""
@@ -65,8 +76,9 @@ class WhisperFamily:
         for _, result, found in windows(pcm, self.speech, run, seed, self.eos_id, self._text):
             yield result, found
 
-    def transcribe(self, pcm, seed: int, timestamps: bool, run) -> Result:
+    def transcribe(self, given: dict, seed: int, run) -> Result:
         """The whole recording's Result, its windows' transcripts joined."""
+        pcm, timestamps = given["audio"], given.get("timestamps", False)
         results, found = [], []
         for result, window_segments in self.windows(pcm, seed, run):
             results.append(result)
@@ -75,8 +87,9 @@ class WhisperFamily:
         return Result(" ".join(s.text for s in found if s.text), ids, merged([r.stats for r in results]),
                       results[-1].stop_reason, [ids], [], segments=found if timestamps else [])
 
-    def stream(self, pcm, seed: int, timestamps: bool, run):
+    def stream(self, given: dict, seed: int, run):
         """A Piece per window of long audio, then the last Piece with the stop reason."""
+        pcm, timestamps = given["audio"], given.get("timestamps", False)
         results, first = [], True
         for result, found in self.windows(pcm, seed, run):
             results.append(result)

@@ -1,37 +1,41 @@
 """Admission: a request checked and planned once, where it enters, into the one object every path carries.
 
 `Admission.admit` checks the parameters (Params.checked), the input through the export's family (a prompt text or
-token ids, or audio), and plans the request both ways in one planner call (decoding/plan.py `plans`): alone
-(speculative sampling or beam search) and as a row of a batch. The `Admitted` it returns is what generate(), a stream,
-a batch and the batcher's tickets run: nothing below plans or checks it again."""
+token ids, or its family's own input keywords), and plans the request both ways in one planner call (decoding/plan.py
+`plans`): alone (speculative sampling or beam search) and as a row of a batch. The `Admitted` it returns is what
+generate(), a stream, a batch and the batcher's tickets run: nothing below plans or checks it again."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.errors import SpecdecError
 from ..core.params import Params
 from ..decoding.plan import Plan, plans
 from ..decoding.request import Request
 from ..engine.capture import NO_EAGER, NO_EAGER_FIX
-from ..families import INPUTS
+from ..families import INPUTS, refuse_foreign
 
 
 @dataclass
 class Admitted:
-    """A checked, planned request. `source`: its token ids or its samples (None for audio longer than the window,
-    which `pcm` holds and the family decodes window by window); `row`: the Request a batch runs it as, or None;
-    `refusal`: why a batch cannot run it (a SpecdecError) when `row` is None."""
+    """A checked, planned request. `source`: its checked input (token ids, or what its family encodes); `prompt`: the
+    decoder prompt its family made, or None; `whole`: set when the input is longer than the encoder's window and its
+    family decodes it window by window (`source` is then None); `given`: the family's input keywords as read;
+    `row`: the Request a batch runs it as, or None; `refusal`: why a batch cannot run it when `row` is None."""
     params: Params
     plan: Plan | SpecdecError           # alone (an error when only a batch runs it)
     source: object = None
-    speech: object = None
-    pcm: object = None                  # audio longer than the encoder's window
-    language: str | None = None
-    task: str | None = None
-    timestamps: bool = False
+    prompt: object = None
+    whole: bool = False
+    given: dict = field(default_factory=dict)
     row: Request | None = None
     refusal: SpecdecError | None = None
+
+    @property
+    def timestamps(self) -> bool:
+        """Whether its Result carries the transcript's timed segments."""
+        return bool(self.given.get("timestamps", False))
 
     def alone(self) -> Plan:
         """Its plan alone, or its one-line error."""
@@ -41,13 +45,7 @@ class Admitted:
 
     def request(self) -> Request:
         """A fresh Request to run it alone."""
-        return Request(self.source, self.params, self.alone(), speech=self.speech)
-
-    def given(self, family) -> dict:
-        """Its checked input as generate() keywords."""
-        if self.pcm is not None:
-            return {"audio": self.pcm, "language": self.language, "task": self.task, "timestamps": self.timestamps}
-        return family.given(self.source, self.language, self.task, self.timestamps)
+        return Request(self.source, self.params, self.alone(), speech=self.prompt)
 
 
 class Admission:
@@ -66,19 +64,18 @@ class Admission:
         Params, and the keywords of a family's input (families/: INPUTS)."""
         overrides = dict(overrides or {})
         given = {name: overrides.pop(name) for name in INPUTS if name in overrides}
-        audio, language, task = given.get("audio"), given.get("language"), given.get("task")
-        timestamps = given.get("timestamps", False)
         checked = self.params(params, overrides)
         alone, row = plans(checked, self.models, self.gamma_max)
         if not isinstance(row, SpecdecError) and (self.captured or not self.family.batchable):
             row = SpecdecError(NO_EAGER, NO_EAGER_FIX) if self.captured else SpecdecError(*self.family.refusal)
-        audio = self.family.samples(audio)
-        if self.family.long(audio):     # checked window by window when it runs; its prompt's choices now
-            self.family.prompt(language, task, timestamps)
-            return Admitted(checked, self._alone(alone), pcm=audio, language=language, task=task,
-                            timestamps=timestamps, refusal=row if isinstance(row, SpecdecError) else None)
-        source, speech = self.family.input(prompt, input_ids, audio, language, task, timestamps)
-        admitted = Admitted(checked, alone, source, speech, language=language, task=task, timestamps=timestamps)
+        refuse_foreign(self.family, given)
+        given = self.family.read(given)
+        if self.family.whole(given):        # checked window by window when it runs; its choices now
+            self.family.choices(given)
+            return Admitted(checked, self._alone(alone), whole=True, given=given,
+                            refusal=row if isinstance(row, SpecdecError) else None)
+        source, prompt_made = self.family.input(prompt, input_ids, given)
+        admitted = Admitted(checked, alone, source, prompt_made, given=given)
         if isinstance(row, SpecdecError):
             admitted.refusal = row
             self._alone(alone)          # runs alone: its own plan must hold

@@ -11,11 +11,12 @@ and requests join it between rounds as they arrive (continuous batching), each w
 
 `submit` is the one entry for every request (SpeculativeDecoder.submit hands requests to its scheduler's batcher;
 the Triton handler to its): one that a batch cannot run (beam search, a draft model, logits processors,
-lenience < 1, a Whisper export's audio; any request on a decoder loaded with graph_capture) gets an `Alone` ticket,
-read the same way, which runs it on the decoder by itself when it is first read. A request is checked and planned once, in
-`submit` (scheduling/admission.py; a one-line SpecdecError there, nothing queued). Past `max_queue` waiting requests, `submit` raises at once
-("the batcher is busy") instead of queueing without bound. The batch holds the decoder (its gate) while it runs and
-gives it back when no request is left, so generate() from other threads waits for it as for any request.
+lenience < 1, a model family that does not batch; any request on a decoder loaded with graph_capture) gets an `Alone`
+ticket, read the same way, which runs it on the decoder by itself when it is first read. A request is checked and
+planned once, in `submit` (scheduling/admission.py; a one-line SpecdecError there, nothing queued). Past `max_queue`
+waiting requests, `submit` raises at once ("the batcher is busy") instead of queueing without bound. The batch holds the
+decoder (its gate) while it runs and gives it back when no request is left, so generate() from other threads waits for
+it as for any request.
 """
 
 from __future__ import annotations
@@ -85,11 +86,11 @@ class Ticket:
 
 class Alone:
     """A submitted request that a batch cannot run (beam search, a draft model, logits processors, lenience < 1, a
-    Whisper export's audio), checked when it was submitted: it runs alone on the decoder, between batches, when it
-    is first read and in the thread that reads it: iterating it streams, as SpeculativeDecoder.stream (beam search
-    cannot stream: its one-line SpecdecError); `result()` before any iteration generates, as generate(), beam search
-    included. Like a stream it holds the decoder from its first piece to its end: leaving a `for` loop over it early
-    (its iterator closed or dropped) cancels it and frees the decoder. `cancel()` may come from any thread: before
+    model family that does not batch), checked when it was submitted: it runs alone on the decoder, between batches,
+    when it is first read and in the thread that reads it: iterating it streams, as SpeculativeDecoder.stream (beam
+    search cannot stream: its one-line SpecdecError); `result()` before any iteration generates, as generate(), beam
+    search included. Like a stream it holds the decoder from its first piece to its end: leaving a `for` loop over it
+    early (its iterator closed or dropped) cancels it and frees the decoder. `cancel()` may come from any thread: before
     the first read the request never runs; during a read, the reader stops at the next piece. Reading two requests
     in turn from one thread ends the first (the decoder's gate belongs to a thread: as for two streams)."""
 

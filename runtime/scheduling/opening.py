@@ -10,6 +10,7 @@ from ..core.options import LoadOptions
 from ..engine.capture import CapturedSeq2Seq
 from ..engine.device import checked_provider_options, device_of, resolve_provider
 from ..engine.model import CachedSeq2Seq
+from ..families import family_class
 from ..loading.manifest import load_manifest
 
 
@@ -37,9 +38,9 @@ def open_export(export_dir: str | Path, options: LoadOptions | None = None) -> t
     if draft is not None:
         draft_manifest = load_manifest(draft)
         _belongs_together(manifest, draft_manifest)
-        if manifest.speech is not None or draft_manifest.speech is not None:
-            raise SpecdecError("draft= from another export does not apply to Whisper exports",
-                               "export the Whisper pair together and load that one directory")
+        for family in (family_class(manifest), family_class(draft_manifest)):
+            if family.drafts_apart is not None:
+                raise SpecdecError(*family.drafts_apart)
     provider = resolve_provider(options.provider)
     session_options = checked_provider_options(options.provider_options)
     device = device_of(provider)
@@ -49,7 +50,7 @@ def open_export(export_dir: str | Path, options: LoadOptions | None = None) -> t
                           manifest.gamma_max + 2, threads or 1, max_length=manifest.max_length,
                           options=session_options)
               for name in manifest.drafts}
-    for name in (manifest.speech or {}).get("shares_target_encoder", []):
+    for name in family_class(manifest).shared_encoders(manifest):
         target.share_encoder(models[name])
     store = None if datastore is False else manifest.datastore(None if datastore in (None, True) else datastore)
     return manifest, provider, target, models, store

@@ -69,21 +69,20 @@ class Scheduler:
             yield request, new
 
     def _window(self, admitted: Admitted, learned):
-        """How one window of long audio is decoded (the family calls it): admitted again as the window's input, with
-        the request's plan, holding the decoder."""
+        """How one window of a long input is decoded (its family calls it): the window's checked input with the
+        request's plan, holding the decoder."""
         def run(window, stamps, seed):
-            source, speech = self.family.input(None, None, window, admitted.language, admitted.task, stamps)
+            source, prompt = self.family.input(None, None, admitted.given, window, stamps)
             each = replace(admitted, params=replace(admitted.params, seed=seed % (1 << 64)), source=source,
-                           speech=speech, pcm=None, timestamps=stamps)
+                           prompt=prompt, whole=False, given={**admitted.given, "timestamps": stamps})
             with self.gate.held():
                 return self._generate(each, learned)
         return run
 
     def generate(self, admitted: Admitted, learned=None) -> Result:
         """An admitted request's Result, holding the decoder."""
-        if admitted.pcm is not None:
-            return self.family.transcribe(admitted.pcm, admitted.params.seed, admitted.timestamps,
-                                          self._window(admitted, learned))
+        if admitted.whole:
+            return self.family.transcribe(admitted.given, admitted.params.seed, self._window(admitted, learned))
         with self.gate.held():
             return self._generate(admitted, learned)
 
@@ -99,9 +98,8 @@ class Scheduler:
         if admitted.alone().where == "beams":
             raise SpecdecError("beam search cannot stream: every beam may still lose until the search ends",
                                "use generate() with num_beams > 1, or stream with num_beams=1")
-        if admitted.pcm is not None:
-            yield from self.family.stream(admitted.pcm, admitted.params.seed, admitted.timestamps,
-                                          self._window(admitted, learned))
+        if admitted.whole:
+            yield from self.family.stream(admitted.given, admitted.params.seed, self._window(admitted, learned))
             return
         pieces = Pieces(self.text)
         hold = self.gate.acquire()
