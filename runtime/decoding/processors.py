@@ -3,10 +3,10 @@
     min_new_tokens        EOS is banned while fewer than this many tokens were generated (MinNewTokensLength)
     no_repeat_ngram_size  n: a token that would repeat an n-gram already in the sequence is banned (NoRepeatNGram;
                           the decoder prompt counts, as it does in transformers)
-    suppress              Whisper's suppress_tokens, banned everywhere (SuppressTokensLogitsProcessor)
-    begin_suppress        Whisper's begin_suppress_tokens, banned as the first generated token
+    suppress              the model's suppress_tokens, banned everywhere (SuppressTokensLogitsProcessor)
+    begin_suppress        the model's begin_suppress_tokens, banned as the first generated token
                           (SuppressTokensAtBeginLogitsProcessor)
-    timestamps            Whisper's timestamp rules (WhisperTimeStampLogitsProcessor's, by the tokens so far):
+    timestamps            the timestamp rules of transformers' timestamp logits processor, by the tokens so far:
                           <|notimestamps|> never; a timestamp first, at most
                           MAX_INITIAL_S into the window; after a timestamp that ends a segment, another timestamp or
                           end of text; after a pair, text; timestamps never decrease (a segment's start may equal
@@ -31,9 +31,9 @@ class Processors:
     min_new_tokens: int = 0
     no_repeat_ngram_size: int = 0
     prompt: int = 1                   # decoder tokens before the first generated one (T5: the start token)
-    suppress: tuple = ()              # never generated (Whisper's suppress_tokens: SuppressTokensLogitsProcessor)
+    suppress: tuple = ()              # never generated (suppress_tokens: SuppressTokensLogitsProcessor)
     begin_suppress: tuple = ()        # not generated first (begin_suppress_tokens: SuppressTokensAtBegin...)
-    timestamps: tuple = ()            # Whisper with timestamps: (id of <|0.00|>, their count, the latest first
+    timestamps: tuple = ()            # with timestamps: (id of <|0.00|>, their count, the latest first
     #                                   timestamp's index, <|notimestamps|>'s id)
 
     @property
@@ -60,7 +60,7 @@ class Processors:
         return out
 
     def _timestamp_bans(self, generated, exact: bool) -> range | list:
-        """Whisper's timestamp rules after `generated` (module docstring); `exact` False: only the tokens banned at
+        """The timestamp rules after `generated` (module docstring); `exact` False: only the tokens banned at
         every position (a draft's proposal loop uses one row for all its steps)."""
         begin, count, initial, no_timestamps = self.timestamps
         out = [no_timestamps]

@@ -15,7 +15,7 @@ import numpy as np
 from ..core.params import Params
 from ..core.stats import Stats
 from .plan import Plan
-from .speech.prompt import SpeechPrompt
+from .prompt import DecoderPrompt
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Request:
     #                                  Whisper request's PCM (float32, checked)
     params: Params                   # checked
     plan: Plan                       # what it runs (decoding/plan.py): the only reading of its gamma and draft
-    speech: SpeechPrompt | None = None     # a Whisper request's decoder prompt and suppressed tokens
+    prompt: DecoderPrompt | None = None    # its family's decoder prompt and suppressed tokens (None: the start token)
     stats: Stats = field(default_factory=Stats)
     stop_reason: str = ""            # "eos", "max_new_tokens" or "max_length" once it has ended
     sequences: list = field(default_factory=list)    # beam search: the num_return_sequences best, best first

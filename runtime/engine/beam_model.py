@@ -70,7 +70,7 @@ class BeamModel:
             for new, buf in zip(self.caches, old):       # the layouts depend on the rows in use, not on capacity
                 new.write(buf.flat())
             cross = getattr(self, "cross", None)
-            positions = max(m.max_length, m.frames or 0)     # a Whisper encoder's frames may exceed max_length
+            positions = max(m.max_length, m.frames or 0)     # an encoder's fixed frames may exceed max_length
             self.cross = Buffer((m.layers * 2 * rows * m.heads * positions * m.d_kv,), dtype, self.device)
             if cross is not None:
                 self.cross.write(cross.flat())

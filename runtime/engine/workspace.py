@@ -15,8 +15,8 @@ knows where in them each graph reads and writes (allocated once at load).
     sink      [1, V] + one token  where a catch-up run (a lagging model reading tokens it missed) writes its unused head
     uniforms  r ~ U(0,1), a stream drawn from the request's seed in blocks: every run takes the next G+1
     params    temperature, top_k, top_p, lenience: device scalars, written once per request
-    mask      [gamma_max + 2, V]  with logits processors (min_new_tokens, no_repeat_ngram_size, Whisper's
-              suppressed tokens): 0 / -inf per token for the rows of the run at hand, made on the host from the
+    mask      [gamma_max + 2, V]  with logits processors (min_new_tokens, no_repeat_ngram_size, a decoder
+              prompt's suppressed tokens): 0 / -inf per token for the rows of the run at hand, made on the host from the
               tokens before each row (every model's head adds it, so p and q are processed alike); a draft's
               proposal loop gets one row for all its steps, without the no-repeat bans (q may then differ from
               the processed draft distribution; it is what the tokens were drawn from, so the round stays exact);
@@ -80,8 +80,8 @@ class Workspace:
 
     # -- per request and per round ----------------------------------------------------------------------------
     def reset(self, prompt, params: Params, processors=None) -> None:
-        """A new request whose decoder starts from the tokens `prompt`: [the start token] (T5), or Whisper's start
-        of transcript, language, task and no timestamps; the last of them is the current token. `processors`
+        """A new request whose decoder starts from the tokens `prompt`: [the start token] (T5), or the decoder prompt
+        its family made (decoding/prompt.py); the last of them is the current token. `processors`
         (runtime/decoding/processors.py) when active: every run's head rows are masked."""
         prompt = [int(t) for t in prompt]
         self.tokens.write(prompt)

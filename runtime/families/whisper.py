@@ -53,7 +53,7 @@ class WhisperFamily:
         return make_prompt(self.speech, self.start_id, given.get("language"), given.get("task"), stamps)
 
     def input(self, prompt, input_ids, given: dict, window=None, timestamps=None) -> tuple:
-        """(checked PCM samples inside the window, its SpeechPrompt): a one-line SpecdecError for anything else.
+        """(checked PCM samples inside the window, its DecoderPrompt): a one-line SpecdecError for anything else.
         `window`, `timestamps`: one window of long audio, decoded with or without timestamps."""
         pcm = checked_audio(given.get("audio") if window is None else window, self.speech)
         speech = self.choices(given, timestamps)

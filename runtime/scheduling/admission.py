@@ -45,7 +45,7 @@ class Admitted:
 
     def request(self) -> Request:
         """A fresh Request to run it alone."""
-        return Request(self.source, self.params, self.alone(), speech=self.prompt)
+        return Request(self.source, self.params, self.alone(), prompt=self.prompt)
 
 
 class Admission:

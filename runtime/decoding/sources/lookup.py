@@ -90,7 +90,7 @@ class LookupDraft(DraftSource):
             return
         self._started = source_ids
         self.source = NgramIndex(self.min_n, self.max_n)
-        # a Whisper request's source is audio: nothing to copy from it
+        # a source of samples, not token ids (a family whose encoder reads floats): nothing to copy from it
         self.source.tokens = [] if np.asarray(source_ids).dtype.kind == "f" else [int(t) for t in source_ids]
         self.source.index(0, len(self.source.tokens))
         self.generated = NgramIndex(self.min_n, self.max_n)

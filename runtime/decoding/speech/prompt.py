@@ -1,35 +1,14 @@
-"""A Whisper request: its audio checked against the encoder's window, its decoder prompt (start of transcript,
-language, task, no timestamps) made from the export's "speech" entry, the language the target finds most likely when
-the request names none, and the prompt's tokens before the current one run into the target's cache before the first
-round.
-
-Detection is transformers' `detect_language`: one target run over the start of transcript, the language token with
-the largest logit. Neither step samples, so the request's uniforms are those it would use with the language given.
-"""
+"""A Whisper request: its audio checked against the encoder's window, and its decoder prompt (start of transcript,
+language, task, no timestamps) made from the export's "speech" entry as a DecoderPrompt (decoding/prompt.py, which
+detects the language when the request names none and runs the prompt into the target's cache)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from ...core.errors import SpecdecError
-from ...core.params import Params
-from ...core.stats import Stats
-from ...engine.model import CachedSeq2Seq
-from ...engine.workspace import Workspace
 from ...loading.audio import check_audio
-
-
-@dataclass(frozen=True)
-class SpeechPrompt:
-    """What a Whisper request's decoder starts from: `tokens` (start of transcript, language, task, no timestamps;
-    the language slot None when it is to be detected among `languages`), and the tokens generation suppresses."""
-    tokens: tuple
-    languages: tuple = ()            # language token ids, to detect the language from (slot 1 of tokens is None)
-    suppress: tuple = ()
-    begin_suppress: tuple = ()
-    timestamps: tuple = ()           # with timestamps: Processors.timestamps
+from ..prompt import DecoderPrompt
 
 
 def checked_audio(audio, speech: dict) -> np.ndarray:
@@ -49,7 +28,7 @@ def checked_audio(audio, speech: dict) -> np.ndarray:
 MAX_INITIAL_S = 1.0          # a transcript with timestamps starts at most this far into the window (Whisper's rule)
 
 
-def make_prompt(speech: dict, start_id: int, language, task, timestamps: bool = False) -> SpeechPrompt:
+def make_prompt(speech: dict, start_id: int, language, task, timestamps: bool = False) -> DecoderPrompt:
     """The decoder prompt of a Whisper request: start of transcript, language (None: detect), task, no timestamps
     (those the export's model has; no timestamps left out when `timestamps`), and the tokens its generation
     suppresses."""
@@ -89,7 +68,7 @@ def make_prompt(speech: dict, start_id: int, language, task, timestamps: bool = 
                 int(speech["no_timestamps_token_id"]))
     elif speech["no_timestamps_token_id"] is not None:
         tokens.append(int(speech["no_timestamps_token_id"]))
-    return SpeechPrompt(tuple(tokens), tuple(int(v) for v in languages.values()) if language is None else (),
+    return DecoderPrompt(tuple(tokens), tuple(int(v) for v in languages.values()) if language is None else (),
                         tuple(speech["suppress_tokens"]), tuple(speech["begin_suppress_tokens"]),
                         rule if timestamps else ())
 
@@ -97,34 +76,3 @@ def make_prompt(speech: dict, start_id: int, language, task, timestamps: bool = 
 def time_step(speech: dict) -> float:
     """Seconds between timestamp tokens: the window over its encoder positions (0.02 s, as in Whisper)."""
     return speech["n_samples"] / speech["sampling_rate"] / speech["frames"]
-
-
-def prompt_tokens(ws: Workspace, target: CachedSeq2Seq, speech, params: Params, stats: Stats) -> list:
-    """The request's prompt tokens, its language detected when it has none (after target.encode)."""
-    tokens = list(speech.tokens)
-    if speech.languages and tokens[1] is None:
-        ws.reset(tokens[:1], params)
-        _count(target.run(*ws.catch_up(0, 0)), stats)
-        tokens[1] = most_likely(np.asarray(target.logits.flat()[:target.vocab]), speech.languages)
-        target.rollback(0)
-    return tokens
-
-
-def most_likely(logits: np.ndarray, languages: tuple) -> int:
-    """The language token with the largest logit after the start of transcript (transformers' detect_language)."""
-    ids = np.asarray(languages, np.int64)
-    return int(ids[int(np.argmax(logits[ids]))])
-
-
-def prefill(ws: Workspace, target: CachedSeq2Seq, count: int, stats: Stats) -> None:
-    """Run the prompt's first `count` tokens (after ws.reset with the prompt) into the target's cache, as many a
-    run as its logits rows hold."""
-    width = target.logits.shape[0]
-    while target.length < count:
-        first = target.length
-        _count(target.run(*ws.catch_up(first, min(first + width, count) - 1)), stats)
-
-
-def _count(seconds: float, stats: Stats) -> None:
-    stats.target_s += seconds
-    stats.target_calls += 1

@@ -37,7 +37,7 @@ from ..adaptive.controller import GammaController
 from ..adaptive.estimators import Beta, Mean
 from ..processors import Processors
 from ..request import Request
-from ..speech.prompt import most_likely
+from ..prompt import most_likely
 
 
 def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
@@ -53,7 +53,7 @@ def processed(logits: np.ndarray, seqs, processors: Processors) -> np.ndarray:
 
 class BeamRun:
     """One request's beam search. `search` is the BeamSearch; `prompt` the decoder tokens before the first generated
-    one (T5: the start token; Whisper: start of transcript, language, task, no timestamps)."""
+    one (the start token, or the decoder prompt its family made: decoding/prompt.py)."""
 
     spread = 1          # the draft keeps spread x W running beams: more rows per target run, more of them scored
 
@@ -74,8 +74,8 @@ class BeamRun:
         self.ids, self.draft_ready = ids, False       # the draft encodes on its first round (auto may use none)
 
     def detect_language(self, languages: tuple) -> None:
-        """A Whisper prompt whose language slot is None: the language the target finds most likely after the start
-        of transcript (decoding/speech/prompt.py), read from one target run; the cache is then empty again."""
+        """A prompt whose language slot is None: the language the target finds most likely after the prompt's first
+        token (decoding/prompt.py), read from one target run; the cache is then empty again."""
         logits = self.target.run(np.array([self.prompt[:1]] * self.search.width, np.int64))[0, -1]
         self._count_target()
         self.prompt[1] = most_likely(logits, languages)
@@ -260,18 +260,18 @@ class BeamSearching:
         self.eos_id, self.start_id, self.max_length = eos_id, start_id, max_length
 
     def run(self, request: Request):
-        params, plan, draft, speech = request.params, request.plan, self.draft, request.speech
-        prompt = [self.start_id] if speech is None else list(speech.tokens)
+        params, plan, draft, made = request.params, request.plan, self.draft, request.prompt
+        prompt = [self.start_id] if made is None else list(made.tokens)
         # the decoder's positions hold the prompt and every generated token but the last
         search = BeamSearch(plan.num_beams, min(params.max_new_tokens, self.max_length + 1 - len(prompt)),
                             self.eos_id, params.length_penalty, params.early_stopping)
-        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress, speech.timestamps)
+        suppressed = () if made is None else (made.suppress, made.begin_suppress, made.timestamps)
         processors = Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size, len(prompt),
                                 *suppressed)
         run = BeamRun(self.target, draft, search, processors, prompt, self.max_length, request.stats)
         run.begin(request.ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if plan.adaptive else plan.gamma)
         if None in prompt:
-            run.detect_language(speech.languages)
+            run.detect_language(made.languages)
         while not search.done:
             if draft is None:
                 run.target_step()

@@ -7,7 +7,7 @@ from ..processors import Processors
 from ..request import Request
 from ..sources.contract import DraftSource
 from ..speculative import speculative_step, target_step
-from ..speech.prompt import prefill, prompt_tokens
+from ..prompt import prefill, prompt_tokens
 
 
 class Sampling:
@@ -21,9 +21,9 @@ class Sampling:
     def run(self, request: Request):
         ws, target, source, params, stats = self.ws, self.target, self.source, request.params, request.stats
         target.encode(request.ids, stats)
-        speech = request.speech
-        prompt = [self.start_id] if speech is None else prompt_tokens(ws, target, speech, params, stats)
-        suppressed = () if speech is None else (speech.suppress, speech.begin_suppress, speech.timestamps)
+        made = request.prompt
+        prompt = [self.start_id] if made is None else prompt_tokens(ws, target, made, params, stats)
+        suppressed = () if made is None else (made.suppress, made.begin_suppress, made.timestamps)
         ws.reset(prompt, params, Processors(self.eos_id, params.min_new_tokens, params.no_repeat_ngram_size,
                                             len(prompt), *suppressed))
         prefill(ws, target, len(prompt) - 1, stats)
