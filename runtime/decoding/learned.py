@@ -1,33 +1,20 @@
-"""What a decoder learns across requests, in one object (Learned): the DraftSource each planned source builds, kept
-with what auto, beam search's gamma and the batches learn (the names a request's `draft=` may say are parsed by the
-planner, decoding/plan.py)."""
+"""What a decoder learns across requests, in one object (Learned): the DraftSource each planned source is (built by
+sources/factory.py, kept), with what auto, beam search's gamma and the batches learn (the names a request's
+`draft=` may say are parsed by the planner, decoding/plan.py)."""
 
 from __future__ import annotations
 
 from .sources.auto import AutoDraft, Estimates
 from .strategies.beam_search import BeamEstimates
-from .sources.model_draft import DraftSource, ModelDraft
-from .sources.lookup import LookupDraft, configured
+from .sources.factory import build
+from .sources.model_draft import DraftSource
+from .sources.lookup import configured
 from .plan import Plan
 from .adaptive.switch import SWITCH_FIRST, Switch
 from .sources.width import Width
 
 AUTO_CANDIDATES = ("lookup", "draft", "lookup,draft")
 DEFAULT_PLAN = Plan("sampling", choose_source=True, adaptive=True)   # draft="auto", gamma="auto"
-
-
-def build(parts: list[str], models: dict, lookup: LookupDraft | None = None, datastore=None,
-          tokenizer_size: int | None = None) -> DraftSource:
-    """The source for a parsed chain (not "none" or "auto"); `models`: name -> CachedSeq2Seq; `lookup`: the
-    LookupDraft to use (when None, a new one searching `datastore` too, if given, and proposing no id at or past
-    `tokenizer_size`). Its lookup is configured by Learned.for_sampling, which knows where it proposes."""
-    source = None
-    for i, part in enumerate(parts):            # level 0 proposes to the target, level len - 1 is the lowest
-        if part == "lookup":
-            source = lookup or configured(datastore=datastore, tokenizer_size=tokenizer_size)
-        else:
-            source = ModelDraft(models[part], below=source, name=",".join(parts[:i + 1]), level=len(parts) - 1 - i)
-    return source
 
 
 class Learned:
