@@ -157,7 +157,8 @@ def speech_entry(sources: dict, digest: dict) -> dict:
     decoder prompt's tokens (start of transcript, languages, tasks, no timestamps) and the tokens generation
     suppresses, from the target's generation config; each model's encoder_sha256 (`digest`) and which drafts keep
     the target's encoder."""
-    from specdec.runtime.loading.schema import SPEECH, build
+    from specdec.runtime.loading.audio import SPEECH
+    from specdec.runtime.loading.schema import build
 
     from .whisper_encoder import keeps_target_encoder
 

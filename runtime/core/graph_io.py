@@ -34,8 +34,8 @@ TREE_OUTPUTS = ("draws",)
 
 
 def shared_cross(role: str) -> str:
-    """A Whisper target encoder's output with the cross K/V of draft `role`, which keeps the target's encoder (no
-    encoder graph of its own): its own decoder layers' projections of the same encoder output."""
+    """A target encoder's output with the cross K/V of draft `role`, which keeps the target's encoder (no encoder
+    graph of its own): its own decoder layers' projections of the same encoder output."""
     return f"{ENCODER_OUTPUTS[0]}_{role}"
 
 # the graphs CUDA can capture (specdec-export --graph-capture, export/capture.py): per model a decoder step over

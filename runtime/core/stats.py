@@ -146,7 +146,7 @@ class Result:
     #                                                  (token_ids and text are the first); [token_ids] otherwise
     scores: list = field(default_factory=list)       # beam search: their scores (sum log p / length ** penalty)
     error: str = ""                                  # generate_batch: this request's one-line error (then no text)
-    segments: list = field(default_factory=list)     # Whisper with timestamps=True: Segment(start, end, text, ...)
+    segments: list = field(default_factory=list)     # timestamps=True: Segment(start, end, text, ...)
 
 
 @dataclass
@@ -156,7 +156,7 @@ class Piece:
     text: str
     stats: Stats | None = None      # the request's statistics so far
     stop_reason: str = ""           # on the last piece: eos, max_new_tokens, max_length, cancelled or "error: ..."
-    segments: list = field(default_factory=list)    # timestamps=True: the last piece's (long audio: each window's)
+    segments: list = field(default_factory=list)    # timestamps=True: the last piece's (several windows: each window's)
 
 
 class Pieces:

@@ -1,7 +1,13 @@
-"""Audio in, checked: a WAV file or a float32 array becomes 16 kHz mono float32 samples, or one SpecdecError line.
+"""The speech family's loading side: the manifest's "speech" entry, and audio in, checked.
 
-Whisper's encoder graph takes 16 kHz mono PCM in [-1, 1] scale (it computes the log-mel features itself), so the
-audio a caller passes as `audio=` is checked here, with NumPy and the standard library only:
+The "speech" entry (SPEECH, written by export/families/whisper.py) is declared here and checked by `check_entry`
+(schema.FAMILY_ENTRIES names this module): the audio the encoder graph takes, the decoder prompt's tokens, the tokens
+generation suppresses and the drafts that keep the target's encoder. An export has the entry if and only if its
+models are Whisper ones.
+
+Audio in: a WAV file or a float32 array becomes 16 kHz mono float32 samples, or one SpecdecError line. Whisper's
+encoder graph takes 16 kHz mono PCM in [-1, 1] scale (it computes the log-mel features itself), so the audio a
+caller passes as `audio=` is checked here, with NumPy and the standard library only:
 
   - `check_audio(audio)`: a path (str or os.PathLike) is read by `read_wav`; anything else must be a NumPy array of
     dtype float32 (another dtype is refused, not converted: int16 PCM is on another scale) of shape [samples] or
@@ -38,7 +44,9 @@ import struct
 import numpy as np
 
 from ..core.errors import SpecdecError
+from . import keys
 from .confine import shown
+from .keys import Key
 
 SAMPLE_RATE = 16_000
 MAX_WAV_BYTES = 2 << 30     # 2 GiB: about 18 hours of 16 kHz mono 16-bit audio
@@ -58,6 +66,69 @@ RESAMPLE = "resample it to 16 kHz mono, e.g. ffmpeg -i in.wav -ar 16000 -ac 1 ou
 FIX = "re-encode it as 16 kHz mono PCM WAV, e.g. ffmpeg -i in.wav -ar 16000 -ac 1 out.wav"
 ARRAY_FIX = "pass a float32 NumPy array of mono 16 kHz samples in [-1, 1] (np.asarray(x, np.float32)) or the " \
             "path of a 16 kHz WAV file"
+
+# -- the manifest's "speech" entry -------------------------------------------------------------------------------------
+
+SPEECH = keys.table(
+    Key("sampling_rate", int, required=True, limits=(8_000, 48_000)),
+    Key("n_samples", int, required=True, limits=(1, 1 << 24)),
+    Key("frames", int, required=True, limits=(1, 1 << 16)),
+    Key("languages", dict, required=True),           # language token -> id
+    Key("tasks", dict, required=True),               # task -> id
+    Key("no_timestamps_token_id", int, required=True, nullable=True),
+    Key("timestamps", dict, nullable=True),          # {"begin", "count"}; absent or null: none
+    Key("suppress_tokens", list, required=True),
+    Key("begin_suppress_tokens", list, required=True),
+    Key("encoder_sha256", dict),                     # role -> the encoder's digest
+    Key("shares_target_encoder", list, required=True),    # the drafts whose encoder graph is the target's
+)
+SPEECH_NUMBERS = keys.numbers(SPEECH)      # sampling_rate, n_samples, frames
+MODEL_TYPE = "whisper"                     # every model's architecture model_type in an export with the entry
+SOURCE_DTYPE = "float32"                   # the encoder's input: PCM samples (graph_io.SPEECH_INPUTS)
+
+
+def check_entry(where: str, speech, vocab: int, models: dict) -> tuple[str, list] | None:
+    """The manifest's "speech" entry (None: it has none), `where` naming manifest.json in messages: present exactly
+    when the `models` (their architectures already checked) are Whisper ones; numbers in range, token ids inside the
+    `vocab`, bounded lists and maps. None without the entry, else the encoder's input dtype and the drafts that keep
+    the target's encoder (no encoder graph: the target's gives their K/V too)."""
+    kinds = {model["architecture"].get("model_type") == MODEL_TYPE for model in models.values()}
+    if kinds != {speech is not None}:
+        keys.fail(where, "a 'speech' entry goes with Whisper models only, and every model of a Whisper export is one")
+    if speech is None:
+        return None
+    speech = keys.obj(where, speech, "speech")
+    for name, limits in SPEECH_NUMBERS.items():
+        keys.integer(where, keys.member(where, speech, name, "speech"), f"speech {name}", *limits)
+    for name in ("languages", "tasks"):
+        table = keys.obj(where, keys.member(where, speech, name, "speech"), f"speech {name}")
+        if len(table) > 512:
+            keys.fail(where, f"speech {name} has {len(table)} entries (at most 512)")
+        for key, value in table.items():
+            keys.string(where, key, f"speech {name} key", 32)
+            keys.integer(where, value, f"speech {name} {shown(key, 32)}", 0, vocab - 1)
+    for name in ("suppress_tokens", "begin_suppress_tokens"):
+        for value in keys.array(where, keys.member(where, speech, name, "speech"), f"speech {name}", vocab):
+            keys.integer(where, value, f"speech {name} entry", 0, vocab - 1)
+    nots = keys.member(where, speech, "no_timestamps_token_id", "speech")
+    if nots is not None:
+        keys.integer(where, nots, "speech no_timestamps_token_id", 0, vocab - 1)
+    stamps = speech.get("timestamps")          # absent in exports made before timestamps: none
+    if stamps is not None:
+        stamps = keys.obj(where, stamps, "speech timestamps")
+        begin = keys.integer(where, keys.member(where, stamps, "begin", "speech timestamps"),
+                             "speech timestamps begin", 0, vocab - 1)
+        keys.integer(where, keys.member(where, stamps, "count", "speech timestamps"), "speech timestamps count", 2,
+                     vocab - begin)
+    shared = keys.array(where, keys.member(where, speech, "shares_target_encoder", "speech"),
+                        "speech shares_target_encoder", keys.MAX_MODELS)
+    for role in shared:
+        if role not in models or role == "target":
+            keys.fail(where, f"speech shares_target_encoder names {shown(role, 40)}, not a draft model")
+    return SOURCE_DTYPE, shared
+
+
+# -- audio in ----------------------------------------------------------------------------------------------------------
 
 
 def check_audio(audio) -> np.ndarray:

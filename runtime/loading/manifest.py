@@ -72,7 +72,7 @@ class ModelInfo:
     source: str
     revision: str | None
     arch: dict            # layers, decoder_layers, heads, d_kv, d_model, d_ff, vocab_size, variant, ...
-    encoder: Graph | None     # None: a Whisper draft that keeps the target's encoder (its graph gives our K/V)
+    encoder: Graph | None     # None: a draft that keeps the target's encoder (its graph gives our K/V)
     decoder: Graph
     weights: str = "fp32"  # fp32, fp16, int8 or int8-wo
     capture: dict | None = None   # "capture_decoder", "capture_head" -> Graph (specdec-export --graph-capture)
@@ -91,7 +91,7 @@ class Manifest:
     special_ids = property(lambda self: dict(self.raw["special_ids"]))
     files = property(lambda self: dict(self.raw["files"]))
     drafts = property(lambda self: [role for role in self.models if role != "target"])
-    # a Whisper export's audio, prompt and suppressed tokens (schema.SPEECH); None for T5
+    # a model family's own entry (schema.FAMILY_ENTRIES: declared and checked in its module); None for other families
     speech = property(lambda self: self.raw.get("speech"))
     # the capturable graphs' entry (export/capture.py): capacities and the cross_pad graph; None without them
     graph_capture = property(lambda self: self.raw.get("graph_capture"))

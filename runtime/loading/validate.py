@@ -4,7 +4,7 @@ The sha256 entries only prove that the files match the manifest, not that the ma
 runtime sizes a buffer or opens a graph from it, `check_manifest` checks:
   - structure: every entry the runtime reads has its JSON type (objects, lists, strings, integers -- not floats or
     booleans);
-  - counts: files, models, graph inputs/outputs, tensor ranks, name lengths (MAX_* below);
+  - counts: files, models, graph inputs/outputs, tensor ranks, name lengths (MAX_* below and in keys.py);
   - numbers: gamma_max, max_length, vocab_size and the architecture's sizes in plausible ranges (NUMBERS, ARCH), and
     the buffers they make the runtime allocate within MAX_BUFFER_BYTES and this machine's memory;
   - ids: every special token id inside the vocabulary;
@@ -16,7 +16,8 @@ runtime sizes a buffer or opens a graph from it, `check_manifest` checks:
     graph at the top would put it outside the export).
 (manifest.json's own size, MAX_MANIFEST_BYTES, is checked when it is read.) Each problem is one SpecdecError line
 naming manifest.json, the entry and the fix. Whether the graph files agree with these entries is graphcheck.py's
-part, once their checksums are verified. The keys, their required names and ranges are declared in schema.py.
+part, once their checksums are verified. The keys, their required names and ranges are declared in schema.py; a
+model family's own entry is declared and checked by its module (schema.FAMILY_ENTRIES).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPU
                              UNIFORMS, CAPTURE_INPUTS, CROSS_PAD, capture_cache_names, shared_cross)
 from . import schema
 from .confine import FIX as PATH_FIX, lexical_problem, shown
+from .keys import MAX_MODELS, array, fail, integer, member, obj, string
 
 ROW_LENGTHS, SOURCE_LENGTHS = ROW_INPUTS
 TREE_DEPTH, TREE_MASK, TREE_UNIFORMS = TREE_INPUTS
@@ -38,10 +40,8 @@ TREE_DEPTH, TREE_MASK, TREE_UNIFORMS = TREE_INPUTS
 
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_FILES = 256
-MAX_MODELS = 16
 MAX_TENSORS = 4 * 256 + 16  # inputs, or outputs, of one graph (a capturable decoder has 4 per decoder layer)
 MAX_RANK = 8
-MAX_NAME_CHARS = 128        # tensor names, symbolic axis names
 MAX_BUFFER_BYTES = 1 << 36  # the buffers the runtime allocates from these numbers (64 GiB), before the weights
 
 NUMBERS = schema.numbers(schema.TOP, required=True)     # gamma_max, max_length, vocab_size
@@ -56,7 +56,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # marked "!", the others are checked when the graph has them (manifest.py checks that the head is there).
 EXPECTED = {
     "encoder": {"inputs": {"!0": ("source", (None, None))},   # the first input and output; source: int64 ids, or
-                #                                                  Whisper's float32 PCM
+                #                                                  the dtype a family's entry gives
                 "outputs": {"!0": ("kv", ("L", 2, None, "H", None, "D"))}},
     "decoder": {"inputs": {"!" + INPUT_IDS: ("int64", (None, None)),
                            "!" + PAST_KV: ("kv", (None, "L", 2, None, "H", "D")),
@@ -82,111 +82,63 @@ EXPECTED["capture_head"] = {"inputs": {"!" + INPUT_IDS: ("int64", (None, None)),
 CAPTURE_NUMBERS = schema.numbers(schema.GRAPH_CAPTURE)     # cache_capacity, source_capacity, token_slots
 VOCAB_LAST = (DRAFT_PROBS, PROBS, LOGIT_MASK)     # their last axis, when fixed, is the vocabulary
 
-FIX = "the export is corrupt or was edited by hand; re-run specdec-export, or copy the export again"
-
-
-def _fail(where: str, problem: str):
-    raise SpecdecError(f"{where} is malformed: {problem}", FIX)
-
-
-def _obj(where, value, what: str) -> dict:
-    if not isinstance(value, dict):
-        _fail(where, f"{what} is {_kind(value)}, not a JSON object")
-    return value
-
-
-def _list(where, value, what: str, limit: int) -> list:
-    if not isinstance(value, list):
-        _fail(where, f"{what} is {_kind(value)}, not a JSON list")
-    if len(value) > limit:
-        _fail(where, f"{what} has {len(value)} entries (at most {limit})")
-    return value
-
-
-def _str(where, value, what: str, limit: int = MAX_NAME_CHARS) -> str:
-    if not isinstance(value, str):
-        _fail(where, f"{what} is {_kind(value)}, not a string")
-    if not value or len(value) > limit or not value.isprintable():
-        problem = "is empty" if not value else f"is longer than {limit} characters" if len(value) > limit else \
-            "has characters that are not printable"
-        _fail(where, f"{what} {shown(value)} {problem}")
-    return value
-
-
-def _int(where, value, what: str, low: int, high: int) -> int:
-    if type(value) is not int:                        # bool is an int subclass, 8.0 a float: both refused
-        _fail(where, f"{what} is {_kind(value)}, not an integer")
-    if not low <= value <= high:
-        _fail(where, f"{what} is {shown(value, 40)}, outside {low}..{high}")
-    return value
-
-
-def _key(where, obj: dict, key: str, what: str):
-    if key not in obj:
-        _fail(where, f"{what} has no {shown(key)}")
-    return obj[key]
-
-
-def _kind(value) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
-
-
 def _path(where, value, what: str, files: dict) -> str:
     problem = lexical_problem(value)
     if problem is not None:
         raise SpecdecError(f"{where} is malformed: {what} {shown(value)} {problem}", PATH_FIX)
     if value not in files:
-        _fail(where, f"{what} {shown(value)} is not among the checksummed 'files'")
+        fail(where, f"{what} {shown(value)} is not among the checksummed 'files'")
     return value
 
 
 def check_manifest(raw, where: str) -> None:
     """Everything above, for the parsed manifest.json `raw` (`where` names it in messages)."""
-    raw = _obj(where, raw, "the manifest")
-    numbers = {name: _int(where, _key(where, raw, name, "the manifest"), name, *limits)
+    raw = obj(where, raw, "the manifest")
+    numbers = {name: integer(where, member(where, raw, name, "the manifest"), name, *limits)
                for name, limits in NUMBERS.items()}
     if numbers["max_length"] < numbers["gamma_max"] + 2:
-        _fail(where, f"max_length {numbers['max_length']} leaves no room for gamma_max {numbers['gamma_max']} + 1 "
-                     "verify tokens")
+        fail(where, f"max_length {numbers['max_length']} leaves no room for gamma_max {numbers['gamma_max']} + 1 "
+             "verify tokens")
     vocab = numbers["vocab_size"]
-    dtype = _key(where, raw, "dtype", "the manifest")
+    dtype = member(where, raw, "dtype", "the manifest")
     if not isinstance(dtype, str) or dtype not in KV_DTYPES:
-        _fail(where, f"dtype is {shown(dtype)}, not one of {', '.join(KV_DTYPES)}")
-    ids = _obj(where, _key(where, raw, "special_ids", "the manifest"), "special_ids")
+        fail(where, f"dtype is {shown(dtype)}, not one of {', '.join(KV_DTYPES)}")
+    ids = obj(where, member(where, raw, "special_ids", "the manifest"), "special_ids")
     if len(ids) > 32:
-        _fail(where, f"special_ids has {len(ids)} entries (at most 32)")
+        fail(where, f"special_ids has {len(ids)} entries (at most 32)")
     needed = sorted(schema.required(schema.SPECIAL_IDS))        # decoder_start_token_id, eos_token_id
     for name in needed:
-        _key(where, ids, name, "special_ids")
+        member(where, ids, name, "special_ids")
     for name, value in ids.items():
         if value is not None or name in needed:
-            _int(where, value, f"special_ids {shown(name, 40)}", 0, vocab - 1)
+            integer(where, value, f"special_ids {shown(name, 40)}", 0, vocab - 1)
 
-    files = _obj(where, _key(where, raw, "files", "the manifest"), "files")
+    files = obj(where, member(where, raw, "files", "the manifest"), "files")
     if not 1 <= len(files) <= MAX_FILES:
-        _fail(where, f"files has {len(files)} entries (1..{MAX_FILES})")
+        fail(where, f"files has {len(files)} entries (1..{MAX_FILES})")
     for rel, digest in files.items():
         _path(where, rel, "the 'files' entry", {rel})
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-            _fail(where, f"the sha256 of {shown(rel)} is {shown(digest, 40)}, not 64 lower-case hex digits")
-    _path(where, _key(where, raw, "tokenizer", "the manifest"), "tokenizer", files)
+            fail(where, f"the sha256 of {shown(rel)} is {shown(digest, 40)}, not 64 lower-case hex digits")
+    _path(where, member(where, raw, "tokenizer", "the manifest"), "tokenizer", files)
     if raw.get("datastore") is not None:
         _path(where, raw["datastore"], "datastore", files)
 
-    models = _obj(where, _key(where, raw, "models", "the manifest"), "models")
+    models = obj(where, member(where, raw, "models", "the manifest"), "models")
     if len(models) > MAX_MODELS:
-        _fail(where, f"models has {len(models)} entries (at most {MAX_MODELS})")
+        fail(where, f"models has {len(models)} entries (at most {MAX_MODELS})")
     for role in schema.ROLES:
-        _key(where, models, role, "models")
+        member(where, models, role, "models")
     gamma = numbers["gamma_max"]
     sizes = {role: _architecture(where, role, model, vocab) for role, model in models.items()}
-    speech = raw.get("speech") is not None
-    kinds = {model["architecture"].get("model_type") == "whisper" for model in models.values()}
-    if kinds != {speech}:
-        _fail(where, "a 'speech' entry goes with Whisper models only, and every model of a Whisper export is one")
-    if speech:
-        _speech(where, raw["speech"], vocab, models)
+    # a model family's own entry, checked by its module: the dtype of the encoder's first input (`source`: int64 ids
+    # unless the entry gives another) and the drafts that keep the target's encoder (no encoder graph: the target's
+    # gives their K/V too)
+    source, shared = "int64", []
+    for name, family in schema.FAMILY_ENTRIES.items():
+        found = family.check_entry(where, raw.get(name), vocab, models)
+        if found is not None:
+            source, shared = found
     # what the runtime allocates per model (runtime/engine/model.py): the cache and the cross-attention K/V, max_length
     # positions each, and logits rows; and the workspace's rows (runtime/engine/workspace.py): a lower bound
     itemsize = 2 if dtype == "fp16" else 4
@@ -195,21 +147,19 @@ def check_manifest(raw, where: str) -> None:
     memory = _physical_memory()
     limit = min(MAX_BUFFER_BYTES, memory) if memory else MAX_BUFFER_BYTES
     if needed > limit:
-        _fail(where, f"its sizes (max_length {numbers['max_length']}, vocab_size {vocab}, gamma_max {gamma} and the "
-                     f"models' layers, heads and d_kv) need {needed / 2**30:.1f} GiB of buffers, more than "
-                     + (f"this machine's {memory / 2**30:.1f} GiB of memory" if limit == memory else
-                        f"the {MAX_BUFFER_BYTES >> 30} GiB any export may ask for"))
-    # Whisper drafts that keep the target's encoder have no encoder graph: the target's gives their K/V too
-    shared = raw["speech"]["shares_target_encoder"] if speech else []
+        fail(where, f"its sizes (max_length {numbers['max_length']}, vocab_size {vocab}, gamma_max {gamma} and the "
+             f"models' layers, heads and d_kv) need {needed / 2**30:.1f} GiB of buffers, more than "
+             + (f"this machine's {memory / 2**30:.1f} GiB of memory" if limit == memory else
+                f"the {MAX_BUFFER_BYTES >> 30} GiB any export may ask for"))
     capture = _capture(where, raw, numbers)
     for role, model in models.items():
-        graphs = _obj(where, _key(where, model, "graphs", f"model {role}"), f"model {role} graphs")
+        graphs = obj(where, member(where, model, "graphs", f"model {role}"), f"model {role} graphs")
         dims = {"L": sizes[role]["decoder_layers"], "H": sizes[role]["heads"], "D": sizes[role]["d_kv"], "V": vocab,
-                "kv": KV_DTYPES[dtype], "source": "float32" if speech else "int64"}
+                "kv": KV_DTYPES[dtype], "source": source}
         for kind in ("encoder", "decoder"):
             if kind == "encoder" and role in shared:
                 if kind in graphs:
-                    _fail(where, f"model {role} keeps the target's encoder but lists an encoder graph of its own")
+                    fail(where, f"model {role} keeps the target's encoder but lists an encoder graph of its own")
                 continue
             expected = EXPECTED[kind]
             if kind == "encoder" and role == "target":
@@ -218,16 +168,16 @@ def check_manifest(raw, where: str) -> None:
                     s = sizes[other]
                     expected["outputs"][f"!{shared_cross(other)}"] = (
                         "kv", (s["decoder_layers"], 2, None, s["heads"], None, s["d_kv"]))
-            _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
+            _check_graph(where, f"the {role} {kind} graph", member(where, graphs, kind, f"model {role} graphs"),
                          expected, dims, files)
         if capture is not None:
             for kind in ("capture_decoder", "capture_head"):
                 expected = EXPECTED[kind] if kind == "capture_head" else \
                     _capture_expected(sizes[role]["decoder_layers"], capture)
-                _check_graph(where, f"the {role} {kind} graph", _key(where, graphs, kind, f"model {role} graphs"),
+                _check_graph(where, f"the {role} {kind} graph", member(where, graphs, kind, f"model {role} graphs"),
                              expected, dims, files)
         elif any(kind in graphs for kind in ("capture_decoder", "capture_head")):
-            _fail(where, f"model {role} lists capturable graphs but the manifest has no graph_capture entry")
+            fail(where, f"model {role} lists capturable graphs but the manifest has no graph_capture entry")
     if capture is not None:
         dims = {"kv": KV_DTYPES[dtype]}
         _check_graph(where, "the cross_pad graph", capture[CROSS_PAD],
@@ -242,17 +192,17 @@ def _capture(where, raw, numbers: dict) -> dict | None:
     entry = raw.get("graph_capture")
     if entry is None:
         return None
-    entry = _obj(where, entry, "graph_capture")
+    entry = obj(where, entry, "graph_capture")
     want = {"cache_capacity": numbers["max_length"], "source_capacity": numbers["max_length"],
             "token_slots": numbers["max_length"] + numbers["gamma_max"] + 4}
     for name, limits in CAPTURE_NUMBERS.items():
-        value = _int(where, _key(where, entry, name, "graph_capture"), f"graph_capture {name}", *limits)
+        value = integer(where, member(where, entry, name, "graph_capture"), f"graph_capture {name}", *limits)
         if value != want[name]:
-            _fail(where, f"graph_capture {name} is {value}, but this export's runtime buffers have {want[name]}")
-    _key(where, entry, CROSS_PAD, "graph_capture")
+            fail(where, f"graph_capture {name} is {value}, but this export's runtime buffers have {want[name]}")
+    member(where, entry, CROSS_PAD, "graph_capture")
     if entry.get("attention", "plain") not in schema.choices(schema.GRAPH_CAPTURE, "attention"):
-        _fail(where, f"graph_capture attention is {shown(entry.get('attention'))}, not "
-                     f"{' or '.join(schema.choices(schema.GRAPH_CAPTURE, 'attention'))}")
+        fail(where, f"graph_capture attention is {shown(entry.get('attention'))}, not "
+             f"{' or '.join(schema.choices(schema.GRAPH_CAPTURE, 'attention'))}")
     return entry
 
 
@@ -272,54 +222,18 @@ def _capture_expected(layers: int, capture: dict) -> dict:
 def _architecture(where, role, model, vocab: int) -> dict:
     """The sizes (ARCH) a model's buffers are made from, each checked; ARCH_OPTIONAL and vocab_size too."""
     if not isinstance(role, str) or not _MODEL_NAME.fullmatch(role):
-        _fail(where, f"model name {shown(role)} is not a short lower-case name")
-    model = _obj(where, model, f"model {role}")
-    arch = _obj(where, _key(where, model, "architecture", f"model {role}"), f"model {role} architecture")
-    sizes = {name: _int(where, _key(where, arch, name, f"model {role} architecture"),
-                        f"model {role} architecture {name}", *limits) for name, limits in ARCH.items()}
+        fail(where, f"model name {shown(role)} is not a short lower-case name")
+    model = obj(where, model, f"model {role}")
+    arch = obj(where, member(where, model, "architecture", f"model {role}"), f"model {role} architecture")
+    sizes = {name: integer(where, member(where, arch, name, f"model {role} architecture"),
+                           f"model {role} architecture {name}", *limits) for name, limits in ARCH.items()}
     for name, limits in ARCH_OPTIONAL.items():
         if name in arch:
-            _int(where, arch[name], f"model {role} architecture {name}", *limits)
+            integer(where, arch[name], f"model {role} architecture {name}", *limits)
     if "vocab_size" in arch and arch["vocab_size"] != vocab:
-        _fail(where, f"model {role} architecture vocab_size {shown(arch['vocab_size'], 40)} differs from the "
-                     f"export's vocab_size {vocab}")
+        fail(where, f"model {role} architecture vocab_size {shown(arch['vocab_size'], 40)} differs from the "
+             f"export's vocab_size {vocab}")
     return sizes
-
-
-SPEECH_NUMBERS = schema.numbers(schema.SPEECH)      # sampling_rate, n_samples, frames
-
-
-def _speech(where, speech, vocab: int, models: dict) -> None:
-    """A Whisper export's "speech" entry (schema.SPEECH, written by export/families/whisper.py): numbers in range,
-    token ids inside the vocabulary, bounded lists and maps."""
-    speech = _obj(where, speech, "speech")
-    for name, limits in SPEECH_NUMBERS.items():
-        _int(where, _key(where, speech, name, "speech"), f"speech {name}", *limits)
-    for name in ("languages", "tasks"):
-        table = _obj(where, _key(where, speech, name, "speech"), f"speech {name}")
-        if len(table) > 512:
-            _fail(where, f"speech {name} has {len(table)} entries (at most 512)")
-        for key, value in table.items():
-            _str(where, key, f"speech {name} key", 32)
-            _int(where, value, f"speech {name} {shown(key, 32)}", 0, vocab - 1)
-    for name in ("suppress_tokens", "begin_suppress_tokens"):
-        for value in _list(where, _key(where, speech, name, "speech"), f"speech {name}", vocab):
-            _int(where, value, f"speech {name} entry", 0, vocab - 1)
-    nots = _key(where, speech, "no_timestamps_token_id", "speech")
-    if nots is not None:
-        _int(where, nots, "speech no_timestamps_token_id", 0, vocab - 1)
-    stamps = speech.get("timestamps")          # absent in exports made before timestamps: none
-    if stamps is not None:
-        stamps = _obj(where, stamps, "speech timestamps")
-        begin = _int(where, _key(where, stamps, "begin", "speech timestamps"), "speech timestamps begin", 0,
-                     vocab - 1)
-        _int(where, _key(where, stamps, "count", "speech timestamps"), "speech timestamps count", 2,
-             vocab - begin)
-    shared = _list(where, _key(where, speech, "shares_target_encoder", "speech"), "speech shares_target_encoder",
-                   MAX_MODELS)
-    for role in shared:
-        if role not in models or role == "target":
-            _fail(where, f"speech shares_target_encoder names {shown(role, 40)}, not a draft model")
 
 
 def _physical_memory() -> int | None:
@@ -330,52 +244,52 @@ def _physical_memory() -> int | None:
 
 
 def _check_graph(where, what: str, entry, expected: dict, dims: dict, files: dict) -> None:
-    entry = _obj(where, entry, what)
-    file = _path(where, _key(where, entry, "file", what), f"{what}'s file", files)
+    entry = obj(where, entry, what)
+    file = _path(where, member(where, entry, "file", what), f"{what}'s file", files)
     if "/" not in file:         # the TensorRT engine cache goes next to the graph's folder (runtime/engine/device.py)
-        _fail(where, f"{what}'s file {shown(file)} is not in a model folder (NAME/FILE.onnx, as specdec-export "
-                     "writes it)")
+        fail(where, f"{what}'s file {shown(file)} is not in a model folder (NAME/FILE.onnx, as specdec-export "
+             "writes it)")
     for side in ("inputs", "outputs"):
-        tensors = _list(where, _key(where, entry, side, what), f"{what}'s {side}", MAX_TENSORS)
+        tensors = array(where, member(where, entry, side, what), f"{what}'s {side}", MAX_TENSORS)
         seen = {}
         for i, tensor in enumerate(tensors):
-            tensor = _obj(where, tensor, f"{what}'s {side} entry {i}")
-            name = _str(where, _key(where, tensor, "name", f"{what}'s {side} entry {i}"),
-                        f"{what}'s {side} entry {i} name")
+            tensor = obj(where, tensor, f"{what}'s {side} entry {i}")
+            name = string(where, member(where, tensor, "name", f"{what}'s {side} entry {i}"),
+                          f"{what}'s {side} entry {i} name")
             if name in seen:
-                _fail(where, f"{what} lists {side[:-1]} {shown(name)} twice")
+                fail(where, f"{what} lists {side[:-1]} {shown(name)} twice")
             label = f"{what}'s {side[:-1]} {shown(name)}"
-            tensor_dtype = _str(where, _key(where, tensor, "dtype", label), f"{label} dtype", 16)
-            shape = _list(where, _key(where, tensor, "shape", label), f"{label} shape", MAX_RANK)
+            tensor_dtype = string(where, member(where, tensor, "dtype", label), f"{label} dtype", 16)
+            shape = array(where, member(where, tensor, "shape", label), f"{label} shape", MAX_RANK)
             for dim in shape:
                 if isinstance(dim, str):
-                    _str(where, dim, f"{label} axis name")
+                    string(where, dim, f"{label} axis name")
                 else:
-                    _int(where, dim, f"{label} axis", 0, 1 << 31)
+                    integer(where, dim, f"{label} axis", 0, 1 << 31)
             seen[name] = (tensor_dtype, tuple(shape))
         if not seen and any(key.startswith("!") for key in expected[side]):
-            _fail(where, f"{what} has no {side}")
+            fail(where, f"{what} has no {side}")
         for key, (want_dtype, want_shape) in expected[side].items():
             name = key.lstrip("!")
             if name.isdigit():                   # by position: the encoder's first input and output
                 name = list(seen)[int(name)]
             if name not in seen:
                 if key.startswith("!"):
-                    _fail(where, f"{what} has no {side[:-1]} {shown(name)}")
+                    fail(where, f"{what} has no {side[:-1]} {shown(name)}")
                 continue
             got_dtype, got_shape = seen[name]
             want_dtype = dims.get(want_dtype, want_dtype)
             if got_dtype != want_dtype:
-                _fail(where, f"{what}'s {side[:-1]} {shown(name)} is {shown(got_dtype)}, but the runtime binds "
-                             f"{want_dtype} there")
+                fail(where, f"{what}'s {side[:-1]} {shown(name)} is {shown(got_dtype)}, but the runtime binds "
+                     f"{want_dtype} there")
             if want_shape is not None:
                 want = tuple(dims.get(d, d) if isinstance(d, str) else d for d in want_shape)
                 if len(got_shape) != len(want) or any(w is not None and g != w for g, w in zip(got_shape, want)):
-                    _fail(where, f"{what}'s {side[:-1]} {shown(name)} has shape {shown(list(got_shape))}, but the "
-                                 f"declared architecture gives {_shape_text(want)}")
+                    fail(where, f"{what}'s {side[:-1]} {shown(name)} has shape {shown(list(got_shape))}, but the "
+                         f"declared architecture gives {_shape_text(want)}")
             if name in VOCAB_LAST and got_shape and isinstance(got_shape[-1], int) and got_shape[-1] != dims["V"]:
-                _fail(where, f"{what}'s {side[:-1]} {shown(name)} has a last axis of {got_shape[-1]}, not the "
-                             f"vocabulary's {dims['V']}")
+                fail(where, f"{what}'s {side[:-1]} {shown(name)} has a last axis of {got_shape[-1]}, not the "
+                     f"vocabulary's {dims['V']}")
 
 
 def _shape_text(shape: tuple) -> str:

@@ -230,12 +230,12 @@ def test_the_reader_reads_declared_keys_only():
 
 
 def test_the_validator_takes_its_ranges_from_the_schema():
-    from specdec.runtime.loading import schema, validate
+    from specdec.runtime.loading import audio, schema, validate
 
     assert validate.NUMBERS == {"gamma_max": (1, 128), "max_length": (3, 1 << 16), "vocab_size": (1, 1 << 21)}
     assert validate.ARCH == {"decoder_layers": (1, 256), "heads": (1, 1024), "d_kv": (1, 4096)}
     assert validate.ARCH_OPTIONAL == {"layers": (1, 256), "d_model": (1, 1 << 16), "d_ff": (1, 1 << 20)}
-    assert validate.SPEECH_NUMBERS == {"sampling_rate": (8_000, 48_000), "n_samples": (1, 1 << 24),
-                                       "frames": (1, 1 << 16)}
+    assert audio.SPEECH_NUMBERS == {"sampling_rate": (8_000, 48_000), "n_samples": (1, 1 << 24),
+                                    "frames": (1, 1 << 16)}
     assert list(validate.CAPTURE_NUMBERS) == ["cache_capacity", "source_capacity", "token_slots"]
     assert set(validate.KV_DTYPES) == set(schema.choices(schema.TOP, "dtype")) == {"fp32", "fp16"}
