@@ -153,7 +153,7 @@ def timestamp_tokens(tokenizer, frames: int) -> dict | None:
 
 
 def speech_entry(sources: dict, digest: dict) -> dict:
-    """A Whisper export's "speech" entry (runtime/loading/schema.py SPEECH): the audio its encoder graph takes, the
+    """A Whisper export's "speech" entry (runtime/loading/audio.py SPEECH): the audio its encoder graph takes, the
     decoder prompt's tokens (start of transcript, languages, tasks, no timestamps) and the tokens generation
     suppresses, from the target's generation config; each model's encoder_sha256 (`digest`) and which drafts keep
     the target's encoder."""
