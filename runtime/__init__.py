@@ -3,12 +3,11 @@
 from .core.errors import RunFailed, SpecdecError
 from .core.options import LoadOptions
 from .core.params import Params
-from .core.stats import Piece, Result, Stats
+from .core.stats import Piece, Result, Segment, Stats
 from .decoder import SpeculativeDecoder
 from .decoding.sources.model_draft import DraftSource, ModelDraft
 from .decoding.sources.lookup import LookupDraft
 from .decoding.sources.contract import Proposal, Verdict
-from .decoding.speech.transcript import Segment
 from .engine.device import PROVIDER_CHOICES, PROVIDER_HELP  # noqa: F401
 from .engine.model import CachedSeq2Seq
 from .families import family_inputs  # noqa: F401

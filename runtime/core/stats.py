@@ -134,6 +134,15 @@ STATS: tuple[Figure, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of a timed transcript: seconds from the start of the input, and its text."""
+    start: float
+    end: float | None
+    text: str
+    token_ids: tuple = ()
+
+
 @dataclass
 class Result:
     """What generate() returns (and generate_batch() returns per request): the text and its token ids, what the

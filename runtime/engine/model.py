@@ -38,7 +38,7 @@ class CachedSeq2Seq:
         dtype = _NP[manifest.dtype]
         self.decoder_path, self.provider, self.threads = manifest.path(info.decoder.file), provider, threads
         self.options = options          # the provider's options (device.checked_provider_options)
-        # no encoder: a Whisper draft that keeps the target's, whose encoder run writes our K/V (share_encoder)
+        # no encoder: a draft that keeps the target's, whose encoder run writes our K/V (share_encoder)
         self.encoder = self.enc_names = None
         if info.encoder is not None:
             self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
@@ -47,20 +47,20 @@ class CachedSeq2Seq:
         self._sharers = []       # drafts whose cross K/V our encoder run also writes
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
         self._open_decoder(manifest, info, dtype)
-        # Whisper (manifest.speech): the encoder reads PCM and gives a fixed number of frames
-        speech = manifest.speech
-        self.frames = int(speech["frames"]) if speech else None
+        # an encoder that reads a fixed window of samples gives a fixed number of frames
+        window = manifest.encoder_window
+        self.frames = window[0] if window else None
         positions = max(self.max_length, self.frames or 0)
         self.cross = Buffer((self.layers * 2 * self.heads * positions * self.d_kv,), dtype, device)
         self.logits = Buffer((rows, self.vocab), np.float32, device)   # rows = most tokens per decoder call
-        self.source = Buffer((int(speech["n_samples"]),), np.float32, device, host_only=True) if speech else \
+        self.source = Buffer((window[1],), np.float32, device, host_only=True) if window else \
             Buffer((self.max_length,), np.int64, device, host_only=True)
         self.length = 0          # decoder positions whose K/V are in the cache
         self.src_len = 0
-        # a draft with its proposal loop: `steps` > 1 runs a whole proposal in one run (export/loop.py). Not with weight-only int8
-        # weights: ONNX Runtime prepacks MatMulNBits weights in the plain branch but not inside the Loop, where each
-        # step then dequantizes them (measured on the bundled draft: 1.17 ms per guess in the loop, 0.28 ms as
-        # single steps), so such a draft proposes one run per guess
+        # a draft with its proposal loop: `steps` > 1 runs a whole proposal in one run (export/loop.py). Not with
+        # weight-only int8 weights: ONNX Runtime prepacks MatMulNBits weights in the plain branch but not inside the
+        # Loop, where each step then dequantizes them (measured on the bundled draft: 1.17 ms per guess in the loop,
+        # 0.28 ms as single steps), so such a draft proposes one run per guess
         self.steps_input = STEPS in self.decoder.names
         self.loops = self.steps_input and info.weights != "int8-wo"
         self.steps = Buffer((1,), np.int64, device, host_only=True)
@@ -89,8 +89,8 @@ class CachedSeq2Seq:
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call. `ids`: the
-        source's token ids, or a Whisper model's PCM samples (float32, at most n_samples): its K/V then cover the
-        encoder's fixed number of frames. Every run of the model from here on (this encoder run, the decoder runs)
+        source's token ids, or the samples of an encoder that reads a window (float32, at most its size): its K/V cover
+        the encoder's fixed number of frames. Every run of the model from here on (this encoder run, the decoder runs)
         counts in `stats.ort_runs` (device.Binder.run)."""
         self.src_len = self.frames or len(ids)
         self.charge(stats)
@@ -120,16 +120,16 @@ class CachedSeq2Seq:
         return (self.layers, 2, 1, self.heads, self.src_len if src_len is None else src_len, self.d_kv)
 
     def share_encoder(self, draft: "CachedSeq2Seq") -> None:
-        """Our encoder run also writes `draft`'s cross K/V (a Whisper draft that keeps this target's encoder): the
+        """Our encoder run also writes `draft`'s cross K/V (a draft that keeps this target's encoder): the
         draft runs no encoder. The target encodes every request before its draft is used."""
         self._sharers.append(draft)
 
     def run(self, inputs: dict, outputs: dict, steps: int = 1) -> float:
         """One decoder + speculative-head run: append the `input_ids` view's N tokens to the sequence, with the
         head's views (workspace.py) bound as given. The logits land in rows 0..N-1 of `self.logits`. Seconds.
-        `steps` = k > 1 (a draft with its proposal loop): the whole proposal in one run, k tokens (after verifying the last G
-        input tokens against `draft_probs` when G > 0: a chain level); the cache gains the N - G tokens before the
-        guesses and the first k-1 of the k (rejected guesses' keys and values are dropped in the graph), and no
+        `steps` = k > 1 (a draft with its proposal loop): the whole proposal in one run, k tokens (after verifying the
+        last G input tokens against `draft_probs` when G > 0: a chain level); the cache gains the N - G tokens before
+        the guesses and the first k-1 of the k (rejected guesses' keys and values are dropped in the graph), and no
         logits are written. The run counts in the stats of the request that encoded the model (`charge`)."""
         count = int(inputs[INPUT_IDS].shape[1])
         guesses = int(inputs[DRAFT_PROBS].shape[0]) if steps > 1 else 0

@@ -93,6 +93,9 @@ class Manifest:
     drafts = property(lambda self: [role for role in self.models if role != "target"])
     # a model family's own entry (schema.FAMILY_ENTRIES: declared and checked in its module); None for other families
     speech = property(lambda self: self.raw.get("speech"))
+    # an encoder that reads a fixed window of float samples: (its frames, its samples); None for token ids
+    encoder_window = property(lambda self: (int(self.speech["frames"]), int(self.speech["n_samples"]))
+                              if self.speech else None)
     # the capturable graphs' entry (export/capture.py): capacities and the cross_pad graph; None without them
     graph_capture = property(lambda self: self.raw.get("graph_capture"))
 

@@ -30,12 +30,12 @@ is seeded with seed + k. Memory stays that of one window: the recording itself i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
 from ...core.errors import SpecdecError
-from ...core.stats import SourceStats, Stats
+from ...core.stats import Segment, SourceStats, Stats
 from .prompt import time_step
 
 QUIET_S = 2.0                 # the chunked fallback looks for its cut in the window's last seconds
@@ -51,15 +51,6 @@ FLOOR_DB = 6.0                # ... or within this of its quietest tenth (a nois
 LOUD_GAP_DB = 20.0            # ... this far below its loud frames
 LEAD_S = 0.1                  # a window starts this long before the speech after a pause
 MAX_AUDIO_S = 4 * 3600        # the longest recording a request takes
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A stretch of the transcript: seconds from the start of the audio, and its text."""
-    start: float
-    end: float | None
-    text: str
-    token_ids: tuple = ()
 
 
 def segments(tokens, begin: int, count: int, step: float, eos_id: int, decode, offset: float = 0.0) -> list:
