@@ -128,8 +128,8 @@ class SpeculativeDecoder:
         sessions; the default (draft="auto", gamma="auto") picks source and gamma each round. Parameters as for
         stream(), and for beam search num_beams, length_penalty, early_stopping, num_return_sequences.
 
-        An export of another model family takes that family's input keywords instead of a prompt (families/: the
-        speech family's audio, language, task and timestamps, in its guide); input longer than the encoder's window
+        An export of another model family takes that family's input keywords instead of a prompt (families/; each
+        family's guide says what they are); input longer than the encoder's window
         is decoded window by window, each window's decoding exact; max_new_tokens counts per window."""
         admitted = self.scheduler.admission.admit(prompt, input_ids, params, overrides)
         return self.scheduler.generate(admitted, learned)

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdec.runtime.core.graph_io import ENCODER_OUTPUTS, SPEECH_INPUTS, shared_cross
+from specdec.runtime.core.graph_io import ENCODER_OUTPUTS, shared_cross
+from specdec.runtime.loading.audio import SPEECH_INPUTS
 
 
 class LogMel(nn.Module):

@@ -3,7 +3,6 @@
 
 ENCODER_INPUTS = ("input_ids",)
 ENCODER_OUTPUTS = ("cross_kv",)                 # every layer's cross-attention K/V, computed once per request
-SPEECH_INPUTS = ("audio",)                      # a Whisper encoder's input: float32 PCM [batch, samples]
 
 DECODER_INPUTS = ("input_ids", "past_kv", "cross_kv")
 DECODER_OUTPUTS = ("logits", "new_kv")

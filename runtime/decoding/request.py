@@ -20,8 +20,8 @@ from .prompt import DecoderPrompt
 
 @dataclass
 class Request:
-    ids: np.ndarray                  # the prompt's token ids (checked: inside the vocabulary and max_length), or a
-    #                                  Whisper request's PCM (float32, checked)
+    ids: np.ndarray                  # the prompt's token ids (checked: inside the vocabulary and max_length), or
+    #                                  the samples its family's encoder reads (float32, checked)
     params: Params                   # checked
     plan: Plan                       # what it runs (decoding/plan.py): the only reading of its gamma and draft
     prompt: DecoderPrompt | None = None    # its family's decoder prompt and suppressed tokens (None: the start token)

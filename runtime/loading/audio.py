@@ -84,7 +84,8 @@ SPEECH = keys.table(
 )
 SPEECH_NUMBERS = keys.numbers(SPEECH)      # sampling_rate, n_samples, frames
 MODEL_TYPE = "whisper"                     # every model's architecture model_type in an export with the entry
-SOURCE_DTYPE = "float32"                   # the encoder's input: PCM samples (graph_io.SPEECH_INPUTS)
+SOURCE_DTYPE = "float32"                   # the encoder's input: PCM samples (SPEECH_INPUTS)
+SPEECH_INPUTS = ("audio",)                 # the Whisper encoder graph's input: float32 PCM [batch, samples]
 
 
 def check_entry(where: str, speech, vocab: int, models: dict) -> tuple[str, list] | None:
