@@ -1,6 +1,6 @@
 """A Triton model repository for a stand-alone Triton Inference Server (Python backend): the same two models as
-`specdec-serve` (specdec and specdec_stream, the same inputs and outputs from schema.py: the inputs of the export's
-kind, text or Whisper), each a config.pbtxt and a model.py that loads the export with the runtime. The server's
+`specdec-serve` (specdec and specdec_stream, the same inputs and outputs from schema.py: those of the export's model
+family), each a config.pbtxt and a model.py that loads the export with the runtime. The server's
 Python needs specdec installed (`pip install -e .` in a checkout; PyTriton is not needed there).
 
     DIR/specdec/config.pbtxt           DIR/specdec/1/model.py
@@ -129,15 +129,15 @@ def _io(kind: str, fields) -> str:
 
 
 def config_pbtxt(name: str, engine: Path, instances: int, decoupled: bool, max_batch: int = schema.MAX_BATCH,
-                 max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500, speech: bool = False,
-                 options: LoadOptions | None = None) -> str:
+                 max_queue: int = schema.MAX_QUEUE, queue_delay_us: int = 500,
+                 serving: schema.Serving = schema.TEXT, options: LoadOptions | None = None) -> str:
     """The config.pbtxt (protobuf text format, Triton's ModelConfig) of one of the two models: MODEL with Triton's
-    dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without. speech: the
-    export is a Whisper one (its inputs and outputs are schema.SPEECH_INPUTS and SPEECH_OUTPUTS). options: the
-    decoder's load options, a parameter each as text (graph_capture "true" or "false"), which model.py reads back
+    dynamic batching (max_batch_size, the queue delay and a bounded queue), the decoupled one without. serving: the
+    export's family's serving description (its inputs and outputs; schema.serving_of). options: the decoder's load
+    options, a parameter each as text (graph_capture "true" or "false"), which model.py reads back
     (schema.config_options)."""
     text = (f'name: "{name}"\nbackend: "python"\nmax_batch_size: {0 if decoupled else max_batch}\n'
-            + _io("input", schema.inputs(speech)) + _io("output", schema.outputs(speech))
+            + _io("input", serving.inputs) + _io("output", serving.outputs)
             + f"instance_group [\n  {{\n    count: {instances}\n    kind: KIND_CPU\n  }}\n]\n")
     if decoupled:
         text += "model_transaction_policy {\n  decoupled: true\n}\n"
@@ -159,11 +159,11 @@ def write_model_repository(out, engine, *, instances: int = 1, max_batch: int = 
     which is checked first (with graph_capture: that it has the capturable graphs), its decoder loaded with
     `options` and/or keywords (the load options serve takes: provider, threads, graph_capture). Returns `out`."""
     options = schema.load_options(options, **load)
-    from specdec.runtime import load_manifest
+    from specdec.runtime import family_inputs, load_manifest
 
     engine = Path(engine).resolve()
     manifest = load_manifest(engine)                     # a one-line SpecdecError if it is not a (complete) export
-    speech = manifest.speech is not None
+    serving = schema.serving_of(family_inputs(manifest))
     if options.graph_capture and manifest.graph_capture is None:     # as the decoder would say when Triton loads it
         raise SpecdecError(f"export '{engine}' has no capturable graphs",
                            "re-export it with specdec-export ... --graph-capture, or leave out --graph-capture")
@@ -175,6 +175,6 @@ def write_model_repository(out, engine, *, instances: int = 1, max_batch: int = 
     for name, decoupled in ((schema.MODEL, False), (schema.STREAM_MODEL, True)):
         (out / name / "1").mkdir(parents=True, exist_ok=True)
         (out / name / "config.pbtxt").write_text(config_pbtxt(name, engine, instances, decoupled, max_batch,
-                                                              max_queue, queue_delay_us, speech, options))
+                                                              max_queue, queue_delay_us, serving, options))
         (out / name / "1" / "model.py").write_text(MODEL_PY)
     return out

@@ -9,10 +9,11 @@ one export, both fed to one SpeculativeDecoder and its batcher (schema.Handler):
                      Every request in flight joins the same batch.
 
 Rows join and leave the running batch between rounds (continuous batching); requests a batch cannot run (a draft
-model, beams, a Whisper export's audio) run alone between batches. The inputs and outputs are the export's kind's
-(schema.inputs: `prompt` for a text export, `audio` for a Whisper one; schema.outputs: a Whisper one's add
-`segments_json`). A request that fails (bad parameters, an unknown draft, bad audio) is an error response for that
-request only (inside a batch of good ones: its `error` output); the server keeps serving."""
+model, beams, a request of an export whose family a batch does not run) run alone between batches. The inputs and
+outputs are the export's family's (schema.serving_of: `prompt` and schema.OUTPUTS for a text export; another family's
+inputs, and its own outputs beside those). A request that fails (bad parameters, an unknown draft, a bad input) is
+an error response for that request only (inside a batch of good ones: its `error` output); the server keeps
+serving."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
 
 from specdec.runtime import SpecdecError  # noqa: E402
 from specdec.serve import schema  # noqa: E402
+from specdec.serve.speech import SPEECH  # noqa: E402
 
 from tinymodels import exported_stamped_whisper_pair, whisper_audio  # noqa: E402
 from triton_clients import as_dict, grpc_stream, inputs  # noqa: E402
@@ -131,8 +132,8 @@ def test_the_schema_refuses_a_timestamps_value_that_is_not_true_or_false(value, 
     """What reaches specdec past Triton's checks (a stand-alone caller of the handler): the one-line error."""
     sent = {"audio": SHORT, "timestamps": value}
     with pytest.raises(SpecdecError) as err:
-        schema.request(sent.get, speech=True)
+        schema.request(sent.get, SPEECH)
     assert str(err.value).startswith(line) and "\n" not in str(err.value)
     for flag, want in ((np.array([True]), True), (np.array([0], np.int32), False), (None, False)):
-        source, _ = schema.request({"audio": SHORT, "timestamps": flag}.get, speech=True)
+        source, _ = schema.request({"audio": SHORT, "timestamps": flag}.get, SPEECH)
         assert source.timestamps is want

@@ -18,6 +18,7 @@ tritonclient_grpc = pytest.importorskip("tritonclient.grpc")
 
 from specdec.runtime import SpecdecError  # noqa: E402
 from specdec.serve import schema  # noqa: E402
+from specdec.serve.speech import SPEECH_INPUTS, SPEECH_OUTPUTS  # noqa: E402
 from specdec.serve.server import free_ports  # noqa: E402
 
 from tinymodels import whisper_audio  # noqa: E402
@@ -87,11 +88,11 @@ def test_both_models_declare_the_audio_inputs(http):
     for model in (schema.MODEL, schema.STREAM_MODEL):
         config = http.get_model_config(model)
         declared = {i["name"]: i for i in config["input"]}
-        assert list(declared) == [f.name for f in schema.SPEECH_INPUTS], model
+        assert list(declared) == [f.name for f in SPEECH_INPUTS], model
         assert declared["audio"]["data_type"] == "TYPE_FP32" and declared["audio"]["dims"] == [-1]
         assert declared["timestamps"]["data_type"] == "TYPE_BOOL" and declared["timestamps"]["dims"] == [1]
         assert all(declared[name]["optional"] for name in ("audio", "language", "task", "timestamps", "prompt"))
-        assert [o["name"] for o in config["output"]] == [f.name for f in schema.SPEECH_OUTPUTS], model
+        assert [o["name"] for o in config["output"]] == [f.name for f in SPEECH_OUTPUTS], model
         assert config["output"][-1]["name"] == "segments_json" and config["output"][-1]["data_type"] == "TYPE_STRING"
 
 
