@@ -1,5 +1,7 @@
-"""`specdec-generate`: run an export directory on a prompt (or, for a Whisper export, a WAV file) and print the
-output and one stats line (with --num-return-sequences N > 1: the N best beams, numbered, each with its score)."""
+"""`specdec-generate`: run an export directory on a prompt (or on the input an export of another model family takes,
+such as a WAV file) and print the output and one stats line (with --num-return-sequences N > 1: the N best beams,
+numbered, each with its score). Each family other than text adds its flags, their reading and its output from its
+own module beside this one (FAMILIES)."""
 
 from __future__ import annotations
 
@@ -11,27 +13,30 @@ import sys
 from ..core import options
 from ..core.errors import OneLineParser, SpecdecError, run_cli
 from ..core.params import PARAMETERS, add_flags, from_flags
-from .subtitles import lines, srt, vtt
+from ..families import INPUTS
+from . import speech
 
+# the command's part of each model family other than text: a module with its flags (add_flags), what the prompt's
+# help and the "pass either" error say of its input (INSTEAD, INPUT), whether the command line gives that input
+# (given), the generate() keywords of its flags (keywords), its --format values (FORMATS, with their help and what
+# the text format does for it), its keys of the JSON object (json_fields), what it prints in place of the text
+# (output) and the phrases of the runtime's errors in its flags' words (PHRASES)
+FAMILIES = (speech,)
 
 RENAMED = {"--engine": "--export"}     # earlier flag names, accepted for one release
-FORMATS = ("text", "json", "srt", "vtt")
+FORMATS = ("text", "json", *(name for family in FAMILIES for name in family.FORMATS))
 
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="specdec-generate", renamed=RENAMED,
                       description="Exact speculative decoding with an export from specdec-export.")
-    p.add_argument("text", nargs="?", help="the prompt, e.g. 'translate English to German: The house is small.' "
-                   "(a Whisper export takes --audio instead)")
-    p.add_argument("--audio", metavar="FILE.wav", help="a Whisper export: the 16 kHz WAV file to transcribe")
-    p.add_argument("--language", help="a Whisper export: the audio's language code, e.g. en (default: detected)")
-    p.add_argument("--task", choices=("transcribe", "translate"),
-                   help="a Whisper export: transcribe (the default) or translate into English")
-    p.add_argument("--timestamps", action="store_true",
-                   help="a Whisper export with timestamp tokens: segments with start and end times")
+    p.add_argument("text", nargs="?", help="the prompt, e.g. 'translate English to German: The house is small.'"
+                   + "".join(f" ({family.INSTEAD})" for family in FAMILIES))
+    for family in FAMILIES:
+        family.add_flags(p)
     p.add_argument("--format", choices=FORMATS, default="text",
-                   help="text (the default; with --timestamps one line per segment), json (as --json), or "
-                        "subtitles: srt or vtt (these imply --timestamps)")
+                   help="text (the default" + "".join(f"; {family.TEXT_FORMAT}" for family in FAMILIES)
+                        + "), json (as --json)" + "".join(f", or {family.FORMATS_HELP}" for family in FAMILIES))
     p.add_argument("--export", default="exported", metavar="DIR", help="the export directory (default: ./exported)")
     options.add_flags(p, "generate")     # one flag per load option it takes, from its declaration
     add_flags(p)     # one flag per request parameter, from its declaration (runtime/core/params.py)
@@ -66,48 +71,38 @@ def stats_line(stats, provider: str) -> str:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
-    if (args.text is None) == (args.audio is None):      # before the export is loaded
-        raise SpecdecError("pass either a prompt text or --audio FILE.wav (for a Whisper export)",
+    if (args.text is None) != (sum(family.given(args) for family in FAMILIES) == 1):   # before the export is loaded
+        raise SpecdecError("pass either a prompt text or " + " or ".join(family.INPUT for family in FAMILIES),
                            "e.g. specdec-generate 'translate English to German: Hello.'")
     from ..decoder import SpeculativeDecoder
 
     dec = SpeculativeDecoder.load(args.export, options.LoadOptions.from_args(args, "generate"))
     params = from_flags(args)
     args.json = args.json or args.format == "json"
-    timestamps = args.timestamps or args.format in ("srt", "vtt")
-    if args.audio is None and (timestamps or args.format != "text" and not args.json):
-        raise SpecdecError(f"--{'timestamps' if args.timestamps else 'format ' + args.format} is for transcripts",
-                           "pass --audio FILE.wav with a Whisper export, or leave it out")
-    if args.audio is None and (args.language or args.task):
-        flag = "--language" if args.language else "--task"
-        raise SpecdecError(f"{flag} is for transcripts",
-                           f"pass --audio FILE.wav with a Whisper export, or leave out {flag}")
-    if args.stream and args.format in ("srt", "vtt"):
-        raise SpecdecError(f"--format {args.format} prints the whole transcript at its end", "leave out --stream")
-    speech = {"audio": args.audio, "language": args.language, "task": args.task} if args.audio else {}
-    if timestamps:
-        speech["timestamps"] = True
+    keywords = {}
+    for family in FAMILIES:
+        keywords.update(family.keywords(args))
     if args.stream and params.num_beams > 1:
         raise SpecdecError("--stream cannot show a beam search: every beam may still lose until the search ends",
                            "leave out --stream with --num-beams > 1")
     if args.stream and not args.json:
         piece = None
-        for piece in dec.stream(args.text, params=params, **speech):
+        for piece in dec.stream(args.text, params=params, **keywords):
             print(piece.text, end="", flush=True)
         print()
         print(stats_line(piece.stats, dec.provider), file=sys.stderr)   # the last piece holds the request's stats
         return 0
-    res = dec.generate(args.text, params=params, **speech)
+    res = dec.generate(args.text, params=params, **keywords)
     scores = res.scores or [None] * len(res.sequences)      # no beam score without beams
+    printed = next((out for family in FAMILIES if (out := family.output(args, res)) is not None), None)
     if args.json:
         print(json.dumps({"text": res.text, "token_ids": res.token_ids, "stop_reason": res.stop_reason,
                           "sequences": [{"text": dec.decode(seq), "token_ids": seq, "score": score}
                                         for seq, score in zip(res.sequences, scores)],
-                          **({"segments": [{"start": s.start, "end": s.end, "text": s.text} for s in res.segments]}
-                             if timestamps else {}),
+                          **{key: value for family in FAMILIES for key, value in family.json_fields(args, res).items()},
                           "provider": dec.provider, "stats": res.stats.as_dict()}))
-    elif args.format in ("srt", "vtt") or timestamps:
-        print((srt if args.format == "srt" else vtt if args.format == "vtt" else lines)(res.segments), end="")
+    elif printed is not None:
+        print(printed, end="")
         print(stats_line(res.stats, dec.provider), file=sys.stderr)
     elif len(res.sequences) > 1:
         for i, (seq, score) in enumerate(zip(res.sequences, scores), 1):
@@ -119,16 +114,14 @@ def _main(argv) -> int:
     return 0
 
 
-# The runtime's errors speak its Python API (audio=, input_ids, top_p, temperature=0); from this command they speak
-# its flags. Whole phrases first, then each keyword the command has a flag for.
-PHRASES = (("pass audio= (a float32 16 kHz array or a WAV file's path)", "pass --audio FILE.wav (16 kHz)"),
-           ("audio, language, task and timestamps are for Whisper exports",
-            "--audio, --language, --task and --timestamps are for Whisper exports"),
-           ("a prompt text or input_ids", "a prompt text"),
-           ("or None to detect it", "or leave out --language to detect it"))
+# The runtime's errors speak its Python API (input_ids, top_p, temperature=0, a family's keywords); from this command
+# they speak its flags. Whole phrases first (the families' own, then the command's), then each keyword the command
+# has a flag for (a family's input keywords: --keyword).
+PHRASES = (*(phrase for family in FAMILIES for phrase in family.PHRASES),
+           ("a prompt text or input_ids", "a prompt text"))
 FLAGS = {**{declared.name: declared.flag for declared in PARAMETERS},
          **{d.name: d.flag for d in options.OPTIONS if "generate" in d.surfaces},
-         **{name: "--" + name.replace("_", "-") for name in ("audio", "language", "task", "timestamps")}}
+         **{name: "--" + name.replace("_", "-") for name in INPUTS}}
 
 
 def in_flags(text: str) -> str:
