@@ -2,6 +2,7 @@
 
     python -m specdec.bindings.build        (or specdec-build-capi)  ->  build/libspecdec.so and the examples
 
-build.py builds it; _capi.py is the Python side the library runs (type and error conversion only; _capi_audio.py holds
-its Whisper calls); capi.c is its C side; examples/ holds the C and C++ examples. See bindings/README.md.
+build.py builds it; _capi.py is the Python side the library runs (type and error conversion only; a model family's
+own calls are in its _capi_<family>.py beside it); capi.c is its C side; examples/ holds the C and C++ examples. See
+bindings/README.md.
 """

@@ -17,9 +17,11 @@ field outside it takes the Params default.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import json
 import threading
+from pathlib import Path
 
 from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
 from specdec.runtime.core.params import DECLARED
@@ -27,8 +29,13 @@ from specdec.runtime.core.options import LoadOptions
 from specdec.runtime.engine.device import resolve_provider
 from specdec.runtime.core.errors import RunFailed, first_line
 
-from specdec.bindings._capi_audio import AudioCalls
 from specdec.bindings._failure import Failure
+
+# The C calls a model family has of its own (specdec.h's) are in a module beside this one named _capi_<family>.py,
+# which holds its EXTERNS (attached with the table below), its CDEF (the declarations bindings/build.py gives cffi)
+# and CALLS, a mixin of CApi with the calls' bodies. They are found by their file names, so this module names none.
+FAMILY_MODULES = tuple(importlib.import_module(f"{__package__}.{path.stem}")
+                       for path in sorted(Path(__file__).parent.glob("_capi_*.py")))
 
 # extern "Python" functions: C name of the public entry point -> private name that cffi binds
 EXTERNS = {
@@ -40,10 +47,6 @@ EXTERNS = {
     "specdec_stream": "_specdec_py_stream",
     "specdec_generate_sequences": "_specdec_py_generate_sequences",
     "specdec_decode": "_specdec_py_decode",
-    "specdec_get_audio_info": "_specdec_py_get_audio_info",         # API version 6: Whisper (_capi_audio.py)
-    "specdec_transcribe": "_specdec_py_transcribe",
-    "specdec_transcribe_ids": "_specdec_py_transcribe_ids",
-    "specdec_transcribe_segments": "_specdec_py_transcribe_segments",   # API version 7
 }
 
 # Numbers of a field whose numbers stand for words that C refuses in C's words, before Params.checked sees them: a
@@ -92,7 +95,15 @@ def one_line(text: str, limit: int) -> bytes:
     return data[:limit - 4].decode("utf-8", "ignore").encode("utf-8") + b"..."
 
 
-class CApi(AudioCalls):
+class _FamilyChecks:
+    """The end of the chain of the families' checks (each CALLS may define them and then ask the next one)."""
+
+    def _takes_prompts(self, dec) -> None:
+        """The text calls on a session of a family that takes no prompt: refused in C's words by that family's
+        CALLS; a text session takes them."""
+
+
+class CApi(*(module.CALLS for module in FAMILY_MODULES), _FamilyChecks):
     def __init__(self, ffi, lib):
         self.ffi, self.lib = ffi, lib
         self.sessions: dict[int, _Session] = {}
@@ -112,7 +123,8 @@ class CApi(AudioCalls):
 
     # -- plumbing ---------------------------------------------------------------------------------------------
     def install(self) -> None:
-        for c_name, extern in EXTERNS.items():
+        families = {c_name: extern for module in FAMILY_MODULES for c_name, extern in module.EXTERNS.items()}
+        for c_name, extern in {**EXTERNS, **families}.items():
             body = getattr(self, c_name[len("specdec_"):])
             self.ffi.def_extern(name=extern, error=self.lib.SPECDEC_E_INTERNAL)(self._entry(c_name, body))
 
@@ -177,8 +189,9 @@ class CApi(AudioCalls):
 
     @contextlib.contextmanager
     def _prompted(self, session: _Session, prompt, input_ids, n_input: int, params):
-        """A text call's request read from C, then the session's decoder held for it (a Whisper session refused):
-        yields (decoder, prompt text or None for NULL, input ids or None for NULL, Params)."""
+        """A text call's request read from C, then the session's decoder held for it (a session of a family that
+        takes no prompt refused): yields (decoder, prompt text or None for NULL, input ids or None for NULL,
+        Params)."""
         text = None if prompt == self.ffi.NULL else self._text(prompt, "prompt")
         ids = self._input_ids(input_ids, n_input)
         request = self._params(params)

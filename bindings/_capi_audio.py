@@ -10,7 +10,9 @@ it reads a WAV file with runtime/loading/audio.py, decodes audio longer than the
 an unknown language or task or a bad file in one line. Prompts sent to a Whisper session by the text calls are
 refused by _takes_prompts, in C's words too.
 
-A SpecdecError raised here becomes SPECDEC_E_INVALID_ARGUMENT with its one-line message (CApi._entry).
+A SpecdecError raised here becomes SPECDEC_E_INVALID_ARGUMENT with its one-line message (CApi._entry). CApi finds
+this module by its name (_capi_<family>.py): its EXTERNS are attached with CApi's, bindings/build.py gives cffi its
+CDEF, and CALLS is CApi's mixin.
 """
 
 from __future__ import annotations
@@ -22,6 +24,29 @@ from specdec.bindings._failure import Failure
 from specdec.runtime.decoding.speech.transcript import MAX_AUDIO_S
 
 NO_AUDIO_FIX = "pass mono 16 kHz float samples (pcm and n_samples) or the path of a WAV file (wav_path)"
+
+# extern "Python" functions: C name of the public entry point -> private name that cffi binds
+EXTERNS = {
+    "specdec_get_audio_info": "_specdec_py_get_audio_info",         # API version 6
+    "specdec_transcribe": "_specdec_py_transcribe",
+    "specdec_transcribe_ids": "_specdec_py_transcribe_ids",
+    "specdec_transcribe_segments": "_specdec_py_transcribe_segments",   # API version 7
+}
+
+# their declarations for cffi (bindings/build.py adds them to its own; read there without importing this module)
+CDEF = """
+extern "Python" int _specdec_py_get_audio_info(specdec_session *, size_t *, int32_t *);
+extern "Python" int _specdec_py_transcribe(specdec_session *, const float *, size_t, const char *, const char *,
+                                           const char *, const specdec_params *, char *, size_t, size_t *,
+                                           specdec_stats *);
+extern "Python" int _specdec_py_transcribe_ids(specdec_session *, const float *, size_t, const char *, const char *,
+                                               const char *, const specdec_params *, int32_t *, size_t, size_t *,
+                                               specdec_stats *);
+extern "Python" int _specdec_py_transcribe_segments(specdec_session *, const float *, size_t, const char *,
+                                                    const char *, const char *, const specdec_params *, char *, size_t,
+                                                    size_t *, double *, double *, size_t *, size_t, size_t *,
+                                                    specdec_stats *);
+"""
 
 
 class AudioCalls:
@@ -149,3 +174,7 @@ class AudioCalls:
             raise SpecdecError("this is a Whisper export: it transcribes audio, not a prompt or token ids",
                                "call specdec_transcribe or specdec_transcribe_ids with the samples or a WAV "
                                "file's path")
+        super()._takes_prompts(dec)
+
+
+CALLS = AudioCalls

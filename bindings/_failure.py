@@ -1,5 +1,5 @@
-"""A failed C API call: the status it returns and the one line specdec_last_error() gives (bindings/_capi.py and
-bindings/_capi_audio.py raise it; both import it from here)."""
+"""A failed C API call: the status it returns and the one line specdec_last_error() gives (bindings/_capi.py and the
+families' modules of calls beside it raise it; they import it from here)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,8 @@ MODULE = "libspecdec"           # the cffi module inside the library (PyInit_lib
 EXAMPLES = {"specdec-example-c": "example.c", "specdec-example-cpp": "example.cpp"}
 
 # Private declarations for cffi, next to the header's types: the extern "Python" functions of bindings/_capi.py
-# (static: not exported) and the C helpers the Python side calls.
+# (static: not exported; a model family's own are in its _capi_<family>.py, CDEF) and the C helpers the Python side
+# calls.
 PRIVATE_CDEF = """
 #define SPECDEC_ERROR_MAX ...
 #define SPECDEC_GAMMA_AUTO ...
@@ -58,17 +59,6 @@ extern "Python" int _specdec_py_generate_sequences(specdec_session *, const char
                                                    const specdec_params *, int32_t *, size_t, size_t *, size_t *,
                                                    double *, size_t, size_t *, specdec_stats *);
 extern "Python" int _specdec_py_decode(specdec_session *, const int32_t *, size_t, char *, size_t, size_t *);
-extern "Python" int _specdec_py_get_audio_info(specdec_session *, size_t *, int32_t *);
-extern "Python" int _specdec_py_transcribe(specdec_session *, const float *, size_t, const char *, const char *,
-                                           const char *, const specdec_params *, char *, size_t, size_t *,
-                                           specdec_stats *);
-extern "Python" int _specdec_py_transcribe_ids(specdec_session *, const float *, size_t, const char *, const char *,
-                                               const char *, const specdec_params *, int32_t *, size_t, size_t *,
-                                               specdec_stats *);
-extern "Python" int _specdec_py_transcribe_segments(specdec_session *, const float *, size_t, const char *,
-                                                    const char *, const char *, const specdec_params *, char *, size_t,
-                                                    size_t *, double *, double *, size_t *, size_t, size_t *,
-                                                    specdec_stats *);
 void _specdec_set_error(const char *message);
 """
 
@@ -157,7 +147,7 @@ def build_library(out: Path, verbose: bool = False) -> Path:
     info = build_info()
 
     ffi = cffi.FFI()
-    ffi.cdef(header_types() + PRIVATE_CDEF)
+    ffi.cdef(header_types() + PRIVATE_CDEF + "".join(_family_tables("CDEF")))
     ffi.embedding_api("")       # embedding mode; the public functions are C (bindings/capi.c), not cffi's
     ffi.embedding_init_code(INIT_CODE % {"build": json.dumps(info), "module": MODULE,
                                          "externs": _externs()})
@@ -177,15 +167,36 @@ def build_library(out: Path, verbose: bool = False) -> Path:
     return target
 
 
-def _externs() -> dict:
-    # Read without importing specdec.runtime (the build needs only cffi and a compiler).
+def _table(path: Path, name: str):
+    """The literal assigned to `name` at the top level of a module (None if none), read without importing it:
+    specdec.runtime is not imported (the build needs only cffi and a compiler)."""
     import ast
 
-    tree = ast.parse((HERE / "_capi.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "EXTERNS":
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
             return ast.literal_eval(node.value)
-    raise SystemExit("error: bindings/_capi.py has no EXTERNS table")
+    return None
+
+
+def _family_tables(name: str) -> list:
+    """`name` (EXTERNS or CDEF) of each model family's module of C calls (bindings/_capi_<family>.py), as _capi.py
+    finds them."""
+    found = []
+    for path in sorted(HERE.glob("_capi_*.py")):
+        table = _table(path, name)
+        if table is None:
+            raise SystemExit(f"error: bindings/{path.name} has no {name}")
+        found.append(table)
+    return found
+
+
+def _externs() -> dict:
+    externs = _table(HERE / "_capi.py", "EXTERNS")
+    if externs is None:
+        raise SystemExit("error: bindings/_capi.py has no EXTERNS table")
+    for table in _family_tables("EXTERNS"):
+        externs.update(table)
+    return externs
 
 
 def example_commands(out: Path) -> list[list[str]]:
