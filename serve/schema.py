@@ -319,12 +319,3 @@ def load_decoder(engine, options: LoadOptions | None = None, **keywords):
     from specdec.runtime import SpeculativeDecoder
 
     return SpeculativeDecoder.load(engine, load_options(options, **keywords))
-
-
-def __getattr__(name: str):
-    # SPEECH_OUTPUTS, read from the speech family's module, until tests/test_surfaces.py imports it from there
-    if name == "SPEECH_OUTPUTS":
-        from importlib import import_module
-
-        return import_module(f"{__package__}.speech").SPEECH_OUTPUTS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

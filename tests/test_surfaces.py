@@ -178,7 +178,8 @@ def test_serve_inputs_are_the_declared_ones():
 
 
 def test_serve_outputs_hold_every_total():
-    from specdec.serve.schema import OUTPUTS, SPEECH_OUTPUTS, response
+    from specdec.serve.schema import OUTPUTS, response
+    from specdec.serve.speech import SPEECH_OUTPUTS
 
     stats = Stats(target_calls=3, new_tokens=6, proposed=4, accepted=3, total_s=0.5)
     out = response("x", [1, 2], stats, "eos")
