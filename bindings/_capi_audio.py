@@ -21,7 +21,7 @@ import numpy as np
 
 from specdec.runtime import SpecdecError
 from specdec.bindings._failure import Failure
-from specdec.runtime.decoding.speech.transcript import MAX_AUDIO_S
+from specdec.runtime.families.whisper.transcript import MAX_AUDIO_S
 
 NO_AUDIO_FIX = "pass mono 16 kHz float samples (pcm and n_samples) or the path of a WAV file (wav_path)"
 

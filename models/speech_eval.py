@@ -13,7 +13,7 @@ the work directory; then, on this machine, one decoder:
 * A long recording: test sentences read one after another with 0.2 to 0.8 s pauses (voices by turns) to LONG_S
   seconds, transcribed window by window; its WER and real-time factor; the peak resident memory of a process that
   transcribes the first minute against one that transcribes all of it. The same WAV file is also transcribed with
-  Whisper's timestamp rule alone (windows not cut at pauses: runtime/decoding/speech/transcript.py), to compare the
+  Whisper's timestamp rule alone (windows not cut at pauses: runtime/families/whisper/transcript.py), to compare the
   rules on the same audio; `syntheses` > 1 does both again for other syntheses of the recording (seed xor 1, 2, ...),
   since this weak model's WER moves a few points with the synthesis.
 
@@ -198,7 +198,7 @@ def _long_child(export: str, wav: str, threads: int, rule: str) -> None:
     import resource
 
     from specdec.runtime import SpeculativeDecoder
-    from specdec.runtime.decoding.speech import transcript
+    from specdec.runtime.families.whisper import transcript
 
     if rule == "timestamps":
         transcript.PAUSE_S = 1e6                    # no quiet run is that long: every window by the timestamp rule

@@ -43,7 +43,7 @@ from fuzz_exports import FuzzSettings, finish_fuzz
 from tinymodels import exported_stamped_whisper_pair, shared_dir, whisper_audio
 
 from specdec.runtime import SpecdecError, SpeculativeDecoder
-from specdec.runtime.decoding.speech.transcript import MAX_AUDIO_S
+from specdec.runtime.families.whisper.transcript import MAX_AUDIO_S
 from specdec.runtime.loading.audio import read_wav
 
 sys.path.append(str(HERE.parent / "runtime"))       # tests/runtime/test_audio.py: WAV writers and fuzz cases

@@ -20,7 +20,7 @@ from tinymodels import (BEGIN, EN, EOT, NO_TIMESTAMPS, SOT, STAMPS, TRANSCRIBE,
 from specdec.runtime import SpeculativeDecoder
 from specdec.runtime.core.errors import SpecdecError
 from specdec.runtime.decoding.processors import Processors
-from specdec.runtime.decoding.speech.transcript import MAX_FILL, MIN_FILL, Segment, pause_cut, quietest_cut, segments
+from specdec.runtime.families.whisper.transcript import MAX_FILL, MIN_FILL, Segment, pause_cut, quietest_cut, segments
 from specdec.runtime.tools.subtitles import lines, srt, vtt
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
@@ -248,7 +248,7 @@ def test_long_audio_without_timestamp_tokens_is_cut_at_quiet_points(decoder_with
 
 
 def test_audio_past_the_limit_is_a_one_line_error(decoder_without_stamps, monkeypatch):
-    from specdec.runtime.decoding.speech import transcript
+    from specdec.runtime.families.whisper import transcript
 
     monkeypatch.setattr(transcript, "MAX_AUDIO_S", 2)
     with pytest.raises(SpecdecError, match="the audio is 3 s long, longer than the 2 s a request takes") as err:
@@ -319,7 +319,7 @@ def test_stitching_at_pauses_keeps_every_sentence_once_at_its_times():
     window ends in a pause, so every sentence is decoded whole in one window, once, in order, at its times; a
     stretch of continuous speech longer than a window (no pause) goes on by the timestamp rule."""
     from specdec.runtime.core.stats import Result, Stats
-    from specdec.runtime.decoding.speech.transcript import windows
+    from specdec.runtime.families.whisper.transcript import windows
 
     rate, window_s, step = 100, 10.0, 0.02
     speech = {"sampling_rate": rate, "n_samples": int(window_s * rate), "frames": int(window_s / step),
@@ -373,7 +373,7 @@ def test_stitching_keeps_every_sentence_once_across_windows(closes_cut):
     sentence at the window's end instead, with only its first words (id + 500): that segment is decoded again from its
     start in the next window, so the whole sentence still comes out once."""
     from specdec.runtime.core.stats import Result, Stats
-    from specdec.runtime.decoding.speech.transcript import windows
+    from specdec.runtime.families.whisper.transcript import windows
 
     rate, window_s, step = 100, 10.0, 0.02
     speech = {"sampling_rate": rate, "n_samples": int(window_s * rate), "frames": int(window_s / step),

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...core.errors import SpecdecError
 from ...loading.audio import check_audio
-from ..prompt import DecoderPrompt
+from ...decoding.prompt import DecoderPrompt
 
 
 def checked_audio(audio, speech: dict) -> np.ndarray:

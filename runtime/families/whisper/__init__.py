@@ -1,19 +1,19 @@
-"""The Whisper family: a request is audio, decoded from the export's "speech" entry (decoding/speech/).
+"""The Whisper family: a request is audio, decoded from the export's "speech" entry (prompt.py, transcript.py).
 
 Its input keywords (generate(audio=..., language=..., task=..., timestamps=...)): `audio`, a float32 array of 16 kHz
 mono samples or a WAV file's path; `language` as a code ("en", or its token "<|en|>"; None: detected by the target);
 `task` "transcribe" (the default) or "translate"; its suppressed tokens apply to p and q alike. `timestamps` True (a
 model with timestamp tokens): the Result's `segments` hold each segment's start, end and text. Audio longer than the
-encoder's window is transcribed window by window (decoding/speech/transcript.py; at most 4 h), each window's
+encoder's window is transcribed window by window (families/whisper/transcript.py; at most 4 h), each window's
 decoding exact; max_new_tokens counts per window. A batch does not run its requests yet."""
 
 from __future__ import annotations
 
-from ..core.errors import SpecdecError
-from ..core.stats import Piece, Result
-from ..decoding.speech.prompt import checked_audio, make_prompt, time_step
-from ..decoding.speech.transcript import merged, segments, windows
-from ..loading.audio import check_audio
+from ...core.errors import SpecdecError
+from ...core.stats import Piece, Result
+from .prompt import checked_audio, make_prompt, time_step
+from .transcript import merged, segments, windows
+from ...loading.audio import check_audio
 
 
 class WhisperFamily:

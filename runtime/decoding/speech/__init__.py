@@ -1,1 +1,0 @@
-"""A speech request's decoder prompt and its transcript's times and windows."""
