@@ -51,7 +51,7 @@ from tinymodels import (  # noqa: F401  (re-exported for fixtures)
 
 # One intra-op thread per ONNX Runtime session in every test process and the processes they start (C programs,
 # tritonserver, the bench): see _one_thread_per_worker. onnxruntime's own default is tested in
-# tests/runtime/test_intra_op_threads.py.
+# tests/runtime/engine/test_intra_op_threads.py.
 os.environ.setdefault("SPECDEC_THREADS", "1")
 
 PADDED_TOKENS = 40      # the tokenizer's ids in the shared pairs, of their 48 rows (as a real T5: 32,100 of 32,128)
@@ -65,7 +65,7 @@ def _one_thread_per_worker():
       compared), and 0.78 against 0.90 ms a request alone; two processes at once 2.8 against 9.9 ms.
     - in a worker, PyTorch (the references: transformers' generate and beam search, the exports) runs on one thread, and
       so do the PyTorch subprocesses it starts (OMP_NUM_THREADS=1, which PyTorch reads at start). Two workers each
-      asking PyTorch for a thread per core left tests/runtime/test_beam.py and tests/models/test_distill.py at 127 s
+      asking PyTorch for a thread per core left tests/runtime/decoding/test_beam.py and tests/models/test_distill.py at 127 s
       side by side, against 76 s with one thread each (237 and 135 CPU-seconds)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
@@ -213,25 +213,25 @@ def offline_hub_factory(monkeypatch):
 # files are collected longest first and the light ones fill in behind them; the comments give each file's share of the
 # whole suite's test time (the sum of --durations=0 by file in a whole-suite run on 2 cores: compare shares, not
 # seconds). Only the order of whole files changes.
-HEAVY_FIRST = ("runtime/test_distribution_chains.py",           # 17.5 % (2026-11-28: 21:59 in all)
-               "runtime/test_distribution.py",                  # 12.7
-               "runtime/test_int8.py",                          # 9.5
-               "runtime/test_distribution_chain_loop.py",       # 8.6
+HEAVY_FIRST = ("runtime/decoding/test_distribution_chains.py",           # 17.5 % (2026-11-28: 21:59 in all)
+               "runtime/decoding/test_distribution.py",                  # 12.7
+               "runtime/engine/test_int8.py",                          # 9.5
+               "runtime/decoding/test_distribution_chain_loop.py",       # 8.6
                "runtime/test_bundled_pair.py",                  # 5.5
-               "runtime/test_whisper.py",                       # 3.9
+               "runtime/families/test_whisper.py",                       # 3.9
                "models/test_speech_pair.py",                    # (new: an export of the bundled speech pair)
-               "runtime/test_timestamps.py",                    # (new: a chi-square with timestamps)
+               "runtime/families/test_timestamps.py",                    # (new: a chi-square with timestamps)
                "serve/test_serve_timestamps.py",                # (new)
                "serve/test_serve.py",                           # 3.0
                "bindings/test_capi_valgrind.py",                # 2.9
-               "runtime/test_beam.py",                          # 2.4
-               "runtime/test_batch.py",                         # 2.3
-               "runtime/test_fuzz_export.py",                   # 2.3 (its fuzzing stops after 60 s)
+               "runtime/decoding/test_beam.py",                          # 2.4
+               "runtime/decoding/test_batch.py",                         # 2.3
+               "runtime/loading/test_fuzz_export.py",                   # 2.3 (its fuzzing stops after 60 s)
                "bench/test_dtypes.py",                          # 2.1
                "bindings/test_capi_untrusted.py",               # 2.0 (the same)
                "bench/test_gpu.py",                             # 1.9
-               "runtime/test_processors.py",                    # 1.4
-               "runtime/test_candidates.py",                    # 1.2
+               "runtime/decoding/test_processors.py",                    # 1.4
+               "runtime/decoding/test_candidates.py",                    # 1.2
                "bench/test_cli.py",                             # 1.2
                "bindings/test_capi_examples.py",                # 1.0
                "serve/test_serve_whisper.py",                   # 0.9

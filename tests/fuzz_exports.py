@@ -1,5 +1,5 @@
 """Random mutations of an export directory, the fuzz harness's cases: the loader must refuse each with one line
-or load it and generate as the good export does. Used by tests/runtime/test_fuzz_export.py (from Python) and
+or load it and generate as the good export does. Used by tests/runtime/loading/test_fuzz_export.py (from Python) and
 tests/bindings/test_capi_untrusted.py (through the C API).
 
     KINDS, make_case(base, case_dir, seed, index)    one random mutation

@@ -1,4 +1,4 @@
-"""Hostile copies of an export directory for the loader's tests: tests/runtime/test_untrusted_export.py (named
+"""Hostile copies of an export directory for the loader's tests: tests/runtime/loading/test_untrusted_export.py (named
 hostile cases) and tests/bindings/test_capi_untrusted.py (through the C API). The random mutations are in
 fuzz_exports.py, the worker process that opens case directories in export_worker.py.
 

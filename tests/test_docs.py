@@ -241,7 +241,7 @@ def test_docs_name_no_source_file():
 
 
 def test_the_source_file_check_catches_a_planted_path():
-    assert SOURCE_FILE.findall("see runtime/decoding/sources/auto.py, tests/runtime/test_auto.py and bindings/examples/"
+    assert SOURCE_FILE.findall("see runtime/decoding/sources/auto.py, tests/runtime/decoding/test_auto.py and bindings/examples/"
                                "example.c") == ["runtime/decoding/sources/auto.py"]
 
 

@@ -3,10 +3,10 @@ one-line message for every hostile directory of tests/hostile_exports.py (HOSTIL
 a crash or a hang, and a session opened on a good export keeps giving its reference tokens in the same process.
 
 The fuzz cases run one subprocess each (a signal or a time-out while opening is a failure of that case; what
-generating from a directory that opened does is counted apart, for the reason tests/runtime/test_fuzz_export.py
+generating from a directory that opened does is counted apart, for the reason tests/runtime/loading/test_fuzz_export.py
 gives): FUZZ_CASES by default, at most FUZZ_SECONDS of new cases; SPECDEC_FUZZ_C_CASES, SPECDEC_FUZZ_SECONDS and SPECDEC_FUZZ_SEED make a larger run,
 and SPECDEC_FUZZ_REPORT=DIR writes its summary to DIR/fuzz-c.json. The cases are the Python harness's
-(tests/runtime/test_fuzz_export.py) with the same seed and index."""
+(tests/runtime/loading/test_fuzz_export.py) with the same seed and index."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def run_case(capi_open, base, export) -> dict:
 
 def verdict(result: dict) -> str | None:
     """None when specdec_open ended as it must (what generating from a directory that opened did is counted apart,
-    as in tests/runtime/test_fuzz_export.py), else what went wrong."""
+    as in tests/runtime/loading/test_fuzz_export.py), else what went wrong."""
     if result["outcome"] not in ("refused", "loaded"):
         return f"{result['outcome']}: {result.get('detail', '')}"
     if result["good"] != "same":

@@ -1,6 +1,6 @@
 """Whisper exports through the C API (API versions 6 and 7), on the tiny random Whisper pair of
-tests/runtime/test_whisper.py (tinymodels.exported_whisper_pair: a 1-second window, a draft that keeps the target's
-encoder, no timestamp tokens) and the tiny pair with timestamp tokens of tests/runtime/test_timestamps.py
+tests/runtime/families/test_whisper.py (tinymodels.exported_whisper_pair: a 1-second window, a draft that keeps the target's
+encoder, no timestamp tokens) and the tiny pair with timestamp tokens of tests/runtime/families/test_timestamps.py
 (tinymodels.exported_stamped_whisper_pair: a 1-second window), run by tests/bindings/capi_whisper.c:
 
   - specdec_transcribe's text and specdec_transcribe_ids' ids and stats equal the Python API's
@@ -20,7 +20,7 @@ encoder, no timestamp tokens) and the tiny pair with timestamp tokens of tests/r
     params, missing and unreadable WAV files, a 44.1 kHz one, audio to a T5 session, prompts to a Whisper session, a
     closed session), through all three transcribe calls: a status and a one-line message naming the problem and the
     fix, nothing written, and both sessions then give their reference outputs again;
-  - the fuzz harness for WAV files through the C API: tests/runtime/test_audio.py's mutated WAV files (the same
+  - the fuzz harness for WAV files through the C API: tests/runtime/loading/test_audio.py's mutated WAV files (the same
     generator and seed as its Python harness) transcribed from their path in one process: no crash, every refusal
     one line and exactly the Python reader's message, every file Python reads transcribed as Python transcribes it;
   - the C++ wrapper's audio_info, transcribe, transcribe_wav, transcribe_ids and transcribe_wav_ids (long audio's
@@ -46,7 +46,7 @@ from specdec.runtime import SpecdecError, SpeculativeDecoder
 from specdec.runtime.families.whisper.transcript import MAX_AUDIO_S
 from specdec.runtime.loading.audio import read_wav
 
-sys.path.append(str(HERE.parent / "runtime"))       # tests/runtime/test_audio.py: WAV writers and fuzz cases
+sys.path.append(str(HERE.parent / "runtime"))       # tests/runtime/loading/test_audio.py: WAV writers and fuzz cases
 from test_audio import FUZZ_SEED, fuzz_cases, pcm_ints, pcm_reference, write_stdlib_wav  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
@@ -82,7 +82,7 @@ FUZZ_LINE = re.compile(r"case (\d+) (ok (.*)|refused (SPECDEC_\w+) (.*)|good (sa
 
 @pytest.fixture(scope="module")
 def whisper_export(whisper_pair):
-    """The export of tests/runtime/test_whisper.py's `pair` fixture (exported_whisper_pair's defaults, built once per
+    """The export of tests/runtime/families/test_whisper.py's `pair` fixture (exported_whisper_pair's defaults, built once per
     run: tests/conftest.py)."""
     return whisper_pair[1] / "export"
 

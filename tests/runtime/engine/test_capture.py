@@ -7,7 +7,7 @@ same graphs uncaptured (capture itself needs CUDA: the GPU check, benchmarks/gpu
 - a captured model's run at every width, after rollbacks over slots still holding rejected K/V, gives the eager
   model's logits and cache;
 - greedy: every source at fixed and auto gamma gives target-only's tokens;
-- distribution: the chi-square test of tests/runtime/test_distribution.py at T = 1 (draft at gamma 2, N = 10,000,
+- distribution: the chi-square test of tests/runtime/decoding/test_distribution.py at T = 1 (draft at gamma 2, N = 10,000,
   p >= 1e-3; the lookup, N = 5,000), and its broken control (the capturable head drawing from p after a rejection)
   caught (p < 1e-6);
 - fp16: an fp16 export's capturable graphs (parity-checked at fp16's tolerance by the exporter) decode exactly;

@@ -14,7 +14,7 @@ from test_distribution import (LOOKUP_PROMPT, P_PASS, P_TEETH, SETTINGS, TOKENS,
 
 from specdec.runtime import SpeculativeDecoder
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "draft-sources.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "draft-sources.md"
 N = 5_000
 PROMPTS = [[20, 30, 1], [5, 6, 7, 5, 6, 7, 1], [40, 41, 42, 43, 1], [9, 9, 9, 9, 1]]
 

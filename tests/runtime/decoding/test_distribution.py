@@ -41,7 +41,7 @@ _EXACT = {}      # (model_dir, temperature, top_k, top_p, prompt) -> distributio
 
 def exact_distribution(model_dir, temperature, top_k, top_p, prompt=None, processors=()) -> dict:
     """P(first generated tokens = outcome) for every outcome (tuples of <= TOKENS ids, EOS-terminated).
-    `processors`: transformers logits processors applied before the warpers (tests/runtime/test_processors.py).
+    `processors`: transformers logits processors applied before the warpers (tests/runtime/decoding/test_processors.py).
     Without processors the enumeration is deterministic, so each model, settings and prompt is enumerated once in a
     worker process and later calls get a copy of it (the distribution tests share a handful of them)."""
     if processors:

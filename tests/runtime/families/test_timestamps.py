@@ -154,7 +154,7 @@ def decoder_without_stamps(whisper_pair):
 
 
 # Sampling with timestamps at T = 1: the first TOKENS tokens against exact enumeration under transformers' rules.
-# N and the thresholds as tests/runtime/test_whisper.py's: the control (the target's rows without the rules, so it
+# N and the thresholds as tests/runtime/families/test_whisper.py's: the control (the target's rows without the rules, so it
 # draws what they ban) must give p < P_TEETH.
 TOKENS, N, P_PASS, P_TEETH = 3, 5_000, 1e-3, 1e-6
 
