@@ -1,7 +1,8 @@
 """MkDocs hooks of the specdec site (mkdocs.yml, `hooks:`).
 
 1. Generated tables. A page line `<!-- parameters -->` becomes a table of every request parameter, made from
-   `specdec.runtime.core.params.PARAMETERS`; `<!-- stats -->` a table of every figure of a request's Stats, made
+   `specdec.runtime.core.params.PARAMETERS`; `<!-- load-options -->` a table of every load option, made from
+   `specdec.runtime.core.options` (its `table()`); `<!-- stats -->` a table of every figure of a request's Stats, made
    from `specdec.runtime.core.stats.STATS`. The declarations are the single source, so the tables cannot drift
    from the code. `<!-- c-api -->` becomes the C API reference: include/specdec.h's opening comment, then each
    section of the header with every declaration (function, type, constant) under its own heading, comment and code
@@ -30,6 +31,7 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, InclusionLevel
 
 PARAMETERS_MARKER = "<!-- parameters -->"
+LOAD_OPTIONS_MARKER = "<!-- load-options -->"
 STATS_MARKER = "<!-- stats -->"
 C_API_MARKER = "<!-- c-api -->"
 REPO_PREFIX = "repo"
@@ -54,6 +56,13 @@ def _code(value) -> str:
 
 def _python_value(value) -> str:
     return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
+
+
+def load_options_table() -> str:
+    """Every load option: its keyword, default, values, meaning and the surfaces that take it."""
+    from specdec.runtime.core.options import table
+
+    return table()
 
 
 def parameters_table() -> str:
@@ -311,6 +320,8 @@ def on_page_markdown(markdown, page, config, files):
         markdown = markdown.replace(PARAMETERS_MARKER, parameters_table())
     if STATS_MARKER in markdown:
         markdown = markdown.replace(STATS_MARKER, stats_tables())
+    if LOAD_OPTIONS_MARKER in markdown:
+        markdown = markdown.replace(LOAD_OPTIONS_MARKER, load_options_table())
     if C_API_MARKER in markdown:
         markdown = markdown.replace(C_API_MARKER, c_api_reference(_state["root"] / "include" / "specdec.h"))
     return _rewrite_links(markdown, page)

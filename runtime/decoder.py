@@ -36,7 +36,10 @@ class SpeculativeDecoder:
     `gamma_max`, `max_length`, `vocab_size` (the model's rows: ids 0 .. vocab_size - 1 may go in and come out),
     `vocabulary` (those rows and the ids the tokenizer makes: a real T5 has 32,128 rows for 32,100 ids), `eos_id`,
     `start_id` (the decoder start token), `datastore` (what the lookup searches besides the output and the source;
-    None without one).
+    None without one), `family` (the export's model family: its input keywords and checks, runtime/families/),
+    `scheduler` (what runs admitted requests, scheduling/scheduler.py: `scheduler.source(params)` is the draft source a
+    request's (draft, gamma) asks for, `scheduler.beam_model(name)` a model's batched beam session, as specdec-bench
+    uses them).
 
     Threads: one request at a time (runtime/engine/gate.py). generate(), beam search and reset_estimates() wait for the
     request before them; a stream holds the decoder from its first piece to its end, and loses it (its next piece

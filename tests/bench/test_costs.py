@@ -112,8 +112,8 @@ def test_acceptance_counts_target_runs_by_guesses():
 
 # what the benchmark may touch on a SpeculativeDecoder: its documented public attributes and methods
 PUBLIC = {"target", "draft", "workspace", "tokenizer", "manifest", "provider", "gamma_max", "max_length",
-          "vocab_size", "vocabulary", "generate", "stream", "decode", "source", "estimates", "reset_estimates",
-          "beam_model", "learned", "learning", "beam_estimates", "models", "datastore", "start_id", "eos_id",
+          "vocab_size", "vocabulary", "generate", "stream", "decode", "scheduler", "estimates", "reset_estimates",
+          "learned", "learning", "beam_estimates", "models", "datastore", "start_id", "eos_id",
           "stream_idle_s", "generate_batch"}
 RETIRED = {"samplers", "verify_s", "sampling_s", "sample_ms", "accept_sampler_ms", "draw_uniforms"}
 

@@ -46,7 +46,7 @@ from specdec.runtime import SpecdecError, SpeculativeDecoder
 from specdec.runtime.families.whisper.transcript import MAX_AUDIO_S
 from specdec.runtime.loading.audio import read_wav
 
-sys.path.append(str(HERE.parent / "runtime"))       # tests/runtime/loading/test_audio.py: WAV writers and fuzz cases
+sys.path.append(str(HERE.parent / "runtime" / "loading"))    # tests/runtime/loading/test_audio.py: WAV writers, fuzz cases
 from test_audio import FUZZ_SEED, fuzz_cases, pcm_ints, pcm_reference, write_stdlib_wav  # noqa: E402
 
 pytestmark = [pytest.mark.filterwarnings("ignore:You are using the legacy TorchScript-based ONNX export"),
