@@ -253,8 +253,8 @@ class _Plan:
 
 
 class AutoDraft(DraftSource, GammaController):
-    """Chooses among `candidates` (name -> DraftSource; a source that `copies` is probed for guesses when that can
-    pay) and gamma (every gamma up to the cap when `adaptive`, else exactly the cap for a model source).
+    """Chooses among `candidates` (name -> DraftSource; a source that is `probed`, the lookup, is probed for guesses
+    when that can pay) and gamma (every gamma up to the cap when `adaptive`, else exactly the cap for a model source).
 
     A refit, every REFIT rounds and at each request's start, turns the estimates into a _Plan; a round reads it.
     When nothing is expected to beat target-only decoding, a round is a target-only step plus a counter and two
@@ -269,7 +269,7 @@ class AutoDraft(DraftSource, GammaController):
 
     def __init__(self, candidates: dict, estimates: Estimates, adaptive: bool = True):
         self.candidates, self.estimates, self.adaptive = candidates, estimates, adaptive
-        self.lookup = next((s for s in candidates.values() if s.copies), None)
+        self.lookup = next((s for s in candidates.values() if s.probed), None)
         self.chosen: DraftSource | None = None
         self._mark = self._stats = None
         self._copied = []
@@ -278,7 +278,7 @@ class AutoDraft(DraftSource, GammaController):
         self.produced = 0
         self.explored = 0               # rounds whose choice explored (not what the estimates' means choose)
         self._plan: _Plan | None = None
-        self._models = [s for s in candidates.values() if not s.copies]     # what may need an encoder run
+        self._models = [s for s in candidates.values() if not s.probed]     # what may need an encoder run
         # a chain over the lookup whose top level is a candidate's own model proposes exactly as that model does
         # (a chain level's tokens are distributed as its own q): one alpha for both
         self.alpha_key = {}

@@ -47,14 +47,17 @@ class DraftSource:
     (its guesses are host-made point masses: a lookup), `model` (the model whose proposals it makes, or None: a
     chain level topped by the same model proposes exactly as that model does), `widens` (its rounds may verify
     several candidates as a token tree: the lookup, which the factory then tells whether it proposes to the target
-    itself and gives the width chooser), `origins` (the names its proposals go by) and `levels()` (itself and every
-    source it is made of)."""
+    itself and gives the width chooser), `probed` (auto may read its guesses before the round's choice and propose
+    them as found: the lookup's `guesses` and `propose_found`; any other source is chosen by its measured rates and
+    asked to propose), `origins` (the names its proposals go by) and `levels()` (itself and every source it is made
+    of)."""
 
     name = "draft"
     below: "DraftSource | None" = None
     copies = False
     model = None
     widens = False
+    probed = False
 
     @property
     def needs_encoder(self) -> bool:

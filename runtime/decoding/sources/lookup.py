@@ -57,6 +57,7 @@ class LookupDraft(DraftSource):
 
     name = "lookup"
     copies = True
+    probed = True          # auto reads its guesses before choosing (guesses, propose_found)
     widens = True
 
     def __init__(self, min_n: int = 1, max_n: int = 3, datastore=None, tokenizer_size: int | None = None):

@@ -41,6 +41,19 @@ def test_the_pages_source_is_greedy_exact(related_decoder):
     assert kept > 0 and rejected > 0, (kept, rejected)
 
 
+def test_the_pages_source_runs_under_the_default_gamma(related_decoder):
+    """With gamma="auto" (the default) auto chooses between the source's rounds and plain steps by their measured
+    rates; the source declares copies = True (host-made point masses) but is no lookup that auto may probe (its
+    `probed` stays False), so it is asked to propose like a model. Greedy output equals target-only's; before, auto took it for the lookup and called its
+    missing guesses()."""
+    source = page_source_class()()
+    assert source.copies
+    for ids in PROMPTS:
+        want = related_decoder.generate(input_ids=ids, max_new_tokens=24, draft="none").token_ids
+        res = related_decoder.generate(input_ids=ids, max_new_tokens=24, draft=source)
+        assert res.token_ids == want, ids
+
+
 @pytest.fixture(scope="module")
 def decoder(small_vocab_pair):
     return SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
