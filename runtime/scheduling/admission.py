@@ -104,4 +104,4 @@ class Admission:
         _, row = plans(checked, self.models, self.gamma_max)
         if isinstance(row, SpecdecError):
             raise row
-        return Request(self.family.ids(prompt, input_ids), checked, row)
+        return Request(self.family.input(prompt, input_ids, {})[0], checked, row)
