@@ -4,7 +4,8 @@ reordered between steps.
 The decoder graph is the same file the speculative loop runs (its head samples every row and is ignored here),
 in the model's session without the batch-1 shape override (CachedSeq2Seq.free_session: opened on first use, it
 then runs the model's batched and single requests too). Its cache is two flat buffers of
-[max_length, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft): the live one holds the
+[positions, layers, 2, rows, heads, d_kv] for up to `capacity` rows (three for a draft) and up to `positions`
+positions, both grown to what requests use (`reserve`): the live one holds the
 first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
 into a spare one, which becomes live (numpy.take with `out=`: no allocation per step; on a GPU provider the two buffers are
 device memory and the gather copies through the host staging copy: that path is unrun, see docs/guides/beam-search.md).
@@ -24,6 +25,8 @@ from .head import Head, View
 from .model import CachedSeq2Seq
 from .positions import ChainPositions
 
+FIRST_POSITIONS = 32        # cache positions per row at first; doubled when a sequence needs more (max_length at most)
+
 
 class BeamModel:
     def __init__(self, model: CachedSeq2Seq, buffers: int = 2):
@@ -31,6 +34,9 @@ class BeamModel:
         self.device = model.device
         self.decoder = Binder(model.free_session(), self.device)     # shared with batched requests
         self.capacity = self.tokens_cap = 0
+        self.positions = 0        # cache positions the buffers hold per row (grown to what requests use)
+        self.src_cap = self.cross_rows = 0      # source positions and rows the cross K/V buffer holds
+        self.src = 0
         self.live, self.pinned = 0, None
         self.buffers = buffers    # 3 for a draft, whose round-start cache stays pinned while it proposes
         self.rows = 1
@@ -56,26 +62,40 @@ class BeamModel:
                          Buffer((rows,), np.int64, self.device))
         self._outputs = {}          # rows -> the head's output views
 
-    def reserve(self, rows: int, tokens: int) -> None:
-        """Buffers for `rows` sequences and runs of up to `tokens` tokens: grown (keeping what the caches and the
-        cross K/V hold) when a request or a round needs more, never shrunk. A speculative round may score up to
-        W x (gamma + 1) rows; buffers grow to what the rounds actually use."""
+    def reserve(self, rows: int, tokens: int, positions: int = 0) -> None:
+        """Buffers for `rows` sequences of up to `positions` cache positions, runs of up to `tokens` tokens and the
+        source's K/V: grown (keeping what the caches and the cross K/V hold) when a request or a round needs more,
+        never shrunk, and no larger than what requests use: the cache's positions and the source's grow with the
+        longest sequence and source seen (doubling, at most max_length), not to max_length at once. A speculative
+        round may score up to W x (gamma + 1) rows; buffers grow to what the rounds actually use."""
         m = self.model
-        if rows > self.capacity:
-            rows = max(rows, 2 * self.capacity)           # grow geometrically: few copies per request
-            per = m.max_length * m.layers * 2 * rows * m.heads * m.d_kv
-            dtype = m.cache.dtype
+        grow_rows = rows > self.capacity
+        grow_positions = positions > self.positions
+        if grow_rows or grow_positions or not hasattr(self, "caches"):
+            rows_cap = max(rows, 2 * self.capacity) if grow_rows else self.capacity
+            positions_cap = min(m.max_length, max(positions, 2 * self.positions, FIRST_POSITIONS)) \
+                if grow_positions or not self.positions else self.positions
+            per = positions_cap * m.layers * 2 * rows_cap * m.heads * m.d_kv
             old = getattr(self, "caches", [])
-            self.caches = [Buffer((per,), dtype, self.device) for _ in range(self.buffers)]
-            for new, buf in zip(self.caches, old):       # the layouts depend on the rows in use, not on capacity
+            self.caches = None            # the old buffers go once their content is copied into the new ones
+            caches = [Buffer((per,), m.cache.dtype, self.device) for _ in range(self.buffers)]
+            for new, buf in zip(caches, old):           # the layouts depend on the rows in use, not on capacity
                 new.write(buf.flat())
+            self.caches = caches
+            self.capacity, self.positions = rows_cap, positions_cap
+            if grow_rows:
+                self._head_outputs(rows_cap)
+        src = max(self.src, 1)
+        if self.capacity > self.cross_rows or src > self.src_cap:
             cross = getattr(self, "cross", None)
-            positions = max(m.max_length, m.frames or 0)     # an encoder's fixed frames may exceed max_length
-            self.cross = Buffer((m.layers * 2 * rows * m.heads * positions * m.d_kv,), dtype, self.device)
-            if cross is not None:
+            if src > self.src_cap:        # an encoder's fixed frames may exceed max_length
+                self.src_cap = max(src, min(2 * self.src_cap, max(m.max_length, m.frames or 0)))
+            self.cross_rows = self.capacity
+            self.cross = None
+            self.cross = Buffer((m.layers * 2 * self.capacity * m.heads * self.src_cap * m.d_kv,), m.cache.dtype,
+                                self.device)
+            if cross is not None:         # the layout depends on the rows and source in use, not on capacity
                 self.cross.write(cross.flat())
-            self._head_outputs(rows)
-            self.capacity = rows
         if rows * tokens > self.tokens_cap:
             self.logits = Buffer((rows * tokens * self.vocab,), np.float32, self.device)
             self.input_ids = Buffer((rows * tokens,), np.int64, self.device)
@@ -127,8 +147,10 @@ class BeamModel:
         run counts itself in the stats given to `encode`."""
         rows, count = tokens.shape
         assert rows == self.rows, (rows, self.rows)
-        self.reserve(rows, count)
         m = self.model
+        if self.length + count > m.max_length:
+            raise AssertionError("beam run past max_length")
+        self.reserve(rows, count, self.length + count)
         self.input_ids.write(tokens)
         b = self.decoder
         kv = self._kv(rows)
@@ -144,8 +166,6 @@ class BeamModel:
                                                            View(following, (rows,)))
         b.views({}, head)
         self.chain.bind(b, count)
-        if self.length + count > m.max_length:
-            raise AssertionError("beam run past max_length")
         t = time.perf_counter()
         b.run()
         self.elapsed = time.perf_counter() - t

@@ -95,3 +95,25 @@ def test_the_heap_freed_after_loading_goes_back_to_the_system():
     after = rss_bytes()
     assert held - after > 100 * 2**20, f"{held / 2**20:.0f} -> {after / 2**20:.0f} MiB"
     assert last[0] == 1
+
+
+def test_beam_buffers_hold_what_requests_use_and_growing_them_keeps_the_output(tiny_export):
+    """Beam search's caches hold the positions its requests use (FIRST_POSITIONS at first, doubled when a sequence
+    needs more), not max_length for every row from the first request on; a request whose cache grows mid-search
+    gives the beams a decoder with caches grown already gives, and a short request after it keeps the grown size."""
+    from specdec.runtime.engine.beam_model import FIRST_POSITIONS
+
+    ids = [5, 6, 7, 8, 9, 1]
+    short = dict(input_ids=ids, num_beams=4, max_new_tokens=8, draft="none")
+    long = dict(input_ids=ids, num_beams=4, max_new_tokens=48, min_new_tokens=48, draft="none")   # 64 positions
+    fresh = SpeculativeDecoder.load(tiny_export, provider="cpu")
+    fresh.generate(**short)
+    beams = fresh.scheduler.beam_model("target")
+    assert beams.positions == FIRST_POSITIONS < fresh.max_length
+    assert beams.caches[0].flat().size == FIRST_POSITIONS * int(np.prod(beams._kv(beams.capacity)))
+    grown_mid_search = fresh.generate(**long)            # 32 -> 64 positions while it runs
+    assert beams.positions == fresh.max_length == 2 * FIRST_POSITIONS
+    again = fresh.generate(**long)                       # the caches are large enough from its first step
+    assert again.sequences == grown_mid_search.sequences and again.scores == grown_mid_search.scores
+    fresh.generate(**short)
+    assert beams.positions == fresh.max_length           # never shrunk: no allocation per request
