@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from specdec.runtime import PROVIDER_CHOICES, PROVIDER_HELP, SpecdecError
+from specdec.runtime import SpecdecError
+from specdec.runtime.core import options as load_options
 
 from .common.options import PROMPT_FILE
 from .common.tables import Table, fmt
@@ -37,8 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--num-prompts", type=int, default=128, help="prompts taken from it (default 128)")
     p.add_argument("--repeat", type=int, default=3, help="timed passes over the prompts (default 3)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per prompt (default 64)")
-    p.add_argument("--provider", default="cpu", choices=PROVIDER_CHOICES, help=f"{PROVIDER_HELP}; default cpu")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads of the target (0: onnxruntime's default)")
+    # batches run the eager graphs: no --graph-capture
+    load_options.add_flags(p, "bench", leave_out=("graph_capture",), defaults={"provider": "cpu"})
     p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the table as Markdown")
 
@@ -71,7 +72,7 @@ def run(args) -> int:
             from None
     temperatures = [float(t) for t in args.temperature.split(",")]
     configs = _configs(args.draft)
-    dec = SpeculativeDecoder.load(args.engine, provider=args.provider, threads=args.threads)
+    dec = SpeculativeDecoder.load(args.engine, load_options.LoadOptions.from_args(args, "bench"))
     prompts, origin = prompts_mod.load(args.prompts, args.num_prompts, dec)
     ids = [p.ids for p in prompts]
     mach = running.begin(f"specdec-bench batch: {args.engine}", dec.provider, args.threads)

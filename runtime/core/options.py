@@ -240,7 +240,7 @@ def add_flags(parser, surface: str, leave_out=(), notes: dict | None = None, def
 
 
 def table() -> str:
-    """The docs' table of load options (docs/guides/runtime.md holds it; a test keeps the two equal)."""
+    """The docs' table of load options (docs/hooks.py puts it where docs/guides/runtime.md has its marker)."""
     commands = {"generate": "specdec-generate", "bench": "specdec-bench", "serve": "specdec-serve"}
     rows = ["| option | default | values | meaning | also |", "| --- | --- | --- | --- | --- |"]
     for d in OPTIONS:

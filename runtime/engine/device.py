@@ -14,6 +14,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..core.errors import RunFailed, SpecdecError, first_line
+from ..core.options import DECLARED
 
 PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
@@ -22,7 +23,7 @@ PROVIDERS = {
 }
 # what every command's --provider takes, and says of it ("auto": resolve_provider's choice)
 PROVIDER_CHOICES = ("auto", *PROVIDERS)
-PROVIDER_HELP = "the execution provider (auto: CUDA if this onnxruntime has it, else the CPU; TensorRT only when named)"
+PROVIDER_HELP = DECLARED["provider"].doc       # what every command line's --provider says (the load option's line)
 # the order "auto" tries: TensorRT is left out (no run of it has been recorded) and is used only when named
 AUTO_ORDER = ("cuda", "cpu")
 
@@ -92,15 +93,11 @@ def default_threads() -> int:
 
 
 def checked_provider_options(options) -> dict:
-    """`provider_options` of a load: None or a dict of option names to values (strings, numbers or booleans), given
-    to the provider's first onnxruntime provider (e.g. {"enable_cuda_graph": "1"} for cuda)."""
-    if options is None:
-        return {}
-    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
-                                                for k, v in options.items()):
-        raise SpecdecError(f"provider_options must be a dict of option names to values (got {options!r:.80})",
-                           'pass e.g. {"enable_cuda_graph": "1"}, or leave it out')
-    return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in options.items()}
+    """`provider_options` of a load (None or a dict of option names to strings, numbers or booleans; the load option
+    `provider_options` refuses anything else with its one line) as onnxruntime takes them, given to the provider's
+    first onnxruntime provider (e.g. {"enable_cuda_graph": "1"} for cuda)."""
+    DECLARED["provider_options"].refuse(options)
+    return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in (options or {}).items()}
 
 
 def session_providers(provider: str, path, options: dict | None = None) -> list:
