@@ -71,17 +71,15 @@ class BeamModel:
         m = self.model
         grow_rows = rows > self.capacity
         grow_positions = positions > self.positions
-        if grow_rows or grow_positions or not hasattr(self, "caches"):
+        if grow_rows or grow_positions or not self.positions:       # (no buffers before the first request)
             rows_cap = max(rows, 2 * self.capacity) if grow_rows else self.capacity
             positions_cap = min(m.max_length, max(positions, 2 * self.positions, FIRST_POSITIONS)) \
                 if grow_positions or not self.positions else self.positions
             per = positions_cap * m.layers * 2 * rows_cap * m.heads * m.d_kv
             old = getattr(self, "caches", [])
-            self.caches = None            # the old buffers go once their content is copied into the new ones
-            caches = [Buffer((per,), m.cache.dtype, self.device) for _ in range(self.buffers)]
-            for new, buf in zip(caches, old):           # the layouts depend on the rows in use, not on capacity
+            self.caches = [Buffer((per,), m.cache.dtype, self.device) for _ in range(self.buffers)]
+            for new, buf in zip(self.caches, old):      # the layouts depend on the rows in use, not on capacity
                 new.write(buf.flat())
-            self.caches = caches
             self.capacity, self.positions = rows_cap, positions_cap
             if grow_rows:
                 self._head_outputs(rows_cap)
@@ -91,7 +89,6 @@ class BeamModel:
             if src > self.src_cap:        # an encoder's fixed frames may exceed max_length
                 self.src_cap = max(src, min(2 * self.src_cap, max(m.max_length, m.frames or 0)))
             self.cross_rows = self.capacity
-            self.cross = None
             self.cross = Buffer((m.layers * 2 * self.capacity * m.heads * self.src_cap * m.d_kv,), m.cache.dtype,
                                 self.device)
             if cross is not None:         # the layout depends on the rows and source in use, not on capacity

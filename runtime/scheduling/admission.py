@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import SpecdecError
 from ..core.params import Params
-from ..decoding.plan import Plan, plans
+from ..decoding.plan import Plan, plan, plans
 from ..decoding.request import Request
 from ..engine.capture import NO_EAGER, NO_EAGER_FIX
 from ..families import INPUTS, refuse_foreign
@@ -22,7 +22,7 @@ class Admitted:
     """A checked, planned request. `source`: its checked input (token ids, or what its family encodes); `prompt`: the
     decoder prompt its family made, or None; `whole`: set when the input is longer than the encoder's window and its
     family decodes it window by window (`source` is then None); `given`: the family's input keywords as read;
-    `row`: the Request a batch runs it as, or None; `refusal`: why a batch cannot run it when `row` is None."""
+    `row`: the Request a batch runs it as, or None (it runs alone)."""
     params: Params
     plan: Plan | SpecdecError           # alone (an error when only a batch runs it)
     source: object = None
@@ -30,7 +30,6 @@ class Admitted:
     whole: bool = False
     given: dict = field(default_factory=dict)
     row: Request | None = None
-    refusal: SpecdecError | None = None
 
     @property
     def timestamps(self) -> bool:
@@ -66,32 +65,24 @@ class Admission:
         given = {name: overrides.pop(name) for name in INPUTS if name in overrides}
         checked = self.params(params, overrides)
         alone, row = plans(checked, self.models, self.gamma_max)
-        if not isinstance(row, SpecdecError) and (self.captured or not self.family.batchable):
-            row = SpecdecError(NO_EAGER, NO_EAGER_FIX) if self.captured else SpecdecError(*self.family.refusal)
+        batched = not isinstance(row, SpecdecError) and not self.captured and self.family.batchable
         refuse_foreign(self.family, given)
         given = self.family.read(given)
         if self.family.whole(given):        # checked window by window when it runs; its choices now
             self.family.choices(given)
-            return Admitted(checked, self._alone(alone), whole=True, given=given,
-                            refusal=row if isinstance(row, SpecdecError) else None)
-        source, prompt_made = self.family.input(prompt, input_ids, given)
-        admitted = Admitted(checked, alone, source, prompt_made, given=given)
-        if isinstance(row, SpecdecError):
-            admitted.refusal = row
-            self._alone(alone)          # runs alone: its own plan must hold
+            admitted = Admitted(checked, alone, whole=True, given=given)
         else:
-            admitted.row = Request(source, checked, row)
+            source, prompt_made = self.family.input(prompt, input_ids, given)
+            admitted = Admitted(checked, alone, source, prompt_made, given=given)
+            if batched:
+                admitted.row = Request(source, checked, row)
+        if admitted.row is None:
+            admitted.alone()                # it runs alone: its own plan must hold
         return admitted
-
-    @staticmethod
-    def _alone(alone):
-        if isinstance(alone, SpecdecError):
-            raise alone
-        return alone
 
     def admit_plan(self, params):
         """A checked request's plan alone, without its input (what `SpeculativeDecoder.scheduler.source` asks)."""
-        return self._alone(plans(params, self.models, self.gamma_max)[0])
+        return plan(params, self.models, self.gamma_max)
 
     def row(self, prompt, input_ids, params, overrides: dict) -> Request:
         """A checked, planned row of a batch (what generate_batch queues): a one-line SpecdecError if a batch cannot

@@ -19,6 +19,7 @@ from ..engine.batch_model import BatchModel
 from ..engine.beam_model import BeamModel
 from ..engine.gate import Gate
 from .admission import Admission, Admitted
+from .batcher import Batcher
 
 
 class Scheduler:
@@ -194,8 +195,6 @@ class Scheduler:
 
     def batcher(self, max_batch: int = 16, max_queue: int = 64):
         """A Batcher over this scheduler (scheduling/batcher.py)."""
-        from .batcher import Batcher
-
         return Batcher(self, max_batch, max_queue)
 
     def submit(self, prompt=None, **request):
