@@ -18,7 +18,6 @@ A tree of B candidates costs one target run over 1 + their tokens. `--wide-expor
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from .common.tables import Table
 
 def candidates(lookup, seq: list, gamma: int, width: int) -> list:
     """Up to `width` candidates: the lookup's own, then the datastore's next-ranked continuations of the context."""
-    first = lookup.guesses(SimpleNamespace(seq=seq, known=[]), gamma)     # the workspace part a lookup reads
+    first = lookup.match(seq, [], gamma)
     out = [first] if first else []
     store = lookup.datastore
     if store is not None and width > len(out):
