@@ -45,7 +45,7 @@ class Stats:
     accepted: int = stat("count", "of those, kept")
     new_tokens: int = stat("count", "tokens generated")
     ort_runs: int = stat("count", "every ONNX Runtime session run: encoders, draft runs, target runs")
-    encoder_s: float = stat("s", "encoder runs (once per model and request)")
+    encoder_s: float = stat("s", "encoder runs (once per model and request; a share of a batch's run)")
     draft_s: float = stat("s", "draft runs: decoder step + its sampling head (standardize, draw q and x)")
     target_s: float = stat("s", "target runs: decoder over k+1 tokens + the accept/residual head")
     host_s: float = stat("s", "everything outside ONNX Runtime runs: Python, binding, reading the verdict")

@@ -58,6 +58,11 @@ class BatchModel:
             (ACCEPTED, c, np.int64), (NEXT_TOKEN, c, np.int64))}
         self.head = Head(c, v, dev)              # each row's sampling parameters: its request's, or idle
         self.capacity = 0
+        # the sources of rows that join together are encoded in one run when the encoder takes their lengths
+        self.batched_encoder = model.batches_sources
+        if self.batched_encoder:                 # free_session() above made the encoder batch-free too
+            self.sources_in = Buffer((c * self.max_length,), np.int64, dev, host_only=True)
+            self.source_rows = Buffer((c,), np.int64, dev, host_only=True)
 
     def fits(self, capacity: int, gamma: int) -> bool:
         return capacity <= self.most and gamma <= self.gamma
@@ -129,21 +134,69 @@ class BatchModel:
                 buf.value.update_inplace(buf.host)
 
     # -- rows ---------------------------------------------------------------------------------------------------
-    def join(self, row: int, ids: np.ndarray, params, stats) -> None:
-        """A request takes `row`: its encoder run (batch 1, the model's own session), its cross-attention K/V copied
-        into the row, its sampling parameters."""
-        model = self.model
-        model.encode(ids, stats)
-        src = len(ids)
-        cross = model.cross.flat()[:model.layers * 2 * model.heads * src * model.d_kv]
+    def join(self, joining: list) -> None:
+        """Requests take rows: `joining` holds (row, source ids, params, stats). Their sources are encoded together
+        (`_encode`), each row's cross-attention K/V land in the row, and the row takes its request's sampling
+        parameters."""
         self._pull(self.cross)
-        self.cross_rows[:, :, row, :, :src] = cross.reshape(model.layers, 2, model.heads, src, model.d_kv)
-        self.lengths[row], self.sources[row], self.active[row] = 0, src, True
-        self.buf[SOURCE_LENGTHS].write([src], row)
-        self.head.set(params, row)
-        self.stats[row] = stats
+        if self.batched_encoder:
+            self._encode(joining)
+        else:                                    # an encoder without source lengths: one run per source
+            model = self.model
+            for row, ids, _, stats in joining:
+                model.encode(ids, stats)
+                src = len(ids)
+                cross = model.cross.flat()[:model.layers * 2 * model.heads * src * model.d_kv]
+                self.cross_rows[:, :, row, :, :src] = cross.reshape(model.layers, 2, model.heads, src, model.d_kv)
+        for row, ids, params, stats in joining:
+            self.lengths[row], self.sources[row], self.active[row] = 0, len(ids), True
+            self.buf[SOURCE_LENGTHS].write([len(ids)], row)
+            self.head.set(params, row)
+            self.stats[row] = stats
         self._charge()
         self._sync(self.cross)
+
+    def _encode(self, joining: list) -> None:
+        """The joining sources in one encoder run, padded to the longest (export/families/t5_encoder.py). When they
+        fill the layout's rows in order and the longest is the layout's source_cap, the run writes the batch's
+        cross-attention buffer itself; otherwise it writes the model's own (batch-1) cross buffer, as many rows at a
+        time as it holds, and each row's positions are copied into place. Each request's encoder_s gets its share
+        of its run (the run's seconds over the run's rows), and the run counts in every joined request's ort_runs."""
+        model, (layers, two, heads, d_kv) = self.model, self.kv
+        rows = [j[0] for j in joining]
+        longest = max(len(j[1]) for j in joining)
+        if rows == list(range(self.capacity)) and longest == self.source_cap:
+            self._encoder_run(joining, self.cross, longest)
+            self._pull(self.cross)               # unrun: the staging copy takes what the run wrote on the device
+            return
+        held = model.cross.size // (layers * two * heads * d_kv)     # source positions the staging buffer holds
+        per_run = max(1, held // longest)
+        for first in range(0, len(joining), per_run):
+            part = joining[first:first + per_run]
+            width = max(len(j[1]) for j in part)
+            self._encoder_run(part, model.cross, width)
+            staged = model.cross.flat()[:layers * two * len(part) * heads * width * d_kv]
+            staged = staged.reshape(layers, two, len(part), heads, width, d_kv)
+            for i, (row, ids, _, _) in enumerate(part):
+                self.cross_rows[:, :, row, :, :len(ids)] = staged[:, :, i, :, :len(ids)]
+
+    def _encoder_run(self, part: list, out: Buffer, width: int) -> None:
+        k, model = len(part), self.model
+        ids = np.zeros((k, width), np.int64)
+        for i, (_, source, _, _) in enumerate(part):
+            ids[i, :len(source)] = source
+        self.sources_in.write(ids)
+        self.source_rows.write([len(j[1]) for j in part])
+        encoder, (inp, name) = model.encoder, model.enc_names
+        encoder.input(inp, self.sources_in, (k, width))
+        encoder.input(SOURCE_LENGTHS, self.source_rows, (k,))
+        encoder.output(name, out, (self.kv[0], self.kv[1], k, self.kv[2], width, self.kv[3]))
+        encoder.charged = tuple(j[3] for j in part)
+        t = time.perf_counter()
+        encoder.run()
+        share = (time.perf_counter() - t) / k
+        for _, _, _, stats in part:
+            stats.encoder_s += share
 
     def leave(self, row: int) -> None:
         """The row holds no request: idle until another joins."""

@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import CROSS_KV, DRAFT_PROBS, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, STEPS, TREE_INPUTS, shared_cross
+from ..core.graph_io import (CROSS_KV, DRAFT_PROBS, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, ROW_INPUTS, STEPS, TREE_INPUTS,
+                             shared_cross)
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session, release_freed_memory
@@ -21,6 +22,7 @@ from .positions import ChainPositions
 
 _NP = {"fp32": np.float32, "fp16": np.float16}
 TREE_DEPTH = TREE_INPUTS[0]      # bound by a tree round's views; the chain's otherwise (positions.py)
+SOURCE_LENGTHS = ROW_INPUTS[1]   # the encoder's rows' source lengths (and the decoder's)
 
 
 class CachedSeq2Seq:
@@ -39,11 +41,17 @@ class CachedSeq2Seq:
         self.decoder_path, self.provider, self.threads = manifest.path(info.decoder.file), provider, threads
         self.options = options          # the provider's options (device.checked_provider_options)
         # no encoder: a draft that keeps the target's, whose encoder run writes our K/V (share_encoder)
-        self.encoder = self.enc_names = None
+        self.encoder = self.enc_names = self.encoder_path = None
         if info.encoder is not None:
             self.enc_names = (next(iter(info.encoder.inputs)), next(iter(info.encoder.outputs)))
-            self.encoder = Binder(create_session(manifest.path(info.encoder.file), provider, threads, spin=False,
-                                                 options=options), device)
+            self.encoder_path = manifest.path(info.encoder.file)
+            self.encoder = Binder(create_session(self.encoder_path, provider, threads, spin=False, options=options),
+                                  device)
+        # an encoder that encodes a batch's padded sources in one run (export/families/t5_encoder.py) takes each
+        # row's length; a batch-1 run binds its one length here (the binding outlives a batched run's)
+        self._lengths_input = self.encoder is not None and SOURCE_LENGTHS in self.encoder.names
+        self.source_length = Buffer((1,), np.int64, device, host_only=True)
+        self._free_encoder = False
         self._sharers = []       # drafts whose cross K/V our encoder run also writes
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
         self._open_decoder(manifest, info, dtype)
@@ -79,13 +87,31 @@ class CachedSeq2Seq:
         """The decoder graph in a session without the batch-1 shape override, opened on the first beam search or
         batched request. From then on it is the model's only decoder session: batch-1 runs move to it and the
         batch-1 session is dropped, so the weights are held once. Batch-1 requests run there as fast as on the
-        batch-1 session (measured on the bundled pair): the fixed shape's folding no longer shows."""
+        batch-1 session (measured on the bundled pair): the fixed shape's folding no longer shows. An encoder that
+        takes its rows' source lengths goes batch-free with it (free_encoder)."""
         if self._free is None:
             self._free = create_session(self.decoder_path, self.provider, self.threads, batch=None,
                                         options=self.options)
             self.decoder.move(self._free)
+            if self.batches_sources:     # a batch's sources are encoded in one run (batch_model.py)
+                self.free_encoder()
             release_freed_memory()
         return self._free
+
+    @property
+    def batches_sources(self) -> bool:
+        """Our encoder encodes a batch's padded sources in one run: it takes their lengths and writes no draft's
+        cross K/V besides ours."""
+        return self._lengths_input and not self._sharers
+
+    def free_encoder(self) -> None:
+        """The encoder in a session without the batch-1 shape override, for batched encoder runs (batch_model.py);
+        from then on batch-1 runs use it too and the batch-1 session is dropped, so the weights are held once."""
+        if not self._free_encoder:
+            self.encoder.move(create_session(self.encoder_path, self.provider, self.threads, spin=False, batch=None,
+                                             options=self.options))
+            self._free_encoder = True
+            release_freed_memory()
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call. `ids`: the
@@ -98,6 +124,9 @@ class CachedSeq2Seq:
             self.source.write(ids)
             inp, out = self.enc_names
             self.encoder.input(inp, self.source, (1, len(ids)))
+            if self._lengths_input:
+                self.source_length.write([len(ids)])
+                self.encoder.input(SOURCE_LENGTHS, self.source_length, (1,))
             self.encoder.output(out, self.cross, self.cross_shape())
             for draft in self._sharers:
                 self.encoder.output(shared_cross(draft.role), draft.cross, draft.cross_shape(self.src_len))

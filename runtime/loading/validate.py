@@ -55,8 +55,9 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # heads, d_kv and the vocabulary; None a dynamic axis (any name or number); an int a fixed size. Required tensors are
 # marked "!", the others are checked when the graph has them (manifest.py checks that the head is there).
 EXPECTED = {
-    "encoder": {"inputs": {"!0": ("source", (None, None))},   # the first input and output; source: int64 ids, or
-                #                                                  the dtype a family's entry gives
+    "encoder": {"inputs": {"!0": ("source", (None, None)),    # the first input and output; source: int64 ids, or
+                           #                                       the dtype a family's entry gives
+                           SOURCE_LENGTHS: ("int64", (None,))},  # a batch's padded sources in one run
                 "outputs": {"!0": ("kv", ("L", 2, None, "H", None, "D"))}},
     "decoder": {"inputs": {"!" + INPUT_IDS: ("int64", (None, None)),
                            "!" + PAST_KV: ("kv", (None, "L", 2, None, "H", "D")),

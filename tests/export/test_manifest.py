@@ -11,7 +11,7 @@ import pytest
 from tinymodels import read_manifest
 
 GRAPH_IO = {
-    "encoder": (["input_ids"], ["cross_kv"]),
+    "encoder": (["input_ids", "source_lengths"], ["cross_kv"]),
     "decoder": (["input_ids", "past_kv", "cross_kv", "row_lengths", "source_lengths", "draft_probs", "uniforms",
                  "temperature", "top_k", "top_p", "lenience", "logit_mask", "guess_counts"],
                 ["logits", "new_kv", "probs", "accepted", "next_token"]),

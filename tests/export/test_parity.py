@@ -247,6 +247,35 @@ def test_encoder_returns_cross_kv_of_every_decoder_layer(exported, name):
                 np.testing.assert_allclose(cross[layer, j], want, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["v10-small-buckets", "v11-odd-heads", "enc3-dec1"])
+def test_padded_sources_in_one_run_give_each_source_alone(exported, name):
+    """A batch's sources padded to the longest and encoded in one run with their source_lengths: each row's first
+    source_lengths[b] K/V positions are Hugging Face's encoder on that source alone (unpadded), within 1e-5. Control:
+    the same run without source_lengths (every key attended) moves the padded rows' K/V by far more."""
+    import torch
+
+    ex = exported(name)
+    cfg = ex.config
+    lengths = [23, 9, 1, 17]
+    source = np.zeros((len(lengths), max(lengths)), np.int64)
+    rows = [sequences(cfg, n, 2, seed=10 + n)[0][0] for n in lengths]
+    for b, row in enumerate(rows):
+        source[b, :len(row)] = row
+    cross = ex.enc.run(None, {"input_ids": source, "source_lengths": np.array(lengths, np.int64)})[0]
+    unmasked = ex.encode(source)
+    for b, row in enumerate(rows):
+        with torch.no_grad():
+            hidden = ex.model.encoder(input_ids=torch.from_numpy(row[None])).last_hidden_state
+        n = len(row)
+        for layer, block in enumerate(ex.model.decoder.block):
+            ca = block.layer[1].EncDecAttention
+            for j, proj in enumerate((ca.k, ca.v)):
+                want = proj(hidden).detach().reshape(n, cfg.num_heads, cfg.d_kv).transpose(0, 1).numpy()
+                np.testing.assert_allclose(cross[layer, j, b, :, :n], want, rtol=0, atol=1e-5, err_msg=f"row {b}")
+                if n < source.shape[1]:
+                    assert np.abs(unmasked[layer, j, b, :, :n] - want).max() > 1e-3, "the control attends padding"
+
+
 @pytest.mark.parametrize("name,past", [("v10-small-buckets", 40), ("enc1-dec3", 40), ("v10-default-buckets", 140)])
 def test_positions_beyond_max_distance_are_exercised(exported, name, past):
     """Control: changing only the decoder's last relative-position bucket (distances >= max_distance) moves the

@@ -76,16 +76,7 @@ class Batching:
             if len(waiting) and None not in rows and model.capacity < most:
                 live = list(range(model.capacity))
                 self._resize(rows, live, min(most, 1 << (len(live) + len(waiting) - 1).bit_length()))
-            for b in range(model.capacity):
-                if rows[b] is None:
-                    item = waiting.take()
-                    if item is None:
-                        break
-                    if len(item[1].ids) > model.source_cap:          # a longer source than the layout holds
-                        self._resize(rows, [i for i in range(model.capacity) if rows[i] is not None],
-                                     model.capacity, len(item[1].ids))
-                        b = rows.index(None)
-                    rows[b] = self._join(b, *item)
+            self._join(rows, waiting)
             live = [b for b in range(model.capacity) if rows[b] is not None]
             if not live:
                 return
@@ -127,17 +118,36 @@ class Batching:
                     rows[b] = None
                     model.leave(b)
 
-    def _join(self, b: int, index: int, request: Request) -> Row:
-        params = request.params
-        request.began = time.perf_counter()      # its time runs from taking a row: the wait for one is not counted
-        self.model.join(b, request.ids, params, request.stats)
-        lookup = None
-        if request.plan.source == "lookup":
-            lookup = configured(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
-            lookup.start(request.ids, request.stats)
-        gamma = request.plan.gamma
-        return Row(index, request, lookup, min(gamma, self.model.gamma), np.random.default_rng(params.seed),
-                   self.start_id, [self.start_id])
+    def _join(self, rows: list, waiting) -> None:
+        """Waiting requests take the free rows, all of them joining in one encoder run (BatchModel.join). A batch
+        that starts empty is laid out for its first requests' longest source; a longer source than the layout holds
+        widens it for every row."""
+        model = self.model
+        items = []
+        while len(items) < rows.count(None):
+            item = waiting.take()
+            if item is None:
+                break
+            items.append(item)
+        if not items:
+            return
+        longest = max(len(request.ids) for _, request in items)
+        live = [b for b in range(model.capacity) if rows[b] is not None]
+        if not live and longest != model.source_cap:
+            model.layout(model.capacity, longest)
+        elif longest > model.source_cap:
+            self._resize(rows, live, model.capacity, longest)
+        free = [b for b in range(model.capacity) if rows[b] is None]
+        now = time.perf_counter()
+        for (index, request), b in zip(items, free):
+            request.began = now                  # its time runs from taking a row: the wait for one is not counted
+            lookup = None
+            if request.plan.source == "lookup":
+                lookup = configured(datastore=self.datastore, tokenizer_size=self.tokenizer_size)
+                lookup.start(request.ids, request.stats)
+            rows[b] = Row(index, request, lookup, min(request.plan.gamma, model.gamma),
+                          np.random.default_rng(request.params.seed), self.start_id, [self.start_id])
+        model.join([(b, request.ids, request.params, request.stats) for (_, request), b in zip(items, free)])
 
     def _guesses(self, row: Row, room: int) -> list:
         """Up to the row's gamma tokens its lookup copies: at most `room` (what the run has inside max_length) and

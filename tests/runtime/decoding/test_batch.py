@@ -50,6 +50,26 @@ def test_batches_of_one_to_sixteen_and_per_row_params(related_decoder):
         assert [r.token_ids for r in results] == ref, batch
 
 
+def test_rows_that_join_together_share_one_encoder_run(related_decoder, monkeypatch):
+    """generate_batch of 12 sources of 3-14 ids: with room for all, one encoder run (the layout's own buffer); with 4
+    rows, the first 4 in one run and later ones as rows free up (runs through the model's staging buffer, fewer than
+    the requests). Each request counts its encoder run once in ort_runs and a share of its seconds in encoder_s."""
+    prompts = random_prompts(related_decoder.vocab_size, 12, seed=9)
+    ref = alone(related_decoder, prompts, max_new_tokens=10)
+    runs = []
+    real = BatchModel._encoder_run
+    monkeypatch.setattr(BatchModel, "_encoder_run", lambda self, part, out, width: runs.append(
+        (len(part), out is self.cross)) or real(self, part, out, width))
+    results = related_decoder.generate_batch(input_ids=prompts, max_new_tokens=10, max_batch=12, draft="none")
+    assert [r.token_ids for r in results] == ref
+    assert runs == [(12, True)]
+    runs.clear()
+    results = related_decoder.generate_batch(input_ids=prompts, max_new_tokens=10, max_batch=4, draft="none")
+    assert [r.token_ids for r in results] == ref
+    assert runs[0] == (4, True) and sum(k for k, _ in runs) == 12 and len(runs) < 12, runs
+    assert all(r.stats.encoder_s > 0 and r.stats.ort_runs == 1 + r.stats.target_calls for r in results)
+
+
 def test_rows_near_max_length(related_decoder):
     """max_length 64: rows that reach it stop as they do alone, the others go on."""
     prompts = random_prompts(related_decoder.vocab_size, 6, seed=8)
@@ -112,8 +132,9 @@ def test_bad_input(related_decoder):
 # N = 20,000 requests of the 3-token test (test_distribution.py) in one generate_batch call, at most 16 rows at a
 # time, every request its own seed, two prompts alternating (row b's neighbours decode the other prompt), the lookup
 # with the small datastore at gamma 2 so that rows copy, keep and reject guesses. Pass: chi-square p >= 1e-3 for
-# each prompt against its own enumerated distribution. Broken control: the same batch where each joining request's
-# encoder output lands in the next row (a row reads another row's source): p < 1e-6.
+# each prompt against its own enumerated distribution. Broken controls: the same batch where each joining request's
+# encoder output lands in the next row (a row reads another row's source), and one whose joining sources are encoded
+# together without their lengths (the shorter attends to its padding; measured p = 2e-11): p < 1e-6.
 N_BATCH = 20_000
 OTHER = [4, 6, 3, 3, 7, 1]
 
@@ -151,12 +172,13 @@ class WrongRow(BatchModel):
     """A joining request's row reads the cross-attention K/V of the next row (deliberately broken): another
     request's source, mostly the other prompt's."""
 
-    def join(self, row, ids, params, stats):
-        super().join(row, ids, params, stats)
-        other = (row + 1) % self.capacity
-        self.cross_rows[:, :, row] = self.cross_rows[:, :, other]
-        self.sources[row] = self.sources[other]
-        self.buf["source_lengths"].write([self.sources[row]], row)
+    def join(self, joining):
+        super().join(joining)
+        for row, *_ in joining:
+            other = (row + 1) % self.capacity
+            self.cross_rows[:, :, row] = self.cross_rows[:, :, other]
+            self.sources[row] = self.sources[other]
+            self.buf["source_lengths"].write([self.sources[row]], row)
 
 
 def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
@@ -170,6 +192,35 @@ def test_the_batch_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
     p_values = [chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))
                 for prompt, count in zip((PROMPT, OTHER), counts)]
     assert min(p_values) < P_TEETH, f"a row reading another row's source passed the chi-square test ({p_values})"
+
+
+class Unmasked(BatchModel):
+    """The joining requests' sources encoded in one run without their lengths (deliberately broken): a source
+    shorter than the run's longest attends to its padding."""
+
+    def _encoder_run(self, part, out, width):
+        write = self.source_rows.write
+        self.source_rows.write = lambda values, offset=0: write([-1] * len(values), offset)
+        try:
+            super()._encoder_run(part, out, width)
+        finally:
+            del self.source_rows.write
+
+
+def test_the_batched_encoder_test_has_teeth(small_vocab_pair, monkeypatch, tmp_path):
+    """The batches above encode joining requests together (PROMPT, 5 ids, beside OTHER, 6): with the padding
+    attended, the chi-square test fails."""
+    import specdec.runtime.scheduling.scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "BatchModel", Unmasked)
+    wrong = SpeculativeDecoder.load(small_vocab_pair[1], provider="cpu")
+    wrong.datastore = small_datastore(tmp_path, wrong.vocabulary.tokenizer_size)
+    settings = SETTINGS["temperature"]
+    counts, _ = batch_counts(wrong, settings)
+    assert wrong.scheduler._batch_model.batched_encoder
+    p_values = [chi_square_p(count, exact_distribution(small_vocab_pair[0], prompt=prompt, **settings))
+                for prompt, count in zip((PROMPT, OTHER), counts)]
+    assert min(p_values) < P_TEETH, f"sources encoded with their padding passed the chi-square test ({p_values})"
 
 
 def test_beam_search_batches_and_batch_one_share_one_session(related_pair, monkeypatch):
