@@ -75,6 +75,50 @@ def release_freed_memory() -> None:
 _TRIM = None
 
 
+def arena_shrinking(device: str):
+    """onnxruntime RunOptions under which a run hands the CPU arena's chunks it no longer uses back to the C heap
+    as it ends (None on a GPU: unrun there). A beam search's runs take more working memory than a batch-1 step (its
+    rows, a speculative round's W x (gamma + 1) of them), which the arena would otherwise keep for the process's
+    life; release_freed_memory() then returns it to the system."""
+    if device != "cpu":
+        return None
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
+def _release_pages(array: np.ndarray) -> None:
+    """Zero a contiguous array, handing its whole pages back to the system (madvise MADV_DONTNEED: they read as
+    zeros and come back as they are written; the allocation stays) and writing zeros in the parts of pages at its
+    ends. Without madvise (not Linux) the array is only zeroed."""
+    global _MADVISE
+    if _MADVISE is None:
+        import ctypes
+        import sys
+
+        _MADVISE = False
+        if sys.platform.startswith("linux"):
+            try:
+                _MADVISE = ctypes.CDLL(None, use_errno=True).madvise
+                _MADVISE.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+            except (OSError, AttributeError):
+                _MADVISE = False
+    raw = array.reshape(-1).view(np.uint8)
+    address = array.ctypes.data
+    head = min(-address % _PAGE, raw.size)              # bytes before the first whole page
+    whole = (raw.size - head) // _PAGE * _PAGE
+    if not _MADVISE or not whole or _MADVISE(address + head, whole, _DONTNEED) != 0:
+        raw[...] = 0
+        return
+    raw[:head] = 0
+    raw[head + whole:] = 0
+
+
+_MADVISE = None
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_DONTNEED = 4           # MADV_DONTNEED (Linux)
+
+
 THREADS_VARIABLE = "SPECDEC_THREADS"
 
 
@@ -164,6 +208,13 @@ class Buffer:
             self.base = self.value.data_ptr()
         self.itemsize = self.dtype.itemsize
         self.size = int(np.prod(self.shape))
+
+    def release(self) -> None:
+        """Drop the contents and hand the memory's pages back to the system: the buffer keeps its address and size
+        and reads as zeros, and pages return as it is written again (on the CPU; a GPU buffer stays as it is). For
+        buffers that hold nothing between requests (beam search's caches)."""
+        if self.value is None:
+            _release_pages(self.host)
 
     def ptr(self, offset: int = 0) -> int:
         return self.base + offset * self.itemsize
