@@ -138,9 +138,12 @@ def validate_options(opts: ExportOptions) -> None:
 
 
 def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, config) -> dict | None:
-    """Quantize a freshly written graph as its role's weights ask; returns what the manifest records about it.
-    A target in int8 keeps its encoder, first decoder block and output projection in float32 (export/quantize.py)."""
-    from .quantize import WO_ACCURACY, WO_BITS, WO_BLOCK, quantize_int8, quantize_weight_only, target_float_nodes
+    """Quantize a freshly written graph as its role's weights ask; returns what the manifest records about it: the
+    method and, for int8, the MatMul nodes left in float32 (`float32_matmuls`). A target in int8 keeps its first
+    encoder block's self-attention value and output projections (encoder_float_nodes), its first decoder block and
+    its output projection (target_float_nodes) in float32 (export/quantize.py); a draft is quantized whole."""
+    from .quantize import (WO_ACCURACY, WO_BITS, WO_BLOCK, encoder_float_nodes, quantize_int8, quantize_weight_only,
+                           target_float_nodes)
 
     weights, what = opts.weights(role), f"{role} {stage}"
     if weights == "int8-wo":
@@ -149,9 +152,12 @@ def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, confi
                 "accuracy_level": WO_ACCURACY}
     if weights != "int8":
         return None
-    if role == "target" and stage == "encoder":
-        return {"method": "none: a target's encoder stays float32"}
-    keep = target_float_nodes(path, config.vocab_size, config.num_decoder_layers) if role == "target" else []
+    if role != "target":
+        keep = []
+    elif stage == "encoder":
+        keep = encoder_float_nodes(path, config.num_layers)
+    else:
+        keep = target_float_nodes(path, config.vocab_size, config.num_decoder_layers)
     quantize_int8(path, what, keep)
     return {"method": "dynamic MatMulInteger, per-channel weights, per-token activations",
             "float32_matmuls": keep}

@@ -51,8 +51,9 @@ def plain_nodes(graph):
 
 def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_wo_draft, int8_both):
     """Which graphs are quantized, how, and what the manifest and the parity line say: a target in int8 keeps its
-    encoder and its output projection (LM head) in float32 (its first decoder block too, from 3 blocks on:
-    test_target_float_nodes_are_the_first_block_and_the_head), a draft is quantized whole."""
+    output projection (LM head) in float32 (its first decoder and encoder blocks too, from 3 blocks on:
+    test_target_float_nodes_are_the_first_block_and_the_head, tests/export/test_int8_encoder.py; this pair has
+    one block each, so its encoder is int8 whole), a draft is quantized whole."""
     import onnx
 
     for (out, stdout), weights in ((int8_draft, {"target": "fp32", "draft": "int8"}),
@@ -66,7 +67,7 @@ def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_wo_draft, int8_bo
             nodes = {kind: plain_nodes(g) for kind, g in graphs.items()}
             ops = {kind: {n.op_type for n in ns} for kind, ns in nodes.items()}
             assert ("MatMulInteger" in ops["decoder"]) == (w == "int8"), (role, w)
-            assert ("MatMulInteger" in ops["encoder"]) == (w == "int8" and role == "draft"), (role, w)
+            assert ("MatMulInteger" in ops["encoder"]) == (w == "int8"), (role, w)
             assert ("MatMulNBits" in ops["decoder"]) == ("MatMulNBits" in ops["encoder"]) == (w == "int8-wo")
             assert manifest["parity_check"][role]["weights"] == w
             # float32 weight MatMuls left: the target's LM head in int8, everything in fp32, none in a quantized draft
@@ -79,6 +80,9 @@ def test_int8_graphs_manifest_and_parity_line(int8_draft, int8_wo_draft, int8_bo
             elif role == "target":
                 assert len(float_mm) == len(heads) == 1
                 assert manifest["models"][role]["quantization"]["decoder"]["float32_matmuls"] == heads
+                assert manifest["models"][role]["quantization"]["encoder"]["float32_matmuls"] == []
+                assert not [n for n in nodes["encoder"] if n.op_type == "MatMul"
+                            and n.input[1] in {t.name for t in graphs["encoder"].initializer}]
             else:
                 assert float_mm == []
         assert f"parity vs PyTorch float64 ({weights['draft']})" in stdout and "argmax agrees on" in stdout
