@@ -9,7 +9,9 @@ positions, both grown to what requests use (`reserve`): the live one holds the
 first `length` positions of `rows` sequences; `gather(order)` writes rows order[0], order[1], ... of the live cache
 into a spare one, which becomes live (numpy.take with `out=`: no allocation per step; on a GPU provider the two buffers are
 device memory and the gather copies through the host staging copy: that path is unrun, see docs/guides/beam-search.md).
-The cross-attention K/V are computed once (batch 1) and repeated for every row.
+The cross-attention K/V are computed once (batch 1) and repeated for every row. A search's working memory does not
+outlive it: each run hands ONNX Runtime's unused arena chunks back as it ends, and `release()` after a search
+returns the buffers' pages to the system (they keep their size: the next search allocates nothing).
 """
 
 from __future__ import annotations

@@ -166,7 +166,8 @@ def session_providers(provider: str, path, options: dict | None = None) -> list:
 def create_session(path, provider: str, threads: int = 0, spin: bool = True,
                    batch: int | None = 1, options: dict | None = None) -> ort.InferenceSession:
     """A session of the graph at `path` on `provider`; `options`: checked_provider_options, for its first
-    onnxruntime provider."""
+    onnxruntime provider. `spin=False`: a graph that runs once per request (an encoder): its pool threads do not
+    spin-wait after a run and it has no CPU arena."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.intra_op_num_threads = threads or default_threads()
@@ -182,6 +183,10 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
         # its spinning threads only take cores from the decoder runs that follow (measured on the bundled pair with
         # 2 cores: target steps 2.5-2.9 ms with a spinning encoder pool, 1.9-2.1 ms without)
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # nor does its arena pay: it would keep the working memory of the longest source (or batch of sources) seen
+        # for the process's life, where a run without it hands that memory back to the C heap as it ends (measured
+        # on a t5-large-sized export after 20 mixed requests: 0.09 GiB less resident)
+        opts.enable_cpu_mem_arena = False
     providers = session_providers(provider, path, options)
     try:
         return ort.InferenceSession(str(path), opts, providers=providers)
