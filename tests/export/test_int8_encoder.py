@@ -149,3 +149,34 @@ def test_a_padded_row_of_a_batched_int8_encoder_run_gives_its_own_kv(int8_pair, 
         assert row0 <= 1e-5 * scale and row1 <= 1e-5 * scale, (row0, row1, scale)
         caught += max(_row_differences(control, ids, prefix)) > 1e-3 * scale
     assert checked >= 5 and caught == checked, (caught, checked)
+
+
+@pytest.mark.parametrize("v11", [False, True])
+def test_encoder_float_nodes_are_the_first_blocks_v_and_o(tmp_path, v11):
+    """On T5 v1.0 (ReLU) and v1.1 (gated-GELU: three feed-forward MatMuls a block) encoders of 3 blocks,
+    encoder_float_nodes names exactly the weight MatMuls holding PyTorch's first encoder block's self-attention v and
+    o (compared by value); with 2 blocks, none (FLOAT_BLOCK_MIN_LAYERS)."""
+    import onnx
+    from onnx import numpy_helper
+    from transformers import T5ForConditionalGeneration
+
+    from specdec.export.families.t5_encoder import export_encoder
+    from specdec.export.quantize import encoder_float_nodes, encoder_matmuls
+
+    for layers in (3, 2):
+        root = make_tiny_t5(tmp_path / f"l{layers}", layers=layers, decoder_layers=2, v11=v11, seed=5, **SHAPE)
+        model = T5ForConditionalGeneration.from_pretrained(str(root)).eval()
+        path = root / "encoder.onnx"
+        export_encoder(model, path)
+        blocks, cross = encoder_matmuls(path, layers)
+        assert [len(b) for b in blocks] == [7 if v11 else 6] * layers and len(cross) == 2 * 2
+        kept = encoder_float_nodes(path, layers)
+        if layers == 2:
+            assert kept == []
+            continue
+        graph = onnx.load(str(path)).graph
+        weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        by_name = {n.name: n for n in graph.node}
+        attention = model.encoder.block[0].layer[0].SelfAttention
+        want = [attention.v.weight.detach().numpy().T, attention.o.weight.detach().numpy().T]
+        assert [weights[by_name[n].input[1]].tolist() for n in kept] == [w.tolist() for w in want]
