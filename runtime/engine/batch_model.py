@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGITS, NEW_KV, NEXT_TOKEN,
                              PAST_KV, PROBS, ROW_INPUTS, STEPS, UNIFORMS)
-from .device import Binder, Buffer
+from .device import Binder, Buffer, arena_shrinking, release_freed_memory
 from .head import Head, View
 from .model import CachedSeq2Seq
 from .positions import ChainPositions
@@ -58,11 +58,19 @@ class BatchModel:
             (ACCEPTED, c, np.int64), (NEXT_TOKEN, c, np.int64))}
         self.head = Head(c, v, dev)              # each row's sampling parameters: its request's, or idle
         self.capacity = 0
+        self.shrink = arena_shrinking(dev)       # each run hands the arena's unused chunks back as it ends
         # the sources of rows that join together are encoded in one run when the encoder takes their lengths
         self.batched_encoder = model.batches_sources
         if self.batched_encoder:                 # free_session() above made the encoder batch-free too
             self.sources_in = Buffer((c * self.max_length,), np.int64, dev, host_only=True)
             self.source_rows = Buffer((c,), np.int64, dev, host_only=True)
+
+    def release(self) -> None:
+        """Hand the KV cache's and the cross-attention buffer's pages back to the system between batches (they keep
+        their addresses and sizes and read as zeros: `layout` empties every row and `join` writes each row's K/V)."""
+        self.cache.release()
+        self.cross.release()
+        release_freed_memory()
 
     def fits(self, capacity: int, gamma: int) -> bool:
         return capacity <= self.most and gamma <= self.gamma
@@ -257,7 +265,7 @@ class BatchModel:
                    self.head.outputs(View(self.buf[PROBS], (c * n, v)), View(self.buf[ACCEPTED], (c,)),
                                      View(self.buf[NEXT_TOKEN], (c,))))
         t = time.perf_counter()
-        bind.run()
+        bind.run(self.shrink)
         elapsed = time.perf_counter() - t
         accepted = self.buf[ACCEPTED].flat()[:c].copy()
         following = self.buf[NEXT_TOKEN].flat()[:c].copy()

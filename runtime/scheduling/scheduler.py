@@ -132,9 +132,12 @@ class Scheduler:
             switch, acceptance = self.learned.batch_state(kind, switched)
             batching = Batching(model, self.eos_id, self.start_id, self.max_length, self.learned.datastore, switch,
                                 acceptance, counters, self.learned.tokenizer_size)
-            for row, new in batching.run(waiting, most):
-                row.request.tick()
-                yield row.index, row.request, new
+            try:
+                for row, new in batching.run(waiting, most):
+                    row.request.tick()
+                    yield row.index, row.request, new
+            finally:
+                model.release()     # its pages go back to the system until the next batch
 
     def batch(self, prompts, input_ids, params, max_batch: int, overrides: dict):
         """generate_batch's requests: each checked and planned as a row (a bad one becomes its error), then the good

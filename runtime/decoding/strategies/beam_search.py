@@ -272,17 +272,22 @@ class BeamSearching:
         run.begin(request.ids, 0 if draft is None else BeamEstimates.GAMMAS[-1] if plan.adaptive else plan.gamma)
         if None in prompt:
             run.detect_language(made.languages)
-        while not search.done:
-            if draft is None:
-                run.target_step()
-            elif plan.adaptive:
-                gamma = self.estimates.choose(min(plan.gamma, self.max_length), search.width)
-                t, encoder = time.perf_counter(), request.stats.encoder_s
-                steps = run.speculative_step(gamma) if gamma else run.target_step()
-                seconds = time.perf_counter() - t - (request.stats.encoder_s - encoder)    # a draft's encoder run
-                self.estimates.learn(gamma, steps, seconds, search.width)                   # is no round's cost
-            else:
-                run.speculative_step(plan.gamma)
+        try:
+            while not search.done:
+                if draft is None:
+                    run.target_step()
+                elif plan.adaptive:
+                    gamma = self.estimates.choose(min(plan.gamma, self.max_length), search.width)
+                    t, encoder = time.perf_counter(), request.stats.encoder_s
+                    steps = run.speculative_step(gamma) if gamma else run.target_step()
+                    seconds = time.perf_counter() - t - (request.stats.encoder_s - encoder)  # a draft's encoder
+                    self.estimates.learn(gamma, steps, seconds, search.width)                 # run is no round's cost
+                else:
+                    run.speculative_step(plan.gamma)
+        finally:                 # the buffers' pages go back to the system between searches (BeamModel.release)
+            for model in (self.target, draft):
+                if model is not None:
+                    model.release()
         found = search.results(params.num_return_sequences)
         request.sequences = [tokens for tokens, _ in found]
         request.scores = [score for _, score in found]
