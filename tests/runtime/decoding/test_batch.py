@@ -50,24 +50,59 @@ def test_batches_of_one_to_sixteen_and_per_row_params(related_decoder):
         assert [r.token_ids for r in results] == ref, batch
 
 
-def test_rows_that_join_together_share_one_encoder_run(related_decoder, monkeypatch):
-    """generate_batch of 12 sources of 3-14 ids: with room for all, one encoder run (the layout's own buffer); with 4
-    rows, the first 4 in one run and later ones as rows free up (runs through the model's staging buffer, fewer than
-    the requests). Each request counts its encoder run once in ort_runs and a share of its seconds in encoder_s."""
+def test_rows_that_join_together_share_encoder_runs(related_decoder, monkeypatch):
+    """generate_batch of 12 sources of 3-14 ids: with room for all, the runs encoder_groups gives for their lengths
+    (fewer than the sources); with 4 rows, the first 4 together and later ones as rows free up. The same tokens as
+    alone either way; each request counts its encoder run once in ort_runs and a share of its seconds in
+    encoder_s."""
+    from specdec.runtime.engine.batch_model import encoder_groups
+
     prompts = random_prompts(related_decoder.vocab_size, 12, seed=9)
     ref = alone(related_decoder, prompts, max_new_tokens=10)
     runs = []
     real = BatchModel._encoder_run
     monkeypatch.setattr(BatchModel, "_encoder_run", lambda self, part, out, width: runs.append(
-        (len(part), out is self.cross)) or real(self, part, out, width))
+        sorted(len(j[1]) for j in part)) or real(self, part, out, width))
     results = related_decoder.generate_batch(input_ids=prompts, max_new_tokens=10, max_batch=12, draft="none")
     assert [r.token_ids for r in results] == ref
-    assert runs == [(12, True)]
+    lengths = [len(p) for p in prompts]
+    assert runs == [sorted(lengths[i] for i in g) for g in encoder_groups(lengths)] and len(runs) < 12, runs
     runs.clear()
     results = related_decoder.generate_batch(input_ids=prompts, max_new_tokens=10, max_batch=4, draft="none")
     assert [r.token_ids for r in results] == ref
-    assert runs[0] == (4, True) and sum(k for k, _ in runs) == 12 and len(runs) < 12, runs
+    assert sum(map(len, runs)) == 12 and len(runs) < 12, runs
     assert all(r.stats.encoder_s > 0 and r.stats.ort_runs == 1 + r.stats.target_calls for r in results)
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        for i in range(len(part)):
+            yield part[:i] + [[first] + part[i]] + part[i + 1:]
+        yield [[first]] + part
+
+
+def test_encoder_groups_are_the_cheapest_split():
+    """Against every partition of up to 7 sources (brute force, no sorting assumed): the split costs RUN_TOKENS a run
+    plus each run's sources times its longest, and every source is in exactly one run. Equal lengths: one run; a
+    long source beside short ones: a run of its own."""
+    from specdec.runtime.engine.batch_model import RUN_TOKENS, encoder_groups
+
+    def cost(groups, lengths):
+        return sum(RUN_TOKENS + len(g) * max(lengths[i] for i in g) for g in groups)
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 8))
+        lengths = [int(x) for x in rng.integers(1, 60, size=n)]
+        groups = encoder_groups(lengths)
+        assert sorted(i for g in groups for i in g) == list(range(n))
+        assert cost(groups, lengths) == min(cost(p, lengths) for p in _partitions(list(range(n)))), (lengths, groups)
+    assert encoder_groups([20] * 8) == [list(range(8))]
+    assert encoder_groups([5, 6, 90, 4]) == [[3, 0, 1], [2]]
 
 
 def test_rows_near_max_length(related_decoder):
