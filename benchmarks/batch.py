@@ -7,8 +7,10 @@ Each cell decodes every prompt once through `generate_batch(..., max_batch=B)` (
 every target run, the others wait for a row); cells run interleaved (repeat, temperature, B, draft). Per cell:
 tokens/s (all tokens / the cell's wall time), the mean per-token latency a request sees (from taking a row to its last
 token), tokens per request per target run, the encoders' share of the wall time, tokens/s over `none`'s at the same B
-and at the smallest B, greedy rows checked against `none` at the same B, and `lookup rounds`: the share of the rounds
-that verified guesses (the batch's switch keeps lookup rounds only where they are measured to pay).
+and at the smallest B, greedy rows checked against `none` at the same B, `lookup rounds`: the share of the rounds
+that verified guesses (the batch's switch keeps lookup rounds only where they are measured to pay), and the
+process's resident memory after the cell's calls (the most of its repeats; beam searches and batches hand their
+buffers' pages back when they end, so it is what the process holds between requests).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from specdec.runtime import SpecdecError
 from specdec.runtime.core import options as load_options
 
+from .common.machine import resident_mib
 from .common.options import PROMPT_FILE
 from .common.tables import Table, fmt
 
@@ -88,8 +91,9 @@ def run(args) -> int:
                          seed=rep * 100_000 + i) for i in range(len(ids))]
         began = time.perf_counter()
         results = dec.generate_batch(input_ids=ids, params=params, max_batch=b)
-        c = cells.setdefault((t, b, label), {"wall": 0.0, "latency": [], **dict.fromkeys(SUMS, 0)})
+        c = cells.setdefault((t, b, label), {"wall": 0.0, "latency": [], "rss": 0.0, **dict.fromkeys(SUMS, 0)})
         c["wall"] += time.perf_counter() - began
+        c["rss"] = max(c["rss"], resident_mib().get("process_mib", 0.0))
         c["latency"] += [r.stats.total_s / max(1, len(r.token_ids)) for r in results]
         for key, value in zip(SUMS, np.sum([(r.stats.encoder_s, len(r.token_ids), r.stats.target_calls,
                                              r.stats.target_calls - r.stats.source("none").rounds,
@@ -107,7 +111,8 @@ def run(args) -> int:
              "tokens_per_row_run": c["tokens"] / max(1, c["runs"]), "encoder_share": c["encoder"] / c["wall"],
              "lookup_share": c["lookup_runs"] / max(1, c["runs"]),
              "alpha": c["accepted"] / c["proposed"] if c["proposed"] else None,
-             "greedy_equal": outputs[(b, label)] == outputs[(b, "none")] if t == 0 else None}
+             "greedy_equal": outputs[(b, label)] == outputs[(b, "none")] if t == 0 else None,
+             "rss_mib": c["rss"] or None}
             for t, b, (label, _, _) in grid for c in [cells[(t, b, label)]]]
     out = {"rows": rows, "first_batch": batches[0], "machine": mach, "engine": str(args.engine),
            "prompts": len(ids), "origin": origin, "max_new_tokens": args.max_new_tokens, "repeat": args.repeat}
@@ -120,9 +125,10 @@ def sections(report: dict) -> list:
                   f"{report['max_new_tokens']}, repeats {report['repeat']}",
                   ("T", "B", "draft", "tokens/s", "ms/token (request)", "× none (same B)",
                    f"× none (B = {report['first_batch']})", "tokens/row/run", "lookup rounds", "α", "encoder share",
-                   "greedy = none"),
+                   "greedy = none", "RSS MiB"),
                   [[f"{r['temperature']:g}", str(r["batch"]), r["draft"], f"{r['tokens_per_s']:.0f}",
                     f"{r['latency_ms_per_token']:.2f}", f"{r['vs_none']:.2f}", f"{r['vs_none_first_batch']:.2f}",
                     f"{r['tokens_per_row_run']:.2f}", f"{100 * r['lookup_share']:.0f} %", fmt(r["alpha"], ".2f", ""),
                     f"{100 * r['encoder_share']:.0f} %",
-                    {None: "", True: "yes", False: "NO"}[r["greedy_equal"]]] for r in report["rows"]])]
+                    {None: "", True: "yes", False: "NO"}[r["greedy_equal"]], fmt(r.get("rss_mib"), ".0f", "")]
+                   for r in report["rows"]])]

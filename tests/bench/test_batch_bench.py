@@ -22,6 +22,7 @@ def test_batch_bench_smoke(tiny_export, tmp_path):
     for r in rows:
         assert finite(r["tokens_per_s"]) and r["tokens_per_s"] > 0 and finite(r["latency_ms_per_token"])
         assert 0 <= r["lookup_share"] <= 1 and 0 <= r["encoder_share"] <= 1
+        assert r["rss_mib"] > 10, r             # the process's resident memory after the cell (Linux: VmRSS)
         if r["draft"] == "none":
             assert r["vs_none"] == 1.0 and r["lookup_share"] == 0
         if r["draft"] == "lookup:2":
