@@ -142,10 +142,12 @@ def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, confi
     method and, for int8, the MatMul nodes left in float32 (`float32_matmuls`). A target in int8 keeps its first
     encoder block's self-attention value and output projections (encoder_float_nodes), its first decoder block and
     its output projection (target_float_nodes) in float32 (export/quantize.py); a draft is quantized whole."""
-    from .quantize import (WO_ACCURACY, WO_BITS, WO_BLOCK, encoder_float_nodes, quantize_int8, quantize_weight_only,
-                           target_float_nodes)
+    from .quantize import (WO_ACCURACY, WO_BITS, WO_BLOCK, direct_weights, encoder_float_nodes, quantize_int8,
+                           quantize_weight_only, target_float_nodes)
 
     weights, what = opts.weights(role), f"{role} {stage}"
+    if weights in ("int8", "int8-wo"):
+        direct_weights(path)         # shared weights reach their MatMuls through Identity nodes, which quantizers skip
     if weights == "int8-wo":
         quantize_weight_only(path, what)
         return {"method": "weight-only MatMulNBits", "bits": WO_BITS, "block_size": WO_BLOCK,
