@@ -20,17 +20,19 @@ import sys
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 from .common import prompts as bench_prompts
+from .common.machine import resident_mib
 
 GIB = 2 ** 30
 KINDS = ("single", "beam 4", "batch of 4")
 
 
 def rss_gib() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024 / GIB
-    raise RuntimeError("no VmRSS in /proc/self/status (Linux only)")
+    """This process's VmRSS (machine.resident_mib)."""
+    mib = resident_mib().get("process_mib")
+    if not mib:
+        raise SpecdecError("this process's resident memory cannot be read (/proc/self/status)",
+                           "run python -m benchmarks.memory on Linux")
+    return mib / 1024
 
 
 def graph_gib(export: str) -> float:

@@ -80,6 +80,18 @@ def direct_weights(path: Path) -> int:
     return changed
 
 
+def _weight_matmuls(path: Path) -> tuple[list, dict]:
+    """(the MatMul nodes whose second input is a 2-D initializer, in graph order; initializer name -> its dims) of the
+    graph at `path`, read without its external data."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    dims = {t.name: list(t.dims) for t in model.graph.initializer}
+    weighted = [n for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
+                and len(dims.get(n.input[1], [])) == 2]
+    return weighted, dims
+
+
 def target_float_nodes(path: Path, vocab_size: int, layers: int) -> list[str]:
     """The MatMul nodes of a target decoder (`layers` blocks) that stay float32 in int8: the output projection (the
     constant [d_model, vocab] operand) and, in a decoder of FLOAT_BLOCK_MIN_LAYERS or more blocks, the weight
@@ -90,12 +102,7 @@ def target_float_nodes(path: Path, vocab_size: int, layers: int) -> list[str]:
     that reproduces ONNX Runtime's int8 exactly (357/400 on the test prompts, as measured), the first block alone
     carried over half of the squared logit error of the int8 decoder; keeping it in float32 lowered the mean logit
     error per position from 2.11 to 1.39. At t5-large shapes it is 1/24 of the decoder's weight MatMuls."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    dims = {t.name: list(t.dims) for t in model.graph.initializer}
-    weighted = [n for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
-                and len(dims.get(n.input[1], [])) == 2]
+    weighted, dims = _weight_matmuls(path)
     head = [n.name for n in weighted if dims[n.input[1]][-1] == vocab_size]
     blocks = [n.name for n in weighted if n.name not in head]
     first = blocks[:len(blocks) // layers] if layers >= FLOAT_BLOCK_MIN_LAYERS and len(blocks) % layers == 0 else []
@@ -109,12 +116,7 @@ def encoder_matmuls(path: Path, layers: int) -> tuple[list[list[str]], list[str]
     a draft's that keeps the target's encoder). The last block ends with its feed-forward output projection, the
     MatMul whose weight has the most rows (d_ff); when the MatMuls before it do not split evenly into `layers`,
     `blocks` is empty."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    dims = {t.name: list(t.dims) for t in model.graph.initializer}
-    weighted = [n for n in model.graph.node if n.op_type == "MatMul" and len(n.input) == 2
-                and len(dims.get(n.input[1], [])) == 2]
+    weighted, dims = _weight_matmuls(path)
     if not weighted:
         return [], []
     rows = max(dims[n.input[1]][0] for n in weighted)

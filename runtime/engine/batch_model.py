@@ -197,8 +197,9 @@ class BatchModel:
         """The joining sources in as few encoder runs as pay (`encoder_groups`), each run's sources padded to its
         longest (export/families/t5_encoder.py). Each run writes a staging buffer, grown to the largest run, and each
         row's positions are copied into place; but when one run takes them all, they fill the layout's rows in order
-        and the longest is the layout's source_cap, the run writes the batch's cross-attention buffer itself. Each request's encoder_s gets its share of its run (the run's seconds over the run's rows), and the
-        run counts in every joined request's ort_runs."""
+        and the longest is the layout's source_cap, the run writes the batch's cross-attention buffer itself. Each
+        request's encoder_s gets its share of its run (the run's seconds over the run's rows), and the run counts in
+        every joined request's ort_runs."""
         layers, two, heads, d_kv = self.kv
         rows, lengths = [j[0] for j in joining], [len(j[1]) for j in joining]
         groups = encoder_groups(lengths)

@@ -51,7 +51,6 @@ class CachedSeq2Seq:
         # row's length; a batch-1 run binds its one length here (the binding outlives a batched run's)
         self._lengths_input = self.encoder is not None and SOURCE_LENGTHS in self.encoder.names
         self.source_length = Buffer((1,), np.int64, device, host_only=True)
-        self._free_encoder = False
         self._sharers = []       # drafts whose cross K/V our encoder run also writes
         self.row = self.layers * 2 * self.heads * self.d_kv             # one cache position, batch 1
         self._open_decoder(manifest, info, dtype)
@@ -88,13 +87,15 @@ class CachedSeq2Seq:
         batched request. From then on it is the model's only decoder session: batch-1 runs move to it and the
         batch-1 session is dropped, so the weights are held once. Batch-1 requests run there as fast as on the
         batch-1 session (measured on the bundled pair): the fixed shape's folding no longer shows. An encoder that
-        takes its rows' source lengths goes batch-free with it (free_encoder)."""
+        takes its rows' source lengths goes batch-free with it (batch_model.py encodes a batch's sources in shared
+        runs), so the encoder's weights are held once too."""
         if self._free is None:
             self._free = create_session(self.decoder_path, self.provider, self.threads, batch=None,
                                         options=self.options)
             self.decoder.move(self._free)
-            if self.batches_sources:     # a batch's sources are encoded in one run (batch_model.py)
-                self.free_encoder()
+            if self.batches_sources:
+                self.encoder.move(create_session(self.encoder_path, self.provider, self.threads, spin=False,
+                                                 batch=None, options=self.options))
             release_freed_memory()
         return self._free
 
@@ -103,15 +104,6 @@ class CachedSeq2Seq:
         """Our encoder encodes a batch's padded sources in one run: it takes their lengths and writes no draft's
         cross K/V besides ours."""
         return self._lengths_input and not self._sharers
-
-    def free_encoder(self) -> None:
-        """The encoder in a session without the batch-1 shape override, for batched encoder runs (batch_model.py);
-        from then on batch-1 runs use it too and the batch-1 session is dropped, so the weights are held once."""
-        if not self._free_encoder:
-            self.encoder.move(create_session(self.encoder_path, self.provider, self.threads, spin=False, batch=None,
-                                             options=self.options))
-            self._free_encoder = True
-            release_freed_memory()
 
     def encode(self, ids: np.ndarray, stats: Stats) -> None:
         """Run the encoder once per request; its cross-attention K/V stay bound for every decoder call. `ids`: the
