@@ -12,7 +12,9 @@ The speech pair (not part of ``all`` either): ``specdec-models speech`` runs ``s
 log-mel features under ``--work-dir``/speech), ``speech-target`` (encoder and decoder with a
 CTC head, ``--speech-minutes``), ``speech-decoders`` (the decoders on the frozen encoder's outputs, the draft
 distilled), ``speech-package`` (writes ``models/speech/``) and ``speech-evaluate``; ``speech-checkpoint --out DIR``
-makes Hugging Face checkpoints of the committed pair for specdec-export.
+makes Hugging Face checkpoints of the committed pair for specdec-export. ``speech-gpu`` trains the pair in one call
+of a GPU machine (``models/speech_gpu.sh`` there; data, target, draft and package against ``--budget-s``, the pack
+written in pieces to ``--out``) and ``speech-unpack --out FOLDER`` writes those pieces to ``models/speech/`` here.
 
 Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package``, ``datastore`` and ``speech-package`` write the committed files
@@ -32,8 +34,8 @@ from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
-SPEECH_STAGES = ["speech", "speech-data", "speech-target", "speech-decoders", "speech-package", "speech-evaluate",
-                 "speech-checkpoint"]
+SPEECH_RUN = ["speech-data", "speech-target", "speech-decoders", "speech-package", "speech-evaluate"]
+SPEECH_STAGES = ["speech", *SPEECH_RUN, "speech-checkpoint", "speech-gpu", "speech-unpack"]
 
 # Each hyperparameter's default and help. The committed pair was trained by this recipe as of commit 5d2fde6
 # (62-min target cap, 4,000 draft steps, no sequence-level distillation); these defaults were measured end to end
@@ -76,9 +78,12 @@ def build_parser():
                                                                 "t5-large (default t5-large)")
     ap.add_argument("--draft-shape", default="t5-small", help="widen: the draft's shape (default t5-small)")
     ap.add_argument("--out", help="widen: where target/ and draft/ are written (outside the repository: t5-large "
-                                  "is 2.9 GB); speech-checkpoint: where the speech pair's checkpoints are written")
+                                  "is 2.9 GB); speech-checkpoint: where the speech pair's checkpoints are written; "
+                                  "speech-gpu: where its record and the pack's pieces are written; speech-unpack: "
+                                  "where they are")
     ap.add_argument("--speech-clips", default="24000,500,500",
-                    help="speech-data: clips of the train, validation and test splits (default 24000,500,500)")
+                    help="speech-data: clips of the train, validation and test splits (default 24000,500,500; "
+                         "speech-gpu makes the first two)")
     ap.add_argument("--speech-minutes", type=float, default=60.0,
                     help="speech-target: time budget of the speech target's training (default 60)")
     ap.add_argument("--speech-decoder-minutes", type=float, default=20.0,
@@ -88,7 +93,19 @@ def build_parser():
     ap.add_argument("--speech-target-layers", type=int, default=None,
                     help="speech-decoders: grow the target's decoder to this many layers first, each added layer "
                          "starting as the identity (default: keep its depth)")
-    ap.add_argument("--speech-batch", type=int, default=8, help="speech-target: clips a step (default 8)")
+    ap.add_argument("--speech-batch", type=int, default=None,
+                    help="speech-target, speech-gpu: clips a step (default 8; speech-gpu on a GPU 64)")
+    ap.add_argument("--speech-width", type=int, default=None,
+                    help="speech-target, speech-gpu: the target's shape by d_model, 256 (4 encoder and 4 decoder "
+                         "layers) or 384 (whisper-tiny's width and encoder, 12 decoder layers); default 256, "
+                         "speech-gpu on a GPU 384; --resume goes on at the checkpoint's")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="speech-target, speech-decoders, speech-gpu: where to train (default auto: a CUDA GPU when "
+                         "PyTorch sees one)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="speech-data, speech-gpu: processes that synthesize the clips (default: the cores)")
+    ap.add_argument("--budget-s", type=float, default=480.0,
+                    help="speech-gpu: seconds for the whole stage, data to pieces (default 480)")
     ap.add_argument("--speech-long-syntheses", type=int, default=1,
                     help="speech-evaluate: syntheses of the long recording to transcribe (seed xor 0, 1, ...; its "
                          "WER moves a few points between them; default 1)")
@@ -164,34 +181,43 @@ def _main(argv) -> int:
 def _speech(args) -> int:
     """The speech pair's stages (`speech` runs them all in order; each resumes where an interrupted run stopped)."""
     work = os.path.abspath(args.work_dir)
-    stages = SPEECH_STAGES[1:-1] if args.stage == "speech" else [args.stage]
+    stages = SPEECH_RUN if args.stage == "speech" else [args.stage]
     for st in stages:
         t0 = time.time()
         print(f"=== {st} ===", flush=True)
         if st == "speech-data":
             from .speech_data import run_speech_data
 
-            counts = args.speech_clips.split(",")
-            if len(counts) != 3 or not all(c.strip().isdigit() for c in counts):
-                raise SpecdecError(f"--speech-clips {args.speech_clips!r} is not three counts",
-                                   "pass train,validation,test clip counts, e.g. 24000,500,500")
-            run_speech_data(work, *(int(c) for c in counts), seed=args.seed)
+            run_speech_data(work, *_clip_counts(args.speech_clips), seed=args.seed,
+                            workers=args.workers or os.cpu_count() or 1)
         elif st == "speech-target":
             from .speech_train import train
 
-            train(st, work, args.speech_minutes, steps=100_000, batch=args.speech_batch, lr=1e-3, warmup=300,
+            train(st, work, args.speech_minutes, steps=100_000, batch=args.speech_batch or 8, lr=1e-3, warmup=300,
                   seed=args.seed, threads=args.threads, resume=args.resume or args.stage == "speech",
-                  precision=args.precision, log=lambda m: print(m, flush=True))
+                  precision=args.precision, width=args.speech_width, device=args.device,
+                  log=lambda m: print(m, flush=True))
         elif st == "speech-decoders":
             from .speech_train import train_decoders
 
             train_decoders(work, args.speech_decoder_minutes, args.speech_draft_minutes, seed=args.seed,
                            threads=args.threads, resume=args.resume, target_layers=args.speech_target_layers,
-                           log=lambda m: print(m, flush=True))
+                           device=args.device, log=lambda m: print(m, flush=True))
         elif st == "speech-package":
             from .speech_pack import pack
 
             pack(work, os.path.join(os.path.abspath(args.out_dir), "speech"))
+        elif st == "speech-gpu":
+            from .speech_gpu import run_gpu
+
+            run_gpu(work, os.path.abspath(args.out_dir), os.path.abspath(args.out or "speech-gpu"),
+                    clips=_clip_counts(args.speech_clips)[:2], width=args.speech_width, batch=args.speech_batch,
+                    workers=args.workers, device=args.device,
+                    budget_s=args.budget_s, seed=args.seed, threads=args.threads, log=lambda m: print(m, flush=True))
+        elif st == "speech-unpack":
+            from .speech_gpu import unpack
+
+            unpack(args.out, os.path.abspath(args.out_dir))
         elif st == "speech-checkpoint":
             from .speech_pack import run_checkpoint
 
@@ -206,6 +232,14 @@ def _speech(args) -> int:
                      syntheses=args.speech_long_syntheses)
         print(f"=== {st} done in {(time.time() - t0) / 60:.1f} min ===", flush=True)
     return 0
+
+
+def _clip_counts(text: str) -> tuple:
+    counts = text.split(",")
+    if len(counts) != 3 or not all(c.strip().isdigit() for c in counts):
+        raise SpecdecError(f"--speech-clips {text!r} is not three counts",
+                           "pass train,validation,test clip counts, e.g. 24000,500,500")
+    return tuple(int(c) for c in counts)
 
 
 if __name__ == "__main__":

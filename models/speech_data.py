@@ -109,9 +109,12 @@ def features(clips: list) -> np.ndarray:
 
 
 def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS, corpus: str = CORPUS,
-          log=print) -> dict:
+          workers: int = 1, log=print) -> dict:
     """Write the shards of `clips` ({split: number of clips}) under work/speech; returns {split: shards}. Shards that
-    exist are kept."""
+    exist are kept. `workers` > 1: that many processes make the shards side by side (each its own espeak-ng engine;
+    the clips and their shards are the same as with one, within espeak-ng's few samples)."""
+    if workers < 1:
+        raise SpecdecError(f"--workers {workers} is not a process count", "pass 1 or more")
     sentences = english_sentences(corpus)
     by_split = {s: [t for t in sentences if split_of(t) == s] for s in ("train", "validation", "test")}
     written = {}
@@ -123,22 +126,41 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
         _same_settings(folder, {"clips": len(plans), "seed": seed, "shard_clips": shard_clips, "window_s": WINDOW_S,
                                 "n_mels": N_MELS, "sentences": len(by_split[split])})
         shards = range(0, len(plans), shard_clips)
-        t0, made = time.time(), 0
-        for n, first in enumerate(shards):
-            stem = os.path.join(folder, f"shard-{n:05d}")
-            if os.path.exists(stem + ".json"):          # the .json is renamed last: its shard is whole
-                continue
-            spoken = [(speak(p), p) for p in plans[first:first + shard_clips]]
-            spoken = [(clip, p) for clip, p in spoken if clip is not None]
-            _write(stem, features([pcm for (pcm, _, _), _ in spoken]), {
-                "window_s": WINDOW_S, "n_mels": N_MELS, "seed": seed,
-                "clips": [{"seconds": round(pcm.size / RATE, 3), "segments": seg, "words": words,
-                           "text": " ".join(t for _, _, t in seg), "voice": p["voice"].name, "rate": p["voice"].rate}
-                          for (pcm, seg, words), p in spoken]})
-            made += 1
-            log(f"speech-data {split}: shard {n + 1}/{len(shards)} ({(time.time() - t0) / made:.1f} s a shard)")
+        todo = [(os.path.join(folder, f"shard-{n:05d}"), plans[first:first + shard_clips], seed)
+                for n, first in enumerate(shards)]
+        todo = [job for job in todo if not os.path.exists(job[0] + ".json")]   # renamed last: its shard is whole
+        t0, count = time.time(), 0
+
+        def made(stem):
+            nonlocal count
+            count += 1
+            log(f"speech-data {split}: shard {int(stem[-5:]) + 1}/{len(shards)} ({count}/{len(todo)} made, "
+                f"{(time.time() - t0) / count:.1f} s a shard)")
+
+        if workers == 1 or len(todo) <= 1:
+            for job in todo:
+                made(make_shard(*job))
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+                for future in as_completed([pool.submit(make_shard, *job) for job in todo]):
+                    made(future.result())
         written[split] = len(shards)
     return written
+
+
+def make_shard(stem: str, plans: list, seed: int) -> str:
+    """One shard: its planned clips spoken, their features and records written (_write); returns `stem`."""
+    spoken = [(speak(p), p) for p in plans]
+    spoken = [(clip, p) for clip, p in spoken if clip is not None]
+    _write(stem, features([pcm for (pcm, _, _), _ in spoken]), {
+        "window_s": WINDOW_S, "n_mels": N_MELS, "seed": seed,
+        "clips": [{"seconds": round(pcm.size / RATE, 3), "segments": seg, "words": words,
+                   "text": " ".join(t for _, _, t in seg), "voice": p["voice"].name, "rate": p["voice"].rate}
+                  for (pcm, seg, words), p in spoken]})
+    return stem
 
 
 def _same_settings(folder: str, settings: dict) -> None:
@@ -167,8 +189,8 @@ def _write(stem: str, feats: np.ndarray, info: dict) -> None:
     os.replace(stem + ".json.tmp", stem + ".json")
 
 
-def run_speech_data(work: str, train: int, validation: int, test: int, seed: int = 0) -> None:
-    done = build(work, {"train": train, "validation": validation, "test": test}, seed)
+def run_speech_data(work: str, train: int, validation: int, test: int, seed: int = 0, workers: int = 1) -> None:
+    done = build(work, {"train": train, "validation": validation, "test": test}, seed, workers=workers)
     print(f"speech-data: {done} shards of at most {SHARD_CLIPS} clips in {os.path.join(work, 'speech')}", flush=True)
 
 

@@ -42,8 +42,17 @@ from specdec.runtime.core.errors import SpecdecError
 from . import speech_vocab as sv
 from .speech_data import N_MELS, WINDOW_S
 
-TARGET = dict(d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4, decoder_attention_heads=4,
-              encoder_ffn_dim=1024, decoder_ffn_dim=1024)
+# The target's shape by width (`--speech-width`). 256: the committed pair's start (phase 2 grew its decoder to 12
+# layers). 384: whisper-tiny's width and encoder with a 12-layer decoder, for a GPU machine: its decoder step costs
+# 6x a 2-layer draft's on the CPU (c 0.17-0.18 against 0.27 with an 8-layer decoder, measured with random weights;
+# models/README.md).
+SIZES = {
+    256: dict(d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4, decoder_attention_heads=4,
+              encoder_ffn_dim=1024, decoder_ffn_dim=1024),
+    384: dict(d_model=384, encoder_layers=4, decoder_layers=12, encoder_attention_heads=6, decoder_attention_heads=6,
+              encoder_ffn_dim=1536, decoder_ffn_dim=1536),
+}
+TARGET = SIZES[256]
 DRAFT_LAYERS = 2
 MAX_TOKENS = 224                # decoder positions (the longest transcript of a 10 s clip is ~110 tokens)
 
@@ -135,16 +144,21 @@ def decoder_tokens(seqs: list, idx: list, no_timestamps: int):
     return dec, labels
 
 
-def collate(feats: np.ndarray, seqs: list, cuts: list, idx: list, no_timestamps: int):
-    """(features, decoder inputs, labels) of the clips `idx` (decoder_tokens); a cut clip's frames from its cut on
-    are the padding's (the log-mel of silence past the clip's end: its last frame)."""
+def collate(feats, seqs: list, cuts: list, idx: list, no_timestamps: int):
+    """(features, decoder inputs, labels) of the clips `idx` (decoder_tokens), on the device `feats` is on (a numpy
+    array: the CPU; a tensor: its device); a cut clip's frames from its cut on are the padding's (the log-mel of
+    silence past the clip's end: its last frame)."""
     import torch
 
-    x = feats[idx].astype(np.float32)
+    if isinstance(feats, np.ndarray):
+        x = torch.from_numpy(feats[idx].astype(np.float32))
+    else:
+        x = feats[torch.tensor(idx, device=feats.device)].float()
     for row, i in enumerate(idx):
         if cuts[i] is not None:
             x[row, :, cuts[i]:] = x[row, :, -1:]
-    return (torch.from_numpy(x), *decoder_tokens(seqs, idx, no_timestamps))
+    dec, labels = decoder_tokens(seqs, idx, no_timestamps)
+    return x, dec.to(x.device), labels.to(x.device)
 
 
 def update(opt, loss, params) -> None:
@@ -158,7 +172,9 @@ def update(opt, loss, params) -> None:
 
 
 def batch_order(n: int, batch: int, seed: int, step: int) -> list:
-    """The clips of `step`: an epoch is a permutation of the clips by (seed, epoch)."""
+    """The clips of `step`: an epoch is a permutation of the clips by (seed, epoch); a batch of more than `n` clips is
+    all of them."""
+    batch = min(batch, n)
     per_epoch = n // batch
     epoch, i = divmod(step, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(n)
@@ -173,13 +189,57 @@ def lr_at(step: int, warmup: int, total: int, peak: float, time_frac: float) -> 
 
 
 # --------------------------------------------------------------------------- models
-def target_config(specials):
+def target_config(specials, width: int | None = None):
+    """The target's Whisper configuration: SIZES[width] (TARGET when None) on the speech vocabulary."""
     from transformers import WhisperConfig
 
+    if width is not None and width not in SIZES:
+        raise SpecdecError(f"--speech-width {width} is not a trained shape", f"pass one of {', '.join(map(str, SIZES))}")
+    shape = TARGET if width is None else SIZES[width]
     return WhisperConfig(vocab_size=sv.model_rows(specials), num_mel_bins=N_MELS, max_source_positions=WINDOW_S * 50,
                          max_target_positions=MAX_TOKENS, pad_token_id=specials.eos, bos_token_id=specials.eos,
                          eos_token_id=specials.eos, decoder_start_token_id=specials.start, dropout=0.0,
-                         suppress_tokens=None, begin_suppress_tokens=None, **TARGET)
+                         suppress_tokens=None, begin_suppress_tokens=None, **shape)
+
+
+def device_of(device: str = "auto") -> str:
+    """"cuda" or "cpu": `auto` takes a CUDA GPU when PyTorch sees one; `cuda` without one is a one-line error."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise SpecdecError(f"--device {device!r} is not auto, cpu or cuda", "pass --device auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecdecError("--device cuda: PyTorch sees no CUDA GPU here",
+                           "pass --device cpu, or run on a GPU machine with PyTorch's CUDA build")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _setup(device: str, threads: int) -> None:
+    """Threads for the CPU; TF32 matmuls on a GPU (the products that bf16 autocast leaves in fp32)."""
+    import torch
+
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def on_device(feats: np.ndarray, device: str):
+    """A split's features where the steps index them: the numpy array on the CPU, one float16 tensor on a GPU
+    (24,000 clips are 3.8 GB; each step then gathers its clips there instead of copying them over)."""
+    import torch
+
+    return feats if device == "cpu" else torch.from_numpy(feats).to(device)
+
+
+def checkpoint_config(state: dict, specials):
+    """The target configuration a phase-1 checkpoint was trained with (checkpoints before widths: TARGET's)."""
+    from transformers import WhisperConfig
+
+    return WhisperConfig(**state["config"]) if state.get("config") else target_config(specials)
 
 
 def draft_from(target):
@@ -216,6 +276,19 @@ def _with_decoder_layers(config, layers: int, state: dict, what: str):
     return model
 
 
+def _save(model, out: str) -> None:
+    """A checkpoint directory of `model` (on any device) that specdec-export takes."""
+    import copy
+
+    sv.save_speech_checkpoint(copy.deepcopy(model).cpu(), out, WINDOW_S)
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
 # --------------------------------------------------------------------------- training
 CTC_CHARS = " abcdefghijklmnopqrstuvwxyz0123456789'"       # the CTC head's classes after the blank (0)
 
@@ -237,16 +310,19 @@ def ctc_targets(chars: list, idx: list):
 
 def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: float, warmup: int, seed: int,
           threads: int, resume: bool, precision: str = "bf16", ckpt_minutes: float = 4.0,
-          ctc_weight: float = 0.3, log=print) -> str:
-    """The first phase: the speech target, encoder and decoder together (with the encoder's CTC head), from scratch;
-    a checkpoint every `ckpt_minutes` (work/ckpt/<name>.pt), which train_decoders starts from. Returns the saved
-    checkpoint directory work/<name>."""
+          ctc_weight: float = 0.3, width: int | None = None, device: str = "auto", log=print) -> str:
+    """The first phase: the speech target, encoder and decoder together (with the encoder's CTC head), from scratch
+    at `width` (SIZES; None: TARGET), on `device` (device_of); a checkpoint every `ckpt_minutes`
+    (work/ckpt/<name>.pt, with its configuration), which train_decoders starts from; `resume` goes on from it at the
+    width it was trained at (another `width` is a one-line error). Returns the saved checkpoint directory
+    work/<name>."""
     import torch
     import torch.nn.functional as F
     from transformers import WhisperForConditionalGeneration
 
-    torch.set_num_threads(threads)
-    autocast = dict(device_type="cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    device = device_of(device)
+    _setup(device, threads)
+    autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=precision == "bf16")
     tok_dir = os.path.join(work, "speech", "tokenizer")
     specials = sv.write_speech_tokenizer(tok_dir, WINDOW_S)
     from tokenizers import Tokenizer
@@ -256,14 +332,26 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     seqs, cuts = examples(tok, specials, clips, seed)
     vfeats, vclips = load_split(work, "validation", 256)
     vseqs, vcuts = examples(tok, specials, vclips, seed + 7)
-    log(f"[{name}] {len(clips)} training clips, {len(clips) // batch} batches an epoch")
+    feats, vfeats = on_device(feats, device), on_device(vfeats, device)
+    log(f"[{name}] {len(clips)} training clips, {len(clips) // batch} batches an epoch, on {device}")
 
+    ckpt = os.path.join(work, "ckpt", f"{name}.pt")
+    st = torch.load(ckpt, map_location=device, weights_only=False) if resume and os.path.exists(ckpt) else None
+    config = target_config(specials, width)
+    if st is not None:
+        config = checkpoint_config(st, specials)
+        if width is not None and config.d_model != width:
+            raise SpecdecError(f"{ckpt} was trained at width {config.d_model}, not {width}",
+                               f"pass --speech-width {config.d_model} to go on with it, or use another --work-dir")
     torch.manual_seed(seed)
-    model = WhisperForConditionalGeneration(target_config(specials))
+    model = WhisperForConditionalGeneration(config)
     # The target's encoder also learns a character CTC head (dropped after training): a monotone alignment signal from
     # the first step, which an attention decoder trained alone finds only after thousands of steps (hybrid
     # CTC/attention training). Its targets are the transcript's characters (class 0 the blank).
     ctc = torch.nn.Linear(model.config.d_model, len(CTC_CHARS) + 1) if ctc_weight else None
+    model.to(device)
+    if ctc is not None:
+        ctc.to(device)
     chars = [characters(tok.decode([t for t in s if t < specials.eos])) for s in seqs] if ctc else None
     model.train()
     params = [p for p in model.parameters() if p.requires_grad] + (list(ctc.parameters()) if ctc else [])
@@ -275,11 +363,9 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.98), eps=1e-8)
 
-    ckpt = os.path.join(work, "ckpt", f"{name}.pt")
     os.makedirs(os.path.dirname(ckpt), exist_ok=True)
     start, before = 0, 0.0
-    if resume and os.path.exists(ckpt):
-        st = torch.load(ckpt, map_location="cpu", weights_only=False)
+    if st is not None:
         model.load_state_dict(st["model"])
         if ctc is not None:
             ctc.load_state_dict(st["ctc"])
@@ -289,7 +375,8 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
 
     def save_ckpt(step, elapsed):
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                    "ctc": ctc.state_dict() if ctc else None}, ckpt + ".tmp")
+                    "ctc": ctc.state_dict() if ctc else None, "config": model.config.to_dict(), "batch": batch},
+                   ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
 
     def forward(m, x, dec, enc=None):
@@ -326,8 +413,8 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
             if ctc is not None:
                 frames = F.log_softmax(ctc(enc).float(), -1).transpose(0, 1)
                 targets, lengths = ctc_targets(chars, idx)
-                ctc_loss = F.ctc_loss(frames, targets, torch.full((len(idx),), frames.shape[0]), lengths,
-                                      zero_infinity=True)
+                ctc_loss = F.ctc_loss(frames, targets.to(device), torch.full((len(idx),), frames.shape[0],
+                                      device=device), lengths.to(device), zero_infinity=True)
         ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         loss = ce if ctc is None else (1 - ctc_weight) * ce + ctc_weight * ctc_loss
         update(opt, loss, params)
@@ -346,10 +433,11 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     final = val_ce()
     out = os.path.join(work, name)
     model.eval()
-    sv.save_speech_checkpoint(model, out, WINDOW_S)
+    _save(model, out)
     with open(os.path.join(out, "train_info.json"), "w") as f:
         json.dump({"steps": step, "batch": batch, "lr": lr, "warmup": warmup, "seed": seed, "threads": threads,
-                   "ctc_weight": ctc_weight if ctc else None,
+                   "ctc_weight": ctc_weight if ctc else None, "device": _device_name(device),
+                   "width": model.config.d_model,
                    "precision": precision, "minutes": round(elapsed / 60, 1), "clips": len(clips),
                    "val_ce": round(final, 4)}, f, indent=1)
     log(f"[{name}] validation cross-entropy {final:.4f}; {elapsed / 60:.1f} min -> {out}")
@@ -357,25 +445,41 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
 
 
 # --------------------------------------------------------------------------- decoders on a frozen encoder
-def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=print) -> np.ndarray:
+def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=print):
     """The encoder's output of every clip (cut clips cut first), float16 [clips, positions, d_model]: what the
-    decoders train on once the encoder is frozen."""
+    decoders train on once the encoder is frozen. On the model's device: a numpy array on the CPU, a tensor on a GPU
+    (24,000 clips at width 384 are 9.2 GB)."""
     import torch
 
     model.eval()
-    out = np.empty((len(feats), model.config.max_source_positions, model.config.d_model), np.float16)
+    device = next(model.parameters()).device.type
+    shape = (len(feats), model.config.max_source_positions, model.config.d_model)
+    out = np.empty(shape, np.float16) if device == "cpu" else torch.empty(shape, dtype=torch.float16, device=device)
     t0 = time.time()
-    with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+    with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16):
         for k in range(0, len(feats), batch):
             idx = list(range(k, min(k + batch, len(feats))))
-            x = feats[idx].astype(np.float32)
+            x = torch.from_numpy(feats[idx].astype(np.float32)).to(device)
             for row, i in enumerate(idx):
                 if cuts[i] is not None:
                     x[row, :, cuts[i]:] = x[row, :, -1:]
-            out[k:k + len(idx)] = model.model.encoder(torch.from_numpy(x)).last_hidden_state.float().numpy()
+            hidden = model.model.encoder(x).last_hidden_state
+            if device == "cpu":
+                out[k:k + len(idx)] = hidden.float().numpy()
+            else:
+                out[k:k + len(idx)] = hidden.to(torch.float16)
             if k // batch % 50 == 0:
                 log(f"encoder outputs: {k + len(idx)}/{len(feats)} clips ({time.time() - t0:.0f} s)")
     return out
+
+
+def _rows(cache, idx: list):
+    """The cached encoder outputs of the clips `idx` as float32, on the cache's device."""
+    import torch
+
+    if isinstance(cache, np.ndarray):
+        return torch.from_numpy(cache[idx]).float()
+    return cache[torch.tensor(idx, device=cache.device)].float()
 
 
 def decoder_from(model, directory: str):
@@ -418,18 +522,19 @@ def deepen(model, layers: int):
     return _with_decoder_layers(model.config, layers, mapped, "deepen")
 
 
-def previous_decoders(work: str, log=print) -> dict:
+def previous_decoders(work: str, log=print, roles: tuple = ("target", "draft")) -> dict:
     """{role: checkpoint directory} of the decoders phase 2 goes on from: the work directory's last phase-2 results
     (their train_info has decoder_steps; phase 1 writes work/speech-target over the target's), else the committed pair
-    (models/speech, unpacked into work/committed): so training adds up over runs and over sittings."""
+    (models/speech, unpacked into work/committed): so training adds up over runs and over sittings. `roles` other
+    than both: only the work directory's results of those roles (the GPU run's draft; its target goes on in phase 1)."""
     from .speech_pack import checkpoints
 
     found = {}
-    for role in ("target", "draft"):
+    for role in roles:
         info = os.path.join(work, f"speech-{role}", "train_info.json")
         if os.path.exists(info) and "decoder_steps" in json.loads(Path(info).read_text()):
             found[role] = os.path.join(work, f"speech-{role}")
-    if len(found) < 2:
+    if len(found) < 2 and set(roles) == {"target", "draft"}:
         found = {role: str(path) for role, path in checkpoints(os.path.join(work, "committed")).items()}
         log("[decoders] going on from the committed pair's decoders (models/speech)")
     return found
@@ -437,33 +542,35 @@ def previous_decoders(work: str, log=print) -> dict:
 
 def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch: int = 64, seed: int = 0,
                    threads: int = 2, lr: float = 1e-3, kl_weight: float = 0.8, resume: bool = False,
-                   target_layers: int | None = None, log=print) -> tuple:
+                   target_layers: int | None = None, device: str = "auto", go_on: tuple = ("target", "draft"),
+                   log=print) -> tuple:
     """The second phase: the encoder of the target trained so far (work/ckpt/speech-target.pt) is frozen, its outputs
     computed once for every training clip, and the target's decoder trained on them for `target_minutes`, batches of
     `batch` clips (the encoder is most of a step's cost, so a step without it takes 8x the clips in less time); then
     the draft's decoder (draft_from: the target's first and last layers) is distilled from the target's on the same
     outputs for `draft_minutes`. `resume`: each decoder starts from the last phase 2's (previous_decoders: the work
-    directory's, else the committed pair's), so phase 2 goes on across runs. `target_layers`: the target's decoder
-    grown to that many layers first (deepen). Saves work/speech-target and
-    work/speech-draft; returns their paths."""
+    directory's, else the committed pair's; `go_on`: only those roles, previous_decoders), so phase 2 goes on across
+    runs. `target_layers`: the target's decoder grown to that many layers first (deepen). `device`: as train's
+    (device_of). Saves work/speech-target and work/speech-draft; returns their paths."""
     import torch
     import torch.nn.functional as F
     from tokenizers import Tokenizer
     from transformers import WhisperForConditionalGeneration
 
-    torch.set_num_threads(threads)
+    device = device_of(device)
+    _setup(device, threads)
     tok_dir = os.path.join(work, "speech", "tokenizer")
     specials = sv.write_speech_tokenizer(tok_dir, WINDOW_S)
     tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
     ckpt = os.path.join(work, "ckpt", "speech-target.pt")
     if not os.path.exists(ckpt):
         raise SpecdecError(f"no speech target checkpoint {ckpt}", "run `specdec-models speech-target` first")
-    target = WhisperForConditionalGeneration(target_config(specials))
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    target = WhisperForConditionalGeneration(checkpoint_config(state, specials))
     target.load_state_dict(state["model"])
     log(f"[decoders] the target's encoder after {state['step']} steps ({state['elapsed'] / 60:.1f} min)")
-    previous = previous_decoders(work, log) if resume else {}
-    went_on = decoder_from(target, previous["target"]) if previous else None
+    previous = previous_decoders(work, log, go_on) if resume else {}
+    went_on = decoder_from(target, previous["target"]) if "target" in previous else None
     if went_on is not None:
         target = went_on
         log(f"[decoders] the target's decoder ({target.config.decoder_layers} layers) goes on from "
@@ -471,6 +578,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     if target_layers and target_layers != target.config.decoder_layers:
         log(f"[decoders] the target's decoder grown from {target.config.decoder_layers} to {target_layers} layers")
         target = deepen(target, target_layers)
+    target.to(device)
     feats, clips = load_split(work, "train")
     seqs, cuts = examples(tok, specials, clips, seed)
     vfeats, vclips = load_split(work, "validation", 256)
@@ -478,7 +586,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
     cache = encoder_cache(target, feats, cuts, log=log)
     del feats
     vcache = encoder_cache(target, vfeats, vcuts, log=log)
-    autocast = dict(device_type="cpu", dtype=torch.bfloat16)
+    autocast = dict(device_type=device, dtype=torch.bfloat16)
 
     def logits(m, enc, dec):
         return m(encoder_outputs=(enc,), decoder_input_ids=dec).logits.float()
@@ -489,8 +597,8 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
         with torch.no_grad(), torch.autocast(**autocast):
             for k in range(0, len(vseqs), 64):
                 idx = list(range(k, min(k + 64, len(vseqs))))
-                dec, labels = decoder_tokens(vseqs, idx, specials.no_timestamps)
-                lg = logits(m, torch.from_numpy(vcache[idx]).float(), dec)
+                dec, labels = (t.to(device) for t in decoder_tokens(vseqs, idx, specials.no_timestamps))
+                lg = logits(m, _rows(vcache, idx), dec)
                 tot += F.cross_entropy(lg.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum").item()
                 n += int((labels != -100).sum())
         m.train()
@@ -509,8 +617,8 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, 100, 10 ** 9, peak, (time.time() - t0) / (minutes * 60))
             idx = sorted(batch_order(len(seqs), batch, seed + 11, step))
-            dec, labels = decoder_tokens(seqs, idx, specials.no_timestamps)
-            enc = torch.from_numpy(cache[idx]).float()
+            dec, labels = (t.to(device) for t in decoder_tokens(seqs, idx, specials.no_timestamps))
+            enc = _rows(cache, idx)
             with torch.autocast(**autocast):
                 lg = logits(student, enc, dec)
                 if teacher is not None:
@@ -531,23 +639,28 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
         final = val_ce(student)
         student.eval()
         out = os.path.join(work, name)
-        sv.save_speech_checkpoint(student, out, WINDOW_S)
+        _save(student, out)
         with open(os.path.join(out, "train_info.json"), "w") as f:
             json.dump({"encoder_steps": state["step"], "encoder_minutes": round(state["elapsed"] / 60, 1),
-                       "encoder_batch": 8, "ctc_weight": 0.3, "decoder_steps": step, "decoder_batch": batch,
+                       "encoder_batch": state.get("batch", 8), "ctc_weight": 0.3, "decoder_steps": step,
+                       "decoder_batch": batch,
                        "decoder_minutes": round((time.time() - t0) / 60, 1), "lr": peak, "seed": seed,
                        "kl_weight": kl_weight if teacher is not None else None, "clips": len(seqs),
+                       "device": _device_name(device),
                        "val_ce": round(final, 4)}, f, indent=1)
         log(f"[{name}] validation cross-entropy {final:.4f} after {step} steps -> {out}")
         return student
 
-    target = phase("speech-target", target, None, target_minutes, lr)
+    if target_minutes > 0 or went_on is not None or target_layers:
+        target = phase("speech-target", target, None, target_minutes, lr)
+    else:
+        log("[decoders] the target's decoder stays as phase 1 left it (no minutes for it)")
     for p in target.parameters():
         p.requires_grad_(False)
     draft = draft_from(target)
-    went_on = decoder_from(draft, previous["draft"]) if previous else None
+    went_on = decoder_from(draft, previous["draft"]) if "draft" in previous else None
     if went_on is not None:
         draft = went_on
         log(f"[decoders] the draft's decoder goes on from {previous['draft']}")
-    phase("speech-draft", draft, target.eval(), draft_minutes, lr / 2)
+    phase("speech-draft", draft.to(device), target.eval(), draft_minutes, lr / 2)
     return os.path.join(work, "speech-target"), os.path.join(work, "speech-draft")

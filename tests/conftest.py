@@ -228,6 +228,7 @@ HEAVY_FIRST = ("runtime/decoding/test_distribution_chains.py",           # 17.5 
                "runtime/decoding/test_batch.py",                         # 2.3
                "runtime/loading/test_fuzz_export.py",                   # 2.3 (its fuzzing stops after 60 s)
                "bench/test_dtypes.py",                          # 2.1
+               "models/test_speech_gpu.py",                     # (new: speech-gpu run twice at a small size)
                "bindings/test_capi_untrusted.py",               # 2.0 (the same)
                "bench/test_gpu.py",                             # 1.9
                "runtime/decoding/test_processors.py",                    # 1.4

@@ -103,12 +103,29 @@ def test_shards_resume_and_rebuild_with_the_same_clips(corpus, tmp_path):
     assert not list((tmp_path / "speech" / "train").glob("*.tmp"))
 
 
+def test_shards_made_by_several_processes_hold_the_same_clips(corpus, tmp_path):
+    said = []
+    sd.build(tmp_path / "one", {"train": 5}, shard_clips=2, corpus=corpus, log=lambda *_: None)
+    sd.build(tmp_path / "two", {"train": 5}, shard_clips=2, corpus=corpus, workers=2, log=said.append)
+    assert sorted(m.split(" (")[0] for m in said) == [f"speech-data train: shard {n}/3" for n in (1, 2, 3)]
+    for n in range(3):
+        one, two = (json.loads((tmp_path / w / "speech" / "train" / f"shard-{n:05d}.json").read_text())["clips"]
+                    for w in ("one", "two"))
+        assert [(c["text"], c["voice"], c["rate"]) for c in one] == [(c["text"], c["voice"], c["rate"]) for c in two]
+        for a, b in zip(one, two):
+            assert np.allclose([x for seg in a["segments"] for x in seg[:2]],
+                               [x for seg in b["segments"] for x in seg[:2]], atol=0.01)
+        f1, f2 = (np.load(tmp_path / w / "speech" / "train" / f"shard-{n:05d}.npz")["features"] for w in ("one", "two"))
+        assert f1.shape == f2.shape
+
+
 def test_bad_arguments_are_one_line(corpus, tmp_path):
     sd.build(tmp_path, {"validation": 1}, shard_clips=2, corpus=corpus, log=lambda *_: None)
     for call, words in ((lambda: sd.build(tmp_path, {"dev": 2}, corpus=corpus), "unknown split"),
                         (lambda: sd.english_sentences(str(tmp_path / "none.gz")), "missing"),
                         (lambda: sd.build(tmp_path, {"validation": 3}, shard_clips=2, corpus=corpus), "clips 1 -> 3"),
-                        (lambda: sd.build(tmp_path, {"validation": 1}, seed=5, corpus=corpus), "other settings")):
+                        (lambda: sd.build(tmp_path, {"validation": 1}, seed=5, corpus=corpus), "other settings"),
+                        (lambda: sd.build(tmp_path, {"validation": 1}, corpus=corpus, workers=0), "--workers 0")):
         with pytest.raises(SpecdecError) as err:
             call()
         assert words in str(err.value) and "\n" not in str(err.value)
