@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import glob
 import gzip
 import hashlib
 import json
@@ -109,10 +110,11 @@ def features(clips: list) -> np.ndarray:
 
 
 def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS, corpus: str = CORPUS,
-          workers: int = 1, log=print) -> dict:
-    """Write the shards of `clips` ({split: number of clips}) under work/speech; returns {split: shards}. Shards that
-    exist are kept. `workers` > 1: that many processes make the shards side by side (each its own espeak-ng engine;
-    the clips and their shards are the same as with one, within espeak-ng's few samples)."""
+          workers: int = 1, deadline: float | None = None, log=print) -> dict:
+    """Write the shards of `clips` ({split: number of clips}) under work/speech; returns {split: shards there}. Shards
+    that exist are kept. `workers` > 1: that many processes make the shards side by side (each its own espeak-ng
+    engine; the clips and their shards are the same as with one, within espeak-ng's few samples). `deadline` (a
+    time.time()): no shard is begun after it (those begun are finished); the next call makes the rest."""
     if workers < 1:
         raise SpecdecError(f"--workers {workers} is not a process count", "pass 1 or more")
     sentences = english_sentences(corpus)
@@ -137,17 +139,31 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
             log(f"speech-data {split}: shard {int(stem[-5:]) + 1}/{len(shards)} ({count}/{len(todo)} made, "
                 f"{(time.time() - t0) / count:.1f} s a shard)")
 
+        def late() -> bool:
+            return deadline is not None and time.time() > deadline
+
         if workers == 1 or len(todo) <= 1:
             for job in todo:
+                if late():
+                    break
                 made(make_shard(*job))
         else:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-                for future in as_completed([pool.submit(make_shard, *job) for job in todo]):
+                futures = [pool.submit(make_shard, *job) for job in todo]
+                for future in as_completed(futures):
+                    if future.cancelled():
+                        continue
                     made(future.result())
-        written[split] = len(shards)
+                    if late():
+                        for waiting in futures:
+                            waiting.cancel()            # those not begun; the running ones finish
+        written[split] = len(glob.glob(os.path.join(folder, "shard-*.json")))
+        if written[split] < len(shards):
+            log(f"speech-data {split}: {written[split]} of {len(shards)} shards by the deadline; the next run makes the "
+                f"rest")
     return written
 
 

@@ -3,8 +3,9 @@
 There (models/speech_gpu.sh installs what travelled and runs `specdec-models speech-gpu --out $OUT`), every step
 timed against one budget (`--budget-s`, default BUDGET_S, from the stage's start):
 
-1. speech-data on every core (`--workers`, default the machine's cores): the training and validation clips (the test
-   clips are synthesized where the pair is evaluated);
+1. speech-data on every core (`--workers`, default the machine's cores): the validation and training clips (the test
+   clips are synthesized where the pair is evaluated), no shard begun after DATA_SHARE of the budget (training then
+   takes the shards made, and the next run makes the rest);
 2. speech-target on the GPU at `--speech-width` (default GPU_WIDTH), batches of `--speech-batch` (default GPU_BATCH),
    bf16 autocast, for TARGET_SHARE of what is left after RESERVE_S;
 3. speech-decoders: the draft distilled from that target on its frozen encoder's outputs, for the rest;
@@ -32,7 +33,8 @@ from pathlib import Path
 from specdec.runtime.core.errors import SpecdecError
 
 BUDGET_S = 480.0          # the stage's share of one call of at most 8 minutes
-RESERVE_S = 60.0          # the encoder's outputs for the draft, the package and its pieces
+RESERVE_S = 90.0          # loading the clips twice, the encoder's outputs for the draft, the package and its pieces
+DATA_SHARE = 0.4          # no shard is begun after this share of the budget: the next run makes the rest
 TARGET_SHARE = 0.75       # of the training time left after the data: the target; the rest: the draft
 GPU_WIDTH = 384
 GPU_BATCH = 64
@@ -72,8 +74,9 @@ def run_gpu(work: str, out_dir: str, pieces: str, width: int | None = None, batc
         _write_record(pieces, record)
 
     started = time.time()
-    build(work, {"train": clips[0], "validation": clips[1]}, seed, shard_clips=shard_clips or SHARD_CLIPS,
-          workers=workers, log=log)
+    made = build(work, {"validation": clips[1], "train": clips[0]}, seed, shard_clips=shard_clips or SHARD_CLIPS,
+                 workers=workers, deadline=t0 + DATA_SHARE * budget_s, log=log)
+    record["shards"] = made
     step("data", started)
 
     left = max(0.0, budget_s - (time.time() - t0) - RESERVE_S)

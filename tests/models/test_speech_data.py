@@ -119,6 +119,23 @@ def test_shards_made_by_several_processes_hold_the_same_clips(corpus, tmp_path):
         assert f1.shape == f2.shape
 
 
+def test_no_shard_is_begun_after_the_deadline_and_the_next_call_makes_the_rest(corpus, tmp_path):
+    import time
+
+    said = []
+    for workers in (1, 2):
+        folder = tmp_path / f"w{workers}"
+        got = sd.build(folder, {"train": 8}, shard_clips=1, corpus=corpus, workers=workers, deadline=time.time() - 1,
+                       log=said.append)
+        made = len(list((folder / "speech" / "train").glob("shard-*.json")))
+        # one process begins nothing; a pool finishes the shards its processes have begun (each process and the
+        # executor's queue hold some) and begins no more
+        assert got == {"train": made} and (made == 0 if workers == 1 else 2 <= made < 8), (workers, made)
+        assert said[-1] == f"speech-data train: {made} of 8 shards by the deadline; the next run makes the rest"
+        assert sd.build(folder, {"train": 8}, shard_clips=1, corpus=corpus, workers=workers,
+                        log=said.append) == {"train": 8}
+
+
 def test_bad_arguments_are_one_line(corpus, tmp_path):
     sd.build(tmp_path, {"validation": 1}, shard_clips=2, corpus=corpus, log=lambda *_: None)
     for call, words in ((lambda: sd.build(tmp_path, {"dev": 2}, corpus=corpus), "unknown split"),
