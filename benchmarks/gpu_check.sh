@@ -29,8 +29,8 @@ if "onnxruntime" not in missing:
     print("providers:", importlib.import_module("onnxruntime").get_available_providers())
 sys.exit(1 if missing else 0)
 PY
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
-    || { echo "cannot install specdec from this tree"; exit 2; }
+. benchmarks/from_tree.sh
+specdec_from_tree || { echo "cannot use specdec from this tree"; exit 2; }
 timeout 470 python3 -m specdec.bench.cli gpu --provider cuda --widen t5-large:t5-small --dtypes fp16,fp32 \
     --work-dir /tmp/specdec-gpu-work --budget-s 400 --out "$out/gpu-check.md" --json "$out/gpu-check.json" "$@" \
     2>&1 | tee "$out/gpu-check.log"

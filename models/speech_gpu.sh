@@ -33,7 +33,7 @@ if "torch" not in missing:
     print("cuda:", torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "")
 sys.exit(1 if missing else 0)
 PY
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
-    || { echo "cannot install specdec from this tree"; exit 2; }
+. benchmarks/from_tree.sh
+specdec_from_tree || { echo "cannot use specdec from this tree"; exit 2; }
 timeout 520 python3 -m specdec.models.recipe speech-gpu --out "$out" --budget-s 480 "$@" 2>&1 | tee "$out/speech-gpu.log"
 exit "${PIPESTATUS[0]}"
