@@ -14,6 +14,8 @@ specdec_from_tree() {
     for pair in export:export runtime:runtime bindings:bindings models:models bench:benchmarks serve:serve; do
         ln -s "$PWD/${pair#*:}" "/tmp/specdec-tree/specdec/${pair%%:*}" || return 1
     done
-    export PYTHONPATH=/tmp/specdec-tree${PYTHONPATH:+:$PYTHONPATH}
+    # PYTHONSAFEPATH (Python 3.11 and later): the tree's own specdec/ folder, in the working directory, would else
+    # come first and hide the laid-out package's subpackages
+    export PYTHONPATH=/tmp/specdec-tree${PYTHONPATH:+:$PYTHONPATH} PYTHONSAFEPATH=1
     python3 -c "import specdec.runtime"
 }

@@ -22,7 +22,7 @@ fi
 python3 - <<'PY' || { echo "the run cannot start here: the modules above are missing"; exit 2; }
 import importlib, sys
 missing = []
-for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scipy", "espeakng_loader"):
+for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scipy", "onnxruntime", "espeakng_loader"):
     try:
         print(name, getattr(importlib.import_module(name), "__version__", "?"))
     except Exception as err:
