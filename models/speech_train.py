@@ -3,9 +3,9 @@
 * Target: a Whisper (WhisperForConditionalGeneration) with d_model 256, 4 encoder + 4 decoder layers, 4 heads, FFN
   1024, 80 mel bins and a 10 s window (500 encoder positions), on the speech vocabulary (models/speech_vocab.py);
   phase 2 can grow its decoder deeper (`--speech-target-layers`, deepen), as the committed pair's 12 layers were.
-* Draft: distil-whisper's layout: the target's encoder and a decoder of DRAFT_LAYERS layers initialised from the
-  target's first and last, trained on the target's next-token distributions (KL) mixed with the reference
-  cross-entropy.
+* Draft: distil-whisper's layout: the target's encoder and a decoder of 2 layers (at width 384: 1,
+  DRAFT_LAYERS_OF) initialised from the target's first and last (one layer: the last), trained on the target's
+  next-token distributions (KL) mixed with the reference cross-entropy.
 
 Two phases, because the encoder is most of a step's cost on this CPU (500 positions a clip against ~30 tokens):
 1. `speech-target` (`train`): encoder and decoder together from scratch, batches of 8 clips, with a character CTC
@@ -42,18 +42,20 @@ from specdec.runtime.core.errors import SpecdecError
 from . import speech_vocab as sv
 from .speech_data import N_MELS, WINDOW_S
 
-# The target's shape by width (`--speech-width`). 256: the committed pair's start (phase 2 grew its decoder to 12
-# layers). 384: whisper-tiny's width and encoder with a 12-layer decoder, for a GPU machine: its decoder step costs
-# 6x a 2-layer draft's on the CPU (c 0.17-0.18 against 0.27 with an 8-layer decoder, measured with random weights;
-# models/README.md).
+# The target's shape by width (`--speech-width`), and the draft's decoder layers beside it (DRAFT_LAYERS_OF). 256: the
+# committed pair's start (phase 2 grew its decoder to 12 layers; a 2-layer draft). 384: whisper-tiny's width and
+# encoder with a 12-layer decoder and a 1-layer draft, for a GPU machine: on the CPU a draft step costs 0.16 of its
+# target step, against 0.27 with a 2-layer draft and 0.21 with a 2-layer draft before a 16-layer target (random
+# weights, the runtime's default threads; models/README.md).
 SIZES = {
     256: dict(d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4, decoder_attention_heads=4,
               encoder_ffn_dim=1024, decoder_ffn_dim=1024),
     384: dict(d_model=384, encoder_layers=4, decoder_layers=12, encoder_attention_heads=6, decoder_attention_heads=6,
               encoder_ffn_dim=1536, decoder_ffn_dim=1536),
 }
+DRAFT_LAYERS_OF = {256: 2, 384: 1}
 TARGET = SIZES[256]
-DRAFT_LAYERS = 2
+DRAFT_LAYERS = 2                # the draft's decoder layers where nothing else says (checkpoints before widths)
 MAX_TOKENS = 224                # decoder positions (the longest transcript of a 10 s clip is ~110 tokens)
 
 
@@ -242,10 +244,14 @@ def checkpoint_config(state: dict, specials):
     return WhisperConfig(**state["config"]) if state.get("config") else target_config(specials)
 
 
-def draft_from(target):
-    """The draft: the target's encoder and embeddings, DRAFT_LAYERS decoder layers copied from the target's first and
-    last (distil-whisper's initialisation)."""
-    picks = [0, target.config.decoder_layers - 1] if DRAFT_LAYERS == 2 else [target.config.decoder_layers - 1]
+def draft_from(target, layers: int | None = None):
+    """The draft: the target's encoder and embeddings, `layers` (default DRAFT_LAYERS) decoder layers copied from the
+    target's first and last (distil-whisper's initialisation; one layer: the last)."""
+    layers = layers or DRAFT_LAYERS
+    if layers not in (1, 2):
+        raise SpecdecError(f"a draft of {layers} decoder layers", "use 1 or 2 (copied from the target's last, or "
+                           "first and last)")
+    picks = [0, target.config.decoder_layers - 1] if layers == 2 else [target.config.decoder_layers - 1]
     mapped = {}
     for k, v in target.state_dict().items():
         if k.startswith("model.decoder.layers."):
@@ -254,7 +260,7 @@ def draft_from(target):
                 mapped[k.replace(f"layers.{layer}.", f"layers.{picks.index(layer)}.", 1)] = v
         else:
             mapped[k] = v
-    return _with_decoder_layers(target.config, DRAFT_LAYERS, mapped, "draft init")
+    return _with_decoder_layers(target.config, layers, mapped, "draft init")
 
 
 def _with_decoder_layers(config, layers: int, state: dict, what: str):
@@ -343,6 +349,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
         if width is not None and config.d_model != width:
             raise SpecdecError(f"{ckpt} was trained at width {config.d_model}, not {width}",
                                f"pass --speech-width {config.d_model} to go on with it, or use another --work-dir")
+    draft_layers = (st or {}).get("draft_layers") or DRAFT_LAYERS_OF.get(config.d_model, DRAFT_LAYERS)
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(config)
     # The target's encoder also learns a character CTC head (dropped after training): a monotone alignment signal from
@@ -375,7 +382,8 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
 
     def save_ckpt(step, elapsed):
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
-                    "ctc": ctc.state_dict() if ctc else None, "config": model.config.to_dict(), "batch": batch},
+                    "ctc": ctc.state_dict() if ctc else None, "config": model.config.to_dict(), "batch": batch,
+                    "draft_layers": draft_layers},
                    ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
 
@@ -437,7 +445,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     with open(os.path.join(out, "train_info.json"), "w") as f:
         json.dump({"steps": step, "batch": batch, "lr": lr, "warmup": warmup, "seed": seed, "threads": threads,
                    "ctc_weight": ctc_weight if ctc else None, "device": _device_name(device),
-                   "width": model.config.d_model,
+                   "width": model.config.d_model, "draft_layers": draft_layers,
                    "precision": precision, "minutes": round(elapsed / 60, 1), "clips": len(clips),
                    "val_ce": round(final, 4)}, f, indent=1)
     log(f"[{name}] validation cross-entropy {final:.4f}; {elapsed / 60:.1f} min -> {out}")
@@ -657,7 +665,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
         log("[decoders] the target's decoder stays as phase 1 left it (no minutes for it)")
     for p in target.parameters():
         p.requires_grad_(False)
-    draft = draft_from(target)
+    draft = draft_from(target, state.get("draft_layers") or DRAFT_LAYERS)
     went_on = decoder_from(draft, previous["draft"]) if "draft" in previous else None
     if went_on is not None:
         draft = went_on

@@ -41,18 +41,21 @@ def trained(tmp_path_factory):
     return work, target, draft
 
 
-def test_the_draft_starts_from_the_targets_first_and_last_decoder_layers(trained):
+@pytest.mark.parametrize("layers, sources", [(None, [0, 2]), (2, [0, 2]), (1, [2])])
+def test_the_draft_starts_from_the_targets_first_and_last_decoder_layers(trained, layers, sources):
     _, target, _ = trained
-    draft = speech_train.draft_from(target)
-    assert draft.config.decoder_layers == speech_train.DRAFT_LAYERS == 2
+    draft = speech_train.draft_from(target, layers)
+    assert draft.config.decoder_layers == len(sources) and speech_train.DRAFT_LAYERS == 2
     t, d = target.state_dict(), draft.state_dict()
     for name, value in d.items():
         if name.startswith("model.decoder.layers."):
             layer = int(name.split(".")[3])
-            source = name.replace(f"layers.{layer}.", f"layers.{[0, 2][layer]}.", 1)
+            source = name.replace(f"layers.{layer}.", f"layers.{sources[layer]}.", 1)
             assert torch.equal(value, t[source]), name
         elif name != speech_pack.TIED:
             assert torch.equal(value, t[name]), name
+    with pytest.raises(SpecdecError, match="a draft of 3 decoder layers"):
+        speech_train.draft_from(target, 3)
 
 
 def test_phase_two_goes_on_from_the_last_decoders_and_keeps_the_new_encoder(trained, tmp_path):
