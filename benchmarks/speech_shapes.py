@@ -20,29 +20,22 @@ import numpy as np
 
 from specdec.runtime.core.errors import OneLineParser, run_cli
 
+def _shape(d_model: int, decoder_layers: int, encoder_layers: int = 4) -> dict:
+    """A Whisper shape as the speech pair's are: 64-wide heads, FFN 4x d_model."""
+    return dict(d_model=d_model, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
+                encoder_attention_heads=d_model // 64, decoder_attention_heads=d_model // 64,
+                encoder_ffn_dim=4 * d_model, decoder_ffn_dim=4 * d_model)
+
+
 # name: (the target's shape, the draft's decoder layers)
 CANDIDATES = {
-    "256, 4 encoder + 12 decoder layers / 2": (dict(d_model=256, encoder_layers=4, decoder_layers=12,
-                                                    encoder_attention_heads=4, decoder_attention_heads=4,
-                                                    encoder_ffn_dim=1024, decoder_ffn_dim=1024), 2),
-    "384, 4 encoder + 8 decoder layers / 2": (dict(d_model=384, encoder_layers=4, decoder_layers=8,
-                                                   encoder_attention_heads=6, decoder_attention_heads=6,
-                                                   encoder_ffn_dim=1536, decoder_ffn_dim=1536), 2),
-    "384, 4 encoder + 8 decoder layers / 1": (dict(d_model=384, encoder_layers=4, decoder_layers=8,
-                                                   encoder_attention_heads=6, decoder_attention_heads=6,
-                                                   encoder_ffn_dim=1536, decoder_ffn_dim=1536), 1),
-    "384, 4 encoder + 12 decoder layers / 2": (dict(d_model=384, encoder_layers=4, decoder_layers=12,
-                                                    encoder_attention_heads=6, decoder_attention_heads=6,
-                                                    encoder_ffn_dim=1536, decoder_ffn_dim=1536), 2),
-    "384, 4 encoder + 12 decoder layers / 1": (dict(d_model=384, encoder_layers=4, decoder_layers=12,
-                                                    encoder_attention_heads=6, decoder_attention_heads=6,
-                                                    encoder_ffn_dim=1536, decoder_ffn_dim=1536), 1),
-    "384, 4 encoder + 16 decoder layers / 2": (dict(d_model=384, encoder_layers=4, decoder_layers=16,
-                                                    encoder_attention_heads=6, decoder_attention_heads=6,
-                                                    encoder_ffn_dim=1536, decoder_ffn_dim=1536), 2),
-    "512, 6 encoder + 6 decoder layers / 2": (dict(d_model=512, encoder_layers=6, decoder_layers=6,
-                                                   encoder_attention_heads=8, decoder_attention_heads=8,
-                                                   encoder_ffn_dim=2048, decoder_ffn_dim=2048), 2),
+    "256, 4 encoder + 12 decoder layers / 2": (_shape(256, 12), 2),
+    "384, 4 encoder + 8 decoder layers / 2": (_shape(384, 8), 2),
+    "384, 4 encoder + 8 decoder layers / 1": (_shape(384, 8), 1),
+    "384, 4 encoder + 12 decoder layers / 2": (_shape(384, 12), 2),
+    "384, 4 encoder + 12 decoder layers / 1": (_shape(384, 12), 1),
+    "384, 4 encoder + 16 decoder layers / 2": (_shape(384, 16), 2),
+    "512, 6 encoder + 6 decoder layers / 2": (_shape(512, 6, encoder_layers=6), 2),
 }
 PAST = 40                       # past length of the probe: a 10 s clip's transcript is 30-110 tokens
 
