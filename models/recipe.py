@@ -97,8 +97,8 @@ def build_parser():
                     help="speech-target, speech-gpu: clips a step (default 8; speech-gpu on a GPU 64)")
     ap.add_argument("--speech-width", type=int, default=None,
                     help="speech-target, speech-gpu: the target's shape by d_model, 256 (4 encoder and 4 decoder "
-                         "layers) or 384 (whisper-tiny's width and encoder, 12 decoder layers); default 256, "
-                         "speech-gpu on a GPU 384; --resume goes on at the checkpoint's")
+                         "layers; a 2-layer draft) or 384 (whisper-tiny's width and encoder, 12 decoder layers; a "
+                         "1-layer draft); default 256, speech-gpu on a GPU 384; --resume goes on at the checkpoint's")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="speech-target, speech-decoders, speech-gpu: where to train (default auto: a CUDA GPU when "
                          "PyTorch sees one)")
