@@ -11,8 +11,9 @@
   the window), float16, [clips, N_MELS, frames].
 - Shards: `<work>/speech/<split>/shard-NNNNN.npz` (features) beside `.json` (texts, segments, words, voices), each
   written whole under a temporary name and renamed. A shard that exists is kept, so an interrupted run resumes where
-  it stopped (with the settings that began it: settings.json; other settings are a one-line error); a shard made again holds the same clips (sentences, voices, silences), with timings within a few
-  milliseconds (espeak-ng's output varies by a few samples from call to call).
+  it stopped (with the settings that began it: settings.json; other settings are a one-line error); a shard made
+  again holds the same clips (sentences, voices, silences), with timings within a few milliseconds (espeak-ng's
+  output depends on what its process spoke before: up to 13 ms seen).
 """
 
 from __future__ import annotations
@@ -113,8 +114,9 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
           workers: int = 1, deadline: float | None = None, log=print) -> dict:
     """Write the shards of `clips` ({split: number of clips}) under work/speech; returns {split: shards there}. Shards
     that exist are kept. `workers` > 1: that many processes make the shards side by side (each its own espeak-ng
-    engine; the clips and their shards are the same as with one, within espeak-ng's few samples). `deadline` (a
-    time.time()): no shard is begun after it (those begun are finished); the next call makes the rest."""
+    engine; the clips and their shards are the same as with one, their timings within espeak-ng's few
+    milliseconds). `deadline` (a time.time()): no shard is begun after it (those begun are finished); the next call
+    makes the rest."""
     if workers < 1:
         raise SpecdecError(f"--workers {workers} is not a process count", "pass 1 or more")
     sentences = english_sentences(corpus)
