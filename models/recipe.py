@@ -104,6 +104,9 @@ def build_parser():
                          "PyTorch sees one)")
     ap.add_argument("--workers", type=int, default=None,
                     help="speech-data, speech-gpu: processes that synthesize the clips (default: the cores)")
+    ap.add_argument("--from-pack", action="store_true",
+                    help="speech-gpu: on a work directory without a checkpoint, go on from the pack in "
+                         "--out-dir/speech instead of training from scratch (the optimizer and CTC head afresh)")
     ap.add_argument("--budget-s", type=float, default=480.0,
                     help="speech-gpu: seconds for the whole stage, data to pieces (default 480)")
     ap.add_argument("--speech-long-syntheses", type=int, default=1,
@@ -213,7 +216,8 @@ def _speech(args) -> int:
             run_gpu(work, os.path.abspath(args.out_dir), os.path.abspath(args.out or "speech-gpu"),
                     clips=_clip_counts(args.speech_clips)[:2], width=args.speech_width, batch=args.speech_batch,
                     workers=args.workers, device=args.device,
-                    budget_s=args.budget_s, seed=args.seed, threads=args.threads, log=lambda m: print(m, flush=True))
+                    budget_s=args.budget_s, seed=args.seed, threads=args.threads, from_pack=args.from_pack,
+                    log=lambda m: print(m, flush=True))
         elif st == "speech-unpack":
             from .speech_gpu import unpack
 

@@ -15,7 +15,10 @@ timed against one budget (`--budget-s`, default BUDGET_S, from the stage's start
 
 Resumable: run again on the same machine (the work directory, git-ignored, stays between calls while the machine is
 held), it keeps the shards, goes on with the target from its checkpoint (this run's minutes added to those trained
-before) and with the draft from its last distillation. On a machine without a GPU the same stage runs on the CPU.
+before) and with the draft from its last distillation. On a bare machine, `--from-pack` goes on from the pack in
+`--out-dir`/speech instead of from scratch (seed_from_pack: its weights, as int8 rows, and its records; the
+optimizer and the CTC head start afresh), so training adds up over machines too. On a machine without a GPU the
+same stage runs on the CPU.
 
 Here, `specdec-models speech-unpack --out FOLDER` checks the pieces against the record and writes `--out-dir`/speech.
 """
@@ -48,9 +51,11 @@ TAR = "speech-pack.tar"
 def run_gpu(work: str, out_dir: str, pieces: str, width: int | None = None, batch: int | None = None,
             clips: tuple = CLIPS, workers: int | None = None, device: str = "auto", budget_s: float = BUDGET_S,
             seed: int = 0, threads: int = 2, target_minutes: float | None = None, draft_minutes: float | None = None,
-            piece_mib: float = PIECE_MIB, shard_clips: int | None = None, log=print) -> dict:
+            piece_mib: float = PIECE_MIB, shard_clips: int | None = None, from_pack: bool = False,
+            log=print) -> dict:
     """The whole run (module docstring); `target_minutes` / `draft_minutes` fix a phase's minutes instead of its share
-    of the budget. Returns the record it writes to pieces/RECORD."""
+    of the budget; `from_pack`: go on from out_dir/speech where the work directory has no checkpoint. Returns the
+    record it writes to pieces/RECORD."""
     import torch
 
     from .speech_data import SHARD_CLIPS, build
@@ -73,6 +78,8 @@ def run_gpu(work: str, out_dir: str, pieces: str, width: int | None = None, batc
         log(f"[speech-gpu] {name}: {record['seconds'][name]:.0f} s ({time.time() - t0:.0f} s of {budget_s:.0f})")
         _write_record(pieces, record)
 
+    if from_pack:               # first: a pack that does not fit is a one-line error before any work
+        record["from_pack"] = seed_from_pack(work, Path(out_dir) / "speech", width, log)
     started = time.time()
     made = build(work, {"validation": clips[1], "train": clips[0]}, seed, shard_clips=shard_clips or SHARD_CLIPS,
                  workers=workers, deadline=t0 + DATA_SHARE * budget_s, log=log)
@@ -103,6 +110,55 @@ def run_gpu(work: str, out_dir: str, pieces: str, width: int | None = None, batc
     record["seconds"]["total"] = round(time.time() - t0, 1)
     _write_record(pieces, record)
     return record
+
+
+def seed_from_pack(work: str, pack_dir: Path, width: int | None, log=print) -> dict | None:
+    """Where the work directory has no phase-1 checkpoint: one made from the pack in `pack_dir` (its target's weights,
+    from int8 rows, its steps and minutes; no optimizer or CTC state, which train then starts afresh), and the pack's
+    draft as the last distillation to go on from. Returns what it took ({steps, minutes, draft_steps}), or None when
+    the work directory's own checkpoint goes on."""
+    import shutil
+
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    from .speech_pack import checkpoints
+
+    ckpt = Path(work) / "ckpt" / "speech-target.pt"
+    if ckpt.exists():
+        log(f"[speech-gpu] {ckpt} goes on (the pack is used only on a work directory without one)")
+        return None
+    pack_dir = Path(pack_dir)
+    if not (pack_dir / "target.json").exists():
+        raise SpecdecError(f"--from-pack: no speech pack in {pack_dir}", "put the pack there (models/speech, or "
+                           "--out-dir), or leave out --from-pack to train from scratch")
+    shape = json.loads((pack_dir / "target.json").read_text())
+    if width is not None and shape["d_model"] != width:
+        raise SpecdecError(f"--from-pack: the pack in {pack_dir} is {shape['d_model']} wide, not {width}",
+                           f"pass --speech-width {shape['d_model']}, or leave out --from-pack to train from scratch")
+    trained = json.loads((pack_dir / "target-train.json").read_text())
+    drafted = json.loads((pack_dir / "draft-train.json").read_text())
+    # a pack from speech-gpu records phase 1 (steps, minutes); the committed pair's records phase 2 (encoder_*)
+    steps = trained.get("steps", trained.get("encoder_steps", 0))
+    minutes = trained.get("minutes", trained.get("encoder_minutes", 0.0))
+    made = Path(work) / "from-pack"
+    paths = checkpoints(made, pack_dir)
+    target = WhisperForConditionalGeneration.from_pretrained(str(paths["target"]))
+    draft_layers = json.loads((pack_dir / "draft.json").read_text())["decoder_layers"]
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": target.state_dict(), "opt": None, "ctc": None, "step": steps, "elapsed": minutes * 60,
+                "config": target.config.to_dict(), "batch": trained.get("batch", trained.get("encoder_batch", 8)),
+                "draft_layers": draft_layers}, str(ckpt) + ".tmp")
+    os.replace(str(ckpt) + ".tmp", ckpt)
+    draft = Path(work) / "speech-draft"
+    shutil.rmtree(draft, ignore_errors=True)
+    shutil.copytree(paths["draft"], draft)
+    (draft / "train_info.json").write_text(json.dumps({**drafted, "decoder_steps": drafted.get("decoder_steps", 0)},
+                                                      indent=1))
+    shutil.rmtree(made)
+    log(f"[speech-gpu] going on from the pack in {pack_dir}: the target after {steps} steps ({minutes:.1f} min), "
+        f"its {draft_layers}-layer draft after {drafted.get('decoder_steps', 0)} distillation steps")
+    return {"steps": steps, "minutes": minutes, "draft_steps": drafted.get("decoder_steps", 0)}
 
 
 def split(folder: Path, pieces: str, piece_mib: float = PIECE_MIB) -> dict:

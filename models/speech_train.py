@@ -296,6 +296,7 @@ def _device_name(device: str) -> str:
 
 
 # --------------------------------------------------------------------------- training
+REWARM = 100
 CTC_CHARS = " abcdefghijklmnopqrstuvwxyz0123456789'"       # the CTC head's classes after the blank (0)
 
 
@@ -343,8 +344,9 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
 
     ckpt = os.path.join(work, "ckpt", f"{name}.pt")
     st = torch.load(ckpt, map_location=device, weights_only=False) if resume and os.path.exists(ckpt) else None
-    config = target_config(specials, width)
-    if st is not None:
+    if st is None:
+        config = target_config(specials, width)
+    else:
         config = checkpoint_config(st, specials)
         if width is not None and config.d_model != width:
             raise SpecdecError(f"{ckpt} was trained at width {config.d_model}, not {width}",
@@ -371,14 +373,17 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
                             lr=lr, betas=(0.9, 0.98), eps=1e-8)
 
     os.makedirs(os.path.dirname(ckpt), exist_ok=True)
-    start, before = 0, 0.0
+    start, before, fresh_opt = 0, 0.0, False
     if st is not None:
         model.load_state_dict(st["model"])
-        if ctc is not None:
+        if ctc is not None and st.get("ctc") is not None:
             ctc.load_state_dict(st["ctc"])
-        opt.load_state_dict(st["opt"])
+        if st.get("opt") is not None:
+            opt.load_state_dict(st["opt"])
+        fresh_opt = st.get("opt") is None     # a checkpoint made from a pack (seed_checkpoint): no optimizer state
         start, before = st["step"], st["elapsed"]
-        log(f"[{name}] resumed at step {start} ({before / 60:.1f} min trained)")
+        log(f"[{name}] resumed at step {start} ({before / 60:.1f} min trained"
+            f"{'; the optimizer and the CTC head start afresh' if fresh_opt else ''})")
 
     def save_ckpt(step, elapsed):
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "elapsed": elapsed,
@@ -411,8 +416,10 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
         if elapsed > minutes * 60:
             log(f"[{name}] time budget of {minutes} min reached at step {step}/{steps}")
             break
+        # a fresh optimizer on trained weights warms up again over REWARM steps
+        rewarm = min(1.0, (step - start + 1) / REWARM) if fresh_opt else 1.0
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, warmup, steps, lr, elapsed / (minutes * 60))
+            g["lr"] = lr_at(step, warmup, steps, lr, elapsed / (minutes * 60)) * rewarm
         idx = batch_order(len(seqs), batch, seed, step)
         x, dec, labels = collate(feats, seqs, cuts, idx, specials.no_timestamps)
         with torch.autocast(**autocast):

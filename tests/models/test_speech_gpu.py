@@ -99,6 +99,32 @@ def test_pieces_that_do_not_add_up_are_refused_in_one_line(runs, tmp_path):
     assert not (tmp_path / "tree" / "speech").exists()
 
 
+def test_a_bare_machine_goes_on_from_the_pack(runs, tmp_path):
+    """--from-pack on a work directory without a checkpoint: the pack's target (its int8 rows) and steps, its draft
+    and distillation steps; the optimizer and CTC head start afresh. A work directory with a checkpoint keeps it."""
+    import shutil
+
+    root, (_, second), _ = runs
+    shutil.copytree(root / "tree1" / "speech", tmp_path / "tree" / "speech")
+    said = []
+    with pytest.raises(SpecdecError, match="is 64 wide, not 384"):
+        speech_gpu.run_gpu(str(tmp_path / "other"), str(tmp_path / "tree"), str(tmp_path / "out"), width=384,
+                           clips=(12, 4), workers=1, device="cpu", shard_clips=4, from_pack=True, log=said.append)
+    shutil.copytree(root / "work" / "speech", tmp_path / "work" / "speech")      # the clips, not the checkpoints
+    third = speech_gpu.run_gpu(str(tmp_path / "work"), str(tmp_path / "tree"), str(tmp_path / "out"), batch=4,
+                               clips=(12, 4), workers=1, device="cpu", budget_s=600, threads=1, target_minutes=0.03,
+                               draft_minutes=0.02, shard_clips=4, from_pack=True, log=said.append)
+    assert third["from_pack"] == {"steps": second["target"]["steps"], "minutes": second["target"]["minutes"],
+                                  "draft_steps": second["draft"]["decoder_steps"]}
+    assert third["target"]["steps"] > second["target"]["steps"] and third["width"] is None
+    assert json.loads((tmp_path / "tree" / "speech" / "target.json").read_text())["d_model"] == 64
+    assert any("the optimizer and the CTC head start afresh" in m for m in said)
+    assert any("the draft's decoder goes on from" in m for m in said)
+    assert speech_gpu.seed_from_pack(str(tmp_path / "work"), tmp_path / "tree" / "speech", 64, said.append) is None
+    with pytest.raises(SpecdecError, match="no speech pack"):
+        speech_gpu.seed_from_pack(str(tmp_path / "bare"), tmp_path / "none", None)
+
+
 def test_bad_settings_are_one_line_errors(runs, tmp_path):
     root, _, _ = runs
     for argv, words in ((["speech-gpu", "--device", "cuda"], "no CUDA GPU"),
