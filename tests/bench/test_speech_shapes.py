@@ -14,9 +14,8 @@ def test_candidates_are_built_exported_and_probed(tmp_path):
     rows = speech_shapes.measure(candidates, str(tmp_path), repeats=15, log=lambda *_: None)
     for name, row in rows.items():
         assert len(row["passes"]) == 2 and row["target_params_M"] > row["draft_decoder_params_M"] > 0
-        for p in row["passes"]:
-            assert p["c"] == round(p["draft_step_ms"] / p["target_step_ms"], 3) or abs(
-                p["c"] - p["draft_step_ms"] / p["target_step_ms"]) < 2e-3
+        for p in row["passes"]:         # the steps are rounded to 1 us: their ratio is c within 1 %
+            assert abs(p["c"] - p["draft_step_ms"] / p["target_step_ms"]) <= 0.01 * max(1.0, p["c"]), p
         assert row["c"] == round(sum(p["c"] for p in row["passes"]) / 2, 3)
     # the same draft layers before a target 1 layer deep against 8: the deep target's step costs more
     assert rows["deep"]["c"] < rows["shallow"]["c"]
