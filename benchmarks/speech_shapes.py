@@ -20,6 +20,7 @@ import numpy as np
 
 from specdec.runtime.core.errors import OneLineParser, run_cli
 
+
 def _shape(d_model: int, decoder_layers: int, encoder_layers: int = 4) -> dict:
     """A Whisper shape as the speech pair's are: 64-wide heads, FFN 4x d_model."""
     return dict(d_model=d_model, encoder_layers=encoder_layers, decoder_layers=decoder_layers,
@@ -40,7 +41,7 @@ CANDIDATES = {
 PAST = 40                       # past length of the probe: a 10 s clip's transcript is 30-110 tokens
 
 
-def build(name: str, shape: dict, draft_layers: int, folder: str) -> dict:
+def build(shape: dict, draft_layers: int, folder: str) -> dict:
     """The random pair of a candidate saved and exported under `folder`; its parameter counts."""
     import torch
 
@@ -76,7 +77,7 @@ def measure(candidates: dict, work: str, repeats: int = 200, log=print) -> dict:
     rows, decoders = {}, {}
     for k, (name, (shape, draft_layers)) in enumerate(candidates.items()):
         folder = os.path.join(work, f"candidate-{k}")
-        rows[name] = build(name, shape, draft_layers, folder)
+        rows[name] = build(shape, draft_layers, folder)
         # the default threads (the target a thread per core, the draft one), as users run it: two pools of two
         # threads each contend on a 2-core machine and double the target's step
         decoders[name] = SpeculativeDecoder.load(os.path.join(folder, "export"), provider="cpu")

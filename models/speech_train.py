@@ -146,19 +146,31 @@ def decoder_tokens(seqs: list, idx: list, no_timestamps: int):
     return dec, labels
 
 
-def collate(feats, seqs: list, cuts: list, idx: list, no_timestamps: int):
-    """(features, decoder inputs, labels) of the clips `idx` (decoder_tokens), on the device `feats` is on (a numpy
-    array: the CPU; a tensor: its device); a cut clip's frames from its cut on are the padding's (the log-mel of
-    silence past the clip's end: its last frame)."""
+def _rows(array, idx: list):
+    """Rows `idx` of a numpy array or a tensor as a float32 tensor, where the rows are (a numpy array: the CPU)."""
     import torch
 
-    if isinstance(feats, np.ndarray):
-        x = torch.from_numpy(feats[idx].astype(np.float32))
-    else:
-        x = feats[torch.tensor(idx, device=feats.device)].float()
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(array[idx]).float()
+    return array[torch.tensor(idx, device=array.device)].float()
+
+
+def clip_features(feats, cuts: list, idx: list, device: str | None = None):
+    """The features of the clips `idx` as float32 on `device` (default: where `feats` is); a cut clip's frames from
+    its cut on are the padding's (the log-mel of silence past the clip's end: its last frame)."""
+    x = _rows(feats, idx)
+    if device is not None:
+        x = x.to(device)
     for row, i in enumerate(idx):
         if cuts[i] is not None:
             x[row, :, cuts[i]:] = x[row, :, -1:]
+    return x
+
+
+def collate(feats, seqs: list, cuts: list, idx: list, no_timestamps: int):
+    """(features, decoder inputs, labels) of the clips `idx` (clip_features, decoder_tokens), on the device `feats` is
+    on (a numpy array: the CPU; a tensor: its device)."""
+    x = clip_features(feats, cuts, idx)
     dec, labels = decoder_tokens(seqs, idx, no_timestamps)
     return x, dec.to(x.device), labels.to(x.device)
 
@@ -283,10 +295,11 @@ def _with_decoder_layers(config, layers: int, state: dict, what: str):
 
 
 def _save(model, out: str) -> None:
-    """A checkpoint directory of `model` (on any device) that specdec-export takes."""
+    """A checkpoint directory of `model` (on any device: a GPU's is saved from a CPU copy) that specdec-export takes."""
     import copy
 
-    sv.save_speech_checkpoint(copy.deepcopy(model).cpu(), out, WINDOW_S)
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    sv.save_speech_checkpoint(model if on_cpu else copy.deepcopy(model).cpu(), out, WINDOW_S)
 
 
 def _device_name(device: str) -> str:
@@ -380,7 +393,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
             ctc.load_state_dict(st["ctc"])
         if st.get("opt") is not None:
             opt.load_state_dict(st["opt"])
-        fresh_opt = st.get("opt") is None     # a checkpoint made from a pack (seed_checkpoint): no optimizer state
+        fresh_opt = st.get("opt") is None     # a checkpoint made from a pack (seed_from_pack): no optimizer state
         start, before = st["step"], st["elapsed"]
         log(f"[{name}] resumed at step {start} ({before / 60:.1f} min trained"
             f"{'; the optimizer and the CTC head start afresh' if fresh_opt else ''})")
@@ -474,11 +487,7 @@ def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=pri
     with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16):
         for k in range(0, len(feats), batch):
             idx = list(range(k, min(k + batch, len(feats))))
-            x = torch.from_numpy(feats[idx].astype(np.float32)).to(device)
-            for row, i in enumerate(idx):
-                if cuts[i] is not None:
-                    x[row, :, cuts[i]:] = x[row, :, -1:]
-            hidden = model.model.encoder(x).last_hidden_state
+            hidden = model.model.encoder(clip_features(feats, cuts, idx, device)).last_hidden_state
             if device == "cpu":
                 out[k:k + len(idx)] = hidden.float().numpy()
             else:
@@ -486,15 +495,6 @@ def encoder_cache(model, feats: np.ndarray, cuts: list, batch: int = 32, log=pri
             if k // batch % 50 == 0:
                 log(f"encoder outputs: {k + len(idx)}/{len(feats)} clips ({time.time() - t0:.0f} s)")
     return out
-
-
-def _rows(cache, idx: list):
-    """The cached encoder outputs of the clips `idx` as float32, on the cache's device."""
-    import torch
-
-    if isinstance(cache, np.ndarray):
-        return torch.from_numpy(cache[idx]).float()
-    return cache[torch.tensor(idx, device=cache.device)].float()
 
 
 def decoder_from(model, directory: str):
@@ -672,7 +672,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
         log("[decoders] the target's decoder stays as phase 1 left it (no minutes for it)")
     for p in target.parameters():
         p.requires_grad_(False)
-    draft = draft_from(target, state.get("draft_layers") or DRAFT_LAYERS)
+    draft = draft_from(target, state.get("draft_layers"))
     went_on = decoder_from(draft, previous["draft"]) if "draft" in previous else None
     if went_on is not None:
         draft = went_on
