@@ -249,6 +249,8 @@ def export_cross_pad(path, dtype: torch.dtype, source_capacity: int, opset: int 
     import onnx
     from onnx import TensorProto, helper
 
+    from .head import standalone_model
+
     kind = TensorProto.FLOAT16 if dtype == torch.float16 else TensorProto.FLOAT
 
     def const(name, values):
@@ -269,7 +271,7 @@ def export_cross_pad(path, dtype: torch.dtype, source_capacity: int, opset: int 
                               [helper.make_tensor_value_info(PAD_IN, kind, [*dims, "src_len", "d_kv"])],
                               [helper.make_tensor_value_info(PAD_OUT, kind, [*dims, source_capacity,
                                                                                       "d_kv"])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    onnx.save(standalone_model(graph, opset), str(path))
 
 
 def export_capture_head(path, residual: bool = True, opset: int = 17) -> None:

@@ -368,7 +368,15 @@ def head_only_model(opset: int = 17, residual: bool = True, tree: bool = False):
                               [helper.make_tensor_value_info("input_ids", _I, ["batch", "new"]),
                                helper.make_tensor_value_info("logits", _F, ["batch", "new", "vocab"])], [])
     add_head(graph, residual, tree)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return standalone_model(graph, opset)
+
+
+def standalone_model(graph, opset: int = 17):
+    """A graph built here as a model of its own, with the IR version its opset needs rather than the installed onnx
+    package's newest (onnx 1.23 writes IR 14, which onnxruntime before 1.32 refuses to load); the graphs torch
+    exports carry the same (IR 8 at opset 17)."""
+    imports = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=helper.find_min_ir_version_for(imports))
 
 
 def plain_step_feed(vocab: int, temperature: float = 0.0, session=None, new: int = 1) -> dict:

@@ -117,3 +117,24 @@ def test_the_capturable_decoder_declares_fixed_shapes_but_for_n(graphs):
     assert shapes["offsets"] == ["new"] and shapes["logits"] == [1, "new", 48]
     assert shapes["tokens"] == [slots_for(CAPACITY, GAMMA)] and shapes["past_key_0"] == [1, 3, CAPACITY, 8]
     assert shapes["present_value_1"] == shapes["past_value_1"] and shapes["cross_key_1"] == [1, 3, CAPACITY, 8]
+
+
+# onnxruntime 1.18, the oldest pyproject admits, loads IR 10 and older; onnxruntime 1.31, the CUDA 13 build, IR 13 and
+# older. The onnx package writes its newest IR into a model it makes (14 with onnx 1.23) unless told otherwise.
+OLDEST_RUNTIME_IR = 10
+
+
+def test_every_graph_of_an_export_loads_on_the_oldest_onnxruntime_admitted(tiny_capture_export):
+    """Every graph's IR version is one onnxruntime 1.18 loads: the hand-built ones (cross_pad, capture_head) carry
+    their opset's IR like the traced ones, not the onnx package's newest."""
+    graphs = sorted(tiny_capture_export.rglob("*.onnx"))
+    assert {"cross_pad.onnx", "capture_head.onnx", "capture_decoder.onnx"} <= {p.name for p in graphs}
+    too_new = {str(p.relative_to(tiny_capture_export)): ir for p in graphs
+               if (ir := onnx.load(str(p), load_external_data=False).ir_version) > OLDEST_RUNTIME_IR}
+    assert too_new == {}
+
+
+def test_a_standalone_graph_carries_its_opsets_ir_version():
+    from specdec.export.head import head_only_model
+
+    assert head_only_model(17).ir_version == helper.find_min_ir_version_for([helper.make_opsetid("", 17)]) == 8
