@@ -154,3 +154,23 @@ def test_the_wrapper_script_reports_missing_modules_without_a_traceback(tmp_path
     assert "specdec.models.recipe speech-gpu" in text and "--budget-s 480" in text and "timeout 520" in text
     done = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_features_held_as_a_tensor_give_the_batches_the_numpy_array_gives():
+    """On a GPU the features are one float16 tensor (on_device) and a batch is gathered from it; on the CPU they are a
+    numpy array. Both give the same batch, cut clips padded alike (the tensor here is a CPU one: the same indexing)."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(0)
+    feats = rng.standard_normal((6, 4, 10)).astype(np.float16)
+    cuts = [None, 7, None, 3, None, 9]
+    seqs = [[1, 2, 3, 9, 5, 6, 8][:n] for n in (5, 7, 6, 5, 7, 6)]
+    idx = [3, 1, 4]
+    held = torch.from_numpy(feats.copy())
+    a = speech_train.collate(feats, seqs, cuts, idx, 9)
+    b = speech_train.collate(held, seqs, cuts, idx, 9)
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and torch.equal(x, y)
+    assert torch.equal(a[0][0, :, 3:], a[0][0, :, -1:].expand(4, 7))          # clip 3 cut at frame 3
+    assert torch.equal(held, torch.from_numpy(feats))                          # the held features stay as they were
