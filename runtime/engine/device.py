@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import numpy as np
 import onnxruntime as ort
@@ -191,8 +192,19 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
     try:
         return ort.InferenceSession(str(path), opts, providers=providers)
     except Exception as err:  # onnxruntime raises its own exception types
-        raise SpecdecError(f"onnxruntime cannot load '{path}': {first_line(err, 200)}",
+        raise SpecdecError(f"onnxruntime cannot load '{path}': {load_failure(err)}",
                            "re-run specdec-export; if it persists, check the onnxruntime version") from None
+
+
+def load_failure(err: BaseException, limit: int = 200) -> str:
+    """What onnxruntime said when a session could not be made, without what hides it in one line: its error-code
+    prefix, the path (the caller names it) and the C++ source location and function signature, e.g. "Unsupported
+    model IR version: 14, max supported IR version: 13" from "[ONNXRuntimeError] : 1 : FAIL : Load model from P
+    failed:/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) Unsupported model IR version: 14, ..."."""
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(err, 10_000))
+    text = re.sub(r"^Load model from .*? failed: ?", "", text)
+    text = re.sub(r"^\S+\.(?:cc|cpp|h):\d+ \S*?\(.*?\) ", "", text)
+    return text[:limit] or first_line(err, limit)
 
 
 class Buffer:
