@@ -77,12 +77,21 @@ def probe_sequences(config, past: int, gamma: int, seed: int = 0, tokens: int | 
 
 
 def cpu_session(path):
-    """An onnxruntime session of the graph at `path` on the CPU provider, errors only in its log."""
+    """An onnxruntime session of the graph at `path` on the CPU provider, errors only in its log; a graph this
+    onnxruntime cannot load is a one-line error."""
     import onnxruntime as ort
+
+    from specdec.runtime.core.errors import SpecdecError
+    from specdec.runtime.engine.device import load_failure
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own exception types
+        raise SpecdecError(f"onnxruntime {ort.__version__} cannot load the exported graph {path}: "
+                           f"{load_failure(err)}", "upgrade onnxruntime (pip install -U onnxruntime), or report the "
+                           "export's log if the newest cannot load it either") from None
 
 
 def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_output: str | None = None):

@@ -138,3 +138,18 @@ def test_a_standalone_graph_carries_its_opsets_ir_version():
     from specdec.export.head import head_only_model
 
     assert head_only_model(17).ir_version == helper.find_min_ir_version_for([helper.make_opsetid("", 17)]) == 8
+
+
+def test_a_graph_this_onnxruntime_cannot_load_fails_the_export_in_one_line(tmp_path):
+    from specdec.export.check import cpu_session
+    from specdec.export.head import head_only_model
+    from specdec.runtime.core.errors import SpecdecError
+
+    model = head_only_model(17)
+    model.ir_version = 99
+    onnx.save(model, str(tmp_path / "head.onnx"))
+    with pytest.raises(SpecdecError) as err:
+        cpu_session(tmp_path / "head.onnx")
+    message = str(err.value)
+    assert "\n" not in message and "head.onnx" in message and "Unsupported model IR version: 99" in message
+    assert f"onnxruntime {ort.__version__}" in message and "pip install -U onnxruntime" in message
