@@ -267,7 +267,9 @@ def with_a_new_option(monkeypatch):
     monkeypatch.setattr(options, "OPTIONS", declared)
     monkeypatch.setattr(options, "DECLARED", {d.name: d for d in declared})
     for module in list(sys.modules.values()):
-        if module is not sys.modules[__name__] and getattr(module, "LoadOptions", None) is LoadOptions:
+        # the module's own names, not getattr: a lazy module's __getattr__ (transformers 5.17's) imports what the name
+        # might be and can raise ImportError for a name it does not have
+        if module is not sys.modules[__name__] and vars(module).get("LoadOptions") is LoadOptions:
             monkeypatch.setattr(module, "LoadOptions", new)
     return options.DECLARED["fake_knob"]
 
