@@ -82,7 +82,7 @@ def cpu_session(path):
     import onnxruntime as ort
 
     from specdec.runtime.core.errors import SpecdecError
-    from specdec.runtime.engine.device import load_failure
+    from specdec.runtime.engine.device import ort_reason
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
@@ -90,7 +90,7 @@ def cpu_session(path):
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own exception types
         raise SpecdecError(f"onnxruntime {ort.__version__} cannot load the exported graph {path}: "
-                           f"{load_failure(err)}", "upgrade onnxruntime (pip install -U onnxruntime), or report the "
+                           f"{ort_reason(err)}", "upgrade onnxruntime (pip install -U onnxruntime), or report the "
                            "export's log if the newest cannot load it either") from None
 
 

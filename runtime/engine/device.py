@@ -192,19 +192,27 @@ def create_session(path, provider: str, threads: int = 0, spin: bool = True,
     try:
         return ort.InferenceSession(str(path), opts, providers=providers)
     except Exception as err:  # onnxruntime raises its own exception types
-        raise SpecdecError(f"onnxruntime cannot load '{path}': {load_failure(err)}",
+        raise SpecdecError(f"onnxruntime cannot load '{path}': {ort_reason(err)}",
                            "re-run specdec-export; if it persists, check the onnxruntime version") from None
 
 
-def load_failure(err: BaseException, limit: int = 200) -> str:
-    """What onnxruntime said when a session could not be made, without what hides it in one line: its error-code
-    prefix, the path (the caller names it) and the C++ source location and function signature, e.g. "Unsupported
-    model IR version: 14, max supported IR version: 13" from "[ONNXRuntimeError] : 1 : FAIL : Load model from P
-    failed:/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(...) Unsupported model IR version: 14, ..."."""
-    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(err, 10_000))
-    text = re.sub(r"^Load model from .*? failed: ?", "", text)
+def ort_reason(err: BaseException, limit: int = 200) -> str:
+    """What onnxruntime said went wrong, in one line and without what hides it: its error-code prefix, the path of a
+    model it could not load (the caller names it), the nodes a failing node sits inside (its If and Loop) and the C++
+    source location and signature. "[ONNXRuntimeError] : 1 : FAIL : Load model from P failed:/onnxruntime_src/...
+    /model.cc:256 onnxruntime::Model::Model(...) Unsupported model IR version: 14, ..." gives "Unsupported model IR
+    version: 14, ..."; a run error nested in If and Loop nodes gives "Gather node 'loop//Gather_3': indices element
+    out of data bounds, ..."."""
+    text = first_line(err, 10_000)
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"^(?:Error in execution: |Load model from .*? failed: ?)", "", text)
+    innermost = list(re.finditer(r"running (\w+) node\. Name:'([^']*)' Status Message: ", text))
+    node = ""
+    if innermost:
+        last = innermost[-1]
+        node, text = f"{last.group(1)} node '{last.group(2)}': ", text[last.end():]
     text = re.sub(r"^\S+\.(?:cc|cpp|h):\d+ \S*?\(.*?\) ", "", text)
-    return text[:limit] or first_line(err, limit)
+    return (node + text)[:limit].rstrip(": ") or first_line(err, limit)
 
 
 class Buffer:
@@ -352,7 +360,7 @@ class Binder:
         try:
             self._run(options)
         except Exception as err:  # onnxruntime's own exception types: a graph that loads but cannot run
-            raise RunFailed(f"onnxruntime failed running a graph of this export: {first_line(err, 200)}",
+            raise RunFailed(f"onnxruntime failed running a graph of this export: {ort_reason(err)}",
                             "the export may be corrupt: re-export it, or compare its files with a trusted "
                             "manifest") from None
         for stats in self.charged:
