@@ -239,7 +239,7 @@ HOSTILE = {
     "tokenizer not utf-8": (lambda e, o: _rewrite(e, "tokenizer.json", b"\xff\xfe{}" * 10), "is not UTF-8"),
     "tokenizer empty": (lambda e, o: _rewrite(e, "tokenizer.json", b""), "is not a valid tokenizer"),
     "tokenizer mangled": (lambda e, o: _rewrite(e, "tokenizer.json", (e / "tokenizer.json").read_bytes().replace(
-        b'"WordLevel"', b'"NoSuchModel"')), "is not a valid tokenizer"),
+        b'"WordLevel"', b'"NoSuchModel"')), "is not a valid tokenizer for tokenizers 0."),
     "tokenizer id past the vocabulary": (lambda e, o: _tokenizer_with_id(e, 100), "outside the export's vocabulary"),
     # numbers and ids
     "vocab_size 1e12": (lambda e, o: _edit(e, lambda r: r.__setitem__("vocab_size", 1e12)), "not an integer"),

@@ -17,6 +17,8 @@ from .vocabulary import tokenizer_size
 MAX_TOKENIZER_BYTES = 256 << 20
 PROBE = "a b 1, x."
 FIX = "re-run specdec-export, or copy the export again from a trusted source"
+# the oldest tokenizers that reads what today's writes (Metaspace's prepend_scheme and split: tokenizers 0.19)
+OLDEST_TOKENIZERS = "0.19"
 
 
 def load_tokenizer(manifest):
@@ -44,9 +46,13 @@ def load_tokenizer(manifest):
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as err:  # noqa: BLE001 -- tokenizers raises Exception, and pyo3 PanicException
+        import tokenizers
+
         detail = (str(err).strip().splitlines() or [""])[0]
-        raise SpecdecError(f"{what} is not a valid tokenizer ({type(err).__name__}: {shown(detail, 160)})",
-                           FIX) from None
+        raise SpecdecError(f"{what} is not a valid tokenizer for tokenizers {tokenizers.__version__} "
+                           f"({type(err).__name__}: {shown(detail, 160)})",
+                           f"with tokenizers older than {OLDEST_TOKENIZERS}: pip install -U 'tokenizers>="
+                           f"{OLDEST_TOKENIZERS}'; else {FIX}") from None
     if largest >= manifest.vocab_size:
         raise SpecdecError(f"{what} has token id {largest}, outside the export's vocabulary "
                            f"0..{manifest.vocab_size - 1}", FIX)
