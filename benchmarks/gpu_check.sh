@@ -16,19 +16,8 @@ env_sh=${ORT_ENV:-/tmp/ort-gpu/env.sh}
 [ -f "$env_sh" ] && . "$env_sh"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "nvidia-smi: not found"
-python3 - <<'PY' || { echo "the check cannot run here: the modules above are missing"; exit 2; }
-import importlib, sys
-missing = []
-for name in ("onnxruntime", "numpy", "tokenizers", "torch", "transformers", "onnx", "tqdm", "safetensors"):
-    try:
-        print(name, getattr(importlib.import_module(name), "__version__", "?"))
-    except Exception as err:            # not installed, or a missing shared library
-        missing.append(name)
-        print(f"missing: {name} ({type(err).__name__}: {err})")
-if "onnxruntime" not in missing:
-    print("providers:", importlib.import_module("onnxruntime").get_available_providers())
-sys.exit(1 if missing else 0)
-PY
+python3 -m benchmarks.need_modules onnxruntime numpy tokenizers torch transformers onnx tqdm safetensors \
+    || { echo "the check cannot run here: the modules above are missing"; exit 2; }
 . benchmarks/from_tree.sh
 specdec_from_tree || { echo "cannot use specdec from this tree"; exit 2; }
 timeout 470 python3 -m specdec.bench.cli gpu --provider cuda --widen t5-large:t5-small --dtypes fp16,fp32 \

@@ -19,20 +19,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         .whl/*.whl || { echo "cannot install the wheels in .whl/"; exit 2; }
     export PYTHONPATH=/tmp/speech-site${PYTHONPATH:+:$PYTHONPATH}
 fi
-python3 - <<'PY' || { echo "the run cannot start here: the modules above are missing"; exit 2; }
-import importlib, sys
-missing = []
-for name in ("torch", "transformers", "tokenizers", "safetensors", "numpy", "scipy", "onnxruntime", "espeakng_loader"):
-    try:
-        print(name, getattr(importlib.import_module(name), "__version__", "?"))
-    except Exception as err:
-        missing.append(name)
-        print(f"missing: {name} ({type(err).__name__}: {err})")
-if "torch" not in missing:
-    import torch
-    print("cuda:", torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else "")
-sys.exit(1 if missing else 0)
-PY
+python3 -m benchmarks.need_modules torch transformers tokenizers safetensors numpy scipy onnxruntime espeakng_loader \
+    || { echo "the run cannot start here: the modules above are missing"; exit 2; }
 . benchmarks/from_tree.sh
 specdec_from_tree || { echo "cannot use specdec from this tree"; exit 2; }
 timeout 520 python3 -m specdec.models.recipe speech-gpu --out "$out" --budget-s 480 "$@" 2>&1 | tee "$out/speech-gpu.log"

@@ -154,6 +154,17 @@ def test_the_wrapper_script_reports_missing_modules_without_a_traceback(tmp_path
     assert "specdec.models.recipe speech-gpu" in text and "--budget-s 480" in text and "timeout 520" in text
     done = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+    # the module check both GPU scripts run first: a module that cannot be imported is one line, exit 1
+    assert "python3 -m benchmarks.need_modules" in text
+    root = script.rsplit("/models/", 1)[0]
+    done = subprocess.run([sys.executable, "-m", "benchmarks.need_modules", "numpy", "no_such_module_here"],
+                          capture_output=True, text=True, cwd=root)
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr
+    assert done.stdout.splitlines()[0].startswith("numpy ")
+    assert "missing: no_such_module_here (ModuleNotFoundError: " in done.stdout
+    done = subprocess.run([sys.executable, "-m", "benchmarks.need_modules", "numpy"], capture_output=True, text=True,
+                          cwd=root)
+    assert done.returncode == 0 and "missing" not in done.stdout, done.stdout
 
 
 def test_features_held_as_a_tensor_give_the_batches_the_numpy_array_gives():
