@@ -11,9 +11,10 @@
   the window), float16, [clips, N_MELS, frames].
 - Shards: `<work>/speech/<split>/shard-NNNNN.npz` (features) beside `.json` (texts, segments, words, voices), each
   written whole under a temporary name and renamed. A shard that exists is kept, so an interrupted run resumes where
-  it stopped (with the settings that began it: settings.json; other settings are a one-line error); a shard made
-  again holds the same clips (sentences, voices, silences), with timings within a few milliseconds (espeak-ng's
-  output depends on what its process spoke before: up to 13 ms seen).
+  it stopped (with the settings that began it: settings.json; other settings are a one-line error). Each shard is
+  made in a process of its own that has spoken nothing before (espeak-ng's samples depend on what its process spoke
+  before), so a shard's contents depend only on its clips' plan: a shard made again, or by another number of
+  workers, is byte for byte the same.
 """
 
 from __future__ import annotations
@@ -113,10 +114,9 @@ def features(clips: list) -> np.ndarray:
 def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS, corpus: str = CORPUS,
           workers: int = 1, deadline: float | None = None, log=print) -> dict:
     """Write the shards of `clips` ({split: number of clips}) under work/speech; returns {split: shards there}. Shards
-    that exist are kept. `workers` > 1: that many processes make the shards side by side (each its own espeak-ng
-    engine; the clips and their shards are the same as with one, their timings within espeak-ng's few
-    milliseconds). `deadline` (a time.time()): no shard is begun after it (those begun are finished); the next call
-    makes the rest."""
+    that exist are kept. `workers`: how many processes make shards side by side (each shard in a fresh one, so the
+    shards are the same whatever the number). `deadline` (a time.time()): no shard is begun after it (those begun
+    are finished); the next call makes the rest."""
     if workers < 1:
         raise SpecdecError(f"--workers {workers} is not a process count", "pass 1 or more")
     sentences = english_sentences(corpus)
@@ -144,29 +144,42 @@ def build(work: str, clips: dict, seed: int = 0, shard_clips: int = SHARD_CLIPS,
         def late() -> bool:
             return deadline is not None and time.time() > deadline
 
-        if workers == 1 or len(todo) <= 1:
-            for job in todo:
-                if late():
-                    break
-                made(make_shard(*job))
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = [pool.submit(make_shard, *job) for job in todo]
-                for future in as_completed(futures):
-                    if future.cancelled():
-                        continue
-                    made(future.result())
-                    if late():
-                        for waiting in futures:
-                            waiting.cancel()            # those not begun; the running ones finish
+        _each_in_a_fresh_process(make_shard, todo, workers, late, made)
         written[split] = len(glob.glob(os.path.join(folder, "shard-*.json")))
         if written[split] < len(shards):
             log(f"speech-data {split}: {written[split]} of {len(shards)} shards by the deadline; the next run makes the "
                 f"rest")
     return written
+
+
+def _each_in_a_fresh_process(make, jobs: list, workers: int, late, made) -> None:
+    """make(*job) for each job, each in a process of its own, at most `workers` at a time; none begun once late();
+    made(result) as each ends. The processes fork from a server that imported what a shard needs (this module, scipy's
+    resampler, transformers' feature extractor) but never spoke: every shard's espeak-ng starts from the same state,
+    and a shard costs a fork, not the imports' two seconds."""
+    import multiprocessing
+    import queue
+
+    if not jobs:
+        return
+    forkserver = "forkserver" in multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if forkserver else "spawn")
+    if forkserver:
+        ctx.set_forkserver_preload([__name__, "scipy.signal", "transformers.models.whisper.feature_extraction_whisper"])
+    ended: queue.Queue = queue.Queue()
+    waiting, running = list(reversed(jobs)), 0
+    with ctx.Pool(min(workers, len(jobs)), maxtasksperchild=1) as pool:
+        while True:
+            while waiting and running < workers and not late():
+                pool.apply_async(make, waiting.pop(), callback=ended.put, error_callback=ended.put)
+                running += 1
+            if not running:
+                return
+            result = ended.get()
+            running -= 1
+            if isinstance(result, BaseException):
+                raise result
+            made(result)
 
 
 def make_shard(stem: str, plans: list, seed: int) -> str:

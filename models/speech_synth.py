@@ -13,7 +13,9 @@ Several voices and speeds keep a model from learning one timing (VOICES, SPEEDS;
 Reproducible: espeak-ng's random numbers (some voice variants, such as en-us+f3, draw them; the library seeds them
 from the clock) are seeded from the sentence and the voice before each sentence, so a process that synthesizes the
 same sentences in the same order gets the same samples. The samples still depend on what the process synthesized
-before (the library's waveform state carries over), so the same sentence twice in one process differs slightly.
+before (the library's waveform state carries over, and espeak_Terminate with a new espeak_Initialize does not reset
+it), so the same sentence twice in one process differs slightly; speech-data therefore makes each shard in a process
+of its own.
 """
 
 from __future__ import annotations
