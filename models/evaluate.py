@@ -6,7 +6,7 @@
   a copy-the-input baseline and a first-sentence-of-the-input baseline, and alpha per Corollary 3.6 of Leviathan et al. (2023):
   alpha = E[sum_x min(p(x), q(x))] over target-generated positions (greedy for T=0, sampled for T=1).
 
-Decoding uses a simple batched loop over ``model(encoder_outputs=..., decoder_input_ids=..., past_key_values=...)``
+Decoding uses a simple batched loop over ``model(encoder_outputs=..., decoder_input_ids=..., cache=...)``
 (the cache is created by the forward pass itself) rather than ``generate()``, because ``generate()`` in
 transformers 5.x sizes its cache from ``num_layers`` and breaks for the draft (3 encoder layers, 1 decoder layer).
 """
@@ -123,6 +123,14 @@ def decode(model, tok, sources, temperature: float = 0.0, max_new_tokens: int = 
     return outs
 
 
+def _cache_name(model) -> str:
+    """The forward's name for the decoder's cache, argument and output alike: `cache` from transformers 5.24 on
+    (where `past_key_values` warns, to go in 5.40), `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def decode_batch(model, ids, mask, temperature: float = 0.0, max_new_tokens: int = MAX_NEW_TOKENS, generator=None):
     """One padded batch (input_ids, attention_mask tensors) -> token-id lists, each ending in </s> if produced."""
     import torch
@@ -131,11 +139,11 @@ def decode_batch(model, ids, mask, temperature: float = 0.0, max_new_tokens: int
     b = ids.size(0)
     dec = torch.zeros(b, 1, dtype=torch.long)
     done = torch.zeros(b, dtype=torch.bool)
-    past = None
+    past, cache = None, _cache_name(model)
     for _ in range(max_new_tokens):
-        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec[:, -1:],
-                    past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=dec[:, -1:], use_cache=True,
+                    **{cache: past})
+        past = getattr(out, cache)
         logits = out.logits[:, -1].float()
         if temperature == 0:
             nxt = logits.argmax(-1)
