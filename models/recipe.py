@@ -102,8 +102,9 @@ def build_parser():
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                     help="speech-target, speech-decoders, speech-gpu: where to train (default auto: a CUDA GPU when "
                          "PyTorch sees one)")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="speech-data, speech-gpu: processes that synthesize the clips (default: the cores)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="speech-data, speech-gpu: processes that synthesize the clips (default: every core, "
+                         "%(default)s here)")
     ap.add_argument("--from-pack", action="store_true",
                     help="speech-gpu: on a work directory without a checkpoint, go on from the pack in "
                          "--out-dir/speech instead of training from scratch (the optimizer and CTC head afresh)")
@@ -192,7 +193,7 @@ def _speech(args) -> int:
             from .speech_data import run_speech_data
 
             run_speech_data(work, *_clip_counts(args.speech_clips), seed=args.seed,
-                            workers=args.workers or os.cpu_count() or 1)
+                            workers=args.workers)
         elif st == "speech-target":
             from .speech_train import train
 

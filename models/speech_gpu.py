@@ -3,9 +3,9 @@
 There (models/speech_gpu.sh installs what travelled and runs `specdec-models speech-gpu --out $OUT`), every step
 timed against one budget (`--budget-s`, default BUDGET_S, from the stage's start):
 
-1. speech-data on every core (`--workers`, default the machine's cores): the validation and training clips (the test
-   clips are synthesized where the pair is evaluated), no shard begun after DATA_SHARE of the budget (training then
-   takes the shards made, and the next run makes the rest);
+1. speech-data in `--workers` processes (the command's default: every core): the validation and training clips
+   (the test clips are synthesized where the pair is evaluated), no shard begun after DATA_SHARE of the budget
+   (training then takes the shards made, and the next run makes the rest);
 2. speech-target on the GPU at `--speech-width` (default GPU_WIDTH), batches of `--speech-batch` (default GPU_BATCH),
    bf16 autocast, for TARGET_SHARE of what is left after RESERVE_S;
 3. speech-decoders: the draft distilled from that target on its frozen encoder's outputs, for the rest;
@@ -49,7 +49,7 @@ TAR = "speech-pack.tar"
 
 
 def run_gpu(work: str, out_dir: str, pieces: str, width: int | None = None, batch: int | None = None,
-            clips: tuple = CLIPS, workers: int | None = None, device: str = "auto", budget_s: float = BUDGET_S,
+            clips: tuple = CLIPS, workers: int = 1, device: str = "auto", budget_s: float = BUDGET_S,
             seed: int = 0, threads: int = 2, target_minutes: float | None = None, draft_minutes: float | None = None,
             piece_mib: float = PIECE_MIB, shard_clips: int | None = None, from_pack: bool = False,
             log=print) -> dict:
@@ -60,15 +60,14 @@ def run_gpu(work: str, out_dir: str, pieces: str, width: int | None = None, batc
 
     from .speech_data import SHARD_CLIPS, build
     from .speech_pack import pack
-    from .speech_train import device_of, train, train_decoders
+    from .speech_train import device_name, device_of, train, train_decoders
 
     t0 = time.time()
     device = device_of(device)
     width = width or (GPU_WIDTH if device == "cuda" else None)
     batch = batch or (GPU_BATCH if device == "cuda" else 8)
-    workers = workers or os.cpu_count() or 1
     os.makedirs(pieces, exist_ok=True)
-    record = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t0)), "device": _device_name(device),
+    record = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t0)), "device": device_name(device),
               "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
               "transformers": _version("transformers"), "budget_s": budget_s, "width": width, "batch": batch,
               "clips": list(clips), "workers": workers, "seconds": {}}
@@ -227,12 +226,6 @@ def _trained_minutes(ckpt: str) -> float:
     import torch
 
     return torch.load(ckpt, map_location="cpu", mmap=True, weights_only=False)["elapsed"] / 60
-
-
-def _device_name(device: str) -> str:
-    import torch
-
-    return torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})"
 
 
 def _version(name: str) -> str:

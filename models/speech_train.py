@@ -302,10 +302,13 @@ def _save(model, out: str) -> None:
     sv.save_speech_checkpoint(model if on_cpu else copy.deepcopy(model).cpu(), out, WINDOW_S)
 
 
-def _device_name(device: str) -> str:
+def device_name(device: str) -> str:
+    """What the training records say it ran on: the GPU's name, or the CPU's architecture."""
+    import platform
+
     import torch
 
-    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    return torch.cuda.get_device_name() if device == "cuda" else f"cpu ({platform.processor() or platform.machine()})"
 
 
 # --------------------------------------------------------------------------- training
@@ -464,7 +467,7 @@ def train(name: str, work: str, minutes: float, steps: int, batch: int, lr: floa
     _save(model, out)
     with open(os.path.join(out, "train_info.json"), "w") as f:
         json.dump({"steps": step, "batch": batch, "lr": lr, "warmup": warmup, "seed": seed, "threads": threads,
-                   "ctc_weight": ctc_weight if ctc else None, "device": _device_name(device),
+                   "ctc_weight": ctc_weight if ctc else None, "device": device_name(device),
                    "width": model.config.d_model, "draft_layers": draft_layers,
                    "precision": precision, "minutes": round(elapsed / 60, 1), "clips": len(clips),
                    "val_ce": round(final, 4)}, f, indent=1)
@@ -661,7 +664,7 @@ def train_decoders(work: str, target_minutes: float, draft_minutes: float, batch
                        "decoder_batch": batch,
                        "decoder_minutes": round((time.time() - t0) / 60, 1), "lr": peak, "seed": seed,
                        "kl_weight": kl_weight if teacher is not None else None, "clips": len(seqs),
-                       "device": _device_name(device),
+                       "device": device_name(device),
                        "val_ce": round(final, 4)}, f, indent=1)
         log(f"[{name}] validation cross-entropy {final:.4f} after {step} steps -> {out}")
         return student
