@@ -156,30 +156,55 @@ def _each_in_a_fresh_process(make, jobs: list, workers: int, late, made) -> None
     """make(*job) for each job, each in a process of its own, at most `workers` at a time; none begun once late();
     made(result) as each ends. The processes fork from a server that imported what a shard needs (this module, scipy's
     resampler, transformers' feature extractor) but never spoke: every shard's espeak-ng starts from the same state,
-    and a shard costs a fork, not the imports' two seconds."""
+    and a shard costs a fork, not the imports' two seconds. A process that fails raises its error here, one that dies
+    (killed) a one-line error; the others are stopped either way."""
     import multiprocessing
-    import queue
+    from multiprocessing.connection import wait
 
-    if not jobs:
-        return
-    forkserver = "forkserver" in multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("forkserver" if forkserver else "spawn")
-    if forkserver:
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    if method == "forkserver":
         ctx.set_forkserver_preload([__name__, "scipy.signal", "transformers.models.whisper.feature_extraction_whisper"])
-    ended: queue.Queue = queue.Queue()
-    waiting, running = list(reversed(jobs)), 0
-    with ctx.Pool(min(workers, len(jobs)), maxtasksperchild=1) as pool:
+    waiting, running = list(reversed(jobs)), {}
+    try:
         while True:
-            while waiting and running < workers and not late():
-                pool.apply_async(make, waiting.pop(), callback=ended.put, error_callback=ended.put)
-                running += 1
+            while waiting and len(running) < workers and not late():
+                receive, send = ctx.Pipe(duplex=False)
+                process = ctx.Process(target=_one_job, args=(make, waiting.pop(), send), daemon=True)
+                process.start()
+                send.close()
+                running[receive] = process
             if not running:
                 return
-            result = ended.get()
-            running -= 1
-            if isinstance(result, BaseException):
-                raise result
-            made(result)
+            for receive in wait(list(running)):
+                process = running.pop(receive)
+                try:
+                    ok, value = receive.recv()
+                except EOFError:
+                    process.join()
+                    raise SpecdecError(f"a speech-data process ended without its shard (exit code {process.exitcode}"
+                                       f"{', killed: out of memory?' if process.exitcode == -9 else ''})",
+                                       "run again: the shards made are kept; fewer --workers if memory ran out")
+                process.join()
+                receive.close()
+                if not ok:
+                    raise value
+                made(value)
+    finally:
+        for process in running.values():
+            process.terminate()
+
+
+def _one_job(make, job: tuple, send) -> None:
+    try:
+        said = (True, make(*job))
+    except BaseException as err:       # sent back whole, raised in the parent
+        said = (False, err)
+    try:
+        send.send(said)
+    except Exception:                  # an error that does not pickle: its type and text
+        send.send((False, RuntimeError(f"{type(said[1]).__name__}: {said[1]}")))
+    send.close()
 
 
 def make_shard(stem: str, plans: list, seed: int) -> str:

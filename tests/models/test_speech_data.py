@@ -139,6 +139,16 @@ def test_each_shard_is_made_in_a_process_of_its_own_and_none_is_begun_once_late(
     assert len(late) == 2
 
 
+def test_a_failing_or_dying_shard_process_is_an_error_not_a_hang():
+    import os
+
+    with pytest.raises(ValueError, match="invalid literal"):        # raised in the process, raised here
+        sd._each_in_a_fresh_process(int, [("1",), ("x",), ("2",)], 2, lambda: False, lambda _: None)
+    with pytest.raises(SpecdecError) as err:                          # killed (SIGABRT): no word from it
+        sd._each_in_a_fresh_process(os.abort, [()], 1, lambda: False, lambda _: None)
+    assert "ended without its shard (exit code -6)" in str(err.value) and "run again" in str(err.value)
+
+
 def test_bad_arguments_are_one_line(corpus, tmp_path):
     sd.build(tmp_path, {"validation": 1}, shard_clips=2, corpus=corpus, log=lambda *_: None)
     for call, words in ((lambda: sd.build(tmp_path, {"dev": 2}, corpus=corpus), "unknown split"),
