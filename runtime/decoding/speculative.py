@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..core.stats import Stats
 from ..engine.model import CachedSeq2Seq
 from ..engine.workspace import Workspace
@@ -22,19 +24,27 @@ def verify(ws: Workspace, target: CachedSeq2Seq, proposal: Proposal, stats: Stat
     return verdict
 
 
-def speculative_step(ws: Workspace, target: CachedSeq2Seq, draft: DraftSource, gamma: int, stats: Stats) -> list:
+class Round(NamedTuple):
+    """What one round made: its tokens, and for the per-source figures the source that proposed ("none" when no
+    guess was made), its guesses and how many were kept."""
+    tokens: list
+    source: str
+    proposed: int
+    accepted: int
+
+
+def speculative_step(ws: Workspace, target: CachedSeq2Seq, draft: DraftSource, gamma: int, stats: Stats) -> Round:
     """Propose up to gamma guesses, verify them in one target pass, keep n of them plus one more token."""
     proposal = draft.propose(ws, gamma, ws.rows(0), 0, stats)    # x_i ~ q_i(x), i = 1..k; q stays on the device
     verdict = verify(ws, target, proposal, stats)                 # n kept guesses and the next token
     draft.commit(ws, verdict)
-    stats.source((proposal.source or draft.name) if proposal.count else "none").add(proposal.count, verdict.accepted, len(verdict.tokens))
     ws.emit(verdict.tokens)
-    return verdict.tokens
+    source = (proposal.source or draft.name) if proposal.count else "none"
+    return Round(verdict.tokens, source, proposal.count, verdict.accepted)
 
 
-def target_step(ws: Workspace, target: CachedSeq2Seq, stats: Stats) -> list:
+def target_step(ws: Workspace, target: CachedSeq2Seq, stats: Stats) -> Round:
     """Plain autoregressive decoding (gamma = 0): one target run, one draw from p."""
     tokens = verify(ws, target, Proposal(0), stats).tokens
-    stats.source("none").add(0, 0, len(tokens))
     ws.emit(tokens)
-    return tokens
+    return Round(tokens, "none", 0, 0)

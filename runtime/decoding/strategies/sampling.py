@@ -35,11 +35,12 @@ class Sampling:
             # room for k guesses: the verify run appends k+1 tokens and must stay inside max_length
             g = min(cap, limit - len(out) - 1, self.max_length - target.length - 1)
             plain = source is None or source.plain(len(out))
-            new = speculative_step(ws, target, source, g, stats) if g >= 1 and not plain \
+            made = speculative_step(ws, target, source, g, stats) if g >= 1 and not plain \
                 else target_step(ws, target, stats)
-            new = new[:limit - len(out)]
+            new = made.tokens[:limit - len(out)]
             if self.eos_id in new:
                 new = new[:new.index(self.eos_id) + 1]
+            stats.source(made.source).add(made.proposed, made.accepted, len(new))    # the tokens the request keeps
             out += new
             stats.new_tokens = len(out)
             done = request.stop(out, self.eos_id, target.length >= self.max_length)

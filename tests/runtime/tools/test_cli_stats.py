@@ -31,7 +31,7 @@ def test_the_lines_name_each_quantity():
     assert totals == ("[cpu] 11 tokens in 22.0 ms (2.00 ms/token), target calls 4, draft calls 3, "
                       "kept/proposed 7/12 = 0.58, 2.75 tokens/target call; time: encoder 2.0 ms, draft runs 5.0, "
                       "target runs 10.0, host 5.0; 9 onnxruntime runs")
-    assert sources == ("sources: draft: 10 tokens in 3 rounds, alpha (per guess) 0.78; none: 1 tokens in 1 rounds; "
+    assert sources == ("sources: draft: 10 tokens in 3 rounds, alpha (per guess) 0.78; none: 1 token in 1 round; "
                        "lookup (a chain's lower level): 3/5 guesses kept by the model above it")
     assert "alpha" not in totals and "level above" not in sources
 
@@ -43,4 +43,26 @@ def test_the_cli_prints_them(tiny_export):
     assert proc.returncode == 0, proc.stderr
     totals, sources = proc.stderr.strip().split("\n")
     assert re.search(r", kept/proposed \d+/\d+ = \d\.\d\d, ", totals), totals
-    assert re.match(r"sources: draft: \d+ tokens in \d+ rounds, alpha \(per guess\) \d\.\d\d(;|$)", sources), sources
+    assert re.match(r"sources: draft: \d+ tokens? in \d+ rounds?, alpha \(per guess\) \d\.\d\d(;|$)", sources), sources
+
+
+def test_the_sources_count_the_tokens_the_request_keeps(bundled_export):
+    """A round that ends in </s> makes tokens after it that the request drops; the per-source counts leave them out
+    too, so they add up to the request's tokens (they once counted the round whole: 9 tokens of an 8-token
+    request), one request at a time and in a batch."""
+    import json
+    from pathlib import Path
+
+    from specdec.runtime import SpeculativeDecoder
+
+    prompts = [json.loads(line)["source"] for line in
+               (Path(__file__).resolve().parents[3] / "models" / "prompts" / "test.jsonl").read_text().splitlines()[:12]]
+    dec = SpeculativeDecoder.load(bundled_export, provider="cpu")
+    cut = 0
+    for draft in ("auto", "draft", "lookup", "lookup,draft"):
+        results = [dec.generate(p, draft=draft, gamma=6) for p in prompts] + dec.generate_batch(prompts, draft=draft)
+        for res in results:
+            counted = sum(s.tokens for name, s in res.stats.sources.items() if not name.endswith(">"))
+            assert counted == res.stats.new_tokens == len(res.token_ids), (draft, res.text, res.stats.sources)
+            cut += res.stop_reason == "eos"
+    assert cut > 0
