@@ -49,12 +49,16 @@ def sources_line(stats) -> str:
     """Each source's tokens and rounds with its alpha, the chance that one guess is kept (accepted / (accepted +
     rejections): it does not fall with gamma as kept/proposed does); then each chain's lower level: how many of
     its guesses the model above it (not the target) kept."""
-    parts = [f"{name}: {s.tokens} tokens in {s.rounds} rounds" + (f", alpha (per guess) {s.alpha:.2f}"
-                                                                 if s.proposed else "")
+    parts = [f"{name}: {_count(s.tokens, 'token')} in {_count(s.rounds, 'round')}"
+             + (f", alpha (per guess) {s.alpha:.2f}" if s.proposed else "")
              for name, s in sorted(stats.sources.items()) if not name.endswith(">")]
     parts += [f"{name[:-1]} (a chain's lower level): {s.accepted}/{s.proposed} guesses kept by the model above it"
               for name, s in sorted(stats.sources.items()) if name.endswith(">")]
     return "sources: " + "; ".join(parts)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
 
 
 def stats_line(stats, provider: str) -> str:
@@ -85,7 +89,10 @@ def _main(argv) -> int:
     if args.stream and params.num_beams > 1:
         raise SpecdecError("--stream cannot show a beam search: every beam may still lose until the search ends",
                            "leave out --stream with --num-beams > 1")
-    if args.stream and not args.json:
+    if args.stream and args.json:
+        raise SpecdecError("--stream prints the text as it is accepted and --json one object at the end",
+                           "pass one of them")
+    if args.stream:
         piece = None
         for piece in dec.stream(args.text, params=params, **keywords):
             print(piece.text, end="", flush=True)

@@ -140,6 +140,8 @@ def test_one_sequence_prints_the_text(tiny_export, capsys, decoder):
     (["--num-beams", 2, "--draft", "lookup"], "beam search speculates with a draft model"),
     (["--num-beams", 4, "--stream"], "--stream cannot show a beam search"),
     (["--num-beams", 4, "--stream", "--json"], "--stream cannot show a beam search"),
+    (["--stream", "--json"], "--stream prints the text as it is accepted and --json one object at the end; pass one"),
+    (["--stream", "--format", "json"], "--stream prints the text as it is accepted and --json one object"),
 ])
 def test_bad_values_are_one_line(tiny_export, capsys, args, needle):
     code, out, err = cli(tiny_export, capsys, *args, "w20 w30")
