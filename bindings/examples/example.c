@@ -103,8 +103,8 @@ int main(int argc, char **argv)
         if (!strcmp(arg, "--check")) {
             /* starts Python; a NULL export_dir must come back as a one-line argument error */
             status = specdec_open(NULL, NULL, &session);
-            printf("libspecdec %s: %s (%s)\n", specdec_version(),
-                   status == SPECDEC_E_INVALID_ARGUMENT ? "ok" : "FAILED", specdec_last_error());
+            printf("libspecdec %s: %s (Python started; a NULL export_dir, as a test, answered: %s)\n",
+                   specdec_version(), status == SPECDEC_E_INVALID_ARGUMENT ? "ok" : "FAILED", specdec_last_error());
             return status == SPECDEC_E_INVALID_ARGUMENT ? 0 : 1;
         }
         if (arg[0] != '-' || arg[1] != '-') { export_dir = arg; continue; }
