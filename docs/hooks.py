@@ -1,12 +1,14 @@
 """MkDocs hooks of the specdec site (mkdocs.yml, `hooks:`).
 
-1. Generated tables. A page line `<!-- parameters -->` becomes a table of every request parameter, made from
-   `specdec.runtime.core.params.PARAMETERS`; `<!-- load-options -->` a table of every load option, made from
-   `specdec.runtime.core.options` (its `table()`); `<!-- stats -->` a table of every figure of a request's Stats, made
-   from `specdec.runtime.core.stats.STATS`. The declarations are the single source, so the tables cannot drift
-   from the code. `<!-- c-api -->` becomes the C API reference: include/specdec.h's opening comment, then each
-   section of the header with every declaration (function, type, constant) under its own heading, comment and code
-   as the header has them, so the header stays the one source.
+1. Generated tables. A span of a page from `<!-- NAME ... -->` to `<!-- end NAME -->` becomes what NAME makes
+   (GENERATED): `parameters` a table of every request parameter, made from `specdec.runtime.core.params.PARAMETERS`;
+   `load-options` a table of every load option, made from `specdec.runtime.core.options` (its `table()`); `stats` a
+   table of every figure of a request's Stats, made from `specdec.runtime.core.stats.STATS`; `c-api` the C API
+   reference: include/specdec.h's opening comment, then each section of the header with every declaration
+   (function, type, constant) under its own heading, comment and code as the header has them. The declarations and
+   the header are the single source, so the site cannot drift from the code. In the repository the three tables'
+   spans hold the same tables, so that the pages read as plain Markdown too (tests/test_docs.py holds them current;
+   `python docs/hooks.py` rewrites them), and the c-api span a link to the header.
 2. Files outside docs/. Pages link to repository files as a reader of the Markdown in the repository sees them
    (`../benchmarks/README.md`, `../include/specdec.h`). Every such file that exists is added to the site under
    `repo/` (Markdown as a page, anything else as it is), the files those pages link to as well, and the links are
@@ -30,10 +32,6 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, InclusionLevel
 
-PARAMETERS_MARKER = "<!-- parameters -->"
-LOAD_OPTIONS_MARKER = "<!-- load-options -->"
-STATS_MARKER = "<!-- stats -->"
-C_API_MARKER = "<!-- c-api -->"
 REPO_PREFIX = "repo"
 
 # An inline Markdown link or image: [text](target "title") or ![alt](target). The target stops at whitespace or ")".
@@ -315,15 +313,35 @@ def on_files(files, config):
     return files
 
 
+def generated() -> dict:
+    """{span name: a function making its Markdown}."""
+    root = Path(__file__).resolve().parent.parent
+    return {"parameters": parameters_table, "load-options": load_options_table, "stats": stats_tables,
+            "c-api": lambda: c_api_reference(root / "include" / "specdec.h")}
+
+
+IN_REPOSITORY = ("parameters", "load-options", "stats")      # the spans whose text the pages hold as generated
+
+
+def span(name: str) -> re.Pattern:
+    """A page's span NAME: its opening comment, a blank line, the text, a blank line, its closing comment."""
+    return re.compile(rf"(<!-- {re.escape(name)}\b[^\n]*-->\n\n)(.*?)(\n\n<!-- end {re.escape(name)} -->)", re.S)
+
+
+def fill(markdown: str, names=None) -> str:
+    """`markdown` with the text of each span (of `names`, default every one) made afresh."""
+    for name, make in generated().items():
+        if (names is None or name in names) and span(name).search(markdown):
+            text = make().strip("\n")
+            markdown = span(name).sub(lambda m: m.group(1) + text + m.group(3), markdown)
+    return markdown
+
+
 def on_page_markdown(markdown, page, config, files):
-    if PARAMETERS_MARKER in markdown:
-        markdown = markdown.replace(PARAMETERS_MARKER, parameters_table())
-    if STATS_MARKER in markdown:
-        markdown = markdown.replace(STATS_MARKER, stats_tables())
-    if LOAD_OPTIONS_MARKER in markdown:
-        markdown = markdown.replace(LOAD_OPTIONS_MARKER, load_options_table())
-    if C_API_MARKER in markdown:
-        markdown = markdown.replace(C_API_MARKER, c_api_reference(_state["root"] / "include" / "specdec.h"))
+    for name, make in generated().items():
+        if span(name).search(markdown):
+            text = make().strip("\n")
+            markdown = span(name).sub(lambda m: text, markdown)
     return _rewrite_links(markdown, page)
 
 
@@ -332,3 +350,11 @@ def on_shutdown():
         shutil.rmtree(_state["tree"], ignore_errors=True)
         _state["tree"] = None
 
+
+if __name__ == "__main__":       # python docs/hooks.py: the tables' spans of the pages rewritten from the code
+    for page in sorted((Path(__file__).resolve().parent).rglob("*.md")):
+        before = page.read_text(encoding="utf-8")
+        after = fill(before, IN_REPOSITORY)
+        if after != before:
+            page.write_text(after, encoding="utf-8")
+            print(f"rewrote {page}")

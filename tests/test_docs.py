@@ -168,7 +168,8 @@ def test_parameter_table_is_generated_from_the_declarations(site):
     from specdec.runtime.core.params import PARAMETERS
 
     text = _text(site / "reference" / "parameters" / "index.html")
-    assert "<!-- parameters -->" not in (site / "reference" / "parameters" / "index.html").read_text()
+    html = (site / "reference" / "parameters" / "index.html").read_text()
+    assert "<!-- parameters" not in html and "<!-- end parameters" not in html
     for declared in PARAMETERS:
         assert declared.flag in text and declared.name in text, declared.name
         assert " ".join(declared.doc.split())[:40] in text.replace("&gt;", ">").replace("&#39;", "'"), declared.name
@@ -182,6 +183,32 @@ def test_stats_table_is_generated_from_the_declarations(site):
         assert figure.name in text, figure.name
 
 
+def _hooks():
+    spec = importlib.util.spec_from_file_location("specdec_docs_hooks", ROOT / "docs" / "hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["parameters", "load-options", "stats"])
+def test_the_pages_hold_the_tables_the_code_makes(name):
+    """Read as plain Markdown (in the repository, on a forge), a page shows the table its span holds; that table is
+    what the site generates from the code (`python docs/hooks.py` rewrites a stale one)."""
+    hooks = _hooks()
+    pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if hooks.span(name).search(p.read_text("utf-8"))]
+    assert len(pages) == 1, (name, pages)
+    text = pages[0].read_text(encoding="utf-8")
+    assert hooks.fill(text, [name]) == text, f"{pages[0]}: the {name} table is stale; run python docs/hooks.py"
+    assert "| --- |" in hooks.span(name).search(text).group(2)
+
+
+def test_a_stale_table_is_caught():
+    hooks = _hooks()
+    page = (ROOT / "docs" / "reference" / "parameters.md").read_text(encoding="utf-8")
+    stale = page.replace("| `top_k` |", "| `top_k_old` |")
+    assert stale != page and hooks.fill(stale, ["parameters"]) == page
+
+
 def test_c_api_reference_is_generated_from_the_header(site):
     """Every function, type and constant include/specdec.h declares has a heading of its own on the C API page (its
     id in the page's table of contents), and the page holds the header's comments."""
@@ -193,7 +220,7 @@ def test_c_api_reference_is_generated_from_the_header(site):
     assert {"specdec_open", "specdec_params", "specdec_params_default"} <= declared and "SPECDEC_ERROR_MAX" in constants
     html = (site / "reference" / "c-api" / "index.html").read_text(encoding="utf-8")
     text = _text(site / "reference" / "c-api" / "index.html")
-    assert "<!-- c-api -->" not in html
+    assert "<!-- c-api" not in html and "<!-- end c-api" not in html and "holds no more" not in text
     missing = [name for name in sorted(declared) if f'id="{name.lower()}"' not in html]
     missing += [name for name in sorted(constants) if name not in text]
     assert not missing, missing
