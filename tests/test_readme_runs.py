@@ -47,3 +47,24 @@ def test_the_python_block_prints_what_the_readme_shows(bundled_export, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == shown, f"README.md's Python block prints\n{proc.stdout}\nbut the README shows\n{shown}"
 
+
+
+def test_the_command_line_guide_shows_what_its_second_command_prints(bundled_export, tmp_path):
+    """docs/guides/cli.md's sample statistics (wrapped there) are its second command's on the bundled pair: every
+    count and ratio as printed; the times are this machine's."""
+    page = (README.parent / "docs" / "guides" / "cli.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(specdec-generate.*?)```", page, re.S).group(1).splitlines()
+    prompt = shlex.split(block[1].split("=", 1)[1])[0]
+    args = shlex.split(block[2].replace("\"$P\"", ""))[1:]
+    sample = re.search(r"second command above.*?```\n(.*?)```", page, re.S).group(1)
+    shown = re.sub(r"\n\s{4,}", " ", sample.strip()).replace("  ", " ").splitlines()
+
+    def counts(line: str) -> str:
+        line = re.sub(r"in [\d.]+ ms \([\d.]+ ms/token\)", "in T", line.strip())
+        return re.sub(r"time: encoder [\d.]+ ms, draft runs [\d.]+, target runs [\d.]+, host [\d.]+;", "time: T;", line)
+
+    cwd = _in_exported(tmp_path, bundled_export)
+    proc = subprocess.run([sys.executable, "-m", "specdec.runtime.tools.generate", *args, prompt, "--provider", "cpu"],
+                          capture_output=True, text=True, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    assert [counts(line) for line in proc.stderr.splitlines()] == [counts(line) for line in shown], proc.stderr
