@@ -159,7 +159,8 @@ def sections(report: dict) -> list:
              Table("draft sources per task (ms/tok: median over repeats, +-: half the min-max range; speedup: median "
                    "of per-repeat ratios to none of the same task and T, min-max over repeats; decode ms/tok, decode "
                    "speedup: the same without the encoder runs (Stats.encoder_s), the decoder's own; tok/call: "
-                   "tokens per target call; sources: per source alpha = accepted/(accepted + rejections) per guess "
+                   "tokens per target call (a Whisper prompt's prefill run counts, so none is just below 1 there); "
+                   "sources: per source alpha = accepted/(accepted + rejections) per guess "
                    "and share of the tokens, lookup> = the lookup as the draft model checked it in lookup,draft)",
                    ("task", "T", "draft", "ms/tok", "+-", "speedup", "min-max", "decode ms/tok", "decode speedup",
                     "tok/call", "draft runs/tok", "sources: alpha, share of tokens"), [_draft_row(r) for r in rows]),
