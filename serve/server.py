@@ -51,6 +51,25 @@ def _libpython_on_path() -> None:
         os.environ["LD_LIBRARY_PATH"] = os.pathsep.join([*parts, libdir])
 
 
+class RequestError(Exception):
+    """A failed request's error as its client reads it. PyTriton answers an inference callable's exception with the
+    text traceback.format_exception makes of it; this one makes the line alone, as the command line prints it:
+    `error: <problem>; <fix>.` Its type reads as `error` (a name of the builtins module, which the traceback module
+    does not prefix), its __traceback__ as None, and it is raised from None, so no frame and no earlier exception is
+    shown. The server's own log keeps the whole traceback."""
+
+    __module__ = "builtins"
+    __qualname__ = "error"
+
+    @property
+    def __traceback__(self):
+        return None
+
+    @__traceback__.setter
+    def __traceback__(self, value):
+        pass
+
+
 def _getter(request):
     data = request.data
     return lambda name: data.get(name)
@@ -63,8 +82,7 @@ def _generate_fn(handler: schema.Handler):
         answers = schema.batch_answers(handler, [_getter(r) for r in requests])
         errors = [error for _, error in answers]
         if all(error is not None for error in errors):
-            distinct = list(dict.fromkeys(str(error) for error in errors))
-            raise errors[0] if len(distinct) == 1 else SpecdecError(" | ".join(distinct))
+            raise RequestError(" | ".join(dict.fromkeys(str(error) for error in errors))) from None
         return [outputs for outputs, _ in answers]
     return infer
 
@@ -80,13 +98,17 @@ def _stream_fn(handler: schema.Handler):
 
     async def infer(requests):
         if len(requests) != 1:
-            raise SpecdecError(f"{schema.STREAM_MODEL} takes one request at a time (got {len(requests)})")
+            raise RequestError(str(SpecdecError(f"{schema.STREAM_MODEL} takes one request at a time (got "
+                                                f"{len(requests)})")))
         loop = asyncio.get_running_loop()
         worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specdec-stream")
         pieces = handler.stream(_getter(requests[0]))       # a generator: nothing runs before its first piece
         try:
             while True:
-                piece = await loop.run_in_executor(worker, next, pieces, _END)
+                try:
+                    piece = await loop.run_in_executor(worker, next, pieces, _END)
+                except SpecdecError as err:
+                    raise RequestError(str(err)) from None
                 if piece is _END:
                     return
                 yield [piece]

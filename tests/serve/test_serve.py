@@ -9,6 +9,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import json
+import re
 import urllib.request
 
 import numpy as np
@@ -332,6 +333,10 @@ def test_bad_requests_get_an_error_naming_the_problem_and_the_server_keeps_servi
     }
     for what, (message, needle) in messages.items():
         assert needle in message, (what, message)
+        if what != "wrong dtype":          # Triton's own message; the others are specdec's, as one line
+            # Triton's python backend wraps it: "... TritonModelException: error: <problem>; <fix>." and its frames
+            assert re.search(r"Exception: error: \S[^\n]*\.$", message, re.M), (what, message)
+            assert "SpecdecError" not in message and "server.py" not in message, (what, message)
         assert _only(served(client, module, good_prompt, good), want) == want, f"after {what}"
     assert "FP32" in messages["wrong dtype"][0]
     assert "draft" in messages["unknown draft"][0]
@@ -357,8 +362,8 @@ def test_a_bad_streamed_request_errs_and_the_stream_model_keeps_serving(server, 
              inputs(tritonclient_grpc, "w5", batched=False, draft="nosuch"),
              inputs(tritonclient_grpc, prompt, batched=False, **params)]
     bad_gamma, bad_draft, good = grpc_stream(f"127.0.0.1:{server.grpc_port}", schema.STREAM_MODEL, items)
-    assert "gamma must be an integer in 0..8 (got 99)" in str(bad_gamma)
-    assert "nosuch" in str(bad_draft)
+    assert "error: gamma must be an integer in 0..8 (got 99)" in str(bad_gamma), str(bad_gamma)
+    assert "nosuch" in str(bad_draft) and "SpecdecError" not in str(bad_draft) + str(bad_gamma)
     assert "".join(p["text"] for p in good) == reference.generate(prompt, **params).text
 
 
