@@ -4,6 +4,7 @@ directory."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -87,15 +88,18 @@ def _main(argv) -> int:
               "verifies every guess; it may only keep fewer of them")
     if "target" in int8 and not args.accept_int8_drift:
         rep = reports["target"]
+        shutil.rmtree(args.export, ignore_errors=True)       # refused: nothing that loads stays behind
         print(f"error: the int8 target's logits drift from the float64 reference by "
               f"{max(rep['step_max_abs_diff'], rep['verify_max_abs_diff']):.2g} (tolerance {rep['tolerance']:.2g}; "
-              f"argmax agrees on {rep['argmax_agree']}/{rep['argmax_positions']} positions); pass --accept-int8-drift "
-              f"to keep {args.export} (its output is then the int8 model's), or export the target in fp32.",
-              file=sys.stderr)
+              f"argmax agrees on {rep['argmax_agree']}/{rep['argmax_positions']} positions), so {args.export} was "
+              f"removed; export again with --accept-int8-drift to keep it (its output is then the int8 model's), or "
+              f"export the target in fp32.", file=sys.stderr)
         return 1
     failed = [role for role in failed if role not in int8]
     if failed:
-        print(f"error: parity check failed for {', '.join(failed)}; the export in {args.export} is not trustworthy",
+        shutil.rmtree(args.export, ignore_errors=True)
+        print(f"error: parity check failed for {', '.join(failed)}: the graphs do not compute what PyTorch does, so "
+              f"{args.export} was removed; the parity line above shows their error beside PyTorch's own.",
               file=sys.stderr)
         return 1
     extra = "".join(f" + {path} ({name})" for name, path in more.items())

@@ -104,8 +104,14 @@ def validate_options(opts: ExportOptions) -> None:
             raise SpecdecError(f"draft name {name!r} is not allowed",
                                "use a short lower-case name (letters, digits, _ or -) other than "
                                f"{', '.join(RESERVED)} and draft, e.g. --draft mid=t5-base")
-    if opts.gamma_max < 1:
-        raise SpecdecError(f"--gamma-max must be at least 1 (got {opts.gamma_max})", "use e.g. --gamma-max 8")
+    from specdec.runtime.loading.schema import TOP      # what a manifest may hold, so that the export loads
+
+    most_gamma, most_length = TOP["gamma_max"].limits[1], TOP["max_length"].limits[1]
+    if not 1 <= opts.gamma_max <= most_gamma:
+        raise SpecdecError(f"--gamma-max must be in 1..{most_gamma} (got {opts.gamma_max})", "use e.g. --gamma-max 8")
+    if opts.max_length is not None and opts.max_length > most_length:
+        raise SpecdecError(f"--max-length {opts.max_length} is more than an export holds ({most_length})",
+                           f"use --max-length {most_length} or less")
     if opts.max_length is not None and opts.max_length < opts.gamma_max + 2:
         raise SpecdecError(f"--max-length {opts.max_length} leaves no room for gamma_max {opts.gamma_max} + 1 "
                            "verify tokens", "use --max-length 256 or more")

@@ -38,6 +38,21 @@ def test_a_max_length_past_the_positions_is_one_line(short_whisper, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flags, words", [
+    (["--max-length", "65537"], "--max-length 65537 is more than an export holds (65536); use --max-length 65536"),
+    (["--max-length", "100000"], "--max-length 100000 is more than an export holds"),
+    (["--gamma-max", "129", "--max-length", "1024"], "--gamma-max must be in 1..128 (got 129)"),
+])
+def test_what_a_manifest_cannot_hold_is_refused_before_the_export(tmp_path, flags, words):
+    """A T5 pair has no position limit of its own: the limits an export's manifest holds (max_length up to 65536,
+    gamma_max up to 128) are checked before anything is exported, not by the load after it."""
+    target, draft = make_tiny_t5(tmp_path / "t", seed=0), make_tiny_t5(tmp_path / "d", seed=1, layers=1,
+                                                                         decoder_layers=1)
+    code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", tmp_path / "out", *flags])
+    assert code == 2 and stderr.count("\n") == 1 and words in stderr, stderr
+    assert "load" not in stdout and not (tmp_path / "out").exists()
+
+
 def test_without_max_length_a_t5_takes_the_default(tmp_path):
     """T5 has relative positions, no limit: the default applies."""
     target, draft = make_tiny_t5(tmp_path / "t", seed=0), make_tiny_t5(tmp_path / "d", seed=1, layers=1,

@@ -259,8 +259,8 @@ def test_an_int8_draft_is_never_refused_and_a_drifting_int8_target_only_without_
     """An ill-conditioned tiny pair (initializer_factor 7.5: with transformers 5.24's initialisation 4 no longer
     drifts past the tolerance; 3 decoder blocks, so the int8 target quantizes two): its
     int8 draft drifts past the tolerance and is exported with a note (the target verifies every guess, so it cannot
-    change the output); its int8 target drifts too, and is refused in one line naming --accept-int8-drift, then
-    exported with the flag."""
+    change the output); its int8 target drifts too, and is refused in one line naming --accept-int8-drift (the
+    export removed), then exported with the flag, as that line says."""
     from tinymodels import make_tiny_t5
 
     spread = dict(vocab=48, tokens=40, d_model=32, layers=1, initializer_factor=7.5)
@@ -273,8 +273,8 @@ def test_an_int8_draft_is_never_refused_and_a_drifting_int8_target_only_without_
     code, _, stderr = run_export_cli([*base, "--export", tmp_path / "t8", "--dtype", "int8"])
     assert code == 1 and len(stderr.strip().splitlines()) == 1, stderr
     assert "int8 target's logits drift" in stderr and "argmax agrees on" in stderr and "--accept-int8-drift" in stderr
-    code, _, stderr = run_export_cli([*base, "--export", tmp_path / "t8", "--dtype", "int8", "--force",
-                                      "--accept-int8-drift"])
+    assert not (tmp_path / "t8").exists() and "was removed" in stderr         # nothing refused stays to be loaded
+    code, _, stderr = run_export_cli([*base, "--export", tmp_path / "t8", "--dtype", "int8", "--accept-int8-drift"])
     assert code == 0, stderr
     dec = SpeculativeDecoder.load(tmp_path / "t8", provider="cpu")
     want = dec.generate(input_ids=[5, 6, 7, 1], max_new_tokens=8, gamma=0).token_ids
