@@ -61,9 +61,14 @@ def _main(argv) -> int:
                   f"{info['width']}; tokenizer sha256 {info['tokenizer_sha256'][:16]}.."
                   + (" (matches the export)" if expected else ""))
         return 0
-    if args.command == "build":
+    if args.command == "build":           # the path first: tokenizing may take minutes
+        if args.out.is_dir():
+            raise SpecdecError(f"'{args.out}' is a folder", f"name the datastore file, e.g. --out "
+                                                           f"{args.out / 'store.sdds'}")
         if args.out.exists() and not args.force:
             raise SpecdecError(f"'{args.out}' already exists", "pass --force to replace it, or use `add`")
+        if not args.out.parent.is_dir():
+            raise SpecdecError(f"the folder '{args.out.parent}' does not exist", "create it, or pick another --out")
         store = build(args.out, args.texts, args.export, args.field)
     else:
         old = Datastore.open(args.store)

@@ -131,13 +131,18 @@ def write(path, segments: list, vocab_size: int, tokenizer_sha256: str) -> Path:
     header = HEADER.pack(MAGIC, VERSION, token_bytes, bits, width, vocab_size, n_tokens, len(segments),
                          bytes.fromhex(tokenizer_sha256))
     partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as fh:
-        fh.write(header.ljust(HEADER_BYTES, b"\0"))
-        fh.write(stream.astype(layout.token_dtype).tobytes())
-        fh.write(b"\0" * (layout.keys_at - fh.tell()))
-        fh.write(keys[order].astype("<u8").tobytes())
-        fh.write(order.astype("<u4").tobytes())
-    os.replace(partial, path)
+    try:
+        with open(partial, "wb") as fh:
+            fh.write(header.ljust(HEADER_BYTES, b"\0"))
+            fh.write(stream.astype(layout.token_dtype).tobytes())
+            fh.write(b"\0" * (layout.keys_at - fh.tell()))
+            fh.write(keys[order].astype("<u8").tobytes())
+            fh.write(order.astype("<u4").tobytes())
+        os.replace(partial, path)
+    except OSError as err:
+        partial.unlink(missing_ok=True)
+        raise SpecdecError(f"cannot write the datastore '{path}': {err.strerror or err}",
+                           "pick a path you can write, with room for the file") from None
     return path
 
 
