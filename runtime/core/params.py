@@ -197,6 +197,9 @@ class Params:
             raise SpecdecError(f"beam search is deterministic: temperature {self.temperature} with num_beams "
                                f"{self.num_beams} is not supported", "use temperature=0 with beams, or num_beams=1 "
                                "to sample")
+        if self.num_beams > 1 and self.lenience != 1.0:
+            raise SpecdecError(f"beam search keeps the target's exact beams: lenience {self.lenience} with num_beams "
+                               f"{self.num_beams} is not supported", "leave lenience at 1.0 with beams")
         return self
 
     def as_dict(self) -> dict:

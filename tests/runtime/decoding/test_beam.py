@@ -134,6 +134,7 @@ BAD = {
     "num_beams str": (dict(num_beams="4"), "num_beams must be an integer"),
     "more returned than beams": (dict(num_beams=4, num_return_sequences=5), "num_return_sequences must be"),
     "sampling with beams": (dict(num_beams=4, temperature=0.7), "beam search is deterministic"),
+    "lenience with beams": (dict(num_beams=4, lenience=0.5), "lenience 0.5 with num_beams 4 is not supported"),
     "early_stopping": (dict(num_beams=4, early_stopping="sometimes"), "early_stopping must be True, False or"),
     "length_penalty nan": (dict(num_beams=4, length_penalty=float("nan")), "length_penalty must be a finite"),
     "lookup with beams": (dict(num_beams=4, draft="lookup"), "beam search speculates with a draft model"),
