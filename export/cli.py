@@ -36,8 +36,8 @@ def parser() -> argparse.ArgumentParser:
                         "positions that has 224; a value past the models' positions is refused)")
     p.add_argument("--dtype", default="fp32", metavar="{fp32,fp16,int8}",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
-                        "products, fp32 activations and KV cache; a target keeps its encoder, its first decoder "
-                        "block and its LM head in fp32)")
+                        "products, fp32 activations and KV cache; a target keeps its first decoder block, its LM "
+                        "head and its first encoder block's self-attention value and output projections in fp32)")
     p.add_argument("--draft-dtype", default=None, metavar="{fp32,fp16,int8,int8-wo}",
                    help="the draft models' weights when they differ from --dtype: int8 (dynamic) or int8-wo "
                         "(weight-only int8, often the fastest draft step); an int8 draft keeps the output exactly "
@@ -122,7 +122,7 @@ def _drafts(values: list) -> tuple[str, dict]:
         named.append((name, path))
     if named[0][0] != "draft":
         raise SpecdecError(f"the first --draft is the default draft and is named 'draft' (got {named[0][0]!r})",
-                           "leave the first --draft unnamed, and name the others: --draft t5-small --draft mid=...")
+                           "leave the first --draft unnamed, and name the others: --draft t5-small --draft mid=t5-base")
     names = [n for n, _ in named]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:

@@ -21,7 +21,7 @@ def _belongs_together(target, draft) -> None:
                        ("dtype", target.dtype, draft.dtype)):
         if a != b:
             raise SpecdecError(f"draft export '{draft.root}' does not belong with target export '{target.root}' "
-                               f"(their {what} differ)", "export the pair together with one specdec-export run")
+                               f"(not the same {what})", "export the pair together with one specdec-export run")
     if draft.max_length < target.max_length:
         raise SpecdecError(f"draft export '{draft.root}' has max_length {draft.max_length} < the target's "
                            f"{target.max_length}", "export the pair together with one specdec-export run")

@@ -40,9 +40,10 @@ def make_prompt(speech: dict, start_id: int, language, task, timestamps: bool = 
         else:
             key = language if str(language).startswith("<|") else f"<|{language}|>"
             if key not in languages:
-                codes = ", ".join(sorted(k.strip("<|>") for k in languages)[:12])
+                known = sorted(k.strip("<|>") for k in languages)
+                codes = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
                 raise SpecdecError(f"language {language!r} is not one this model knows",
-                                   f"use one of its language codes ({codes}, ...) or None to detect it")
+                                   f"use one of its language codes ({codes}) or None to detect it")
             tokens.append(int(languages[key]))
     elif language is not None:
         raise SpecdecError("this Whisper model is English-only: it takes no language", "leave out language")

@@ -146,7 +146,13 @@ def pause_cut(audio: np.ndarray, size: int, rate: int):
 
 
 def _span(seconds: float) -> str:
-    return f"{seconds / 3600:.4g} h" if seconds >= 3600 else f"{seconds:.4g} s"
+    """A duration as people say it: 3 s, 2 min 5.5 s, 4 h 1 s (never rounded to the limit it is compared with)."""
+    if seconds < 60:
+        return f"{seconds:.4g} s"
+    hours, rest = divmod(seconds, 3600)
+    minutes, left = divmod(rest, 60)
+    parts = [f"{int(hours)} h"] * bool(hours) + [f"{int(minutes)} min"] * bool(minutes)
+    return " ".join(parts + [f"{left:.1f}".removesuffix(".0") + " s"] * (left >= 0.05))
 
 
 def quietest_cut(window: np.ndarray, rate: int) -> int:

@@ -257,6 +257,13 @@ def test_audio_past_the_limit_is_a_one_line_error(decoder_without_stamps, monkey
     assert decoder_without_stamps.generate(audio=WAVES[0], language="en", max_new_tokens=2).token_ids
 
 
+def test_a_duration_past_the_limit_never_reads_as_the_limit():
+    from specdec.runtime.families.whisper.transcript import MAX_AUDIO_S, _span
+
+    assert _span(MAX_AUDIO_S) == "4 h" and _span(MAX_AUDIO_S + 1) == "4 h 1 s" and _span(MAX_AUDIO_S + 0.3) != "4 h"
+    assert [_span(s) for s in (2, 59.9, 125.5, 5000)] == ["2 s", "59.9 s", "2 min 5.5 s", "1 h 23 min 20 s"]
+
+
 def test_specdec_generate_prints_subtitles_and_json(stamped, tmp_path, capsys):
     import json
 
