@@ -56,7 +56,7 @@ class RequestError(Exception):
     text traceback.format_exception makes of it; this one makes the line alone, as the command line prints it:
     `error: <problem>; <fix>.` Its type reads as `error` (a name of the builtins module, which the traceback module
     does not prefix), its __traceback__ as None, and it is raised from None, so no frame and no earlier exception is
-    shown. The server's own log keeps the whole traceback."""
+    shown. PyTriton's log line for it still has the frames from this module up."""
 
     __module__ = "builtins"
     __qualname__ = "error"
