@@ -53,7 +53,7 @@ def test_progress_names_every_stage_for_each_model(tiny_export_log, tiny_pair):
 def test_gamma_max_zero(tiny_pair, tmp_path):
     out = tmp_path / "out"
     line = assert_one_line_error(*run_export_cli(export_args(*tiny_pair, out, "--gamma-max", "0")),
-                                 "--gamma-max", "at least 1", "got 0")
+                                 "--gamma-max", "must be in 1..128", "got 0")
     assert not out.exists(), line
 
 
