@@ -328,21 +328,18 @@ def span(name: str) -> re.Pattern:
     return re.compile(rf"(<!-- {re.escape(name)}\b[^\n]*-->\n\n)(.*?)(\n\n<!-- end {re.escape(name)} -->)", re.S)
 
 
-def fill(markdown: str, names=None) -> str:
-    """`markdown` with the text of each span (of `names`, default every one) made afresh."""
+def fill(markdown: str, names=None, comments: bool = True) -> str:
+    """`markdown` with the text of each span (of `names`, default every one) made afresh; `comments=False` drops the
+    span's opening and closing comments too (the site's page)."""
     for name, make in generated().items():
         if (names is None or name in names) and span(name).search(markdown):
             text = make().strip("\n")
-            markdown = span(name).sub(lambda m: m.group(1) + text + m.group(3), markdown)
+            markdown = span(name).sub(lambda m: m.group(1) + text + m.group(3) if comments else text, markdown)
     return markdown
 
 
 def on_page_markdown(markdown, page, config, files):
-    for name, make in generated().items():
-        if span(name).search(markdown):
-            text = make().strip("\n")
-            markdown = span(name).sub(lambda m: text, markdown)
-    return _rewrite_links(markdown, page)
+    return _rewrite_links(fill(markdown, comments=False), page)
 
 
 def on_shutdown():

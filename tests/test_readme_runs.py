@@ -48,7 +48,6 @@ def test_the_python_block_prints_what_the_readme_shows(bundled_export, tmp_path)
     assert proc.stdout == shown, f"README.md's Python block prints\n{proc.stdout}\nbut the README shows\n{shown}"
 
 
-
 def test_the_command_line_guide_shows_what_its_second_command_prints(bundled_export, tmp_path):
     """docs/guides/cli.md's sample statistics (wrapped there) are its second command's on the bundled pair: every
     count and ratio as printed; the times are this machine's."""
