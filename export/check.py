@@ -116,6 +116,36 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_ou
     return outputs
 
 
+def emulated_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_output=None) -> dict:
+    """{kernel: (step logits, verify logits)}: onnx_logits of the int8 graphs as each CPU kernel computes them
+    (export/emulate.py: exact int32 sums as VNNI and ARM64 make them, and int16 pair sums as x86 without VNNI
+    makes them), whichever CPU runs the check; `steps` as onnx_logits'."""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+
+    from specdec.runtime.engine.int8cpu import KERNELS
+
+    from .emulate import emulated, save
+
+    graphs = {"encoder": onnx.load(str(encoder_path)), "decoder": onnx.load(str(decoder_path))}
+    out = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for kernel in KERNELS:
+            paths = {}
+            for kind, model in graphs.items():
+                if not any(n.op_type == "MatMulInteger" for n in model.graph.node):
+                    paths[kind] = encoder_path if kind == "encoder" else decoder_path
+                    continue
+                paths[kind] = Path(scratch) / f"{kernel}_{kind}.onnx"
+                save(emulated(model, kernel), paths[kind])
+            _, step, verify = onnx_logits(paths["encoder"], paths["decoder"], source, decoder_ids, steps,
+                                          cross_output)
+            out[kernel] = (step, verify)
+    return out
+
+
 def capture_logits(encoder_path, capture: tuple, source, decoder_ids, steps) -> list:
     """Run a capturable decoder graph (export/capture.py) as the runtime does: the encoder's K/V padded by the
     cross_pad graph, the cache a fixed buffer bound whole as input and output (written in place), `steps` = token
@@ -195,8 +225,18 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
                     "capture_verify_max_abs_diff": float(np.abs(c_verify - ref[:, past + 1:past + gamma + 2]).max()),
                     "capture_vs_eager_max_abs_diff": float(max(np.abs(c_step - step).max(),
                                                                np.abs(c_verify - verify).max()))}
+    kernels = {}
+    if dtype == "int8":
+        for kernel, (e_step, e_verify) in emulated_logits(encoder_path, decoder_path, source, decoder_ids,
+                                                          [past, 1, gamma + 1], cross_output).items():
+            e_step, e_verify = e_step[..., rows], e_verify[..., rows]
+            e_got = np.concatenate([e_step, e_verify], axis=1)[0]
+            kernels[kernel] = {"step_max_abs_diff": float(np.abs(e_step - ref[:, past:past + 1]).max()),
+                               "verify_max_abs_diff": float(np.abs(e_verify - ref[:, past + 1:past + gamma + 2]).max()),
+                               "argmax_agree": int((e_got.argmax(-1) == want.argmax(-1)).sum())}
     passed = step_diff <= tol and verify_diff <= tol and all(
-        captured.get(k, 0.0) <= tol for k in ("capture_step_max_abs_diff", "capture_verify_max_abs_diff"))
+        captured.get(k, 0.0) <= tol for k in ("capture_step_max_abs_diff", "capture_verify_max_abs_diff")) and all(
+        k["step_max_abs_diff"] <= tol and k["verify_max_abs_diff"] <= tol for k in kernels.values())
     return {"reference": "pytorch float64", "past_length": past, "step_max_abs_diff": step_diff,
             "verify_tokens": gamma + 1, "verify_max_abs_diff": verify_diff, "tolerance": tol, "weights": dtype,
             "logit_scale": scale, "torch_fp32_max_abs_diff": torch32,
@@ -204,4 +244,5 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
             "argmax_agree": agree, "argmax_positions": int(want.shape[0]), "rows_compared": int(want.shape[-1]),
             # past half the logit scale no structural mistake is distinguishable from the precision's own error
             "conclusive": bool(tol < 0.5 * scale), **captured,
+            **({"int8_kernels": kernels} if kernels else {}),
             "passed": bool(passed)}

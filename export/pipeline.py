@@ -166,9 +166,9 @@ def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, confi
         keep = encoder_float_nodes(path, config.num_layers)
     else:
         keep = target_float_nodes(path, config.vocab_size, config.num_decoder_layers)
-    quantize_int8(path, what, keep)
+    record = quantize_int8(path, what, keep)
     return {"method": "dynamic MatMulInteger, per-channel weights, per-token activations",
-            "float32_matmuls": keep}
+            "float32_matmuls": keep, **record}
 
 
 def prepare_out_dir(out: Path, force: bool) -> None:
@@ -229,6 +229,10 @@ def check_vocabulary(tokenizer, config, name: str) -> int:
                            f"{config.vocab_size} vocabulary rows (0..{config.vocab_size - 1})",
                            "pass the model's own tokenizer, saved in the checkpoint's directory")
     return size
+
+
+# what the parity check's int8 lines call each kernel (runtime/engine/int8cpu.py)
+KERNEL_CPUS = {"vnni": "CPUs with VNNI and ARM64", "avx2": "x86 CPUs without VNNI"}
 
 
 def int8_drift(report: dict) -> bool:
@@ -409,6 +413,10 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                           f"{own if own is None else format(own, '.1e')}; "
                           f"tolerance {rep['tolerance']:.1e}; argmax agrees on {rep['argmax_agree']}/"
                           f"{rep['argmax_positions']} positions -> {verdict(role, rep)}")
+                for kernel, k in rep.get("int8_kernels", {}).items():
+                    bar.write(f"  {role} as {KERNEL_CPUS[kernel]} compute it: step max|dlogit| = "
+                              f"{k['step_max_abs_diff']:.2e}; verify {k['verify_max_abs_diff']:.2e}; argmax agrees "
+                              f"on {k['argmax_agree']}/{rep['argmax_positions']}")
                 if "capture_step_max_abs_diff" in rep:
                     bar.write(f"  {role} capturable graph: step max|dlogit| = {rep['capture_step_max_abs_diff']:.2e}, "
                               f"verify {rep['capture_verify_max_abs_diff']:.2e}; against the eager graph "

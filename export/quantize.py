@@ -9,7 +9,10 @@ inputs and outputs keep their names, dtypes and shapes, so the runtime binds an 
 one. A target keeps its first decoder block and its output projection (the LM head, whose error goes straight into
 the logits) in float32 (`target_float_nodes`), and in its encoder the first block's self-attention value and output
 projections (`encoder_float_nodes`); the per-token scales keep each row of a batched, padded encoder run
-independent of the others.
+independent of the others. The int8 weights are scaled per column so that no two neighbours along K sum past 128
+in magnitude (`weight_scales`, "pairs"): x86 CPUs without VNNI add such pairs of uint8 x int8 products in int16 with
+saturation, which 8-bit weights at full range overflow, so an export would compute otherwise there than where it was
+checked (runtime/engine/int8cpu.py); within the bound every CPU computes the same integers.
 
 ``int8-wo`` (`quantize_weight_only`, drafts only), weight-only quantization through ONNX Runtime's
 MatMulNBitsQuantizer: 8-bit symmetric weights in blocks of WO_BLOCK along K with int8 compute (accuracy_level 4;
@@ -24,6 +27,8 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError, first_line
 
@@ -148,9 +153,10 @@ def encoder_float_nodes(path: Path, layers: int) -> list[str]:
     return blocks[0][2:4] if layers >= FLOAT_BLOCK_MIN_LAYERS and blocks else []
 
 
-def quantize_int8(path: Path, what: str, keep_float=()) -> None:
+def quantize_int8(path: Path, what: str, keep_float=(), weight_range: str = os.environ.get("SPECDEC_INT8_RANGE", "pairs")) -> dict:
     """Replace the graph at `path` (a single-file ONNX model) by its int8 version, leaving the MatMul nodes named in
-    `keep_float` in float32; a one-line SpecdecError when the tool cannot quantize it."""
+    `keep_float` in float32, its weights scaled by `weight_range` (weight_scales); a one-line SpecdecError when the
+    tool cannot quantize it. Returns requantize_weights' record."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     path = Path(path)
@@ -176,7 +182,63 @@ def quantize_int8(path: Path, what: str, keep_float=()) -> None:
 
         model = onnx.load(str(out))
         per_row_activations(model)
+        record = requantize_weights(model, onnx.load(str(path)), weight_range)
         onnx.save(model, str(path))
+    return record
+
+
+WEIGHT_RANGES = ("pairs", "7bit", "full")
+
+
+def weight_scales(w: np.ndarray, weight_range: str = "pairs") -> np.ndarray:
+    """Per-column scales of float weights `w` [K, N] for symmetric int8 (zero point 0), q = round(w / scale):
+    "pairs" (the export's): the largest |w0| + |w1| of neighbouring rows (2j, 2j+1) over 127, so that after rounding
+    every pair keeps |q0| + |q1| <= 128 = PAIR_BOUND and no x86 kernel can saturate on it (runtime/engine/int8cpu.py);
+    "7bit": max|w| / 64 (onnxruntime's reduce_range: |q| <= 64, the same guarantee for every pair, a bit fewer);
+    "full": max|w| / 127 (every 8 bits; pairs up to 254 saturate the avx2 kernel: exports before this rule)."""
+    a = np.abs(w.astype(np.float64))
+    if weight_range == "full":
+        top = a.max(axis=0) / 127.0
+    elif weight_range == "7bit":
+        top = a.max(axis=0) / 64.0
+    elif weight_range == "pairs":
+        if a.shape[0] % 2:
+            a = np.concatenate([a, np.zeros((1, a.shape[1]))])
+        top = (a[0::2] + a[1::2]).max(axis=0) / 127.0
+    else:
+        raise ValueError(f"unknown weight range {weight_range!r}: one of {', '.join(WEIGHT_RANGES)}")
+    return np.where(top > 0, top, 1.0).astype(np.float32)
+
+
+def requantize_weights(model, original, weight_range: str = "pairs") -> dict:
+    """Quantize again, from the float weights of `original` (the graph before quantize_dynamic), every int8 weight
+    of MatMulInteger nodes in `model` with weight_scales' per-column scales, in place; returns the manifest's record
+    of it: the rule, and the largest |q0| + |q1| of any weight pair (`max_pair_sum`; at most PAIR_BOUND, 128, no
+    CPU saturates)."""
+    from onnx import numpy_helper
+
+    from specdec.runtime.engine.int8cpu import PAIR_BOUND, pair_sum
+
+    floats = {t.name: t for t in original.graph.initializer}
+    inits = {t.name: t for t in model.graph.initializer}
+    largest = 0
+    for node in model.graph.node:
+        if node.op_type != "MatMulInteger":
+            continue
+        name = node.input[1]
+        base = name[:-len("_quantized")] if name.endswith("_quantized") else None
+        scale_name, zero_name = f"{base}_scale", f"{base}_zero_point"
+        if base not in floats or scale_name not in inits or zero_name not in inits:
+            raise SpecdecError(f"cannot find the float weights of MatMulInteger {node.name} ({name})",
+                               "report it with the specdec-export command line; --dtype fp32 exports meanwhile")
+        w = numpy_helper.to_array(floats[base]).astype(np.float32)
+        scale = weight_scales(w, weight_range)
+        q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+        for tensor, value in ((inits[name], q), (inits[scale_name], scale),
+                              (inits[zero_name], np.zeros(scale.shape, np.int8))):
+            tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+        largest = max(largest, pair_sum(q))
+    return {"weight_scales": weight_range, "max_pair_sum": largest, "pair_bound": PAIR_BOUND}
 
 
 def quantize_weight_only(path: Path, what: str, accuracy_level: int = WO_ACCURACY) -> None:
