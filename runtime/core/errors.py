@@ -15,6 +15,22 @@ class SpecdecError(Exception):
         super().__init__(self.problem + (f"; {self.fix}." if self.fix else "."))
 
 
+class SpecdecWarning(UserWarning):
+    """Something a user should know that does not stop the work (`warnings.warn` with this category): one line, the
+    problem and the fix, as a SpecdecError's; the command lines print it as 'warning: ...'."""
+
+    def __init__(self, problem: str, fix: str | None = None):
+        text = _one_line(problem).rstrip(".") + (f"; {_one_line(fix).rstrip('.')}." if fix else ".")
+        super().__init__(text)
+
+
+def _format_warning(message, category, filename, lineno, line=None, _plain=None):
+    """warnings' formatter: a SpecdecWarning as 'warning: <text>' on one line, others as Python formats them."""
+    if issubclass(category, SpecdecWarning):
+        return f"warning: {message}\n"
+    return _plain(message, category, filename, lineno, line)
+
+
 class RunFailed(SpecdecError):
     """ONNX Runtime failed while running a graph that loaded (a corrupt but consistent export, a device fault): the
     C API's SPECDEC_E_RUNTIME rather than a bad argument."""
@@ -80,8 +96,12 @@ class OneLineParser(argparse.ArgumentParser):
 
 def run_cli(main_body, argv=None) -> int:
     """Run a CLI body; a SpecdecError becomes one line on stderr and exit status 2, never a traceback."""
+    import functools
     import sys
+    import warnings
 
+    if not isinstance(warnings.formatwarning, functools.partial):
+        warnings.formatwarning = functools.partial(_format_warning, _plain=warnings.formatwarning)
     try:
         return int(main_body(argv) or 0)
     except SpecdecError as err:
