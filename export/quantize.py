@@ -153,7 +153,7 @@ def encoder_float_nodes(path: Path, layers: int) -> list[str]:
     return blocks[0][2:4] if layers >= FLOAT_BLOCK_MIN_LAYERS and blocks else []
 
 
-def quantize_int8(path: Path, what: str, keep_float=(), weight_range: str = os.environ.get("SPECDEC_INT8_RANGE", "pairs")) -> dict:
+def quantize_int8(path: Path, what: str, keep_float=(), weight_range: str = "pairs") -> dict:
     """Replace the graph at `path` (a single-file ONNX model) by its int8 version, leaving the MatMul nodes named in
     `keep_float` in float32, its weights scaled by `weight_range` (weight_scales); a one-line SpecdecError when the
     tool cannot quantize it. Returns requantize_weights' record."""
