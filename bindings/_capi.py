@@ -27,9 +27,11 @@ from specdec.runtime import Params, SpecdecError, SpeculativeDecoder, Stats
 from specdec.runtime.core.params import DECLARED
 from specdec.runtime.core.options import LoadOptions
 from specdec.runtime.engine.device import resolve_provider
-from specdec.runtime.core.errors import RunFailed, first_line
+from specdec.runtime.core.errors import RunFailed, first_line, one_line_warnings
 
 from specdec.bindings._failure import Failure
+
+one_line_warnings()     # a C program's stderr gets 'warning: ...' lines, as the command lines print them
 
 # The C calls a model family has of its own (specdec.h's) are in a module beside this one named _capi_<family>.py,
 # which holds its EXTERNS (attached with the table below), its CDEF (the declarations bindings/build.py gives cffi)

@@ -4,9 +4,9 @@ result does not depend on the CPU (runtime/engine/int8cpu.py says what each kern
 - ``vnni`` (exact): (a - a_zero) @ (b - b_zero) as an int32 MatMul (MatMulInteger's own accumulator).
 - ``avx2``: the exact product, plus the int16 saturation of every pair of weight rows (2j, 2j+1) whose magnitudes
   sum past PAIR_BOUND in some column (only such a pair can saturate): for those pairs the raw pair products
-  a0 * w0 + a1 * w1 are formed [..., M, pairs, N] in float64 (exact), clipped to int16, and the difference added. A graph whose weights
-  all keep within the bound (every int8 export since this check) has no such pair, and its avx2 graph is its exact
-  one.
+  a0 * w0 + a1 * w1 are formed [..., M, pairs, N] in float64 (exact), clipped to int16, and the difference added.
+  A graph whose weights all keep within the bound (every int8 export since this check) has no such pair, and its
+  avx2 graph is its exact one.
 
 The export's parity check runs the int8 graphs both ways (export/check.py); tests compare the rewrite with
 `matmul_integer`, the NumPy reference, and that with ONNX Runtime's own kernel on the machine that runs them.
@@ -119,6 +119,19 @@ def emulated(model, kernel: str):
     del graph.initializer[:]
     graph.initializer.extend(kept + extra)
     return model
+
+
+def saturable(model) -> bool:
+    """Whether some MatMulInteger weight of the ONNX `model` (subgraphs included) has a pair of rows an activation
+    can saturate in the avx2 kernel (`_risky_pairs`); False: its avx2 emulation is its exact one."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in all_nodes(model.graph):
+        if node.op_type == "MatMulInteger" and node.input[1] in inits:
+            if _risky_pairs(numpy_helper.to_array(inits[node.input[1]]).astype(np.int64)).size:
+                return True
+    return False
 
 
 def _risky_pairs(b: np.ndarray) -> np.ndarray:

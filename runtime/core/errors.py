@@ -31,6 +31,17 @@ def _format_warning(message, category, filename, lineno, line=None, _plain=None)
     return _plain(message, category, filename, lineno, line)
 
 
+def one_line_warnings() -> None:
+    """Print SpecdecWarnings as 'warning: <text>' on one line (the command lines and the C API call this; other
+    warnings keep Python's format)."""
+    import functools
+    import warnings
+
+    if not (isinstance(warnings.formatwarning, functools.partial)
+            and warnings.formatwarning.func is _format_warning):
+        warnings.formatwarning = functools.partial(_format_warning, _plain=warnings.formatwarning)
+
+
 class RunFailed(SpecdecError):
     """ONNX Runtime failed while running a graph that loaded (a corrupt but consistent export, a device fault): the
     C API's SPECDEC_E_RUNTIME rather than a bad argument."""
@@ -96,12 +107,9 @@ class OneLineParser(argparse.ArgumentParser):
 
 def run_cli(main_body, argv=None) -> int:
     """Run a CLI body; a SpecdecError becomes one line on stderr and exit status 2, never a traceback."""
-    import functools
     import sys
-    import warnings
 
-    if not isinstance(warnings.formatwarning, functools.partial):
-        warnings.formatwarning = functools.partial(_format_warning, _plain=warnings.formatwarning)
+    one_line_warnings()
     try:
         return int(main_body(argv) or 0)
     except SpecdecError as err:

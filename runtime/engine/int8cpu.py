@@ -73,15 +73,34 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str] | None:
     return None
 
 
-def cpu_kernel(machine: str | None = None, flags: set[str] | None = None) -> str | None:
+def cpu_features() -> dict | None:
+    """NumPy's run-time CPU feature table (it asks the CPU itself, CPUID on x86: right under an emulator, where
+    /proc/cpuinfo describes the host), or None where this NumPy has none."""
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            return dict(__import__(module, fromlist=["__cpu_features__"]).__cpu_features__)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def cpu_kernel(machine: str | None = None, flags: set[str] | None = None, features: dict | None = None) -> str | None:
     """The int8 kernel this CPU runs: "vnni" (x86 with AVX512-VNNI or AVX-VNNI; ARM64), "avx2" (x86 without VNNI),
-    or None when it cannot be told (another architecture, or no /proc/cpuinfo on x86)."""
+    or None when it cannot be told (another architecture, or neither NumPy's feature table nor /proc/cpuinfo on
+    x86). `flags`: /proc/cpuinfo's flags to decide by alone; `features`: NumPy's table (default: this CPU's; it
+    does not list AVX-VNNI, which /proc/cpuinfo's avx_vnni then tells)."""
     machine = (machine or platform.machine()).lower()
     if machine in ("aarch64", "arm64"):
         return "vnni"
     if machine not in ("x86_64", "amd64", "x86", "i686"):
         return None
-    flags = cpu_flags() if flags is None else flags
+    if flags is None:
+        features = cpu_features() if features is None else features
+        if features is not None and "AVX512VNNI" in features:
+            if features["AVX512VNNI"] or features.get("AVX_VNNI"):
+                return "vnni"
+            return "vnni" if "avx_vnni" in (cpu_flags() or set()) and "AVX_VNNI" not in features else "avx2"
+        flags = cpu_flags()
     if flags is None:
         return None
     return "vnni" if {"avx512_vnni", "avx_vnni"} & flags else "avx2"

@@ -236,6 +236,20 @@ def test_a_cpu_without_vnni_is_told_of_an_export_with_unbounded_weights(tiny, tm
     assert err.returncode == 0 and err.stderr == f"warning: {text}\n", err.stderr
 
 
+@pytest.mark.parametrize("features, kernel", [
+    ({"AVX2": True, "AVX512F": True, "AVX512BW": True, "AVX512VNNI": True}, "vnni"),
+    ({"AVX2": True, "AVX512F": True, "AVX512BW": True, "AVX512VNNI": False}, "avx2"),
+    ({"AVX2": True, "AVX512F": False, "AVX512VNNI": False, "AVX_VNNI": True}, "vnni"),
+    ({"AVX2": True, "AVX512F": False, "AVX512VNNI": False, "AVX_VNNI": False}, "avx2"),
+])
+def test_the_cpus_kernel_is_read_from_numpys_feature_table(features, kernel):
+    """NumPy's table (CPUID) decides on x86 where it has one: an emulated CPU's own features, not the host's that
+    /proc/cpuinfo shows under QEMU."""
+    from specdec.runtime.engine.int8cpu import cpu_kernel
+
+    assert cpu_kernel("x86_64", features=features) == kernel
+
+
 @pytest.mark.parametrize("machine, flags, kernel", [
     ("x86_64", "fpu sse2 avx avx2 fma", "avx2"),
     ("x86_64", "avx2 fma avx512f avx512bw avx512vl", "avx2"),            # AVX-512 without VNNI: vpmaddubsw too
