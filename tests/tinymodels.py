@@ -101,6 +101,24 @@ def run_export_cli(argv) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+INT8_PAIR_SHAPE = dict(vocab=48, d_model=32, d_kv=8, heads=4)
+
+
+def export_int8_pair(root: Path) -> tuple:
+    """(target_dir, fp32 export, int8 export, the int8 export's stdout) under `root`: a random 3-block target (so its
+    first encoder and decoder blocks stay float32 in int8) and a 1-block draft of the same vocabulary
+    (INT8_PAIR_SHAPE), exported in fp32 and with --dtype int8."""
+    target = make_tiny_t5(root / "target", seed=11, layers=3, decoder_layers=3, **INT8_PAIR_SHAPE)
+    draft = make_tiny_t5(root / "draft", seed=12, layers=1, decoder_layers=1, **INT8_PAIR_SHAPE)
+    runs = {}
+    for name, flags in (("fp32", []), ("int8", ["--dtype", "int8"])):
+        code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", root / name,
+                                               *flags, "--gamma-max", "4", "--max-length", "32"])
+        assert code == 0, stderr
+        runs[name] = stdout
+    return target, root / "fp32", root / "int8", runs["int8"]
+
+
 # --- built once per test run, for every worker process ---------------------------------------------------------
 
 @contextlib.contextmanager

@@ -8,29 +8,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinymodels import make_tiny_t5, read_manifest, run_export_cli
+from tinymodels import INT8_PAIR_SHAPE, export_int8_pair, make_tiny_t5, read_manifest
 
 # Cross K/V of the int8 encoder within this share of the fp32 encoder's max|K/V|: per-channel weights and per-token
 # activations round each product to about 1/254 of its range; over 3 blocks and the K/V projections the tests' tiny
 # target measured 0.021 at worst over 20 random sources, the bundled pair 0.013 (relative L2).
 KV_TOLERANCE = 0.05
-SHAPE = dict(vocab=48, d_model=32, d_kv=8, heads=4)
+SHAPE = INT8_PAIR_SHAPE
 
 
 @pytest.fixture(scope="module")
 def int8_pair(tmp_path_factory):
-    """(target_dir, fp32 export, int8 export, int8 export's stdout): a 3-block target (so its first encoder and
-    decoder blocks stay float32) and a 1-block draft of the same vocabulary, exported in fp32 and with --dtype int8."""
-    root = tmp_path_factory.mktemp("int8_encoder")
-    target = make_tiny_t5(root / "target", seed=11, layers=3, decoder_layers=3, **SHAPE)
-    draft = make_tiny_t5(root / "draft", seed=12, layers=1, decoder_layers=1, **SHAPE)
-    runs = {}
-    for name, flags in (("fp32", []), ("int8", ["--dtype", "int8"])):
-        code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", root / name,
-                                               *flags, "--gamma-max", "4", "--max-length", "32"])
-        assert code == 0, stderr
-        runs[name] = stdout
-    return target, root / "fp32", root / "int8", runs["int8"]
+    """tinymodels.export_int8_pair: (target_dir, fp32 export, int8 export, int8 export's stdout)."""
+    return export_int8_pair(tmp_path_factory.mktemp("int8_encoder"))
 
 
 def session(path):

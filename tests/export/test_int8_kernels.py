@@ -12,9 +12,9 @@ import shutil
 import numpy as np
 import pytest
 
-from tinymodels import make_tiny_t5, read_manifest, run_export_cli
+from tinymodels import INT8_PAIR_SHAPE, export_int8_pair, read_manifest
 
-SHAPE = dict(vocab=48, d_model=32, d_kv=8, heads=4)
+SHAPE = INT8_PAIR_SHAPE
 
 
 def matmul_integer_graph(b, a_zero, b_zero, k):
@@ -127,18 +127,9 @@ def test_pair_scales_keep_every_pair_within_the_bound():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """(target checkpoint, fp32 export, int8 export, its stdout): the tests' 3-block target (random weights, which
-    quantize worse than trained ones) and a 1-block draft."""
-    root = tmp_path_factory.mktemp("int8_kernels")
-    target = make_tiny_t5(root / "target", seed=11, layers=3, decoder_layers=3, **SHAPE)
-    draft = make_tiny_t5(root / "draft", seed=12, layers=1, decoder_layers=1, **SHAPE)
-    out = {}
-    for name, flags in (("fp32", []), ("int8", ["--dtype", "int8"])):
-        code, stdout, stderr = run_export_cli(["--target", target, "--draft", draft, "--export", root / name,
-                                               *flags, "--gamma-max", "4", "--max-length", "32"])
-        assert code == 0, stderr
-        out[name] = stdout
-    return target, root / "fp32", root / "int8", out["int8"]
+    """tinymodels.export_int8_pair: (target checkpoint, fp32 export, int8 export, its stdout), the tests' 3-block
+    random target (random weights quantize worse than trained ones) and a 1-block draft."""
+    return export_int8_pair(tmp_path_factory.mktemp("int8_kernels"))
 
 
 def parity(target, encoder, decoder):
