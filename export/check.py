@@ -206,8 +206,13 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
     _, step, verify = onnx_logits(encoder_path, decoder_path, source, decoder_ids, [past, 1, gamma + 1], cross_output)
     rows = slice(0, tokens)
     ref, step, verify = ref[..., rows], step[..., rows], verify[..., rows]
-    step_diff = float(np.abs(step - ref[:, past:past + 1]).max())
-    verify_diff = float(np.abs(verify - ref[:, past + 1:past + gamma + 2]).max())
+
+    def off(step, verify) -> tuple[float, float]:
+        """Max |logit difference| from the reference of a step's and a verify run's logits."""
+        return (float(np.abs(step - ref[:, past:past + 1]).max()),
+                float(np.abs(verify - ref[:, past + 1:past + gamma + 2]).max()))
+
+    step_diff, verify_diff = off(step, verify)
 
     def own_error(key):
         other = refs.get(key)
@@ -216,15 +221,18 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
     scale = max(1.0, float(np.abs(ref[:, checked]).max()))
     torch32, torch16 = own_error("fp32"), own_error("fp16")
     tol = tolerance(dtype, scale, torch32, torch16)
-    got = np.concatenate([step, verify], axis=1)[0]
     want = ref[0, checked]
-    agree = int((got.argmax(-1) == want.argmax(-1)).sum())
+
+    def agreeing(step, verify) -> int:
+        """Positions of the step and verify where the argmax is the reference's."""
+        return int((np.concatenate([step, verify], axis=1)[0].argmax(-1) == want.argmax(-1)).sum())
+
+    agree = agreeing(step, verify)
     captured = {}
     if capture is not None:
         _, c_step, c_verify = capture_logits(encoder_path, capture, source, decoder_ids, [past, 1, gamma + 1])
         c_step, c_verify = c_step[..., rows], c_verify[..., rows]
-        captured = {"capture_step_max_abs_diff": float(np.abs(c_step - ref[:, past:past + 1]).max()),
-                    "capture_verify_max_abs_diff": float(np.abs(c_verify - ref[:, past + 1:past + gamma + 2]).max()),
+        captured = {**dict(zip(("capture_step_max_abs_diff", "capture_verify_max_abs_diff"), off(c_step, c_verify))),
                     "capture_vs_eager_max_abs_diff": float(max(np.abs(c_step - step).max(),
                                                                np.abs(c_verify - verify).max()))}
     kernels = {}
@@ -232,10 +240,8 @@ def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past
         for kernel, (e_step, e_verify) in emulated_logits(encoder_path, decoder_path, source, decoder_ids,
                                                           [past, 1, gamma + 1], cross_output).items():
             e_step, e_verify = e_step[..., rows], e_verify[..., rows]
-            e_got = np.concatenate([e_step, e_verify], axis=1)[0]
-            kernels[kernel] = {"step_max_abs_diff": float(np.abs(e_step - ref[:, past:past + 1]).max()),
-                               "verify_max_abs_diff": float(np.abs(e_verify - ref[:, past + 1:past + gamma + 2]).max()),
-                               "argmax_agree": int((e_got.argmax(-1) == want.argmax(-1)).sum())}
+            kernels[kernel] = {**dict(zip(("step_max_abs_diff", "verify_max_abs_diff"), off(e_step, e_verify))),
+                               "argmax_agree": agreeing(e_step, e_verify)}
     passed = step_diff <= tol and verify_diff <= tol and all(
         captured.get(k, 0.0) <= tol for k in ("capture_step_max_abs_diff", "capture_verify_max_abs_diff")) and all(
         k["step_max_abs_diff"] <= tol and k["verify_max_abs_diff"] <= tol for k in kernels.values())

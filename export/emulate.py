@@ -18,7 +18,9 @@ import itertools
 
 import numpy as np
 
-from specdec.runtime.engine.int8cpu import INT16_MAX, KERNELS, PAIR_BOUND
+from specdec.runtime.engine.int8cpu import INT16_MAX, KERNELS, PAIR_BOUND, pair_sums
+
+from .loop import subgraphs
 
 
 def emulated(model, kernel: str):
@@ -46,10 +48,8 @@ def emulated(model, kernel: str):
         scope = {**outer, **{t.name: t for t in g.initializer}}
         nodes = []
         for node in g.node:
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                            attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else []):
-                    rewrite(sub, scope)
+            for sub in subgraphs(node):
+                rewrite(sub, scope)
             if node.op_type != "MatMulInteger":
                 nodes.append(node)
                 continue
@@ -137,17 +137,7 @@ def saturable(model) -> bool:
 def _risky_pairs(b: np.ndarray) -> np.ndarray:
     """The pair indices j whose rows (2j, 2j+1) of int8 weights `b` [K, N] sum past PAIR_BOUND in magnitude in some
     column: the only pairs an activation in 0..255 can saturate."""
-    q = np.abs(b)
-    if q.shape[0] % 2:
-        q = np.concatenate([q, np.zeros((1, q.shape[1]), np.int64)])
-    return np.flatnonzero((q[0::2] + q[1::2]).max(axis=1) > PAIR_BOUND).astype(np.int64)
-
-
-def emulated_file(path, kernel: str, out) -> None:
-    import onnx
-
-    """Write the `kernel` emulation (`emulated`) of the single-file ONNX graph at `path` to `out`."""
-    save(emulated(onnx.load_model(str(path)), kernel), out)
+    return np.flatnonzero(pair_sums(b).max(axis=1) > PAIR_BOUND).astype(np.int64)
 
 
 def save(model, out) -> None:
@@ -163,11 +153,7 @@ def save(model, out) -> None:
 
 def all_nodes(graph):
     """Every node of an ONNX graph, those of its subgraphs (If, Loop) included, depth first."""
-    import onnx
-
     for node in graph.node:
         yield node
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                        attr.graphs if attr.type == onnx.AttributeProto.GRAPHS else []):
-                yield from all_nodes(sub)
+        for sub in subgraphs(node):
+            yield from all_nodes(sub)

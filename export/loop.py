@@ -50,7 +50,7 @@ def _renamed(nodes, rename: dict, prefix: str) -> list:
     return out
 
 
-def _subgraphs(node) -> list:
+def subgraphs(node) -> list:
     """The graphs a node carries (an If's branches, a Loop's body)."""
     return [g for attr in node.attribute
             for g in ([attr.g] if attr.type == attr.GRAPH else attr.graphs if attr.type == attr.GRAPHS else [])]
@@ -61,7 +61,7 @@ def _apply(node, mapping: dict, prefix: str) -> None:
     node.output[:] = [mapping.get(name, name) for name in node.output]
     if node.name:
         node.name = prefix + node.name
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         inner = {out for n in sub.node for out in n.output if out}
         sub_map = {k: v for k, v in mapping.items() if k not in inner}
         sub_map.update({name: prefix + name for name in inner})
@@ -75,7 +75,7 @@ def _apply(node, mapping: dict, prefix: str) -> None:
 def _subgraph_reads(node) -> set:
     """Names a node's subgraphs (If branches, nested) read from outside themselves."""
     reads = set()
-    for sub in _subgraphs(node):
+    for sub in subgraphs(node):
         inner = {out for n in sub.node for out in n.output} | {i.name for i in sub.input}
         for n in sub.node:
             reads |= {name for name in n.input if name and name not in inner}

@@ -196,15 +196,15 @@ def weight_scales(w: np.ndarray, weight_range: str = "pairs") -> np.ndarray:
     every pair keeps |q0| + |q1| <= 128 = PAIR_BOUND and no x86 kernel can saturate on it (runtime/engine/int8cpu.py);
     "7bit": max|w| / 64 (onnxruntime's reduce_range: |q| <= 64, the same guarantee for every pair, a bit fewer);
     "full": max|w| / 127 (every 8 bits; pairs up to 254 saturate the avx2 kernel: exports before this rule)."""
+    from specdec.runtime.engine.int8cpu import pair_sums
+
     a = np.abs(w.astype(np.float64))
     if weight_range == "full":
         top = a.max(axis=0) / 127.0
     elif weight_range == "7bit":
         top = a.max(axis=0) / 64.0
     elif weight_range == "pairs":
-        if a.shape[0] % 2:
-            a = np.concatenate([a, np.zeros((1, a.shape[1]))])
-        top = (a[0::2] + a[1::2]).max(axis=0) / 127.0
+        top = pair_sums(a).max(axis=0) / 127.0
     else:
         raise ValueError(f"unknown weight range {weight_range!r}: one of {', '.join(WEIGHT_RANGES)}")
     return np.where(top > 0, top, 1.0).astype(np.float32)

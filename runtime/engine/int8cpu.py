@@ -50,13 +50,19 @@ def matmul_integer(a: np.ndarray, b: np.ndarray, a_zero, b_zero, kernel: str) ->
     return out.astype(np.int32)
 
 
+def pair_sums(w: np.ndarray) -> np.ndarray:
+    """|w[2j]| + |w[2j+1]| for each pair j of neighbouring rows of weights `w` [K, N] and each column, [ceil(K/2), N]
+    (an odd K padded with a zero row, as the kernel pads it); int64 for integer weights, float64 for float ones."""
+    a = np.abs(w.astype(np.int64 if np.issubdtype(w.dtype, np.integer) else np.float64))
+    if a.shape[0] % 2:
+        a = np.concatenate([a, np.zeros((1, a.shape[1]), a.dtype)])
+    return a[0::2] + a[1::2]
+
+
 def pair_sum(q: np.ndarray) -> int:
-    """The largest |w0| + |w1| over neighbouring rows (2j, 2j+1) of int8 weights `q` [K, N] (K padded with zeros):
-    at most PAIR_BOUND, the avx2 kernel cannot saturate on them whatever the activations."""
-    q = np.abs(q.astype(np.int64))
-    if q.shape[0] % 2:
-        q = np.concatenate([q, np.zeros((1, q.shape[1]), np.int64)])
-    return int((q[0::2] + q[1::2]).max(initial=0))
+    """The largest |w0| + |w1| over neighbouring rows (2j, 2j+1) of int8 weights `q` [K, N] (`pair_sums`): at most
+    PAIR_BOUND, the avx2 kernel cannot saturate on them whatever the activations."""
+    return int(pair_sums(q).max(initial=0))
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str] | None:

@@ -36,6 +36,7 @@ def int8_kernel_note(manifest, kernel: str | None) -> SpecdecWarning | None:
     None when nothing differs: every export made since is checked for both kernels and computes the same on each."""
     if kernel != "avx2":
         return None
+
     def unbounded(role):
         record = manifest.raw["models"][role].get("quantization") or {}
         return manifest.models[role].weights == "int8" and any(
