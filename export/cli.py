@@ -19,21 +19,23 @@ def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="specdec-export",
         renamed={"--out": "--export", "--datastore": "--datastore-text", "--datastore-field": "--datastore-text-field"},
-        description=f"Export a target and draft ({' or '.join(f.title for f in FAMILIES)}) to ONNX graphs with "
+        description=f"Export a target and its drafts ({' or '.join(f.title for f in FAMILIES)}) to ONNX graphs with "
                     "KV-cache I/O and a fused sampling head, the tokenizer and a manifest. With neither --target nor "
                     "--draft, exports the bundled pair from models/.")
-    p.add_argument("--target", help="target checkpoint: hub id (e.g. t5-large) or local directory")
+    p.add_argument("--target", help="target checkpoint: hub id (e.g. t5-large), local directory, or a "
+                                    "CTranslate2 / faster-whisper Whisper folder; alone, without --draft, the export "
+                                    "has no draft model and decodes with the lookup")
     p.add_argument("--draft", action="append", metavar="[NAME=]CHECKPOINT",
-                   help="draft checkpoint: hub id (e.g. t5-small) or local directory. The first is the default "
+                   help="draft checkpoint: hub id (e.g. t5-small), local directory or CTranslate2 Whisper folder. The first is the default "
                         "draft, named 'draft'; repeat with NAME=CHECKPOINT for more draft models, usable as chain "
                         "levels (e.g. --draft t5-small --draft mid=t5-base, then draft='draft,mid')")
     p.add_argument("--export", default="exported", type=Path, metavar="DIR",
                    help="the export directory to write (default: ./exported)")
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=None,
-                   help=f"longest prompt and longest decoder sequence, in tokens (default: {DEFAULT_MAX_LENGTH}, or "
-                        "the models' own decoder positions when they have fewer, e.g. 224 for a model with learned "
-                        "positions that has 224; a value past the models' positions is refused)")
+                   help="longest prompt and longest decoder sequence, in tokens (default: the models' own decoder "
+                        f"positions when they have learned ones, e.g. 448 for Whisper, else {DEFAULT_MAX_LENGTH}; a "
+                        "value past the models' positions is refused)")
     p.add_argument("--dtype", default="fp32", metavar="{fp32,fp16,int8}",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
                         "products, fp32 activations and KV cache; a target keeps its first decoder block, its LM "
@@ -65,9 +67,10 @@ def parser() -> argparse.ArgumentParser:
 
 def _main(argv) -> int:
     args = parser().parse_args(argv)
-    if (args.target is None) != (args.draft is None):
-        raise SpecdecError("--target and --draft go together", "pass both, or neither for the bundled pair")
-    target, draft = (args.target, args.draft[0]) if args.target else bundled_pair()
+    if args.draft is not None and args.target is None:
+        raise SpecdecError("--draft needs --target: a draft is a draft of a target",
+                           "pass --target too, or neither for the bundled pair")
+    target, draft = (args.target, None) if args.target else bundled_pair()
     store = args.datastore_text if args.datastore_text is not None else [] if args.target else bundled_datastore()
     if store == ["none"]:
         store = []
@@ -103,7 +106,9 @@ def _main(argv) -> int:
               file=sys.stderr)
         return 1
     extra = "".join(f" + {path} ({name})" for name, path in more.items())
-    print(f"exported {target} (target) + {draft} (draft){extra} to {args.export}")
+    drafts = f" + {draft} (draft){extra}" if draft is not None else \
+        " with no draft model (decoding uses the lookup: the prompt, the output so far and a datastore)"
+    print(f"exported {target} (target){drafts} to {args.export}")
     return 0
 
 

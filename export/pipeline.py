@@ -25,7 +25,7 @@ DATASTORE = "datastore.sdds"
 @dataclass
 class ExportOptions:
     target: str
-    draft: str
+    draft: str | None             # None: a target-only export (decoding uses the lookup, no draft model)
     out: Path
     gamma_max: int = 8
     max_length: int | None = None     # None: DEFAULT_MAX_LENGTH, or the models' own decoder positions if fewer
@@ -42,7 +42,8 @@ class ExportOptions:
     capture_attention: str = "plain"   # their attention: "plain" MatMuls and Softmax, or "fused" MultiHeadAttention
 
     def roles(self) -> dict:
-        return {"target": self.target, "draft": self.draft, **(self.more_drafts or {})}
+        drafts = {"draft": self.draft} if self.draft is not None else {}
+        return {"target": self.target, **drafts, **(self.more_drafts or {})}
 
     def weights(self, role: str) -> str:
         """fp32, fp16, int8 or int8-wo: the weights of a role's graphs."""
@@ -76,16 +77,19 @@ def bundled_pair() -> tuple[str, str]:
 
 
 RESERVED = ("target", "none", "auto", "lookup")
-DEFAULT_MAX_LENGTH = 256        # --max-length when not given, unless the models have fewer decoder positions
+DEFAULT_MAX_LENGTH = 256        # --max-length when not given, for models without learned positions (T5)
 
 
 def resolved_max_length(opts: ExportOptions, configs: dict) -> int:
-    """The export's max_length: --max-length when given (refused past the models' decoder positions), else
-    DEFAULT_MAX_LENGTH or the models' own limit if lower (T5 has none: relative positions)."""
+    """The export's max_length: --max-length when given (refused past the models' decoder positions), else the
+    models' own decoder positions (448 for Whisper; the fewest among the pair's models), or DEFAULT_MAX_LENGTH for
+    models without learned positions (T5: relative positions), capped at what an export holds."""
+    from specdec.runtime.loading.schema import TOP
+
     limits = [c.max_target_positions for c in configs.values() if getattr(c, "max_target_positions", None)]
     most = min(limits, default=None)
     if opts.max_length is None:
-        length = DEFAULT_MAX_LENGTH if most is None else min(DEFAULT_MAX_LENGTH, most)
+        length = DEFAULT_MAX_LENGTH if most is None else min(most, TOP["max_length"].limits[1])
         if length < opts.gamma_max + 2:
             raise SpecdecError(f"the models' {length} decoder positions leave no room for gamma_max "
                                f"{opts.gamma_max} + 1 verify tokens", f"use --gamma-max {max(1, length - 2)} or less")
@@ -143,11 +147,12 @@ def validate_options(opts: ExportOptions) -> None:
                            "use --dtype fp16 for both, or mix only fp32 and int8 (e.g. --draft-dtype int8)")
 
 
-def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, config) -> dict | None:
+def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, sizes: dict) -> dict | None:
     """Quantize a freshly written graph as its role's weights ask; returns what the manifest records about it: the
     method and, for int8, the MatMul nodes left in float32 (`float32_matmuls`). A target in int8 keeps its first
     encoder block's self-attention value and output projections (encoder_float_nodes), its first decoder block and
-    its output projection (target_float_nodes) in float32 (export/quantize.py); a draft is quantized whole."""
+    its output projection (target_float_nodes) in float32 (export/quantize.py); a draft is quantized whole.
+    `sizes`: the model's manifest architecture entry (its encoder `layers`, `decoder_layers` and `vocab_size`)."""
     from .quantize import (WO_ACCURACY, WO_BITS, WO_BLOCK, direct_weights, encoder_float_nodes, quantize_int8,
                            quantize_weight_only, target_float_nodes)
 
@@ -163,9 +168,9 @@ def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, confi
     if role != "target":
         keep = []
     elif stage == "encoder":
-        keep = encoder_float_nodes(path, config.num_layers)
+        keep = encoder_float_nodes(path, sizes["layers"])
     else:
-        keep = target_float_nodes(path, config.vocab_size, config.num_decoder_layers)
+        keep = target_float_nodes(path, sizes["vocab_size"], sizes["decoder_layers"])
     record = quantize_int8(path, what, keep)
     return {"method": "dynamic MatMulInteger, per-channel weights, per-token activations",
             "float32_matmuls": keep, **record}
@@ -377,7 +382,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 # the target's decoder verifies token trees; a draft's proposes chains
                 write_graph(family.graph_writer(sources[role], stage, dtype, opts.opset, role == "target", sharing),
                             out / rel)
-                quant = quantize_stage(opts, role, stage, out / rel, configs[role])
+                quant = quantize_stage(opts, role, stage, out / rel, family.architecture(configs[role]))
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
                 if stage == "decoder" and role != "target":

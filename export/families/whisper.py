@@ -4,7 +4,8 @@ Its graphs are export/families/whisper_encoder.py (16 kHz PCM -> log-mel feature
 of drafts that keep the target's encoder) and whisper_decoder.py (the decoder with the T5 decoder graph's inputs
 and outputs, export/tracing.py). Besides the weights and the tokenizer it loads the feature extractor
 (preprocessor_config.json) and generation_config.json, from which the manifest's "speech" entry is written. Its
-exports are fp32, without capturable graphs.
+exports are fp32 or int8 (the int8 policy of export/quantize.py, the log-mel front end and convolutions in fp32),
+without capturable graphs.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ class WhisperFamily(Family):
         if opts.graph_capture:
             raise SpecdecError("--graph-capture is for T5 pairs for now: a Whisper pair has no capturable graphs",
                                "leave out --graph-capture for a Whisper pair")
-        if {opts.weights(role) for role in roles} != {"fp32"}:
-            raise SpecdecError("Whisper exports are fp32 for now (--dtype and --draft-dtype)",
-                               "leave out --dtype and --draft-dtype for a Whisper pair")
+        if "fp16" in {opts.weights(role) for role in roles}:
+            raise SpecdecError("Whisper exports are fp32 or int8 for now, not fp16 (--dtype and --draft-dtype)",
+                               "use --dtype int8 (the CPU's fastest) or leave out --dtype for fp32")
 
     def load(self, name: str, role: str, config) -> Source:
         from transformers import WhisperForConditionalGeneration

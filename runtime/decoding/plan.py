@@ -36,6 +36,8 @@ BATCH_GAMMA = 4          # a lookup row's most guesses a round at gamma="auto": 
 
 
 def choices(models) -> str:
+    if not models:              # a target-only export (specdec-export --target alone)
+        return "none, auto or lookup"
     names = ["none", "auto", "lookup", *models]
     chains = ["lookup," + m for m in models]
     return ", ".join(names + chains[:1]) + " or any chain of them, lowest level first (e.g. 'lookup," + \
@@ -56,9 +58,11 @@ def parse(spec: str, models) -> list[str]:
     for p in parts:
         if p not in ("none", "auto", "lookup") and p not in models:
             raise SpecdecError(f"unknown draft {p!r}" + (f" in chain {spec!r}" if len(parts) > 1 else "") +
-                               " (this export's draft models: " + ", ".join(models) + ")",
-                               f"use {choices(models)}, or export another draft with specdec-export --draft "
-                               f"NAME=CHECKPOINT")
+                               (" (this export's draft models: " + ", ".join(models) + ")" if models else
+                                " (this export has no draft model)"),
+                               f"use {choices(models)}, or export " +
+                               ("another draft with specdec-export --draft NAME=CHECKPOINT" if models else
+                                "the target again with a draft: specdec-export --target ... --draft CHECKPOINT"))
     if "lookup" in parts[1:]:
         raise SpecdecError(f"draft chain {spec!r}: 'lookup' verifies nothing, so it can only be the first level",
                            f"use {choices(models)}")

@@ -185,7 +185,8 @@ def _load(root: Path, fix: str, verify_checksums: bool) -> Manifest:
                                   str(m.get("weights", "fp32")),
                                   {kind: Graph.from_json(m["graphs"][kind]) for kind in CAPTURE_GRAPHS}
                                   if "capture_decoder" in m["graphs"] else None)
-                  for role, m in ((r, raw["models"][r]) for r in (*ROLES, *sorted(set(raw["models"]) - set(ROLES))))}
+                  for role, m in ((r, raw["models"][r]) for r in (*(r for r in ROLES if r in raw["models"]),
+                                                                   *sorted(set(raw["models"]) - set(ROLES))))}
         files = raw["files"]
         int(raw["gamma_max"]), int(raw["max_length"]), int(raw["vocab_size"])
         raw["special_ids"]["decoder_start_token_id"], raw["special_ids"]["eos_token_id"]

@@ -18,7 +18,9 @@ from .keys import Key, build, choices, numbers, required, table  # noqa: F401 (h
 FORMAT = "specdec-export"
 FORMAT_VERSION = 7
 MANIFEST = "manifest.json"
-ROLES = ("target", "draft")      # the models every export has; further drafts are named freely
+ROLES = ("target", "draft")      # the target, which every export has, then its default draft, if it has one; further
+#                                 drafts are named freely
+REQUIRED_ROLES = ("target",)     # a target-only export (specdec-export --target alone) decodes with the lookup
 # a model family's own top-level entry -> the family's module, which declares the entry's table and checks it
 # (check_entry); the manifest has the entry of its models' family, if that family has one
 FAMILY_ENTRIES = {"speech": audio}

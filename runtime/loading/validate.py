@@ -128,7 +128,7 @@ def check_manifest(raw, where: str) -> None:
     models = obj(where, member(where, raw, "models", "the manifest"), "models")
     if len(models) > MAX_MODELS:
         fail(where, f"models has {len(models)} entries (at most {MAX_MODELS})")
-    for role in schema.ROLES:
+    for role in schema.REQUIRED_ROLES:
         member(where, models, role, "models")
     gamma = numbers["gamma_max"]
     sizes = {role: _architecture(where, role, model, vocab) for role, model in models.items()}

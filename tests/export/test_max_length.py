@@ -1,5 +1,5 @@
-"""specdec-export's --max-length: left out, the default or the models' own decoder positions when they have fewer
-(the speech pair's 224); given past those positions, one line naming the limit."""
+"""specdec-export's --max-length: left out, the models' own decoder positions when they have learned ones (Whisper's
+448, the speech pair's 224), else the default (T5); given past those positions, one line naming the limit."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from tinymodels import (WHISPER_WINDOW, export_pair, make_tiny_t5, noisy_whisper
 from specdec.export.pipeline import DEFAULT_MAX_LENGTH
 
 POSITIONS = 40          # the tiny Whisper's decoder positions: fewer than the default
+MORE = 300              # and more than it (Whisper has 448)
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +28,17 @@ def test_without_max_length_a_whisper_takes_its_own_positions(short_whisper, tmp
     assert POSITIONS < DEFAULT_MAX_LENGTH
     out = export_pair(short_whisper / "target", short_whisper / "draft", tmp_path / "out", "--gamma-max", "4")
     assert read_manifest(out)["max_length"] == POSITIONS
+
+
+def test_without_max_length_a_whisper_with_more_positions_than_the_default_takes_them_all(tmp_path):
+    assert MORE > DEFAULT_MAX_LENGTH
+    target = tiny_whisper_model(seed=3, vocab=40, position_scale=1.0, init_std=0.2, max_target_positions=MORE,
+                                **WHISPER_WINDOW)
+    save_tiny_whisper(target, tmp_path / "target", 36)
+    code, stdout, stderr = run_export_cli(["--target", tmp_path / "target", "--export", tmp_path / "out",
+                                           "--gamma-max", "4"])
+    assert code == 0, stderr
+    assert read_manifest(tmp_path / "out")["max_length"] == MORE
 
 
 def test_a_max_length_past_the_positions_is_one_line(short_whisper, tmp_path):
@@ -65,4 +77,5 @@ def test_the_help_says_the_default():
     from specdec.export.cli import parser
 
     text = " ".join(parser().format_help().split())
-    assert f"(default: {DEFAULT_MAX_LENGTH}, or the models' own decoder positions when they have fewer" in text
+    assert "(default: the models' own decoder positions when they have learned ones, e.g. 448 for Whisper, else " \
+           f"{DEFAULT_MAX_LENGTH};" in text
