@@ -206,32 +206,32 @@ class FasterWhisperPeer:
                 raise SpecdecError(f"suppress_tokens={suppress_tokens!r}",
                                    'pass "model", "faster-whisper" or a list of token ids')
         self.suppress_tokens = [int(t) for t in suppress_tokens]
-        self._clock = _EncoderClock(self.model.encode)
-        self.model.encode = self._clock          # the instance's encode: transcribe and the batched pipeline call it
-        self._batched = None
+        self.clock = _EncoderClock(self.model.encode)
+        self.model.encode = self.clock          # the instance's encode: transcribe and the batched pipeline call it
+        self.batched = None
 
-    def _options(self, language) -> dict:
+    def options(self, language) -> dict:
         return dict(language=language, task="transcribe", beam_size=1, best_of=1, patience=1.0, temperature=[0.0],
                     condition_on_previous_text=False, vad_filter=False, word_timestamps=False,
                     no_speech_threshold=self.no_speech_threshold, log_prob_threshold=None,
                     compression_ratio_threshold=None, suppress_tokens=list(self.suppress_tokens), log_progress=False)
 
-    def _run(self, call) -> PeerResult:
-        self._clock.reset()
+    def timed(self, call) -> PeerResult:
+        self.clock.reset()
         started = time.perf_counter()
         segments, _info = call()
         segments = list(segments)                # the generator does the work: consume it inside the timing
         ms = (time.perf_counter() - started) * 1000.0
         generated = [int(t) for s in segments for t in s.tokens if int(t) != self.eot]
         return PeerResult(text="".join(s.text for s in segments).strip(), token_ids=text_tokens(generated, self.eot),
-                          ms=ms, encoder_ms=self._clock.ms if self._clock.calls else None, generated_ids=generated,
-                          encoder_calls=self._clock.calls, segments=len(segments))
+                          ms=ms, encoder_ms=self.clock.ms if self.clock.calls else None, generated_ids=generated,
+                          encoder_calls=self.clock.calls, segments=len(segments))
 
     def transcribe(self, audio, language: str | None = "en") -> PeerResult:
         """Greedy transcription of at most 30 s (one window, without_timestamps=True); language=None: detected."""
         wave = _audio(audio)
         _short(wave, "FasterWhisperPeer")
-        return self._run(lambda: self.model.transcribe(wave, without_timestamps=True, **self._options(language)))
+        return self.timed(lambda: self.model.transcribe(wave, without_timestamps=True, **self.options(language)))
 
     def transcribe_long(self, audio, language: str | None = "en", *, batched: bool = False, batch_size: int = 8,
                         vad: bool = False) -> PeerResult:
@@ -242,18 +242,18 @@ class FasterWhisperPeer:
         default)."""
         wave = _audio(audio)
         if not batched:
-            return self._run(lambda: self.model.transcribe(wave, without_timestamps=False, **self._options(language)))
+            return self.timed(lambda: self.model.transcribe(wave, without_timestamps=False, **self.options(language)))
         fw = import_faster_whisper()
         if not hasattr(fw, "BatchedInferencePipeline"):
             raise SpecdecError(f"faster-whisper {self.version} has no BatchedInferencePipeline",
                                "pip install -U faster-whisper (1.1 or later)")
-        if self._batched is None:
-            self._batched = fw.BatchedInferencePipeline(model=self.model)
-        options = self._options(language)       # the pipeline ignores condition_on_previous_text and the thresholds
+        if self.batched is None:
+            self.batched = fw.BatchedInferencePipeline(model=self.model)
+        options = self.options(language)       # the pipeline ignores condition_on_previous_text and the thresholds
         seconds = len(wave) / SAMPLE_RATE
         clips = None if vad else [{"start": s, "end": min(s + WINDOW_S, seconds)}
                                   for s in np.arange(0.0, seconds, WINDOW_S).tolist()]
-        return self._run(lambda: self._batched.transcribe(wave, batch_size=batch_size, without_timestamps=True,
+        return self.timed(lambda: self.batched.transcribe(wave, batch_size=batch_size, without_timestamps=True,
                                                           clip_timestamps=clips, **{**options, "vad_filter": vad}))
 
 
@@ -297,19 +297,19 @@ class TransformersPeer:
                                "a generation config's extra fields only when it was not derived from the model config)",
                                'save the checkpoint with generation_config._from_model_config = False')
         self.max_new_tokens = max_new_tokens
-        self._encoder_ms, self._encoder_calls, self._t0 = 0.0, 0, None
+        self.encoder_ms, self.encoder_calls, self.encoder_started = 0.0, 0, None
         encoder = self.model.get_encoder()
-        encoder.register_forward_pre_hook(self._encoder_start)
-        encoder.register_forward_hook(self._encoder_end)
+        encoder.register_forward_pre_hook(self.encoder_start)
+        encoder.register_forward_hook(self.encoder_end)
 
-    def _encoder_start(self, *_):
-        self._t0 = time.perf_counter()
+    def encoder_start(self, *_):
+        self.encoder_started = time.perf_counter()
 
-    def _encoder_end(self, *_):
-        self._encoder_ms += (time.perf_counter() - self._t0) * 1000.0
-        self._encoder_calls += 1
+    def encoder_end(self, *_):
+        self.encoder_ms += (time.perf_counter() - self.encoder_started) * 1000.0
+        self.encoder_calls += 1
 
-    def _language(self, language) -> dict:
+    def language_options(self, language) -> dict:
         if self.multilingual:
             return dict(language=language, task="transcribe")
         if language not in (None, "en"):
@@ -317,7 +317,7 @@ class TransformersPeer:
                                'pass language="en" or None')
         return {}
 
-    def _result(self, started: float, sequences) -> PeerResult:
+    def result(self, started: float, sequences) -> PeerResult:
         ms = (time.perf_counter() - started) * 1000.0
         ids = [int(t) for t in sequences]
         if ids and ids[0] == self.start:        # older transformers return the decoder prompt too: cut it
@@ -327,29 +327,29 @@ class TransformersPeer:
         return PeerResult(text=self.processor.tokenizer.decode(text_tokens(generated, self.eot),
                                                               skip_special_tokens=True).strip(),
                           token_ids=text_tokens(generated, self.eot), ms=ms,
-                          encoder_ms=self._encoder_ms if self._encoder_calls else None, generated_ids=generated,
-                          encoder_calls=self._encoder_calls, segments=1)
+                          encoder_ms=self.encoder_ms if self.encoder_calls else None, generated_ids=generated,
+                          encoder_calls=self.encoder_calls, segments=1)
 
     def transcribe(self, audio, language: str | None = "en") -> PeerResult:
         """Greedy transcription of at most 30 s: the feature extractor pads the waveform to 30 s; language=None:
         detected (multilingual models)."""
         wave = _audio(audio)
         _short(wave, "TransformersPeer")
-        self._encoder_ms, self._encoder_calls = 0.0, 0
+        self.encoder_ms, self.encoder_calls = 0.0, 0
         started = time.perf_counter()
         features = self.processor.feature_extractor(wave, sampling_rate=SAMPLE_RATE, return_tensors="pt")
         with self.torch.inference_mode():
             out = self.model.generate(features.input_features, num_beams=1, do_sample=False,
                                       max_new_tokens=self.max_new_tokens, return_timestamps=False,
-                                      **self._language(language))
-        return self._result(started, out[0])
+                                      **self.language_options(language))
+        return self.result(started, out[0])
 
     def transcribe_long(self, audio, language: str | None = "en") -> PeerResult:
         """transformers' sequential long form (audio past 30 s: windows that start where the last one's timestamps
         end), greedy, timestamps on, no conditioning on the previous window, no temperature fallback. Audio of at
         most 30 s goes through one window with timestamps."""
         wave = _audio(audio)
-        self._encoder_ms, self._encoder_calls = 0.0, 0
+        self.encoder_ms, self.encoder_calls = 0.0, 0
         started = time.perf_counter()
         long = len(wave) > WINDOW_S * SAMPLE_RATE
         features = self.processor.feature_extractor(
@@ -358,6 +358,6 @@ class TransformersPeer:
         with self.torch.inference_mode():
             out = self.model.generate(features.input_features, attention_mask=features.attention_mask, num_beams=1,
                                       do_sample=False, return_timestamps=True, condition_on_prev_tokens=False,
-                                      max_new_tokens=self.max_new_tokens, **self._language(language))
+                                      max_new_tokens=self.max_new_tokens, **self.language_options(language))
         sequences = out["sequences"] if isinstance(out, dict) or hasattr(out, "sequences") else out
-        return self._result(started, sequences[0])
+        return self.result(started, sequences[0])
