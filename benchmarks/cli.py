@@ -14,6 +14,8 @@
     specdec-bench datastore-scale [--tokens 1000000,100000000]
     specdec-bench batch   --export DIR [--batch 1,4,16] [--draft none auto] [--temperature 0,1]
     specdec-bench gpu     [--provider cuda] [--widen t5-large:t5-small] [--dtypes fp16,fp32] [--out gpu-check.md]
+    specdec-bench whisper --export [NAME=]DIR ... --weights FOLDER --prompts CLIPS.jsonl
+                          [--peers faster-whisper,faster-whisper-int8,transformers] [--long RECORDING.wav]
 
 The measuring commands take --num-prompts N, --prompts FILE (on an export), --max-new-tokens N, --repeat R,
 --provider, --threads, --json OUT.json, --markdown OUT.md, --no-progress; `specdec-bench COMMAND --help` lists a
@@ -28,7 +30,7 @@ import sys
 
 from specdec.runtime.core.errors import SpecdecError, run_cli
 
-from . import batch, datastore_scale, gpu, serve_load, width
+from . import batch, datastore_scale, gpu, serve_load, whisper, width
 from .beams import cli as cli_beams
 from .common import options
 from .common.options import RENAMED, BenchParser
@@ -42,7 +44,8 @@ TOOLS = {"serve-load": (serve_load, "load on specdec-serve: requests/s and p50/p
          "width": (width, "would several candidates per round pay: an exact T = 0 replay and wide runs' costs"),
          "datastore-scale": (datastore_scale, "a datastore's lookup cost and memory by its size (synthetic)"),
          "batch": (batch, "batched requests: tokens/s and per-token latency by batch size, speculative vs none"),
-         "gpu": (gpu, "the runtime on a GPU provider: the widened pair eager and captured, exactness, ms/token")}
+         "gpu": (gpu, "the runtime on a GPU provider: the widened pair eager and captured, exactness, ms/token"),
+         "whisper": (whisper, whisper.SUMMARY)}
 
 # why a flag of other commands is not one of this command's, where there is more to say than that
 HINTS = {("drafts", "--gamma"): "give a fixed gamma per draft as NAME:G, e.g. --draft none draft:3 lookup auto",

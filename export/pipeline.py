@@ -82,7 +82,7 @@ DEFAULT_MAX_LENGTH = 256        # --max-length when not given, for models withou
 
 def resolved_max_length(opts: ExportOptions, configs: dict) -> int:
     """The export's max_length: --max-length when given (refused past the models' decoder positions), else the
-    models' own decoder positions (448 for Whisper; the fewest among the pair's models), or DEFAULT_MAX_LENGTH for
+    models' own decoder positions (the fewest among the pair's models: 448 in OpenAI's), or DEFAULT_MAX_LENGTH for
     models without learned positions (T5: relative positions), capped at what an export holds."""
     from specdec.runtime.loading.schema import TOP
 
@@ -323,19 +323,20 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
     from specdec.runtime.core.graph_io import shared_cross
 
     from . import check, head, loop
-    from .families import family_of, load_config
+    from .families import checkpoint_path, family_of, load_config
     from .manifest import write_manifest
     from .source import hub_notice
 
     validate_options(opts)
     names = opts.roles()
-    configs = {}
+    configs, paths = {}, {}         # paths: where each checkpoint is read (a CTranslate2 folder's conversion)
     for role, name in names.items():
         notice = hub_notice(name)
         if notice:
             log(f"  {role}: {notice}")
             sys.stdout.flush()          # shown before the wait, also when stdout is a pipe
-        configs[role] = load_config(name, role)
+        paths[role] = checkpoint_path(name, log)
+        configs[role] = load_config(paths[role], role)
     for role in names:
         if role != "target":
             check_pair(configs["target"], configs[role], opts.target, names[role])
@@ -363,7 +364,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
             bar.set_postfix_str(f"{role}: {stage}")
             started = time.perf_counter()
             if stage == "load":
-                sources[role] = family.load(names[role], role, configs[role])
+                sources[role] = replace(family.load(paths[role], role, configs[role]), name=names[role])
                 if len(sources) == len(names):      # all loaded: which drafts keep the target's encoder
                     digests = family.encoder_digests(sources)
                     shared = family.keeps_target_encoder(digests)

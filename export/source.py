@@ -135,3 +135,4 @@ def hub_revision(name: str, config) -> str | None:
         return None
     match = re.search(r"/snapshots/([0-9a-f]{40})/", Path(path).as_posix())
     return match.group(1) if match else None
+

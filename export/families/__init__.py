@@ -54,3 +54,20 @@ def load_source(name: str, role: str = "target"):
     """The checkpoint `name` loaded by its family: weights (fp32, eval mode), tokenizer and the family's extras."""
     config = load_config(name, role)
     return family_of(config, role, name).load(name, role, config)
+
+
+def checkpoint_path(name: str, log=print) -> str:
+    """Where the checkpoint `name` is read: `name` itself, or for a folder of another format a family reads (its
+    `folders`: a CTranslate2 one) that folder's conversion to a transformers checkpoint, made once into a cache and
+    reused; `log` says which."""
+    import time
+
+    for family in FAMILIES:
+        started = time.perf_counter()
+        path = family.transformers_folder(name)
+        if path is not None:
+            log(f"  {name}: {family.folders.split(' (')[0]}, read as the transformers checkpoint {path} "
+                f"({time.perf_counter() - started:.1f} s)")
+            return path
+    return name
+

@@ -3,6 +3,7 @@
 The family is chosen once, from the target's config (export/families/__init__.py, `family_of`); the pipeline
 (export/pipeline.py), the parity check and the manifest's writer then ask it instead of testing the model type:
 
+    transformers_folder   a folder of another format the family reads (CTranslate2), converted for loading
     load              the checkpoint's weights, tokenizer and whatever else the family's graphs need
     refuse            the export options the family cannot honour (one-line SpecdecError)
     graph_writer      which graph writer makes a model's encoder and decoder graphs
@@ -24,10 +25,16 @@ class Family:
     title = ""                # how the command line's description names it
     model_types: tuple = ()   # the config model_types it exports
     supported = ""            # the checkpoints it exports, in words (the error for an architecture no family takes)
+    folders = ""              # the folders besides transformers checkpoints it reads, in words ("" for none)
 
     def takes(self, config) -> bool:
         """Whether this family exports a checkpoint of `config`."""
         return config.model_type in self.model_types and bool(getattr(config, "is_encoder_decoder", False))
+
+    def transformers_folder(self, name: str) -> str | None:
+        """Where a checkpoint of another format that this family reads (`folders`) is read as a transformers
+        checkpoint (a conversion, made once and cached); None when `name` is not such a folder."""
+        return None
 
     def refuse(self, opts, roles) -> None:
         """A one-line SpecdecError for export options (pipeline.ExportOptions) this family cannot honour for the

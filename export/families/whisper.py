@@ -25,6 +25,13 @@ class WhisperFamily(Family):
     title = "Whisper"
     model_types = ("whisper",)
     supported = "Whisper / distil-whisper (model_type 'whisper')"
+    folders = "a CTranslate2 / faster-whisper Whisper folder (model.bin, config.json, tokenizer.json)"
+
+    def transformers_folder(self, name: str) -> str | None:
+        """A CTranslate2 / faster-whisper folder's lossless conversion (ctranslate2_whisper.py), cached."""
+        from .ctranslate2_whisper import cached_conversion, is_ct2_folder
+
+        return str(cached_conversion(name)) if is_ct2_folder(name) else None
 
     def refuse(self, opts, roles) -> None:
         if opts.graph_capture:

@@ -77,5 +77,5 @@ def test_the_help_says_the_default():
     from specdec.export.cli import parser
 
     text = " ".join(parser().format_help().split())
-    assert "(default: the models' own decoder positions when they have learned ones, e.g. 448 for Whisper, else " \
-           f"{DEFAULT_MAX_LENGTH};" in text
+    assert "(default: the models' own decoder positions when they have learned ones (448 in OpenAI's checkpoints), " \
+           f"else {DEFAULT_MAX_LENGTH};" in text
