@@ -94,6 +94,16 @@ def cpu_session(path):
                            "export's log if the newest cannot load it either") from None
 
 
+def cross_feed(session, cross: np.ndarray) -> dict:
+    """The cross K/V [L, 2, B, H, S, d] as the decoder `session` takes it: whole (cross_kv) or one array per layer
+    and part (cross_key_i, cross_value_i; runtime/core/graph_io.py cross_names)."""
+    from specdec.runtime.core.graph_io import CROSS_KV, cross_names
+
+    if CROSS_KV in {i.name for i in session.get_inputs()}:
+        return {CROSS_KV: cross}
+    return {name: np.ascontiguousarray(cross[i // 2, i % 2]) for i, name in enumerate(cross_names(len(cross)))}
+
+
 def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_output: str | None = None):
     """Run the graphs like the runtime: `steps` = token counts per call, each call appending to the cache.
     `cross_output`: the encoder graph's output to read (a draft that keeps the target's encoder), else its first."""
@@ -107,7 +117,7 @@ def onnx_logits(encoder_path, decoder_path, source, decoder_ids, steps, cross_ou
     cache = np.zeros((0, layers, 2, batch, heads, d_kv), dtype=cross.dtype)
     outputs, pos = [], 0
     for n in steps:
-        feed = {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache, "cross_kv": cross,
+        feed = {"input_ids": decoder_ids[:, pos:pos + n], "past_kv": cache, **cross_feed(dec, cross),
                 **plain_step_feed(vocab, session=dec, new=n)}
         logits, new_kv = dec.run(["logits", "new_kv"], feed)
         cache = np.concatenate([cache, new_kv])

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS, ROW_INPUTS, TREE_INPUTS
+from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS, ROW_INPUTS, TREE_INPUTS, cross_names
 
 INPUTS, OUTPUTS = DECODER_INPUTS, DECODER_OUTPUTS  # runtime/core/graph_io.py
 DECODER_TREE_INPUTS = TREE_INPUTS[:2]               # tree_depth, tree_mask; tree_uniforms is the head's
@@ -47,10 +47,25 @@ def optional_inputs(graph, defaults: dict) -> None:
         graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
 
 
+class PerLayerCross(nn.Module):
+    """A decoder module traced with its cross K/V one input per layer and part (graph_io.cross_names), after the
+    others: the module itself gets them as a list in cross_kv's place (cross_kv[i][k]: layer i's K (k = 0) or V)."""
+
+    def __init__(self, module: nn.Module, layers: int, tree: bool):
+        super().__init__()
+        self.module, self.layers, self.tree = module, layers, tree
+
+    def forward(self, input_ids, past_kv, row_lengths, source_lengths, *rest):
+        tree, cross = (rest[:2], rest[2:]) if self.tree else ((), rest)
+        pairs = [(cross[2 * i], cross[2 * i + 1]) for i in range(self.layers)]
+        return self.module(input_ids, past_kv, pairs, row_lengths, source_lengths, *tree)
+
+
 def trace_module(module: nn.Module, kv: tuple, path, dtype: torch.dtype = torch.float32, opset: int = 17,
-                 tree: bool = False) -> None:
+                 tree: bool = False, per_layer_cross: bool = False) -> None:
     """Trace a family's decoder module with this file's inputs and outputs (`kv`: its layers, heads and d_kv) to
-    `path`, the row inputs given their -1 defaults."""
+    `path`, the row inputs given their -1 defaults. `per_layer_cross`: the cross K/V as cross_key_i, cross_value_i
+    (graph_io.cross_names) in place of cross_kv; the module then reads cross_kv[i][0] and cross_kv[i][1]."""
     layers, heads, d_kv = kv
     module = module.eval()
     ids = torch.tensor([[3, 4]], dtype=torch.long)
@@ -65,6 +80,13 @@ def trace_module(module: nn.Module, kv: tuple, path, dtype: torch.dtype = torch.
         args += (torch.tensor([0, 1]), torch.tensor([[True, False], [True, True]]))
         names += list(DECODER_TREE_INPUTS)
         axes.update({"tree_depth": {0: "new"}, "tree_mask": {0: "new", 1: "new"}})
+    if per_layer_cross:
+        parts = [cross[i // 2, i % 2].clone() for i in range(2 * layers)]
+        args = (ids, past, lengths, lengths.clone(), *args[5:], *parts)
+        names = [INPUTS[0], INPUTS[1], *ROW_INPUTS, *names[5:], *cross_names(layers)]
+        del axes["cross_kv"]
+        axes.update({name: {0: "batch", 2: "src_len"} for name in cross_names(layers)})
+        module = PerLayerCross(module, layers, tree)
     with torch.no_grad():
         torch.onnx.export(module, args, str(path), input_names=names, output_names=list(OUTPUTS), dynamic_axes=axes,
                           opset_version=opset, dynamo=False, do_constant_folding=True)

@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
-from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGITS, NEW_KV, NEXT_TOKEN,
-                             PAST_KV, PROBS, ROW_INPUTS, STEPS, UNIFORMS)
+from ..core.graph_io import (ACCEPTED, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGITS, NEW_KV, NEXT_TOKEN,
+                             PAST_KV, PROBS, ROW_INPUTS, STEPS, UNIFORMS, bind_cross)
 from .device import Binder, Buffer, arena_shrinking, release_freed_memory
 from .head import Head, View
 from .model import CachedSeq2Seq
@@ -284,7 +284,7 @@ class BatchModel:
         bind = self.decoder
         bind.input(INPUT_IDS, self.buf[INPUT_IDS], (c, n))
         bind.input(PAST_KV, self.cache, (past, kv[0], kv[1], c, kv[2], kv[3]))
-        bind.input(CROSS_KV, self.cross, (kv[0], kv[1], c, kv[2], self.source_cap, kv[3]))
+        bind_cross(bind, self.cross, (kv[0], kv[1], c, kv[2], self.source_cap, kv[3]))
         for name in (ROW_LENGTHS, SOURCE_LENGTHS, GUESS_COUNTS):
             bind.input(name, self.buf[name], (c,))
         if STEPS in bind.names:

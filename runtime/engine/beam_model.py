@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ..core.graph_io import CROSS_KV, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, STEPS
+from ..core.graph_io import INPUT_IDS, LOGITS, NEW_KV, PAST_KV, STEPS, bind_cross
 from ..core.stats import Stats
 from .device import Binder, Buffer, arena_shrinking, release_freed_memory
 from .head import Head, View
@@ -137,7 +137,7 @@ class BeamModel:
             np.copyto(self.cross.host[:int(np.prod(shape))].reshape(shape), one)
         else:
             self.cross.write(np.broadcast_to(one, shape))
-        self.decoder.input(CROSS_KV, self.cross, shape)
+        bind_cross(self.decoder, self.cross, shape)
         self.rows = rows
 
     def _cross_shape(self, rows: int) -> tuple:
@@ -185,7 +185,7 @@ class BeamModel:
         length = self.length if length is None else length
         if len(order) > self.capacity:
             self.reserve(len(order), 1)
-            self.decoder.input(CROSS_KV, self.cross, self._cross_shape(self.rows))
+            bind_cross(self.decoder, self.cross, self._cross_shape(self.rows))
         if from_pinned:
             (source, rows), self.pinned = self.pinned, None
         else:

@@ -13,8 +13,8 @@ import time
 import numpy as np
 
 from ..core.errors import SpecdecError
-from ..core.graph_io import (CROSS_KV, DRAFT_PROBS, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, ROW_INPUTS, STEPS, TREE_INPUTS,
-                             shared_cross)
+from ..core.graph_io import (DRAFT_PROBS, INPUT_IDS, LOGITS, NEW_KV, PAST_KV, ROW_INPUTS, STEPS, TREE_INPUTS,
+                             bind_cross, shared_cross)
 from ..core.stats import Stats
 from ..loading.manifest import Manifest
 from .device import Binder, Buffer, create_session, release_freed_memory
@@ -125,7 +125,7 @@ class CachedSeq2Seq:
             t = time.perf_counter()
             self.encoder.run()
             stats.encoder_s += time.perf_counter() - t
-        self.decoder.input(CROSS_KV, self.cross, self.cross_shape())
+        bind_cross(self.decoder, self.cross, self.cross_shape())
         self.length = 0
 
     def charge(self, stats: Stats) -> None:

@@ -29,7 +29,8 @@ import re
 from ..core.errors import SpecdecError
 from ..core.graph_io import (ACCEPTED, CROSS_KV, DRAFT_PROBS, GUESS_COUNTS, INPUT_IDS, LOGIT_MASK, LOGITS, NEW_KV,
                              NEXT_TOKEN, PAST_KV, PROBS, ROW_INPUTS, SAMPLING, STEPS, TREE_INPUTS, TREE_OUTPUTS,
-                             UNIFORMS, CAPTURE_INPUTS, CROSS_PAD, capture_cache_names, shared_cross)
+                             UNIFORMS, CAPTURE_INPUTS, CROSS_PAD, capture_cache_names, cross_names,
+                             shared_cross)
 from . import schema
 from .confine import FIX as PATH_FIX, lexical_problem, shown
 from .keys import MAX_MODELS, array, fail, integer, member, obj, string
@@ -163,6 +164,8 @@ def check_manifest(raw, where: str) -> None:
                     fail(where, f"model {role} keeps the target's encoder but lists an encoder graph of its own")
                 continue
             expected = EXPECTED[kind]
+            if kind == "decoder" and _per_layer_cross(graphs.get(kind)):
+                expected = _per_layer_expected(sizes[role]["decoder_layers"])
             if kind == "encoder" and role == "target":
                 expected = {side: dict(tensors) for side, tensors in expected.items()}
                 for other in shared:
@@ -185,6 +188,22 @@ def check_manifest(raw, where: str) -> None:
                      {"inputs": {"!0": ("kv", (None, 2, None, None, None, None))},
                       "outputs": {"!0": ("kv", (None, 2, None, None, capture["source_capacity"], None))}},
                      dims, files)
+
+
+def _per_layer_cross(entry) -> bool:
+    """A decoder graph entry that lists cross_key_0 among its inputs: its cross K/V come one input per layer and part
+    (graph_io.cross_names) instead of cross_kv. A malformed entry is left to _check_graph to name."""
+    try:
+        return any(t.get("name") == cross_names(1)[0] for t in entry["inputs"])
+    except (TypeError, KeyError, AttributeError):
+        return False
+
+
+def _per_layer_expected(layers: int) -> dict:
+    """EXPECTED's decoder with the cross K/V one input per layer and part: each [B, H, S, d], every one required."""
+    inputs = {k: v for k, v in EXPECTED["decoder"]["inputs"].items() if k.lstrip("!") != CROSS_KV}
+    inputs.update({"!" + name: ("kv", (None, "H", None, "D")) for name in cross_names(layers)})
+    return {"inputs": inputs, "outputs": EXPECTED["decoder"]["outputs"]}
 
 
 def _capture(where, raw, numbers: dict) -> dict | None:

@@ -16,6 +16,7 @@ from transformers import WhisperFeatureExtractor  # noqa: E402
 
 from tinymodels import tiny_whisper_model as tiny_whisper, whisper_audio as audio  # noqa: E402
 
+from specdec.export.check import cross_feed  # noqa: E402
 from specdec.export.head import plain_step_feed  # noqa: E402
 from specdec.export.families.whisper_decoder import export_whisper_decoder  # noqa: E402
 from specdec.export.families.whisper_encoder import LogMel, export_whisper_encoder  # noqa: E402
@@ -106,7 +107,7 @@ class Exported:
         return self.enc.run(None, {"audio": wave[None]})[0]
 
     def step(self, ids, cache, cross, **rows):
-        feed = {"input_ids": ids, "past_kv": cache, "cross_kv": cross, **rows,
+        feed = {"input_ids": ids, "past_kv": cache, **cross_feed(self.dec, cross), **rows,
                 **plain_step_feed(self.config.vocab_size, session=self.dec, new=ids.shape[1])}
         return self.dec.run(["logits", "new_kv", "next_token"], feed)
 
@@ -207,7 +208,7 @@ def test_a_token_tree_equals_plain_runs_over_each_path(extractor, tmp_path):
     tokens = np.array([[nodes[s][0] for s in range(5)]], np.int64)
     feed = {"tree_depth": depth, "tree_mask": mask}
     logits, _, _ = ex.dec.run(["logits", "new_kv", "next_token"],
-                              {"input_ids": tokens, "past_kv": cache, "cross_kv": cross,
+                              {"input_ids": tokens, "past_kv": cache, **cross_feed(ex.dec, cross),
                                **plain_step_feed(ex.config.vocab_size, session=ex.dec, new=5), **feed})
     for slot in nodes:
         path = [s for s in range(5) if mask[slot, s]]
@@ -244,7 +245,7 @@ def test_a_whisper_drafts_proposal_loop_matches_pytorch_and_the_numpy_sampler(ex
             want_tokens.append(ref.draw(q, u))
             seq.append(want_tokens[-1])
         feed = {**plain_step_feed(ex.config.vocab_size, temperature, session=dec), "input_ids": np.array([prefix]),
-                "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv), np.float32), "cross_kv": cross,
+                "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv), np.float32), **cross_feed(dec, cross),
                 "uniforms": uniforms, "top_k": np.array([top_k], np.int64), "top_p": np.array([top_p], np.float32),
                 "steps": np.array([k], np.int64)}
         tokens, probs = dec.run(["next_token", "probs"], feed)
