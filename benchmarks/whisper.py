@@ -39,7 +39,7 @@ import numpy as np
 
 from specdec.runtime.core.errors import SpecdecError
 
-from .common.tables import Table, fmt
+from .common.tables import Table, fmt, render
 
 PEERS = ("faster-whisper", "faster-whisper-int8", "transformers")
 SUMMARY = "Whisper exports against faster-whisper (fp32, int8) and transformers on the same weights and clips"
@@ -149,7 +149,7 @@ def _ct2_folder(weights: Path, work: Path) -> Path:
 
 
 def _transformers_folder(weights: Path) -> Path:
-    from specdec.export.source import checkpoint_path
+    from specdec.export.families import checkpoint_path
 
     return Path(checkpoint_path(str(weights), log=lambda m: print(m, file=sys.stderr)))
 
@@ -214,18 +214,25 @@ def run(args) -> int:
         total = len(engines) * len(clips) * (1 + args.repeat)
         with running.progress(args, total, "specdec-bench whisper") as bar:
             records = _rounds(engines, clips, args.repeat, bar)
+        engines_summary = _summary(engines, clips, records)
+        bound = _encoder_bound(decoders, records, engines, args.threads)
+        if args.long:
+            print("\n" + render(sections({"settings": _settings(args, clips, weights, peers),
+                                           "engines": engines_summary, "encoder_bound": bound})), flush=True)
         long = _long(args, decoders, peer_objects) if args.long else None
     out = {"mode": "whisper", "machine": mach, "command": getattr(args, "command_line", None),
-           "settings": {"exports": args.exports, "weights": str(weights), "prompts": str(args.prompts),
-                        "clips": len(clips), "audio_seconds": sum(c.audio.size for c in clips) / 16_000,
-                        "repeat": args.repeat, "threads": args.threads, "drafts": args.draft, "peers": peers,
-                        "max_new_tokens": args.max_new_tokens},
-           "engines": _summary(engines, clips, records),
-           "encoder_bound": _encoder_bound(decoders, records, engines, args.threads),
+           "settings": _settings(args, clips, weights, peers),
+           "engines": engines_summary, "encoder_bound": bound,
            "long": long, "elapsed_s": time.perf_counter() - started}
     out["machine"].update({k: v for k, v in describe("cpu", args.threads).items() if k not in out["machine"]})
     running.report(out, args, sections)
     return 0
+
+
+def _settings(args, clips: list, weights: Path, peers: list) -> dict:
+    return {"exports": args.exports, "weights": str(weights), "prompts": str(args.prompts), "clips": len(clips),
+            "audio_seconds": sum(c.audio.size for c in clips) / 16_000, "repeat": args.repeat,
+            "threads": args.threads, "drafts": args.draft, "peers": peers, "max_new_tokens": args.max_new_tokens}
 
 
 def _rounds(engines: list, clips: list, repeat: int, bar) -> dict:
@@ -347,6 +354,24 @@ def _encoder_bound(decoders: dict, records: dict, engines: list, threads: int) -
     return out
 
 
+def _long_specdec(dec, audio, max_new: int):
+    """A function running the recording through `dec` with timestamps: (text, ms, segments)."""
+    def go():
+        started = time.perf_counter()
+        r = dec.generate(audio=audio, language="en", timestamps=True, max_new_tokens=max_new)
+        return r.text, 1000 * (time.perf_counter() - started), len(r.segments)
+    return go
+
+
+def _long_peer(peer, audio, batched: bool, batch_size: int):
+    """A function running the recording through a peer's long form (faster-whisper's batched pipeline with
+    `batched`): (text, ms, segments)."""
+    def go():
+        got = peer.transcribe_long(audio, "en", **({"batched": True, "batch_size": batch_size} if batched else {}))
+        return got.text, got.ms, got.segments
+    return go
+
+
 def _long(args, decoders: dict, peers: dict) -> dict:
     """The long recording, once per round through each export (timestamps) and each peer's long form."""
     from specdec.runtime.loading.audio import check_audio
@@ -360,19 +385,11 @@ def _long(args, decoders: dict, peers: dict) -> dict:
     reference = ref_file.read_text().strip() if ref_file.is_file() else None
     runs = {}
     for name, dec in decoders.items():
-        def go(dec=dec):
-            started = time.perf_counter()
-            r = dec.generate(audio=audio, language="en", timestamps=True)
-            return r.text, 1000 * (time.perf_counter() - started), len(r.segments)
-        runs[f"specdec {name} auto"] = go
+        runs[f"specdec {name} auto"] = _long_specdec(dec, audio, args.max_new_tokens)
     for name, peer in peers.items():
-        def go(peer=peer, batched=False):
-            got = peer.transcribe_long(audio, "en", **({"batched": batched, "batch_size": args.batch_size}
-                                                      if batched else {}))
-            return got.text, got.ms, got.segments
-        runs[name] = go
+        runs[name] = _long_peer(peer, audio, False, args.batch_size)
         if name.startswith("faster-whisper"):
-            runs[f"{name} batched"] = lambda peer=peer: go(peer, True)
+            runs[f"{name} batched"] = _long_peer(peer, audio, True, args.batch_size)
     ms = {label: [] for label in runs}
     texts = {}
     for rnd in range(args.repeat + 1):

@@ -147,16 +147,20 @@ def validate_options(opts: ExportOptions) -> None:
                            "use --dtype fp16 for both, or mix only fp32 and int8 (e.g. --draft-dtype int8)")
 
 
-def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, sizes: dict) -> dict | None:
+def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, sizes: dict,
+                   int8_stages=("encoder", "decoder")) -> dict | None:
     """Quantize a freshly written graph as its role's weights ask; returns what the manifest records about it: the
     method and, for int8, the MatMul nodes left in float32 (`float32_matmuls`). A target in int8 keeps its first
     encoder block's self-attention value and output projections (encoder_float_nodes), its first decoder block and
     its output projection (target_float_nodes) in float32 (export/quantize.py); a draft is quantized whole.
-    `sizes`: the model's manifest architecture entry (its encoder `layers`, `decoder_layers` and `vocab_size`)."""
+    `sizes`: the model's manifest architecture entry (its encoder `layers`, `decoder_layers` and `vocab_size`);
+    `int8_stages`: the graphs int8 quantizes (the family's: Whisper keeps its decoders in fp32)."""
     from .quantize import (WO_ACCURACY, WO_BITS, WO_BLOCK, direct_weights, encoder_float_nodes, quantize_int8,
                            quantize_weight_only, target_float_nodes)
 
     weights, what = opts.weights(role), f"{role} {stage}"
+    if weights == "int8" and stage not in int8_stages:
+        return None
     if weights in ("int8", "int8-wo"):
         direct_weights(path)         # shared weights reach their MatMuls through Identity nodes, which quantizers skip
     if weights == "int8-wo":
@@ -383,7 +387,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 # the target's decoder verifies token trees; a draft's proposes chains
                 write_graph(family.graph_writer(sources[role], stage, dtype, opts.opset, role == "target", sharing),
                             out / rel)
-                quant = quantize_stage(opts, role, stage, out / rel, family.architecture(configs[role]))
+                quant = quantize_stage(opts, role, stage, out / rel, family.architecture(configs[role]),
+                                       family.int8_stages)
                 if quant is not None:
                     quantization.setdefault(role, {})[stage] = quant
                 if stage == "decoder" and role != "target":

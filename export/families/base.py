@@ -31,6 +31,8 @@ class Family:
         """Whether this family exports a checkpoint of `config`."""
         return config.model_type in self.model_types and bool(getattr(config, "is_encoder_decoder", False))
 
+    int8_stages = ("encoder", "decoder")      # the graphs --dtype int8 / --draft-dtype int8 quantize
+
     def transformers_folder(self, name: str) -> str | None:
         """Where a checkpoint of another format that this family reads (`folders`) is read as a transformers
         checkpoint (a conversion, made once and cached); None when `name` is not such a folder."""
