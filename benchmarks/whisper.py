@@ -121,6 +121,7 @@ def _specdec_engines(exports: list, configs: list, threads: int, max_new: int) -
             params = {"draft": draft, "gamma": int(gamma) if gamma else "auto"}
 
             def run(audio, language, dec=dec, params=params, eot=eot):
+                language = language if dec.manifest.speech["languages"] else None     # an .en model takes none
                 started = time.perf_counter()
                 result = dec.generate(audio=audio, language=language, max_new_tokens=max_new, **params)
                 ms = 1000 * (time.perf_counter() - started)
@@ -358,7 +359,8 @@ def _long_specdec(dec, audio, max_new: int):
     """A function running the recording through `dec` with timestamps: (text, ms, segments)."""
     def go():
         started = time.perf_counter()
-        r = dec.generate(audio=audio, language="en", timestamps=True, max_new_tokens=max_new)
+        language = "en" if dec.manifest.speech["languages"] else None
+        r = dec.generate(audio=audio, language=language, timestamps=True, max_new_tokens=max_new)
         return r.text, 1000 * (time.perf_counter() - started), len(r.segments)
     return go
 
