@@ -154,7 +154,7 @@ def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, sizes
     encoder block's self-attention value and output projections (encoder_float_nodes), its first decoder block and
     its output projection (target_float_nodes) in float32 (export/quantize.py); a draft is quantized whole.
     `sizes`: the model's manifest architecture entry (its encoder `layers`, `decoder_layers` and `vocab_size`);
-    `int8_stages`: the graphs int8 quantizes (the family's: Whisper keeps its decoders in fp32)."""
+    `int8_stages`: the graphs int8 quantizes (the family's own: one may keep its decoders in fp32)."""
     from .quantize import (WO_ACCURACY, WO_BITS, WO_BLOCK, direct_weights, encoder_float_nodes, quantize_int8,
                            quantize_weight_only, target_float_nodes)
 

@@ -41,6 +41,8 @@ FLAGS = {
     "gpu": {"--provider", "--export", "--shapes", "--work-dir", "--num-prompts", "--max-new-tokens", "--samples",
             "--bandwidth-gbs", "--budget-s", "--out", "--json", "--widen", "--widen-from", "--dtypes", "--gamma-max",
             "--max-length", "--prompts", "--background-export", "--repeats"},
+    "whisper": {"--export", "--weights", "--prompts", "--num-prompts", "--draft", "--peers", "--long", "--batch-size",
+                "--repeat", "--max-new-tokens", "--threads", "--json", "--markdown", "--no-progress"},
 }
 
 
@@ -79,7 +81,7 @@ def test_each_command_help_lists_its_flags(command):
     (["shapes", "t5-large:t5-small", "--export", "x"], "--export does not apply to shapes"),
     (["sweep", "--export", "x", "--dtypes", "int8"], "--dtypes does not apply to sweep (a flag of dtypes, gpu)"),
     (["sweep", "--export", "x", "--num-beams", "4"], "--num-beams does not apply to sweep (a flag of beams)"),
-    (["sweep", "--export", "x", "--draft", "auto"], "--draft does not apply to sweep (a flag of drafts, batch)"),
+    (["sweep", "--export", "x", "--draft", "auto"], "--draft does not apply to sweep (a flag of drafts, batch, whisper)"),
     (["sweep", "--export", "x", "--shapes", "t5-large:t5-small"], "--shapes does not apply to sweep"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--peers"], "--peers does not apply to dtypes"),
     (["dtypes", "t5-large:t5-small", "--dtypes", "int8", "--filters", "none"], "--filters does not apply to dtypes"),

@@ -63,9 +63,9 @@ def test_max_length_without_room_for_verification(tiny_pair, tmp_path):
                           "--max-length 9", "gamma_max 8")
 
 
-def test_target_without_draft(tiny_pair, tmp_path):
-    assert_one_line_error(*run_export_cli(["--target", tiny_pair[0], "--export", tmp_path / "out"]),
-                          "--target and --draft")
+def test_draft_without_target(tiny_pair, tmp_path):
+    assert_one_line_error(*run_export_cli(["--draft", tiny_pair[1], "--export", tmp_path / "out"]),
+                          "--draft needs --target")
 
 
 # --- bad models ----------------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_corrupt_manifest(tiny_export, tmp_path):
     with pytest.raises(SpecdecError, match="corrupt"):
         SpeculativeDecoder.load(broken)
     manifest = json.loads((tiny_export / "manifest.json").read_text())
-    del manifest["models"]["draft"]
+    del manifest["models"]["target"]          # every export has a target (a draft it may lack: --target alone)
     (broken / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(SpecdecError, match="malformed"):
         SpeculativeDecoder.load(broken)
