@@ -82,13 +82,10 @@ def words(text: str) -> list[str]:
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     """(substitutions + deletions + insertions, reference words) by edit distance over words."""
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[len(hyp)], len(ref)
+    from specdec.models.evaluate import edit_distance
+
+    ref = words(reference)
+    return edit_distance(ref, words(hypothesis)), len(ref)
 
 
 # -- engines --------------------------------------------------------------------------------------------------------
@@ -102,6 +99,8 @@ class Engine:
 
 def _specdec_engines(exports: list, configs: list, threads: int, max_new: int) -> tuple[list, dict]:
     from specdec.runtime import SpeculativeDecoder
+
+    from .common.whisper_peers import text_tokens
 
     engines, decoders = [], {}
     for text in exports:
@@ -126,7 +125,7 @@ def _specdec_engines(exports: list, configs: list, threads: int, max_new: int) -
                 result = dec.generate(audio=audio, language=language, max_new_tokens=max_new, **params)
                 ms = 1000 * (time.perf_counter() - started)
                 s = result.stats
-                return ([t for t in result.token_ids if t < eot], result.text, ms,
+                return (text_tokens(result.token_ids, eot), result.text, ms,
                         {"encoder_ms": 1000 * s.encoder_s, "accepted": s.accepted, "proposed": s.proposed,
                          "tokens": s.new_tokens, "target_calls": s.target_calls, "draft_calls": s.draft_calls,
                          "draft_s": s.draft_s, "target_s": s.target_s})
@@ -278,7 +277,8 @@ def _summary(engines: list, clips: list, records: dict) -> list:
                "ms_per_clip_rounds": [statistics.fmean(r) for r in rec["ms"]],
                "encoder_share": sum(encoder) / total_ms if len(encoder) == len(extras) and total_ms else None,
                **{f"x_{name}": per_clip / ms for name, ms in base.items()},
-               "identical_to_transformers": None if truth is None else sum(a == b for a, b in zip(rec["tokens"], truth)),
+               "identical_to_transformers": None if truth is None else
+               sum(a == b for a, b in zip(rec["tokens"], truth)),
                "clips": len(clips), "texts": rec["text"]}
         if all(refs):
             errors = [word_errors(ref, hyp) for ref, hyp in zip(refs, rec["text"])]
@@ -317,7 +317,6 @@ def encoder_gflops(arch: dict, frames: int = 1500) -> float:
 def matmul_gflops(threads: int, n: int = 1536, repeat: int = 5) -> float:
     """This machine's float32 matrix-product rate (GFLOP/s, the best of `repeat`): an n x n x n product in ONNX
     Runtime on `threads` threads, the bound a graph of large products can reach here."""
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -335,7 +334,6 @@ def matmul_gflops(threads: int, n: int = 1536, repeat: int = 5) -> float:
         started = time.perf_counter()
         session.run(None, {"a": a, "b": a})
         best = min(best, time.perf_counter() - started)
-    del onnx
     return 2 * n ** 3 / best / 1e9
 
 
@@ -422,7 +420,8 @@ def sections(out: dict) -> list:
                    [[r["engine"], fmt(r["ms_per_clip"], ".0f"), fmt(_pct(r["encoder_share"]), ".0f", "-"),
                      fmt(r.get("x_faster-whisper")), fmt(r.get("x_faster-whisper-int8")),
                      fmt(r.get("x_target_alone")),
-                     "-" if r["identical_to_transformers"] is None else f"{r['identical_to_transformers']}/{r['clips']}",
+                     "-" if r["identical_to_transformers"] is None else
+                     f"{r['identical_to_transformers']}/{r['clips']}",
                      "-" if "identical_to_target_alone" not in r else f"{r['identical_to_target_alone']}/{r['clips']}",
                      fmt(r.get("kept_per_guess")), fmt(r.get("tokens_per_target_run")), fmt(r.get("c")),
                      fmt(None if r.get("wer") is None else 100 * r["wer"], ".1f")]

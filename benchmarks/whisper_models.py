@@ -160,7 +160,7 @@ def fetch(name: str, cache: str | Path | None = None, log=print, wheels: str | P
     if _stamped(spec, folder) and not verify:
         return folder
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f".{spec.name}.lock"):
+    with locked(root / f".{spec.name}.lock"):
         if _stamped(spec, folder):              # complete, perhaps by another process while this one waited
             if verify:
                 _verify_folder(spec, folder, say)
@@ -331,7 +331,9 @@ def _verify_folder(spec: Model, folder: Path, say) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def locked(path: Path):
+    """An exclusive lock on the file `path` (made if missing) for the block: one process at a time fetches a model
+    (and, in the tests, builds a shared fixture)."""
     import fcntl
 
     with open(path, "a") as fh:

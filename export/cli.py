@@ -26,16 +26,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help=f"target checkpoint: hub id (e.g. t5-large), local directory{folders}; alone, "
                                     "without --draft, the export has no draft model and decodes with the lookup")
     p.add_argument("--draft", action="append", metavar="[NAME=]CHECKPOINT",
-                   help="draft checkpoint: hub id (e.g. t5-small), local directory or a folder --target takes. The first is the default "
-                        "draft, named 'draft'; repeat with NAME=CHECKPOINT for more draft models, usable as chain "
+                   help="draft checkpoint: hub id (e.g. t5-small), local directory or a folder --target takes. "
+                        "The first is the default draft, named 'draft'; repeat with NAME=CHECKPOINT for more draft models, usable as chain "
                         "levels (e.g. --draft t5-small --draft mid=t5-base, then draft='draft,mid')")
     p.add_argument("--export", default="exported", type=Path, metavar="DIR",
                    help="the export directory to write (default: ./exported)")
     p.add_argument("--gamma-max", type=int, default=8, help="largest gamma the runtime may use (default 8)")
     p.add_argument("--max-length", type=int, default=None,
                    help="longest prompt and longest decoder sequence, in tokens (default: the models' own decoder "
-                        f"positions when they have learned ones (448 in OpenAI's checkpoints), else {DEFAULT_MAX_LENGTH}; a "
-                        "value past the models' positions is refused)")
+                        "positions when they have learned ones (448 in OpenAI's checkpoints), else "
+                        f"{DEFAULT_MAX_LENGTH}; a value past the models' positions is refused)")
     p.add_argument("--dtype", default="fp32", metavar="{fp32,fp16,int8}",
                    help="fp32 (default), fp16 (weights and KV cache) or int8 (int8 weights for the matrix "
                         "products, fp32 activations and KV cache; a target keeps its first decoder block, its LM "

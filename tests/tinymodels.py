@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+from specdec.bench.whisper_models import locked
 from specdec.models import whisper_checkpoint
 
 
@@ -121,18 +122,6 @@ def export_int8_pair(root: Path) -> tuple:
 
 # --- built once per test run, for every worker process ---------------------------------------------------------
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    import fcntl
-
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def shared_dir(tmp_path_factory, key: str, build) -> Path:
     """The directory `key` of this test run, made by build(path) once for all worker processes: the first to ask
     builds it (holding a lock), the others wait and reuse it. A build that fails leaves nothing behind, so the next
@@ -144,7 +133,7 @@ def shared_dir(tmp_path_factory, key: str, build) -> Path:
     root = base / "shared"
     root.mkdir(exist_ok=True)
     out, done = root / key, root / f"{key}.done"
-    with _locked(root / f"{key}.lock"):
+    with locked(root / f"{key}.lock"):
         if not done.exists():
             if out.exists():
                 shutil.rmtree(out)

@@ -1,6 +1,8 @@
 """The export's graph inputs and outputs, by name: what specdec-export writes (export/), what the loader checks
 (runtime/loading/manifest.py, validate.py) and what the engine binds (runtime/engine/) are these names."""
 
+import math
+
 ENCODER_INPUTS = ("input_ids",)
 ENCODER_OUTPUTS = ("cross_kv",)                 # every layer's cross-attention K/V, computed once per request
 
@@ -46,9 +48,7 @@ def bind_cross(binder, buf, shape) -> None:
     if CROSS_KV in binder.names:
         binder.input(CROSS_KV, buf, shape)
         return
-    block = 1
-    for d in shape[2:]:
-        block *= int(d)
+    block = math.prod(int(d) for d in shape[2:])
     for i, name in enumerate(cross_names(int(shape[0]))):
         binder.input(name, buf, tuple(shape[2:]), i * block)
 

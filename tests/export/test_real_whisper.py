@@ -21,7 +21,8 @@ def tiny_en(tmp_path_factory):
     folder = path_of("tiny.en")
     if folder is None:
         pytest.skip("Whisper tiny.en is not in the cache: python -m specdec.bench.whisper_models fetch tiny.en")
-    pytest.importorskip("espeakng_loader", reason="the clips are synthesized with espeak-ng (pip install -e '.[models]')")
+    pytest.importorskip("espeakng_loader",
+                        reason="the clips are synthesized with espeak-ng (pip install -e '.[models]')")
     from specdec.bench.whisper_clips import make_clips
 
     root = tmp_path_factory.mktemp("tiny-en")
