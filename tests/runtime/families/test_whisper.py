@@ -1,7 +1,7 @@
 """Whisper exports decoded by the runtime, on tiny random Whisper pairs built here (a 1-second window, so a request's
 encoder run is cheap): greedy output equals a PyTorch greedy loop with Whisper's prompt and suppressed tokens, and
 transformers' generate(), for target-only decoding, the draft model, the lookup, a chain and auto; the language is
-detected as transformers detects it; sampled output follows the target's distribution (chi-square against exact
+detected as transformers detects it; sampled output follows the target's distribution, fp32 and int8 (chi-square against exact
 enumeration, with a broken residual that the test catches); bad audio and bad requests are one-line errors that leave
 the decoder usable."""
 
@@ -287,6 +287,74 @@ def test_the_distribution_test_catches_a_broken_residual(small, tmp_path):
     dist = exact_distribution(target, WAVES[0], [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS])
     wrong = SpeculativeDecoder.load(broken, provider="cpu")
     _, p_value = caught(lambda a, b: sampled(wrong, WAVES[0], a, b)[0], dist, N, P_TEETH, "broken Whisper residual")
+    assert p_value < P_TEETH, f"the broken residual passed the chi-square test (p = {p_value:.3g})"
+
+
+# -- int8: the encoders in int8, the decoders fp32 (WhisperFamily.int8_stages); the reference is the int8 export's
+# own distribution, enumerated from its graphs with plain onnxruntime sessions. Same N and thresholds as above.
+
+@pytest.fixture(scope="module")
+def small_int8(tmp_path_factory):
+    root = tmp_path_factory.mktemp("whisper-small-int8")
+    exported_whisper_pair(root, vocab=16, seed=11, gamma_max=3, max_length=32, noise=1.0, tokens=14,
+                          extra=("--dtype", "int8", "--accept-int8-drift"))
+    return root / "export"
+
+
+def int8_distribution(export_dir, wave, prompt) -> dict:
+    """P(first TOKENS generated tokens = outcome) at T = 1 with the suppressed tokens masked, enumerated from the
+    export's int8 encoder and its decoder graph (onnxruntime alone, no specdec runtime)."""
+    import onnxruntime as ort
+
+    from specdec.export.check import cross_feed
+    from specdec.export.head import plain_step_feed
+
+    enc = ort.InferenceSession(str(export_dir / "target" / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(export_dir / "target" / "decoder.onnx"), providers=["CPUExecutionProvider"])
+    cross = enc.run(None, {"audio": wave[None]})[0]
+    layers, _, _, heads, _, d_kv = cross.shape
+    vocab = dec.get_outputs()[0].shape[-1]
+    dist, frontier = {}, [((), 1.0)]
+    for step in range(TOKENS):
+        nxt = []
+        for outcome, prob in frontier:
+            ids = np.array([list(prompt) + list(outcome)], np.int64)
+            logits = dec.run(["logits"], {"input_ids": ids, "past_kv": np.zeros((0, layers, 2, 1, heads, d_kv),
+                                                                                np.float32),
+                                          **cross_feed(dec, cross),
+                                          **plain_step_feed(vocab, session=dec, new=ids.shape[1])})[0][0, -1]
+            logits = logits.astype(np.float64)
+            logits[banned(step)] = -np.inf
+            p = np.exp(logits - logits.max())
+            p /= p.sum()
+            for tok in np.nonzero(p)[0]:
+                item = (outcome + (int(tok),), prob * float(p[tok]))
+                (dist.__setitem__(*item) if tok == EOT or step == TOKENS - 1 else nxt.append(item))
+        frontier = nxt
+    return dist
+
+
+def test_int8_sampling_follows_the_int8_target_and_a_broken_residual_is_caught(small, small_int8, tmp_path):
+    from specdec.export.families.whisper_decoder import export_whisper_decoder
+    from specdec.runtime.loading.manifest import sha256_file
+
+    target, _ = small
+    wave = WAVES[0]
+    dist = int8_distribution(small_int8, wave, [SOT, EN, TRANSCRIBE, NO_TIMESTAMPS])
+    counts, proposed, accepted = sampled(SpeculativeDecoder.load(small_int8, provider="cpu"), wave)
+    assert 0 < accepted < proposed, "the draft's guesses must be both kept and rejected"
+    p_value = chi_square_p(counts, dist)
+    print(f"Whisper int8 sampling: N = {N}, p = {p_value:.3g}")
+    assert p_value >= P_PASS, f"chi-square p = {p_value:.3g}"
+
+    broken = tmp_path / "broken"                # the fp32 decoder, its residual draw replaced by a draw from p
+    shutil.copytree(small_int8, broken)
+    export_whisper_decoder(target, broken / "target" / "decoder.onnx", residual=False, tree=True)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest["files"] = {rel: sha256_file(broken / rel) for rel in manifest["files"]}
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    wrong = SpeculativeDecoder.load(broken, provider="cpu")
+    _, p_value = caught(lambda a, b: sampled(wrong, wave, a, b)[0], dist, N, P_TEETH, "broken int8 Whisper residual")
     assert p_value < P_TEETH, f"the broken residual passed the chi-square test (p = {p_value:.3g})"
 
 
