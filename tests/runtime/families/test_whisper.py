@@ -1,9 +1,9 @@
 """Whisper exports decoded by the runtime, on tiny random Whisper pairs built here (a 1-second window, so a request's
 encoder run is cheap): greedy output equals a PyTorch greedy loop with Whisper's prompt and suppressed tokens, and
 transformers' generate(), for target-only decoding, the draft model, the lookup, a chain and auto; the language is
-detected as transformers detects it; sampled output follows the target's distribution, fp32 and int8 (chi-square against exact
-enumeration, with a broken residual that the test catches); bad audio and bad requests are one-line errors that leave
-the decoder usable."""
+detected as transformers detects it; sampled output follows the target's distribution, fp32 and int8 (chi-square
+against exact enumeration, with a broken residual that the test catches); bad audio and bad requests are one-line
+errors that leave the decoder usable."""
 
 from __future__ import annotations
 
