@@ -6,9 +6,13 @@
    table of every figure of a request's Stats, made from `specdec.runtime.core.stats.STATS`; `c-api` the C API
    reference: include/specdec.h's opening comment, then each section of the header with every declaration
    (function, type, constant) under its own heading, comment and code as the header has them. The declarations and
-   the header are the single source, so the site cannot drift from the code. In the repository the three tables'
-   spans hold the same tables, so that the pages read as plain Markdown too (tests/test_docs.py holds them current;
-   `python docs/hooks.py` rewrites them), and the c-api span a link to the header.
+   the header are the single source, so the site cannot drift from the code. Figures come the same way from the
+   dated results files (benchmarks/results/): `results FILE ...` is Current results, each named file's summary
+   span (`<!-- summary HEADING -->` to `<!-- end summary -->`) under its heading, links rebased to the page;
+   `expect FILE ...` README's table, a row for each `<!-- expect WHAT | FIGURES -->` line of the named files;
+   `speedup` the table of Theorem 3.8's predicted speedups, computed. In the repository these spans hold the same
+   text, so that the pages read as plain Markdown too (tests/test_docs.py and tests/test_docs_figures.py hold them
+   current; `python docs/hooks.py` rewrites them), and the c-api span a link to the header.
 2. Files outside docs/. Pages link to repository files as a reader of the Markdown in the repository sees them
    (`../benchmarks/README.md`, `../include/specdec.h`). Every such file that exists is added to the site under
    `repo/` (Markdown as a page, anything else as it is), the files those pages link to as well, and the links are
@@ -100,6 +104,78 @@ def stats_tables() -> str:
                 for f in figures]
         out.append("")
     return "\n".join(out).rstrip()
+
+
+# -- 1b. figures from the dated results files ---------------------------------------------------------------------
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+_EXPECT = re.compile(r"<!-- expect ([^|\n]*?)\s*\|\s*(.*?)\s*-->")
+
+
+def rebase(markdown: str, source_dir: Path, page_dir: Path) -> str:
+    """`markdown` written in `source_dir`, its relative links made to point to the same files from `page_dir`."""
+    def moved(m):
+        split = _split(m.group(2))
+        if split is None or not split[0]:
+            return m.group(0)
+        target = posixpath.normpath(posixpath.relpath((source_dir / split[0]).resolve().as_posix(),
+                                                      page_dir.resolve().as_posix()))
+        return m.group(1) + target + split[1] + m.group(3)
+    return _LINK.sub(moved, markdown)
+
+
+def results_file(stem: str) -> Path:
+    path = RESULTS / f"{stem}.md"
+    if not path.is_file():
+        raise PluginError(f"a results span names {stem}, but {path} does not exist")
+    return path
+
+
+def summary(stem: str) -> tuple[str, str]:
+    """(heading, text) of a results file's summary span: `<!-- summary HEADING -->`, the text, `<!-- end summary -->`."""
+    found = span("summary").search(results_file(stem).read_text(encoding="utf-8"))
+    if found is None:
+        raise PluginError(f"benchmarks/results/{stem}.md has no <!-- summary HEADING --> ... <!-- end summary --> span")
+    return found.group(2).strip(), found.group(3)
+
+
+def results_entries(stems, page) -> str:
+    """Current results: for each named results file its summary under its heading, links rebased to the page."""
+    page_dir = (page or RESULTS.parent / "README.md").parent
+    out = []
+    for stem in stems:
+        heading, text = summary(stem)
+        out += [f"### {heading}", "", rebase(text, RESULTS, page_dir), ""]
+    return "\n".join(out)
+
+
+def expect_table(stems, page) -> str:
+    """What to expect: a row for each `<!-- expect WHAT | FIGURES -->` line of the named results files, in order, with
+    a link to the file."""
+    page_dir = (page or RESULTS.parent.parent / "README.md").parent
+    rows = ["| measured on | the default, as measured | date and file |", "| --- | --- | --- |"]
+    for stem in stems:
+        found = _EXPECT.findall(results_file(stem).read_text(encoding="utf-8"))
+        if not found:
+            raise PluginError(f"benchmarks/results/{stem}.md has no <!-- expect WHAT | FIGURES --> line")
+        link = posixpath.relpath(results_file(stem).as_posix(), page_dir.resolve().as_posix())
+        rows += [f"| {what} | {figures} | [{stem[:10]}]({link}) |" for what, figures in found]
+    return "\n".join(rows)
+
+
+def speedup_table(words, page) -> str:
+    """The expected speedup of Theorem 3.8, (1 − α^(γ+1)) / ((1 − α)(γc + 1)), at the best γ from 1 to 8, by α and
+    c: a prediction from the formula, computed here, not a measurement."""
+    costs = (0.02, 0.05, 0.1, 0.2, 0.4)
+    rows = ["| α | " + " | ".join(f"c = {c:g}" for c in costs) + " |", "| --- |" + " --- |" * len(costs)]
+    for alpha in (0.5, 0.6, 0.7, 0.8, 0.9):
+        cells = []
+        for c in costs:
+            # the smallest γ among equal gains (γ 1 and 2 both give 1.25× at α 0.5, c 0.2)
+            gain, gamma = max((round((1 - alpha ** (g + 1)) / ((1 - alpha) * (g * c + 1)), 9), -g) for g in range(1, 9))
+            cells.append(f"{gain:.2f}× (γ {-gamma})")
+        rows.append(f"| {alpha:g} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 # -- 2. repository files outside docs/ ------------------------------------------------------------------------
@@ -314,32 +390,41 @@ def on_files(files, config):
 
 
 def generated() -> dict:
-    """{span name: a function making its Markdown}."""
+    """{span name: a function of (the span's words, the page's path) making its Markdown}."""
     root = Path(__file__).resolve().parent.parent
-    return {"parameters": parameters_table, "load-options": load_options_table, "stats": stats_tables,
-            "c-api": lambda: c_api_reference(root / "include" / "specdec.h")}
+    return {"parameters": lambda words, page: parameters_table(),
+            "load-options": lambda words, page: load_options_table(),
+            "stats": lambda words, page: stats_tables(),
+            "c-api": lambda words, page: c_api_reference(root / "include" / "specdec.h"),
+            "results": results_entries, "expect": expect_table, "speedup": speedup_table}
 
 
-IN_REPOSITORY = ("parameters", "load-options", "stats")      # the spans whose text the pages hold as generated
+# the spans whose text the pages hold as generated (c-api's holds a link to the header instead)
+IN_REPOSITORY = ("parameters", "load-options", "stats", "results", "expect", "speedup")
 
 
 def span(name: str) -> re.Pattern:
-    """A page's span NAME: its opening comment, a blank line, the text, a blank line, its closing comment."""
-    return re.compile(rf"(<!-- {re.escape(name)}\b[^\n]*-->\n\n)(.*?)(\n\n<!-- end {re.escape(name)} -->)", re.S)
+    """A page's span NAME: its opening comment (NAME and its words), a blank line, the text, a blank line, its
+    closing comment."""
+    return re.compile(rf"(<!-- {re.escape(name)}\b([^\n]*?)\s*-->\n\n)(.*?)(\n\n<!-- end {re.escape(name)} -->)", re.S)
 
 
-def fill(markdown: str, names=None, comments: bool = True) -> str:
+def fill(markdown: str, names=None, comments: bool = True, page: Path | None = None) -> str:
     """`markdown` with the text of each span (of `names`, default every one) made afresh; `comments=False` drops the
-    span's opening and closing comments too (the site's page)."""
+    span's opening and closing comments too (the site's page). `page` is where the Markdown lives (links in text
+    brought from other files are made relative to it)."""
     for name, make in generated().items():
         if (names is None or name in names) and span(name).search(markdown):
-            text = make().strip("\n")
-            markdown = span(name).sub(lambda m: m.group(1) + text + m.group(3) if comments else text, markdown)
+            def made(m, make=make):
+                text = make(m.group(2).split(), page).strip("\n")
+                return m.group(1) + text + m.group(4) if comments else text
+            markdown = span(name).sub(made, markdown)
     return markdown
 
 
 def on_page_markdown(markdown, page, config, files):
-    return _rewrite_links(fill(markdown, comments=False), page)
+    source = Path(page.file.abs_src_path).resolve()
+    return _rewrite_links(fill(markdown, comments=False, page=source), page)
 
 
 def on_shutdown():
@@ -348,10 +433,17 @@ def on_shutdown():
         _state["tree"] = None
 
 
-if __name__ == "__main__":       # python docs/hooks.py: the tables' spans of the pages rewritten from the code
-    for page in sorted((Path(__file__).resolve().parent).rglob("*.md")):
+def pages_holding_spans(root: Path) -> list:
+    """The Markdown files whose spans `python docs/hooks.py` rewrites: the site's pages, README.md and the folders'
+    READMEs."""
+    return [*sorted((root / "docs").rglob("*.md")), root / "README.md", root / "benchmarks" / "README.md",
+            root / "models" / "README.md", root / "bindings" / "README.md"]
+
+
+if __name__ == "__main__":       # python docs/hooks.py: the spans of the pages rewritten from the code and results
+    for page in pages_holding_spans(Path(__file__).resolve().parent.parent):
         before = page.read_text(encoding="utf-8")
-        after = fill(before, IN_REPOSITORY)
+        after = fill(before, IN_REPOSITORY, page=page)
         if after != before:
             page.write_text(after, encoding="utf-8")
             print(f"rewrote {page}")

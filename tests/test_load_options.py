@@ -80,7 +80,7 @@ def _docs_table() -> str:
     spec.loader.exec_module(hooks)
     text = (ROOT / "docs" / "guides" / "runtime.md").read_text()
     assert len(hooks.span("load-options").findall(text)) == 1 and text.count("| option | default |") == 1
-    return hooks.span("load-options").search(text).group(2)
+    return hooks.span("load-options").search(text).group(3)
 
 
 # -- the declaration itself ---------------------------------------------------------------------------------------
