@@ -12,9 +12,9 @@ The speech pair (not part of ``all`` either): ``specdec-models speech`` runs ``s
 log-mel features under ``--work-dir``/speech), ``speech-target`` (encoder and decoder with a
 CTC head, ``--speech-minutes``), ``speech-decoders`` (the decoders on the frozen encoder's outputs, the draft
 distilled), ``speech-package`` (writes ``models/speech/``) and ``speech-evaluate``; ``speech-checkpoint --out DIR``
-makes Hugging Face checkpoints of the committed pair for specdec-export. ``speech-gpu`` trains the pair in one call
-of a GPU machine (``models/speech_gpu.sh`` there; data, target, draft and package against ``--budget-s``, the pack
-written in pieces to ``--out``) and ``speech-unpack --out FOLDER`` writes those pieces to ``models/speech/`` here.
+makes Hugging Face checkpoints of the committed pair for specdec-export. ``speech-gpu`` trains the pair on a GPU
+machine in one command (data, target, draft and package against ``--budget-s``, the pack written in pieces to
+``--out``) and ``speech-unpack --out FOLDER`` writes those pieces to ``models/speech/``.
 
 Everything downloaded or cached goes into ``--work-dir`` (default
 ``models/.work/``, git-ignored); only ``package``, ``datastore`` and ``speech-package`` write the committed files

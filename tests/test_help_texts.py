@@ -19,6 +19,9 @@ from specdec.runtime.core.errors import OneLineParser
 
 # what a terminal user should not read in a --help: (pattern, what it is)
 BAD = [(re.compile(r"\b[\w.-]+(?:/[\w.-]+)*/[\w-]+\.(?:py|pyi|md|rst|c|cpp|toml|ya?ml)\b"), "a source path"),
+       # a module named alone ("(measure.py)"): users run commands, they do not open modules (a Triton model
+       # repository's model.py is a file specdec-serve writes for the user, not one of the package's)
+       (re.compile(r"(?<![\w/.-])(?!model\.py\b)[\w-]+\.pyi?\b"), "a source file"),
        (re.compile(r"`"), "a backtick"),
        (re.compile(r"\*\*"), "a '**'"),
        (re.compile(r":(?:func|class|meth|mod|attr|ref|doc|data|obj|exc|py:\w+):"), "an rST role"),
@@ -82,6 +85,7 @@ def test_help_has_no_source_paths_or_markup(script, path):
 @pytest.mark.parametrize("planted", [
     "a datastore the lookup searches (runtime/loading/datastore.py).",
     "the recipe (see models/recipe.py)",
+    "the gamma sweep (measure.py)",
     "the pair in ``models/``",
     "run `specdec-export` first",
     "**not** in CI",

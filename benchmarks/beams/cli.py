@@ -1,6 +1,6 @@
 """`specdec-bench beams (--export DIR | --shapes T:D) --num-beams W`: beam search. On an export: per task,
 target-only beam search (none), exact speculative beam search at each --gamma, gamma=auto and transformers'
-generate(num_beams=W) on the same checkpoint, interleaved in one run (measure.py). At real shapes (random weights,
+generate(num_beams=W) on the same checkpoint, interleaved in one run. At real shapes (random weights,
 so no generation): the per-call costs of W x 1 and R x (g+1) target runs."""
 
 from __future__ import annotations

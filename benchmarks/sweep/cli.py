@@ -1,5 +1,5 @@
 """`specdec-bench sweep --export DIR`: latency, alpha, c and the speedup over gamma = 0 of every (temperature,
-filter, gamma), interleaved on one export (measure.py), against Theorem 3.8's prediction with the measured costs."""
+filter, gamma), interleaved on one export, against Theorem 3.8's prediction with the measured costs."""
 
 from __future__ import annotations
 

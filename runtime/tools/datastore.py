@@ -36,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
         q.add_argument("--export", required=True, help="the export directory (or a tokenizer.json) whose tokenizer "
                                                        "makes the ids")
         q.add_argument("--field", help="the field of .jsonl files holding the text")
-        q.add_argument("--force", action="store_true", help="build: replace an existing --out file")
+    b.add_argument("--force", action="store_true", help="replace an existing --out file")
     i = sub.add_parser("info", help="describe a datastore (and check it against an export)")
     i.add_argument("store", type=Path, help="the datastore file to describe")
     i.add_argument("--export", help="check that it was made with this export's tokenizer")
