@@ -261,22 +261,22 @@ typedef struct specdec_params {
 /* What one generation did and where its time went (seconds, wall clock). A versioned struct (see "Versioned
    structs" above): start from specdec_stats_empty(), which sets struct_size; the library zeroes the fields it
    knows at the start of every call that takes it. Sampling runs inside the decoder graphs (fused heads), and a
-   draft model's k guesses are one ONNX Runtime run: a round with a draft model is 1 draft run + 1 target run (k + 1
-   runs with min_new_tokens / no_repeat_ngram_size, or with a weight-only int8 draft, which step one token a run).
+   draft model's k guesses are one ONNX Runtime run: a round with a draft model is 1 draft run + 1 target run, also
+   with min_new_tokens / no_repeat_ngram_size; a weight-only int8 draft, and any draft on the capturable graphs,
+   runs once per guess (k + 1 runs a round).
    encoder_s + draft_s + target_s + host_s = total_s. */
 typedef struct specdec_stats {
     size_t struct_size;             /* sizeof(specdec_stats) as the host was compiled; set by
                                        specdec_stats_empty(). Always first; the library never writes it.   */
     /* ---- API version 2 fields (every layout has them) ---- */
     int64_t target_calls;           /* target runs: verify passes (or single steps when gamma = 0)        */
-    int64_t draft_calls;            /* draft runs (one per proposal; one per guess in the cases above)   */
+    int64_t draft_calls;            /* draft runs (one per proposal; one per guess in the cases above)    */
     int64_t proposed;               /* draft tokens offered for verification                              */
     int64_t accepted;               /* of those, kept                                                     */
     int64_t new_tokens;             /* tokens generated                                                   */
     int64_t ort_runs;               /* every ONNX Runtime session run: encoders, draft runs, target runs  */
-    double acceptance_rate;         /* accepted / proposed (0 when nothing was proposed): the share of
-                                       guesses kept, which falls as gamma grows. Not alpha, the chance that
-                                       one guess is kept (a round stops at its first rejection)             */
+    double acceptance_rate;         /* accepted / proposed (0 when nothing was proposed); not alpha:
+                                       docs/reference/stats.md says how the two differ                     */
     double tokens_per_target_call;  /* new_tokens / target_calls (0 when there was no target call)        */
     double encoder_s;               /* encoder runs (once per model and generation)                       */
     double draft_s;                 /* draft runs: decoder step + its fused sampling head (draws q, x)    */
@@ -286,8 +286,9 @@ typedef struct specdec_stats {
     double total_s;                 /* whole generation                                                   */
     specdec_stop_reason stop_reason;
     /* ---- appended in API version 3: where the guesses came from (the runtime's Stats.sources, summed by
-       kind). Every target run is one round of exactly one kind, so target_only_rounds + lookup_rounds +
-       model_rounds = target_calls, lookup_proposed + model_proposed = proposed and lookup_accepted +
+       kind). Every round is one target run of exactly one kind, so on a text export target_only_rounds +
+       lookup_rounds + model_rounds = target_calls; on a Whisper export the decoder prompt's prefill run (and the
+       language detection's, when no language is given) are target runs that are no round. lookup_proposed + model_proposed = proposed and lookup_accepted +
        model_accepted = accepted. A round yields its accepted guesses plus one token of the target's, so a
        kind's tokens are its rounds + accepted (before the output is cut after an EOS). Useful with draft
        "auto", which picks a kind per round. ---- */
@@ -368,9 +369,9 @@ SPECDEC_API const char *specdec_stop_reason_name(specdec_stop_reason reason);
      export_dir:   path to the directory (required).
      options_json: NULL or "" for the defaults, or a JSON object with any of these load options (the Python
                    runtime's, with the same checks; docs/guides/runtime.md, "Loading", has the table)
-                     "provider": "auto" (default: cuda if available, else cpu; tensorrt only when named),
-                                 "cpu", "cuda", "tensorrt"
-                     "threads":  intra-op threads per model, integer >= 0 (default 0: ONNX Runtime's default)
+                     "provider": "auto" (default), "cpu", "cuda", "tensorrt"
+                     "threads":  intra-op threads, integer >= 0 (default 0: the target takes SPECDEC_THREADS
+                                 when set, else ONNX Runtime's default; each draft model one thread)
                      "draft":    path of another export directory to take the draft model from (same target
                                  tokenizer); default: the draft exported together with the target
                      "datastore": path of a datastore for the lookup (specdec-datastore build --export DIR),
