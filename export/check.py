@@ -200,21 +200,24 @@ def capture_logits(encoder_path, capture: tuple, source, decoder_ids, steps) -> 
 
 
 def check_parity(model, encoder_path, decoder_path, gamma: int, dtype: str, past: int = 5, probe=None,
-                 cross_output: str | None = None, tokens: int | None = None, capture: tuple | None = None) -> dict:
+                 cross_output: str | None = None, tokens: int | None = None, capture: tuple | None = None,
+                 columns=None) -> dict:
     """Max |logit difference| from PyTorch's float64 forward for a 1-token step at past length `past` and a
     gamma+1 verify right after it, against `tolerance()` (PyTorch's own error at the graph's precision). `probe`:
     the family's probe inputs (export/families/base.py Family.probe), a function of the probe's source ids that
     returns (the encoder graph's input, PyTorch's forward arguments); None: the ids for both. `tokens`: the
     ids the tokenizer makes (runtime/loading/vocabulary.py): the probe's ids are drawn below it and the logits
     compared on those rows (a padded row no text reaches may score far below the others). `capture`: also the
-    model's capturable decoder (capture_logits), held to the same tolerance."""
+    model's capturable decoder (capture_logits), held to the same tolerance. `columns`: the ids of a draft's output
+    rows (--draft-vocab): the logits are compared there only (elsewhere both are -inf)."""
     source, decoder_ids = probe_sequences(model.config, past, gamma + 1, tokens=tokens)
     source, inputs = (source, {"input_ids": source}) if probe is None else probe(source)
     refs = torch_references(model, inputs, decoder_ids, dtype)
     checked = slice(past, past + gamma + 2)
     ref = refs["fp64"]
     _, step, verify = onnx_logits(encoder_path, decoder_path, source, decoder_ids, [past, 1, gamma + 1], cross_output)
-    rows = slice(0, tokens)
+    rows = slice(0, tokens) if columns is None else \
+        np.array([c for c in columns if tokens is None or c < tokens], dtype=np.int64)
     ref, step, verify = ref[..., rows], step[..., rows], verify[..., rows]
 
     def off(step, verify) -> tuple[float, float]:

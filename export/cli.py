@@ -51,6 +51,13 @@ def parser() -> argparse.ArgumentParser:
                         "(models/datastore/); 'none': no datastore")
     p.add_argument("--datastore-text-field", metavar="NAME",
                    help="the field of .jsonl --datastore-text files holding the text")
+    p.add_argument("--draft-vocab", type=int, metavar="K",
+                   help="the draft models predict over the K tokens most frequent in --draft-vocab-text (or the "
+                        "--datastore-text) and the special tokens only, a cheaper output projection at real "
+                        "vocabulary sizes; the output stays exactly the target's (e.g. 8000)")
+    p.add_argument("--draft-vocab-text", nargs="+", metavar="FILE",
+                   help="the text --draft-vocab counts tokens in: one segment a line (.txt, .txt.gz) or .jsonl "
+                        "records (with --datastore-text-field); default: the --datastore-text files")
     p.add_argument("--accept-int8-drift", action="store_true",
                    help="keep an int8 target whose logits drift past the parity tolerance (its output is then the "
                         "int8 model's, exactly); an int8 draft is never refused: the target verifies its guesses")
@@ -81,7 +88,8 @@ def _main(argv) -> int:
     reports = export_pair(ExportOptions(target, draft, args.export, args.gamma_max, args.max_length, args.dtype,
                                         args.force, args.opset, more, args.draft_dtype, store,
                                         args.datastore_text_field, graph_capture=args.graph_capture,
-                                        capture_attention=args.capture_attention))
+                                        capture_attention=args.capture_attention, draft_vocab=args.draft_vocab,
+                                        draft_vocab_text=args.draft_vocab_text))
     failed = [role for role, rep in reports.items() if not rep["passed"]]
     int8 = {role for role in failed if int8_drift(reports[role])}
     for role in sorted(int8 - {"target"}):

@@ -65,6 +65,7 @@ def write_manifest(root: Path, *, models: dict, head: dict, tokenizer_file: str,
                         architecture=build(ARCHITECTURE, f"model {role} architecture", **m["architecture"]),
                         weights=m.get("weights", dtype),
                         **({"quantization": m["quantization"]} if m.get("quantization") else {}),
+                        **({"vocabulary": m["vocabulary"]} if m.get("vocabulary") else {}),
                         graphs={kind: graph_entry(root, rel) for kind, rel in m["graphs"].items()})
             for role, m in models.items()},
         head=head,

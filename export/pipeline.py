@@ -40,6 +40,8 @@ class ExportOptions:
     #                               models at sizes whose float64 reference does not fit in memory); never for users
     graph_capture: bool = False   # also the graphs CUDA can capture (export/capture.py), beside the eager ones
     capture_attention: str = "plain"   # their attention: "plain" MatMuls and Softmax, or "fused" MultiHeadAttention
+    draft_vocab: int | None = None     # the drafts' output rows: the K most frequent tokens (export/draft_vocab.py)
+    draft_vocab_text: list = None      # the text they are counted in (None: the datastore's text)
 
     def roles(self) -> dict:
         drafts = {"draft": self.draft} if self.draft is not None else {}
@@ -130,6 +132,17 @@ def validate_options(opts: ExportOptions) -> None:
 
     for text in opts.datastore or []:         # before any model is loaded: a typo costs seconds, not an export
         check_text(text, opts.datastore_field, "--datastore-text file", "--datastore-text-field")
+    if opts.draft_vocab is not None:
+        if len(opts.roles()) == 1:
+            raise SpecdecError("--draft-vocab restricts a draft model's output rows, and this export has no draft "
+                               "model", "add --draft, or leave --draft-vocab out")
+        if opts.draft_vocab < 1:
+            raise SpecdecError(f"--draft-vocab must be 1 or more (got {opts.draft_vocab})", "use e.g. --draft-vocab 8000")
+        if not vocab_texts(opts):
+            raise SpecdecError("--draft-vocab needs text to count the tokens in",
+                               "pass --draft-vocab-text FILE (text in the output's language), or --datastore-text")
+        for text in opts.draft_vocab_text or []:
+            check_text(text, opts.datastore_field, "--draft-vocab-text file", "--datastore-text-field")
     if opts.capture_attention not in CAPTURE_ATTENTION:
         raise SpecdecError(f"--capture-attention must be one of {', '.join(CAPTURE_ATTENTION)} (got "
                            f"{opts.capture_attention})")
@@ -145,6 +158,34 @@ def validate_options(opts: ExportOptions) -> None:
         raise SpecdecError(f"--dtype {opts.dtype} with --draft-dtype {draft}: the pair shares one KV-cache dtype, "
                            "fp16 for fp16 models and fp32 for fp32 and int8 ones",
                            "use --dtype fp16 for both, or mix only fp32 and int8 (e.g. --draft-dtype int8)")
+
+
+def vocab_texts(opts: ExportOptions) -> list:
+    """The text files --draft-vocab counts tokens in: --draft-vocab-text, else the datastore's text."""
+    return list(opts.draft_vocab_text or opts.datastore or [])
+
+
+def restrict_drafts(opts: ExportOptions, sources: dict, bar) -> dict:
+    """With --draft-vocab, each draft model's output projection over the chosen rows only (export/draft_vocab.py);
+    returns {role: the manifest's vocabulary entry}."""
+    if opts.draft_vocab is None:
+        return {}
+    from specdec.runtime.tools.datastore_build import read_segments
+
+    from . import draft_vocab
+
+    target = sources["target"]
+    texts = vocab_texts(opts)
+    segments = (s for text in texts for s in read_segments(text, opts.datastore_field))
+    ids = draft_vocab.choose(target.tokenizer, target.config, segments, opts.draft_vocab,
+                             target.config.vocab_size)
+    for role, source in sources.items():
+        if role != "target":
+            draft_vocab.restrict(source.model, ids)
+    bar.write(f"  drafts: output rows {len(ids):,} of {target.config.vocab_size:,} (the {opts.draft_vocab:,} most "
+              f"frequent tokens of {', '.join(Path(t).name for t in texts)}, and the specials)")
+    return {role: draft_vocab.entry(ids, opts.draft_vocab, [Path(t).name for t in texts])
+            for role in sources if role != "target"}
 
 
 def quantize_stage(opts: ExportOptions, role: str, stage: str, path: Path, sizes: dict,
@@ -358,7 +399,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
         [(role, "capture") for role in names if opts.graph_capture] + \
         [("pair", "tokenizer")] + [("pair", "datastore")] * bool(opts.datastore) + \
         [(role, "check") for role in names if not opts.skip_check] + [("pair", "manifest"), ("pair", "open")]
-    sources, graphs, reports, quantization, shared, digests = {}, {}, {}, {}, [], {}
+    sources, graphs, reports, quantization, shared, digests, vocabularies = {}, {}, {}, {}, [], {}, {}
     tokens = None           # the target tokenizer's size: the parity probes' ids and compared rows
     # The bar is for terminals only (disable=None: off when stderr is not a TTY); the per-stage lines below go to
     # stdout either way. On an error it is cleared, so the error stays the one line on stderr.
@@ -372,6 +413,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 if len(sources) == len(names):      # all loaded: which drafts keep the target's encoder
                     digests = family.encoder_digests(sources)
                     shared = family.keeps_target_encoder(digests)
+                    vocabularies = restrict_drafts(opts, sources, bar)
                 if role == "target":
                     tokens = check_vocabulary(sources[role].tokenizer, configs[role], opts.target)
                 else:
@@ -413,7 +455,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                                          out / graphs[role]["decoder"], opts.gamma_max, opts.weights(role),
                                          probe=family.probe(sources[role]),
                                          cross_output=shared_cross(role) if keeps else None,
-                                         tokens=tokens, capture=capture)
+                                         tokens=tokens, capture=capture,
+                                         columns=vocabularies[role]["ids"] if role in vocabularies else None)
                 reports[role] = rep
                 precision = "fp16" if opts.weights(role) == "fp16" else "fp32"     # PyTorch's own, for the tolerance
                 own = rep[f"torch_{precision}_max_abs_diff"]
@@ -447,7 +490,8 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                                    "architecture": family.architecture(sources[role].config),
                                    "graphs": graphs[role],
                                    "weights": opts.weights(role),
-                                   **({"quantization": quantization[role]} if role in quantization else {})}
+                                   **({"quantization": quantization[role]} if role in quantization else {}),
+                                   **({"vocabulary": vocabularies[role]} if role in vocabularies else {})}
                             for role in names},
                     head={"candidates": head.CANDIDATES, "inputs": list(head.INPUTS),
                           "outputs": list(head.OUTPUTS),

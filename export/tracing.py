@@ -15,6 +15,8 @@ from torch import nn
 
 from specdec.runtime.core.graph_io import DECODER_INPUTS, DECODER_OUTPUTS, ROW_INPUTS, TREE_INPUTS, cross_names
 
+from .draft_vocab import SubsetHead
+
 INPUTS, OUTPUTS = DECODER_INPUTS, DECODER_OUTPUTS  # runtime/core/graph_io.py
 DECODER_TREE_INPUTS = TREE_INPUTS[:2]               # tree_depth, tree_mask; tree_uniforms is the head's
 
@@ -94,4 +96,9 @@ def trace_module(module: nn.Module, kv: tuple, path, dtype: torch.dtype = torch.
 
     traced = onnx.load(str(path), load_external_data=False)         # weights stay where torch wrote them
     optional_inputs(traced.graph, {name: [-1] for name in ROW_INPUTS})
+    restricted = [m for m in module.modules() if isinstance(m, SubsetHead)]
+    if restricted:          # logits scattered from a draft's kept rows: the tracer leaves their width unnamed
+        logits = next(o for o in traced.graph.output if o.name == OUTPUTS[0])
+        logits.type.tensor_type.shape.dim[-1].ClearField("dim_param")
+        logits.type.tensor_type.shape.dim[-1].dim_value = restricted[0].vocab
     onnx.save(traced, str(path))

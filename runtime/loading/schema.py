@@ -60,6 +60,9 @@ MODEL = table(
     Key("architecture", dict, required=True),        # ARCHITECTURE
     Key("weights", str, limits=("fp32", "fp16", "int8", "int8-wo")),
     Key("quantization", dict),                       # stage -> how its graph was quantized (export/quantize.py)
+    Key("vocabulary", dict),                         # a draft's output rows (--draft-vocab): rows, ids, the text
+    #                                                  counted (export/draft_vocab.py); the graph holds them, the
+    #                                                  runtime does not read it
     Key("graphs", dict, required=True),              # kind -> GRAPH: encoder (absent: keeps the target's), decoder,
     #                                                  capture_decoder, capture_head
 )
