@@ -1,7 +1,7 @@
 """A draft's output projection over part of the vocabulary (`specdec-export --draft-vocab K`).
 
-At real vocabulary sizes a small draft spends most of its step in its output projection: 32,128 rows for T5 and
-51,865 for Whisper, against a few thousand tokens that the output text actually uses. With `--draft-vocab K` each
+At real vocabulary sizes a small draft spends most of its step in its output projection: tens of thousands of rows
+(32,128 for T5), against a few thousand tokens that the output text actually uses. With `--draft-vocab K` each
 draft model's projection keeps the rows of the K tokens that are most frequent in a text (the datastore's text, or
 `--draft-vocab-text`), plus every special token of the tokenizer; the logits of every other token are -inf, so the
 draft's standardized distribution q is 0 there and the draft never proposes them.
@@ -68,8 +68,8 @@ def special_ids(tokenizer, config) -> set:
 
 def choose(tokenizer, config, texts, k: int, vocab: int) -> np.ndarray:
     """The sorted ids a draft keeps: the `k` most frequent in `texts` (ties by the smaller id), other than the
-    specials, then every special id. Each segment is counted as written and after a space (a word inside a sentence
-    may be its own token, as Whisper's are)."""
+    specials, then every special id. Each segment is counted as written and after a space (a byte-level BPE makes
+    a word after a space a token of its own)."""
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     specials = {i for i in special_ids(tokenizer, config) if 0 <= i < vocab}
     counts, batch = Counter(), []
