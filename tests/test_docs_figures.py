@@ -14,7 +14,6 @@ The third check of the family, that no --help names a source file, is tests/test
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import re
 import shlex
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from test_docs import ROOT, _hooks, documents
+from test_help_texts import _parser, _scripts
 
 RESULTS = ROOT / "benchmarks" / "results"
 # The model card is the bundled models' own record (their training and evaluation, measured by the recipe): pages
@@ -138,17 +138,20 @@ def unsourced(page: Path, text: str | None = None) -> list[str]:
     by_section: dict[int, list[Path]] = {}
     for _, section, block in blocks:
         by_section.setdefault(section, []).extend(_results_links(page, block))
-    found = []
+    found, records = [], {}
     for number, section, block in blocks:
         figures = numbers(block)
         if not figures:
             continue
-        sources = _results_links(page, block) + by_section.get(section, [])
+        sources = sorted(set(by_section.get(section, [])))        # the section's links, the block's among them
         if not sources:
             if _SPEED.search(plain(block)):
                 found.append(f"{number}: a speed figure with no results file beside it: {block[:100]}")
             continue
-        record = set().union(*(measured(p) for p in sources))
+        for path in sources:
+            if path not in records:
+                records[path] = measured(path)
+        record = set().union(*(records[p] for p in sources))
         missing = [f"{v:.{d}f}" for v, d in figures if not held((v, d), record)]
         if missing:
             names = ", ".join(p.name for p in sources)
@@ -232,10 +235,7 @@ def test_a_summary_figure_the_record_lacks_is_caught(tmp_path):
 
 # -- 2. example commands -----------------------------------------------------------------------------------------
 
-SCRIPTS = {"specdec-export": "specdec.export.cli", "specdec-generate": "specdec.runtime.tools.generate",
-           "specdec-datastore": "specdec.runtime.tools.datastore", "specdec-models": "specdec.models.recipe",
-           "specdec-bench": "specdec.bench.cli", "specdec-build-capi": "specdec.bindings.build",
-           "specdec-serve": "specdec.serve.cli"}
+SCRIPTS = _scripts()         # the package's console scripts -> the modules holding their parsers
 
 
 def example_commands(text: str) -> list[tuple[int, list[str]]]:
@@ -274,8 +274,7 @@ def example_commands(text: str) -> list[tuple[int, list[str]]]:
 
 def parse_error(argv: list[str]) -> str | None:
     """What the command's own parser says about `argv`, or None when it parses."""
-    module = importlib.import_module(SCRIPTS[argv[0]])
-    parser = (getattr(module, "parser", None) or getattr(module, "build_parser"))()
+    parser = _parser(SCRIPTS[argv[0]])
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 from tinymodels import (exported_whisper_pair, make_tiny_t5, noisy_copy, random_prompts, read_manifest,
-                        run_export_cli, whisper_audio)
-from transformers import T5ForConditionalGeneration
+                        run_export_cli, whisper_audio, write_tiny_tokenizer)
+from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
 
 from specdec.export import draft_vocab
 from specdec.export.check import onnx_logits
@@ -98,14 +98,8 @@ def test_whisper_draft_restricted_gives_target_only_output(tmp_path):
         assert dec.generate(audio=audio, max_new_tokens=12, draft="draft", gamma=3).token_ids == want
 
 
-def test_choose_counts_each_segment_and_keeps_ties_by_id():
-    from tinymodels import write_tiny_tokenizer
-    from transformers import AutoTokenizer, T5Config
-
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as folder:
-        tok = AutoTokenizer.from_pretrained(str(write_tiny_tokenizer(folder, 10)))
+def test_choose_counts_each_segment_and_keeps_ties_by_id(tmp_path):
+    tok = AutoTokenizer.from_pretrained(str(write_tiny_tokenizer(tmp_path, 10)))
     cfg = T5Config(vocab_size=12, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
     ids = draft_vocab.choose(tok, cfg, ["w5 w5 w7", "w4 w7 w9", "w9"], 2, 12)
     assert ids.tolist() == [0, 1, 2, 5, 7]           # w5, w7 twice each (w9 twice too: the smaller ids first), specials
