@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
-from .families import FAMILIES
+from .families import FAMILIES, shipped_draft
 from .pipeline import DEFAULT_MAX_LENGTH, ExportOptions, bundled_datastore, bundled_pair, export_pair, int8_drift
 
 
@@ -58,6 +58,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-vocab-text", nargs="+", metavar="FILE",
                    help="the text --draft-vocab counts tokens in: one segment a line (.txt, .txt.gz) or .jsonl "
                         "records (with --datastore-text-field); default: the --datastore-text files")
+    p.add_argument("--no-draft", action="store_true",
+                   help="export --target alone: without --draft, a draft that specdec ships for a target is "
+                        "attached when the target's weights are the ones it was distilled for (it says so)")
     p.add_argument("--accept-int8-drift", action="store_true",
                    help="keep an int8 target whose logits drift past the parity tolerance (its output is then the "
                         "int8 model's, exactly); an int8 draft is never refused: the target verifies its guesses")
@@ -83,7 +86,11 @@ def _main(argv) -> int:
         store = []
     more = {}
     if args.draft:
+        if args.no_draft:
+            raise SpecdecError("--no-draft and --draft contradict each other", "pass one of them")
         draft, more = _drafts(args.draft)
+    elif args.target and not args.no_draft:
+        draft = shipped_draft(args.target)
     warnings.filterwarnings("ignore")          # the ONNX tracer's warnings say nothing actionable to users
     reports = export_pair(ExportOptions(target, draft, args.export, args.gamma_max, args.max_length, args.dtype,
                                         args.force, args.opset, more, args.draft_dtype, store,

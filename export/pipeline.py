@@ -413,6 +413,7 @@ def export_pair(opts: ExportOptions, log=print) -> dict:
                 if len(sources) == len(names):      # all loaded: which drafts keep the target's encoder
                     digests = family.encoder_digests(sources)
                     shared = family.keeps_target_encoder(digests)
+                    family.check_sources(sources)
                     vocabularies = restrict_drafts(opts, sources, bar)
                 if role == "target":
                     tokens = check_vocabulary(sources[role].tokenizer, configs[role], opts.target)

@@ -1,25 +1,19 @@
-"""specdec-models: the recipe that builds the bundled default pair in ``models/``.
+"""specdec-models: the recipes that build what models/ ships, one step a subcommand, each with its own flags.
 
     specdec-models all            # data -> tokenizer -> train-target -> train-draft -> package -> datastore -> evaluate
-    python -m specdec.models all --threads 2 --resume
+    specdec-models train-draft --resume --draft-max-minutes 19
+    specdec-models whisper-draft --target ~/.cache/specdec/whisper/base
+    specdec-models STEP --help
 
-Stages can be run one at a time (``data``, ``tokenizer``, ``train-target``, ``train-draft``/``distill``,
-``package``, ``datastore``, ``evaluate``). ``widen`` (not part of ``all``) writes the bundled pair at real T5 shapes,
-computing the same function, into ``--out``:
-``specdec-models widen --target-shape t5-large --draft-shape t5-small --out DIR``.
+The bundled pair: `all`, or its steps one at a time (`data`, `tokenizer`, `train-target`, `train-draft` (also
+`distill`), `package`, `datastore`, `evaluate`); `widen` writes it at real T5 shapes, computing the same function.
+The speech pair: `speech` runs `speech-data`, `speech-target`, `speech-decoders`, `speech-package` and
+`speech-evaluate`; `speech-checkpoint` makes Hugging Face checkpoints of it, `speech-gpu` trains it on a GPU machine
+in one command and `speech-unpack` writes that run's pieces to models/speech/. `whisper-draft` distills a draft for a
+real Whisper target (whisper base's ships in models/whisper-base-draft/), resuming where an interrupted run stopped.
 
-The speech pair (not part of ``all`` either): ``specdec-models speech`` runs ``speech-data`` (espeak-ng clips and their
-log-mel features under ``--work-dir``/speech), ``speech-target`` (encoder and decoder with a
-CTC head, ``--speech-minutes``), ``speech-decoders`` (the decoders on the frozen encoder's outputs, the draft
-distilled), ``speech-package`` (writes ``models/speech/``) and ``speech-evaluate``; ``speech-checkpoint --out DIR``
-makes Hugging Face checkpoints of the committed pair for specdec-export. ``speech-gpu`` trains the pair on a GPU
-machine in one command (data, target, draft and package against ``--budget-s``, the pack written in pieces to
-``--out``) and ``speech-unpack --out FOLDER`` writes those pieces to ``models/speech/``.
-
-Everything downloaded or cached goes into ``--work-dir`` (default
-``models/.work/``, git-ignored); only ``package``, ``datastore`` and ``speech-package`` write the committed files
-(``models/target``, ``models/draft``, ``models/prompts/test.jsonl``; ``models/datastore/``; ``models/speech/``).
-Never run in CI: it takes about 88 minutes on 2 cores.
+Everything downloaded or cached goes into --work-dir (default models/.work/, git-ignored); only the packaging steps
+write the committed files. Never run in CI: the bundled pair takes about 88 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -33,7 +27,6 @@ from specdec.runtime.core.errors import OneLineParser, SpecdecError, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
 SPEECH_RUN = ["speech-data", "speech-target", "speech-decoders", "speech-package", "speech-evaluate"]
 SPEECH_STAGES = ["speech", *SPEECH_RUN, "speech-checkpoint", "speech-gpu", "speech-unpack"]
 
@@ -61,60 +54,148 @@ HYPERPARAMETERS = dict(
 )
 
 
+# Each step's flags, by group: a step takes the groups STEP_FLAGS names (and --work-dir, --threads, --seed).
+def _training(p):
+    p.add_argument("--resume", action="store_true", help="continue training from the last checkpoint")
+    p.add_argument("--plain-adamw", action="store_true",
+                   help="one absolute lr for every tensor instead of lr x RMS(tensor) (then use lr ~1e-3)")
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                   help="training matmul precision (default bf16; fp32 on CPUs without BF16)")
+
+
+def _out_dir(p):
+    p.add_argument("--out-dir", default=HERE, help="where the packaged models are written (default: models/)")
+
+
+def _hyper(*prefixes):
+    def add(p):
+        for k, (v, text) in HYPERPARAMETERS.items():
+            if k != "seed" and k.startswith(prefixes):
+                p.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
+    return add
+
+
+def _refresh(p):
+    p.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
+
+
+def _widen(p):
+    p.add_argument("--target-shape", default="t5-large", help="the target's shape, t5-small, t5-base or t5-large "
+                                                               "(default t5-large)")
+    p.add_argument("--draft-shape", default="t5-small", help="the draft's shape (default t5-small)")
+    p.add_argument("--out", required=True, help="where target/ and draft/ are written (outside the repository: "
+                                                "t5-large is 2.9 GB)")
+
+
+def _clips(p):
+    p.add_argument("--speech-clips", default="24000,500,500",
+                   help="clips of the train, validation and test splits (default 24000,500,500; speech-gpu makes the "
+                        "first two)")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="processes that synthesize the clips (default: every core, %(default)s here)")
+
+
+def _device(p):
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where to train (default auto: a CUDA GPU when PyTorch sees one)")
+
+
+def _speech_target(p):
+    p.add_argument("--speech-minutes", type=float, default=60.0,
+                   help="time budget of the speech target's training (default 60)")
+    p.add_argument("--speech-batch", type=int, default=None, help="clips a step (default 8; speech-gpu on a GPU 64)")
+    p.add_argument("--speech-width", type=int, default=None,
+                   help="the target's shape by d_model, 256 (4 encoder and 4 decoder layers; a 2-layer draft) or 384 "
+                        "(whisper-tiny's width and encoder, 12 decoder layers; a 1-layer draft); default 256, "
+                        "speech-gpu on a GPU 384; --resume goes on at the checkpoint's")
+
+
+def _speech_decoders(p):
+    p.add_argument("--speech-decoder-minutes", type=float, default=20.0,
+                   help="the target decoder's time on the frozen encoder (default 20)")
+    p.add_argument("--speech-draft-minutes", type=float, default=10.0,
+                   help="the draft's distillation on the frozen encoder (default 10)")
+    p.add_argument("--speech-target-layers", type=int, default=None,
+                   help="grow the target's decoder to this many layers first, each added layer starting as the "
+                        "identity (default: keep its depth)")
+
+
+def _speech_eval(p):
+    p.add_argument("--speech-long-syntheses", type=int, default=1,
+                   help="syntheses of the long recording to transcribe (seed xor 0, 1, ...; its WER moves a few "
+                        "points between them; default 1)")
+
+
+def _speech_gpu(p):
+    p.add_argument("--out", default="speech-gpu", help="where its record and the pack's pieces are written")
+    p.add_argument("--from-pack", action="store_true",
+                   help="on a work directory without a checkpoint, go on from the pack in --out-dir/speech instead of "
+                        "training from scratch (the optimizer and CTC head afresh)")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="seconds for the whole step, data to pieces (default 480)")
+    p.add_argument("--speech-batch", type=int, default=None, help="clips a step (default 8; on a GPU 64)")
+    p.add_argument("--speech-width", type=int, default=None,
+                   help="the target's d_model, 256 or 384 (default: 384 on a GPU, else 256)")
+
+
+def _whisper_draft(p):
+    p.add_argument("--target", required=True,
+                   help="the Whisper target: a Hugging Face or CTranslate2 / faster-whisper folder (e.g. "
+                        "~/.cache/specdec/whisper/base after python -m specdec.bench.whisper_models fetch base)")
+    p.add_argument("--out", default=os.path.join(HERE, "whisper-base-draft"),
+                   help="where the draft is packaged (default: models/whisper-base-draft)")
+    p.add_argument("--clips", type=int, default=2048, help="synthesized clips the target transcribes (default 2048)")
+    p.add_argument("--minutes", type=float, default=15.0, help="the draft's training time (default 15)")
+    p.add_argument("--only", choices=["data", "train", "package"], action="append",
+                   help="run only these parts (repeatable; default: data, train and package in turn)")
+
+
+RECIPE = [_refresh, _hyper("vocab", "target", "draft", "kl", "seq"), _training, _out_dir]
+STEP_FLAGS = {
+    "all": (RECIPE, "the whole recipe: data -> tokenizer -> train-target -> train-draft -> package -> datastore -> "
+                    "evaluate"),
+    "data": ([_refresh], "the corpus: Debian package descriptions (English and German) and the test prompts"),
+    "tokenizer": ([_hyper("vocab")], "the SentencePiece tokenizer both models share"),
+    "train-target": ([_hyper("target"), _training], "train the bundled target"),
+    "train-draft": ([_hyper("draft", "kl", "seq"), _training], "distill the bundled draft from the target"),
+    "distill": ([_hyper("draft", "kl", "seq"), _training], "the same as train-draft"),
+    "package": ([_out_dir], "write models/target, models/draft and models/prompts/test.jsonl"),
+    "datastore": ([_out_dir], "write models/datastore/ (the training split's target side)"),
+    "evaluate": ([_out_dir], "measure the packaged pair (acceptance, speedup, quality): the model card's figures"),
+    "widen": ([_widen], "the bundled pair at real T5 shapes, computing the same function"),
+    "speech": ([_clips, _speech_target, _speech_decoders, _speech_eval, _device, _training, _out_dir],
+               "the speech pair: speech-data, speech-target, speech-decoders, speech-package and speech-evaluate"),
+    "speech-data": ([_clips], "espeak-ng clips and their log-mel features under --work-dir/speech"),
+    "speech-target": ([_speech_target, _device, _training], "the speech target: encoder and decoder with a CTC head"),
+    "speech-decoders": ([_speech_decoders, _device, _training],
+                        "the decoders on the frozen encoder's outputs, the draft distilled"),
+    "speech-package": ([_out_dir], "write models/speech/"),
+    "speech-evaluate": ([_speech_eval, _out_dir], "measure the packaged speech pair"),
+    "speech-checkpoint": ([lambda p: p.add_argument("--out", required=True,
+                                                    help="where the speech pair's checkpoints are written")],
+                          "Hugging Face checkpoints of the committed speech pair, for specdec-export"),
+    "speech-gpu": ([_speech_gpu, _clips, _device, _out_dir],
+                   "train the speech pair on a GPU machine in one command (data, target, draft and package against "
+                   "--budget-s, the pack written in pieces to --out)"),
+    "speech-unpack": ([lambda p: p.add_argument("--out", required=True, help="where speech-gpu wrote its pieces"),
+                       _out_dir], "write speech-gpu's pieces to models/speech/"),
+    "whisper-draft": ([_whisper_draft], "distill a 2-layer draft for a real Whisper target from its own "
+                                        "transcripts of synthesized everyday speech (resumes where it stopped)"),
+}
+STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datastore", "evaluate"]
+
+
 def build_parser():
     ap = OneLineParser(prog="specdec-models", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", nargs="?", default="all", choices=STAGES + ["all", "distill", "widen"] + SPEECH_STAGES,
-                    help="stage to run (default: all)")
-    ap.add_argument("--work-dir", default=os.path.join(HERE, ".work"), help="downloads, caches, checkpoints")
-    ap.add_argument("--out-dir", default=HERE, help="where package writes target/, draft/, prompts/")
-    ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads")
-    ap.add_argument("--resume", action="store_true", help="continue training from the last checkpoint")
-    ap.add_argument("--plain-adamw", action="store_true",
-                    help="one absolute lr for every tensor instead of lr x RMS(tensor) (then use lr ~1e-3)")
-    ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
-                    help="training matmul precision (default bf16; fp32 on CPUs without BF16)")
-    ap.add_argument("--refresh-data", action="store_true", help="re-run the apt-get updates")
-    ap.add_argument("--target-shape", default="t5-large", help="widen: the target's shape, t5-small, t5-base or "
-                                                                "t5-large (default t5-large)")
-    ap.add_argument("--draft-shape", default="t5-small", help="widen: the draft's shape (default t5-small)")
-    ap.add_argument("--out", help="widen: where target/ and draft/ are written (outside the repository: t5-large "
-                                  "is 2.9 GB); speech-checkpoint: where the speech pair's checkpoints are written; "
-                                  "speech-gpu: where its record and the pack's pieces are written; speech-unpack: "
-                                  "where they are")
-    ap.add_argument("--speech-clips", default="24000,500,500",
-                    help="speech-data: clips of the train, validation and test splits (default 24000,500,500; "
-                         "speech-gpu makes the first two)")
-    ap.add_argument("--speech-minutes", type=float, default=60.0,
-                    help="speech-target: time budget of the speech target's training (default 60)")
-    ap.add_argument("--speech-decoder-minutes", type=float, default=20.0,
-                    help="speech-decoders: the target decoder's time on the frozen encoder (default 20)")
-    ap.add_argument("--speech-draft-minutes", type=float, default=10.0,
-                    help="speech-decoders: the draft's distillation on the frozen encoder (default 10)")
-    ap.add_argument("--speech-target-layers", type=int, default=None,
-                    help="speech-decoders: grow the target's decoder to this many layers first, each added layer "
-                         "starting as the identity (default: keep its depth)")
-    ap.add_argument("--speech-batch", type=int, default=None,
-                    help="speech-target, speech-gpu: clips a step (default 8; speech-gpu on a GPU 64)")
-    ap.add_argument("--speech-width", type=int, default=None,
-                    help="speech-target, speech-gpu: the target's shape by d_model, 256 (4 encoder and 4 decoder "
-                         "layers; a 2-layer draft) or 384 (whisper-tiny's width and encoder, 12 decoder layers; a "
-                         "1-layer draft); default 256, speech-gpu on a GPU 384; --resume goes on at the checkpoint's")
-    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
-                    help="speech-target, speech-decoders, speech-gpu: where to train (default auto: a CUDA GPU when "
-                         "PyTorch sees one)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="speech-data, speech-gpu: processes that synthesize the clips (default: every core, "
-                         "%(default)s here)")
-    ap.add_argument("--from-pack", action="store_true",
-                    help="speech-gpu: on a work directory without a checkpoint, go on from the pack in "
-                         "--out-dir/speech instead of training from scratch (the optimizer and CTC head afresh)")
-    ap.add_argument("--budget-s", type=float, default=480.0,
-                    help="speech-gpu: seconds for the whole stage, data to pieces (default 480)")
-    ap.add_argument("--speech-long-syntheses", type=int, default=1,
-                    help="speech-evaluate: syntheses of the long recording to transcribe (seed xor 0, 1, ...; its "
-                         "WER moves a few points between them; default 1)")
-    for k, (v, text) in HYPERPARAMETERS.items():
-        ap.add_argument("--" + k.replace("_", "-"), type=type(v), default=v, help=f"{text} (default {v})")
+    sub = ap.add_subparsers(dest="stage", metavar="STEP", required=True, parser_class=OneLineParser)
+    for name, (groups, text) in STEP_FLAGS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--work-dir", default=os.path.join(HERE, ".work"),
+                       help="downloads, caches, checkpoints (default: models/.work)")
+        p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads")
+        p.add_argument("--seed", type=int, default=0, help="seed for data order, initialisation and sampling")
+        for group in groups:
+            group(p)
     return ap
 
 
@@ -133,6 +214,12 @@ def _main(argv) -> int:
         return 0
     if args.stage in SPEECH_STAGES:
         return _speech(args)
+    if args.stage == "whisper-draft":
+        from .whisper_draft import run
+
+        run(args.work_dir, os.path.expanduser(args.target), os.path.abspath(args.out), args.clips, args.minutes,
+            args.seed, args.threads, steps=args.only or ("data", "train", "package"))
+        return 0
     stage = "train-draft" if args.stage == "distill" else args.stage
     stages = STAGES if stage == "all" else [stage]
     work = os.path.abspath(args.work_dir)

@@ -56,6 +56,12 @@ def load_source(name: str, role: str = "target"):
     return family_of(config, role, name).load(name, role, config)
 
 
+def shipped_draft(name: str, log=print) -> str | None:
+    """The checkpoint of the draft shipped for the target `name` (its family's `shipped_draft`), else None."""
+    path = checkpoint_path(name, log)
+    return family_of(load_config(path, "target"), "target", name).shipped_draft(path, log)
+
+
 def checkpoint_path(name: str, log=print) -> str:
     """Where the checkpoint `name` is read: `name` itself, or for a folder of another format a family reads (its
     `folders`: a CTranslate2 one) that folder's conversion to a transformers checkpoint, made once into a cache and

@@ -11,6 +11,8 @@ The family is chosen once, from the target's config (export/families/__init__.py
     probe             the parity probe's inputs: what the encoder graph reads, and what PyTorch's forward reads
     architecture      the manifest's "architecture" entry of one model
     manifest_entries  the family's own top-level manifest entries ({} for none)
+    shipped_draft     the draft shipped in models/ for a target, when the target is the one it was made for
+    check_sources     the loaded models refused together (a draft made for another target)
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ class Family:
         """The manifest's "architecture" entry of a model: the sizes the runtime makes its buffers from
         (runtime/loading/schema.py), and enough to tell which variant the model is."""
         raise NotImplementedError
+
+    def shipped_draft(self, path: str, log) -> str | None:
+        """The checkpoint of a draft shipped with the package for the target read at `path`, made when its weights
+        are the ones the draft was made for (`log` says so); None here."""
+        return None
+
+    def check_sources(self, sources: dict) -> None:
+        """A one-line SpecdecError for loaded models (role -> Source) that cannot be exported together; nothing
+        here."""
 
     def manifest_entries(self, sources: dict, digests: dict) -> dict:
         """The family's own top-level manifest entries (name -> entry), from the loaded `sources` and the encoder

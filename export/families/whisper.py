@@ -90,6 +90,42 @@ class WhisperFamily(Family):
                 "num_mel_bins": config.num_mel_bins, "source_positions": config.max_source_positions,
                 "target_positions": config.max_target_positions}
 
+    def shipped_draft(self, path: str, log) -> str | None:
+        """The distilled draft in models/ made for this target (whisper_drafts.py), when its fingerprint matches."""
+        from . import whisper_drafts
+
+        if not whisper_drafts.shipped():
+            return None
+        from transformers import WhisperForConditionalGeneration
+
+        model = WhisperForConditionalGeneration.from_pretrained(path).eval()
+        found = whisper_drafts.matching(model)
+        if found is None:
+            return None
+        folder, record = found
+        made = whisper_drafts.checkpoint(model, path, folder, record)
+        log(f"  draft: the shipped draft {folder.name} (distilled for this target: fingerprint "
+            f"{record['target_fingerprint'][:12]}), read as {made}; --no-draft exports the target alone")
+        return str(made)
+
+    def check_sources(self, sources: dict) -> None:
+        """A draft made for a target (whisper_drafts.py's mark) goes with that target only; the target's
+        fingerprint is kept for the manifest."""
+        from .whisper_drafts import distilled_for, fingerprint
+
+        marks = {role: distilled_for(str(src.name)) for role, src in sources.items()
+                 if role != "target" and Path(str(src.name)).is_dir()}
+        marks = {role: mark for role, mark in marks.items() if mark}
+        target = sources["target"]
+        target.extras["fingerprint"] = mine = fingerprint(target.model)
+        for role, mark in marks.items():
+            if mark["target_fingerprint"] != mine:
+                raise SpecdecError(f"the {role} model {sources[role].name} is the draft {mark['name']}, distilled "
+                                   f"for another target (fingerprint {mark['target_fingerprint'][:12]}, this target's "
+                                   f"is {mine[:12]})", "leave out --draft: specdec-export attaches the shipped "
+                                   "draft when one matches the target")
+            sources[role].extras["distilled_for"] = mark["target_fingerprint"]
+
     def manifest_entries(self, sources: dict, digests: dict) -> dict:
         return {"speech": speech_entry(sources, digests)}
 
@@ -183,6 +219,7 @@ def speech_entry(sources: dict, digest: dict) -> dict:
         return [int(v) for v in (values or [])]
 
     nots = gen.get("no_timestamps_token_id")
+    distilled = {role: src.extras["distilled_for"] for role, src in sources.items() if "distilled_for" in src.extras}
     return build(SPEECH, "speech",
                  sampling_rate=int(extractor.sampling_rate), n_samples=int(extractor.n_samples),
                  frames=int(target.config.max_source_positions),
@@ -193,7 +230,9 @@ def speech_entry(sources: dict, digest: dict) -> dict:
                  suppress_tokens=ids(gen.get("suppress_tokens")),
                  begin_suppress_tokens=ids(gen.get("begin_suppress_tokens")),
                  encoder_sha256=digest,
-                 shares_target_encoder=keeps_target_encoder(digest))
+                 shares_target_encoder=keeps_target_encoder(digest),
+                 **({"target_fingerprint": target.extras["fingerprint"]} if "fingerprint" in target.extras else {}),
+                 **({"distilled_for": distilled} if distilled else {}))
 
 
 FAMILY = WhisperFamily()

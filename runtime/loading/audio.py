@@ -81,6 +81,8 @@ SPEECH = keys.table(
     Key("begin_suppress_tokens", list, required=True),
     Key("encoder_sha256", dict),                     # role -> the encoder's digest
     Key("shares_target_encoder", list, required=True),    # the drafts whose encoder graph is the target's
+    Key("target_fingerprint", str),                  # the sha256 of the target's weights (export/families/whisper_drafts.py)
+    Key("distilled_for", dict),                      # draft role -> the target fingerprint it was distilled for
 )
 SPEECH_NUMBERS = keys.numbers(SPEECH)      # sampling_rate, n_samples, frames
 MODEL_TYPE = "whisper"                     # every model's architecture model_type in an export with the entry
@@ -126,7 +128,29 @@ def check_entry(where: str, speech, vocab: int, models: dict) -> tuple[str, list
     for role in shared:
         if role not in models or role == "target":
             keys.fail(where, f"speech shares_target_encoder names {shown(role, 40)}, not a draft model")
+    check_fingerprints(where, speech, models)
     return SOURCE_DTYPE, shared
+
+
+def check_fingerprints(where: str, speech: dict, models: dict) -> None:
+    """A draft distilled for one target (speech distilled_for) runs with that target only: its fingerprint must be
+    the export's target_fingerprint."""
+    distilled = speech.get("distilled_for")
+    if distilled is None:
+        return
+    distilled = keys.obj(where, distilled, "speech distilled_for")
+    mine = speech.get("target_fingerprint")
+    if mine is not None:
+        keys.string(where, mine, "speech target_fingerprint", 64)
+    for role, theirs in distilled.items():
+        if role not in models or role == "target":
+            keys.fail(where, f"speech distilled_for names {shown(role, 40)}, not a draft model")
+        keys.string(where, theirs, f"speech distilled_for {shown(role, 40)}", 64)
+        if theirs != mine:
+            raise SpecdecError(f"{where}: the draft {shown(role, 40)} was distilled for another target (fingerprint "
+                               f"{theirs[:12]}) than this export's ({'none recorded' if mine is None else mine[:12]})",
+                               "export again with specdec-export --target TARGET, which attaches the draft made for "
+                               "TARGET, or with --no-draft")
 
 
 # -- audio in ----------------------------------------------------------------------------------------------------------
