@@ -19,7 +19,9 @@ error rate against the clips' "reference" texts (lower case, punctuation dropped
 transformers' greedy tokens (text tokens: the ids below <|endoftext|>). faster-whisper pads the log-mel rather than
 the waveform, so its tokens can differ from transformers' on short clips: it is the
 speed to beat, transformers the output to equal. For specdec's speculative configurations: the guesses kept per
-guess proposed (alpha, every source), tokens per target run and the draft model's step cost over the target's (c).
+guess proposed, alpha (kept over kept plus rejections: the per-guess acceptance), tokens per target run, the draft
+model's step cost over the target's (c) and "decode x": the decoding phase's speed (ms per token after the encoder)
+over the same export's target alone.
 
 --long RECORDING.wav (longer than 30 s; a reference from a .txt beside it): once per round, each specdec export with
 timestamps (window by window), faster-whisper's sequential long form and its batched pipeline, transformers' long
@@ -127,6 +129,8 @@ def _specdec_engines(exports: list, configs: list, threads: int, max_new: int) -
                 s = result.stats
                 return (text_tokens(result.token_ids, eot), result.text, ms,
                         {"encoder_ms": 1000 * s.encoder_s, "accepted": s.accepted, "proposed": s.proposed,
+                         "rejections": sum(v.rejections for k, v in s.sources.items() if k != "none"),
+                         "decode_ms": ms - 1000 * s.encoder_s,
                          "tokens": s.new_tokens, "target_calls": s.target_calls, "draft_calls": s.draft_calls,
                          "draft_s": s.draft_s, "target_s": s.target_s})
             engines.append(Engine(f"specdec {name} {config}", run, "specdec"))
@@ -284,9 +288,13 @@ def _summary(engines: list, clips: list, records: dict) -> list:
             errors = [word_errors(ref, hyp) for ref, hyp in zip(refs, rec["text"])]
             row["wer"] = sum(e for e, _ in errors) / max(1, sum(n for _, n in errors))
         if e.kind == "specdec":
-            s = {k: sum(x[k] for x in extras) for k in ("accepted", "proposed", "tokens", "target_calls",
-                                                         "draft_calls", "draft_s", "target_s")}
+            s = {k: sum(x[k] for x in extras) for k in ("accepted", "proposed", "rejections", "tokens",
+                                                         "target_calls", "draft_calls", "draft_s", "target_s",
+                                                         "decode_ms")}
             row["kept_per_guess"] = s["accepted"] / s["proposed"] if s["proposed"] else None
+            row["alpha"] = s["accepted"] / (s["accepted"] + s["rejections"]) \
+                if s["accepted"] + s["rejections"] else None
+            row["decode_ms_per_token"] = s["decode_ms"] / s["tokens"] if s["tokens"] else None
             row["tokens_per_target_run"] = s["tokens"] / s["target_calls"] if s["target_calls"] else None
             row["c"] = (s["draft_s"] / s["draft_calls"]) / (s["target_s"] / s["target_calls"]) \
                 if s["draft_calls"] and s["target_calls"] else None
@@ -296,6 +304,8 @@ def _summary(engines: list, clips: list, records: dict) -> list:
         alone = next((r for r in rows if r["engine"] == f"{export} none"), None)
         if row["engine"].startswith("specdec") and alone is not None:
             row["x_target_alone"] = row["ms_per_clip"] / alone["ms_per_clip"]
+            if row.get("decode_ms_per_token") and alone.get("decode_ms_per_token"):
+                row["decode_speedup"] = alone["decode_ms_per_token"] / row["decode_ms_per_token"]
             row["identical_to_target_alone"] = sum(a == b for a, b in zip(records[row["engine"]]["tokens"],
                                                                           records[alone["engine"]]["tokens"]))
     return rows
@@ -416,14 +426,15 @@ def sections(out: dict) -> list:
     parts = [Table(f"{s['clips']} clips, {s['audio_seconds']:.1f} s of audio; ms per clip: the median over "
                    f"{s['repeat']} rounds of the mean over the clips; {s['threads']} threads each",
                    ("engine", "ms/clip", "encoder", "x fw fp32", "x fw int8", "x alone", "= transformers",
-                    "= alone", "kept/guess", "tok/run", "c", "WER"),
+                    "= alone", "kept/guess", "alpha", "tok/run", "c", "decode x", "WER"),
                    [[r["engine"], fmt(r["ms_per_clip"], ".0f"), fmt(_pct(r["encoder_share"]), ".0f", "-"),
                      fmt(r.get("x_faster-whisper")), fmt(r.get("x_faster-whisper-int8")),
                      fmt(r.get("x_target_alone")),
                      "-" if r["identical_to_transformers"] is None else
                      f"{r['identical_to_transformers']}/{r['clips']}",
                      "-" if "identical_to_target_alone" not in r else f"{r['identical_to_target_alone']}/{r['clips']}",
-                     fmt(r.get("kept_per_guess")), fmt(r.get("tokens_per_target_run")), fmt(r.get("c")),
+                     fmt(r.get("kept_per_guess")), fmt(r.get("alpha")), fmt(r.get("tokens_per_target_run")),
+                     fmt(r.get("c")), fmt(r.get("decode_speedup")),
                      fmt(None if r.get("wer") is None else 100 * r["wer"], ".1f")]
                     for r in out["engines"]])]
     bound = out.get("encoder_bound")

@@ -96,3 +96,29 @@ def test_the_long_recording_runs_through_every_engine(bench):
 def test_word_errors_is_the_edit_distance_over_words(reference, hypothesis, errors, count):
     assert word_errors(reference, hypothesis) == (errors, count)
     assert words("Hello, World!") == ["hello", "world"]
+
+
+def test_alpha_and_the_decoding_speedup_are_figured_from_each_run():
+    from types import SimpleNamespace
+
+    from specdec.bench.whisper import Engine, _summary
+
+    def extra(ms, encoder_ms, tokens, accepted=0, proposed=0, rejections=0, target_calls=1, draft_calls=0):
+        return {"encoder_ms": encoder_ms, "accepted": accepted, "proposed": proposed, "rejections": rejections,
+                "decode_ms": ms - encoder_ms, "tokens": tokens, "target_calls": target_calls,
+                "draft_calls": draft_calls, "draft_s": 0.001 * draft_calls, "target_s": 0.01 * target_calls}
+
+    clips = [SimpleNamespace(reference=None)] * 2
+    records = {
+        "specdec e none": {"ms": [[100.0, 120.0]], "tokens": [[1], [2]], "text": ["a", "b"],
+                           "extra": [[extra(100, 60, 10, target_calls=10), extra(120, 60, 12, target_calls=12)]]},
+        "specdec e draft:4": {"ms": [[80.0, 90.0]], "tokens": [[1], [2]], "text": ["a", "b"],
+                              "extra": [[extra(80, 60, 10, 6, 8, 2, 4, 8), extra(90, 60, 12, 9, 12, 3, 5, 12)]]},
+    }
+    rows = {r["engine"]: r for r in _summary([Engine(n, None, "specdec") for n in records], clips, records)}
+    guess = rows["specdec e draft:4"]
+    assert guess["alpha"] == pytest.approx(15 / 20) and guess["kept_per_guess"] == pytest.approx(15 / 20)
+    # decoding: target alone 100 ms over 22 tokens, with the draft 50 ms over 22 tokens
+    assert guess["decode_speedup"] == pytest.approx(2.0)
+    assert guess["c"] == pytest.approx((0.02 / 20) / (0.09 / 9))
+    assert rows["specdec e none"]["alpha"] is None and rows["specdec e none"]["decode_speedup"] == 1.0
