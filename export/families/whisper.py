@@ -92,11 +92,14 @@ class WhisperFamily(Family):
 
     def shipped_draft(self, path: str, log) -> str | None:
         """The distilled draft in models/ made for this target (whisper_drafts.py), when its fingerprint matches."""
+        from transformers import WhisperConfig, WhisperForConditionalGeneration
+
         from . import whisper_drafts
 
-        if not whisper_drafts.shipped():
-            return None
-        from transformers import WhisperForConditionalGeneration
+        config = WhisperConfig.from_pretrained(path)
+        if not any(record.get("target_layers") == config.decoder_layers and record.get("d_model") == config.d_model
+                   for _, record in whisper_drafts.shipped()):
+            return None             # no shipped draft is of this shape: the weights need not be read
 
         model = WhisperForConditionalGeneration.from_pretrained(path).eval()
         found = whisper_drafts.matching(model)
