@@ -92,15 +92,20 @@ def checkpoint(model, target_folder: str, folder: Path, record: dict, cache: Pat
                            "unknown or of other shapes)", "restore the draft's folder from the package")
     draft.model.decoder.load_state_dict({k: v.float() for k, v in own.items()}, strict=False)
     tmp = cache / f".{key}.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    draft.save_pretrained(str(tmp))
-    for name in ("generation_config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
-                 "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "normalizer.json"):
-        if (Path(target_folder) / name).is_file():
-            shutil.copy(Path(target_folder) / name, tmp / name)
-    (tmp / MARK).write_text(json.dumps({"name": folder.name, "target_fingerprint": record["target_fingerprint"]}))
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        draft.save_pretrained(str(tmp))
+        for name in ("generation_config.json", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json",
+                     "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "normalizer.json"):
+            if (Path(target_folder) / name).is_file():
+                shutil.copy(Path(target_folder) / name, tmp / name)
+        (tmp / MARK).write_text(json.dumps({"name": folder.name, "target_fingerprint": record["target_fingerprint"]}))
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SpecdecError(f"cannot write the shipped draft's checkpoint into {cache} ({err.strerror or err})",
+                           "set SPECDEC_CACHE to a writable folder, or pass --no-draft") from None
     return out
 
 

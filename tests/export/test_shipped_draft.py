@@ -119,3 +119,11 @@ def test_a_draft_made_for_another_target_is_refused_at_export_and_at_load(shippe
         SpeculativeDecoder.load(tmp_path / "export", provider="cpu")
     assert "distilled for another target (fingerprint 000000000000)" in str(caught.value)
     assert "--no-draft" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_unwritable_cache_is_one_line(shipped, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "file"))
+    _, folder = shipped
+    code, _, err = run_export_cli(["--target", folder, "--export", tmp_path / "export", *ARGS])
+    assert code != 0 and "SPECDEC_CACHE" in err and len(err.strip().splitlines()) == 1, err
