@@ -4,8 +4,8 @@ conversation and instructions, made from templates and word lists with a seeded 
     sentences(4000, seed=0)        # distinct sentences, 6 to 18 words, none of `exclude`
 
 They are written as people write them ("3:30 pm", "$25.50", "May 3rd"), since the teacher's transcripts, not these
-texts, are what a draft learns. The benchmark's held-out sentences (benchmarks/whisper_clips.py) are written by hand
-and none of them is made here (`sentences` drops any it is given in `exclude`).
+texts, are what a draft learns. The benchmark's held-out sentences (benchmarks/whisper_clips.py) are written by hand;
+no template copies one, and tests/models/test_everyday.py checks that none of them is made.
 """
 
 from __future__ import annotations

@@ -187,7 +187,8 @@ STAGES = ["data", "tokenizer", "train-target", "train-draft", "package", "datast
 
 def build_parser():
     ap = OneLineParser(prog="specdec-models", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="stage", metavar="STEP", required=True, parser_class=OneLineParser)
+    sub = ap.add_subparsers(dest="stage", metavar="{" + ",".join(STEP_FLAGS) + "}", required=True,
+                            parser_class=OneLineParser)
     for name, (groups, text) in STEP_FLAGS.items():
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--work-dir", default=os.path.join(HERE, ".work"),

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from specdec.runtime.core.errors import SpecdecError
 
 from .everyday import sentences
@@ -67,14 +66,13 @@ def load_target(target: str, threads: int):
     import torch
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
 
-    from specdec.export.families.ctranslate2_whisper import cached_conversion, is_ct2_folder
-
     torch.set_num_threads(threads)
     if not os.path.isdir(target):
         raise SpecdecError(f"--target {target} is not a folder",
                            "pass a Whisper model's folder (Hugging Face or CTranslate2 / faster-whisper), e.g. "
                            "~/.cache/specdec/whisper/base after `python -m specdec.bench.whisper_models fetch base`")
-    folder = str(cached_conversion(target)) if is_ct2_folder(target) else target
+    folder = target if os.path.isfile(os.path.join(target, "config.json")) and not \
+        os.path.isfile(os.path.join(target, "model.bin")) else _transformers_folder(target)
     model = WhisperForConditionalGeneration.from_pretrained(folder, torch_dtype=torch.float32).eval()
     return model, WhisperFeatureExtractor.from_pretrained(folder), folder
 
@@ -82,12 +80,9 @@ def load_target(target: str, threads: int):
 def _plan(clips: int, seed: int) -> list:
     """Each clip's (kind, sentence, voice name, rate, pitch), the last VALIDATION_SHARDS * SHARD in the validation
     voices."""
-    from specdec.bench.whisper_clips import SENTENCES
-
     rng = np.random.default_rng(seed + 1)
-    held = [s for _, s in SENTENCES]
     plan = []
-    for i, (kind, text) in enumerate(sentences(clips, seed, exclude=held)):
+    for i, (kind, text) in enumerate(sentences(clips, seed)):
         voices = VALIDATION_VOICES if i >= clips - VALIDATION_SHARDS * SHARD else TRAIN_VOICES
         plan.append((kind, text, str(rng.choice(voices)), int(rng.choice(TRAIN_SPEEDS)),
                      int(rng.integers(PITCHES[0], PITCHES[1] + 1))))
@@ -195,6 +190,22 @@ def greedy(model, enc, prompt: list, max_new: int, generation: dict) -> list:
     return [s if s[-1] == eos else s + [eos] for s in seqs]
 
 
+def _transformers_folder(target: str) -> str:
+    """A CTranslate2 / faster-whisper folder's transformers conversion, made (once, cached) by specdec-export's reader
+    in a process of its own: the recipe sits below the exporter and does not import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from specdec.export.families import checkpoint_path; "
+            "print(checkpoint_path(sys.argv[1], lambda *_: None))")
+    done = subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise SpecdecError(f"--target {target} could not be read ({lines[-1] if lines else 'no reason given'})",
+                           "pass a Whisper model's folder (Hugging Face or CTranslate2 / faster-whisper)")
+    return done.stdout.strip().splitlines()[-1]
+
+
 def _prompt(generation: dict) -> list:
     """The decoder prompt the runtime gives an English transcription without timestamps."""
     prompt = [generation["decoder_start_token_id"]]
@@ -213,9 +224,28 @@ def _same_settings(path: Path, settings: dict, what: str) -> None:
         if before != settings:
             changed = ", ".join(k for k in settings if before.get(k) != settings[k])
             raise SpecdecError(f"the {what} in {path.parent} were begun with other settings ({changed})",
-                               f"pass the same settings to resume, or another --work-dir to start afresh")
+                               "pass the same settings to resume, or another --work-dir to start afresh")
     else:
         path.write_text(json.dumps(settings, indent=1))
+
+
+FORMAT = "specdec-whisper-draft"    # a shipped draft's folder: RECORD and TENSORS (export/families/whisper_drafts.py)
+RECORD = "draft.json"
+TENSORS = "draft.safetensors"
+
+
+def fingerprint(model) -> str:
+    """The sha256 of a Whisper model's tensors, each rounded to float16, in name order: a CTranslate2 /
+    faster-whisper folder (float16) and the float32 checkpoint it was converted from have the same one."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to(torch.float16).contiguous().cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def keep_layers(n: int) -> list:
@@ -237,7 +267,7 @@ def draft_decoder(model):
 
 def own_tensor(name: str) -> bool:
     """Whether a decoder tensor is the draft's own (shipped) rather than the target's (shared)."""
-    return name.startswith("layers.") or name.startswith("layer_norm.")
+    return name.startswith(("layers.", "layer_norm."))
 
 
 class _Data:
@@ -393,7 +423,6 @@ def write_draft(model, decoder, out: Path, training: dict) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from specdec.export.families.whisper_drafts import FORMAT, RECORD, TENSORS, fingerprint
 
     tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in decoder.state_dict().items() if own_tensor(k)}
     out.mkdir(parents=True, exist_ok=True)

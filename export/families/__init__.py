@@ -8,6 +8,7 @@ with its FAMILY; its graph writers sit beside it.
 from __future__ import annotations
 
 from os import PathLike
+from pathlib import Path
 
 from specdec.runtime.core.errors import SpecdecError
 
@@ -57,7 +58,10 @@ def load_source(name: str, role: str = "target"):
 
 
 def shipped_draft(name: str, log=print) -> str | None:
-    """The checkpoint of the draft shipped for the target `name` (its family's `shipped_draft`), else None."""
+    """The checkpoint of the draft shipped for the target `name` (its family's `shipped_draft`), else None; None too
+    for a local path that is not there (the export then says so, after checking its options)."""
+    if not Path(name).expanduser().is_dir() and (Path(name).is_absolute() or name.startswith((".", "~"))):
+        return None
     path = checkpoint_path(name, log)
     return family_of(load_config(path, "target"), "target", name).shipped_draft(path, log)
 

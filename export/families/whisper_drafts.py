@@ -18,23 +18,10 @@ import json
 import os
 from pathlib import Path
 
+from specdec.models.whisper_draft import FORMAT, RECORD, TENSORS, fingerprint
 from specdec.runtime.core.errors import SpecdecError
 
-FORMAT = "specdec-whisper-draft"
-RECORD = "draft.json"                 # in a shipped draft's folder
-TENSORS = "draft.safetensors"
 MARK = "specdec_draft.json"           # in a made checkpoint: {"name", "target_fingerprint"}
-
-
-def fingerprint(model) -> str:
-    """The sha256 of a Whisper model's tensors, each rounded to float16, in name order."""
-    import torch
-
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().to(torch.float16).contiguous().cpu().numpy().tobytes())
-    return digest.hexdigest()
 
 
 def shipped(root: Path | None = None) -> list:

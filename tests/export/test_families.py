@@ -42,7 +42,7 @@ def test_only_a_family_names_its_models():
 
     root = Path(specdec.export.__file__).parent
     own = {"families/whisper.py", "families/whisper_encoder.py", "families/whisper_decoder.py",
-           "families/ctranslate2_whisper.py"}
+           "families/ctranslate2_whisper.py", "families/whisper_drafts.py"}
     found = {}
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
