@@ -94,7 +94,7 @@ def make_data(work: Path, target: str, clips: int, seed: int, threads: int, log=
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
-    from .speech_synth import Voice, synthesize
+    from .speech_synth import RATE, Voice, synthesize
 
     if clips < (VALIDATION_SHARDS + 1) * SHARD:
         raise SpecdecError(f"--clips {clips} is too few: {VALIDATION_SHARDS} shards of {SHARD} clips are kept "
@@ -117,14 +117,14 @@ def make_data(work: Path, target: str, clips: int, seed: int, threads: int, log=
         rows = plan[index * SHARD:(index + 1) * SHARD]
         pcms, meta = [], []
         for kind, text, name, rate, pitch in rows:
-            pcm = synthesize(text, Voice(name, rate, pitch)).pcm
-            pcm = np.concatenate([np.zeros(int(0.2 * 16000), np.float32), pcm, np.zeros(int(0.2 * 16000), np.float32)])
-            if not MIN_S * 16000 <= pcm.size <= MAX_S * 16000:
+            quiet = np.zeros(int(0.2 * RATE), np.float32)
+            pcm = np.concatenate([quiet, synthesize(text, Voice(name, rate, pitch)).pcm, quiet])
+            if not MIN_S * RATE <= pcm.size <= MAX_S * RATE:
                 continue
             pcms.append(pcm)
             meta.append({"kind": kind, "text": text, "voice": f"{name} {rate} wpm pitch {pitch}",
-                         "seconds": round(pcm.size / 16000, 3)})
-        feats = extractor(pcms, sampling_rate=16000, return_tensors="pt").input_features
+                         "seconds": round(pcm.size / RATE, 3)})
+        feats = extractor(pcms, sampling_rate=RATE, return_tensors="pt").input_features
         encs, seqs, tops, logps = [], [], [], []
         with torch.inference_mode():
             for start in range(0, len(pcms), 8):
@@ -256,9 +256,9 @@ def draft_decoder(model):
     """The draft: a copy of the target's decoder with its first and last layers; which tensors it trains."""
     import copy
 
-    decoder = copy.deepcopy(model.model.decoder)
     import torch
 
+    decoder = copy.deepcopy(model.model.decoder)
     decoder.layers = torch.nn.ModuleList([decoder.layers[i] for i in keep_layers(len(decoder.layers))])
     for name, p in decoder.named_parameters():
         p.requires_grad = own_tensor(name) and not (".encoder_attn.k_proj." in name or ".encoder_attn.v_proj." in name)
@@ -346,7 +346,7 @@ def train(work: Path, target: str, minutes: float, seed: int, threads: int, kl_w
     params = [p for p in decoder.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     path = work / "train.pt"
-    state = {"step": 0, "seconds": 0.0, "curve": [], "epoch_order": None}
+    state = {"step": 0, "seconds": 0.0, "curve": []}
     if path.exists():
         saved = torch.load(path, weights_only=False)
         decoder.load_state_dict(saved["decoder"])
@@ -402,9 +402,9 @@ def package(work: Path, target: str, out: Path, threads: int, log=_log) -> Path:
     saved = torch.load(path, weights_only=False)
     decoder.load_state_dict(saved["decoder"])
     data = json.loads((work / "data" / "settings.json").read_text())
-    metas = [m for f in sorted(glob.glob(str(work / "data" / "shard-*.json"))) for m in json.loads(Path(f).read_text())]
-    validation = sum(len(json.loads(Path(f).read_text()))
-                     for f in sorted(glob.glob(str(work / "data" / "shard-*.json")))[-VALIDATION_SHARDS:])
+    shards = [json.loads(Path(f).read_text()) for f in sorted(glob.glob(str(work / "data" / "shard-*.json")))]
+    metas = [m for shard in shards for m in shard]
+    validation = sum(len(shard) for shard in shards[-VALIDATION_SHARDS:])
     training = {"clips": len(metas) - validation, "validation_clips": validation,
                 "audio_hours": round(sum(m["seconds"] for m in metas) / 3600, 2),
                 "steps": saved["state"]["step"], "train_minutes": round(saved["state"]["seconds"] / 60, 1),

@@ -96,9 +96,7 @@ class WhisperFamily(Family):
 
         from . import whisper_drafts
 
-        config = WhisperConfig.from_pretrained(path)
-        if not any(record.get("target_layers") == config.decoder_layers and record.get("d_model") == config.d_model
-                   for _, record in whisper_drafts.shipped()):
+        if not whisper_drafts.of_shape(WhisperConfig.from_pretrained(path)):
             return None             # no shipped draft is of this shape: the weights need not be read
 
         model = WhisperForConditionalGeneration.from_pretrained(path).eval()
@@ -116,9 +114,8 @@ class WhisperFamily(Family):
         fingerprint is kept for the manifest."""
         from .whisper_drafts import distilled_for, fingerprint
 
-        marks = {role: distilled_for(str(src.name)) for role, src in sources.items()
-                 if role != "target" and Path(str(src.name)).is_dir()}
-        marks = {role: mark for role, mark in marks.items() if mark}
+        marks = {role: mark for role, src in sources.items()
+                 if role != "target" and (mark := distilled_for(str(src.name)))}
         target = sources["target"]
         target.extras["fingerprint"] = mine = fingerprint(target.model)
         for role, mark in marks.items():

@@ -41,11 +41,16 @@ def shipped(root: Path | None = None) -> list:
     return found
 
 
+def of_shape(config, root: Path | None = None) -> list:
+    """The shipped drafts (folder, record) made for a target of `config`'s shape (decoder layers, width): the only
+    ones whose fingerprint is worth computing."""
+    return [(folder, record) for folder, record in (shipped() if root is None else shipped(root))
+            if record.get("target_layers") == config.decoder_layers and record.get("d_model") == config.d_model]
+
+
 def matching(model, root: Path | None = None):
     """The shipped draft (folder, record) distilled for `model` (its fingerprint), else None."""
-    candidates = [(folder, record) for folder, record in (shipped() if root is None else shipped(root))
-                  if record.get("target_layers") == model.config.decoder_layers
-                  and record.get("d_model") == model.config.d_model]
+    candidates = of_shape(model.config, root)
     if not candidates:
         return None
     mine = fingerprint(model)
